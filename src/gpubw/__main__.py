@@ -1,0 +1,7 @@
+"""``python -m gpubw``."""
+
+import sys
+
+from gpubw.cli import main
+
+sys.exit(main())

@@ -1,0 +1,183 @@
+"""The backend facade: the only layer that talks to CUDA (or to a simulated system).
+
+Two implementations exist: :class:`gpubw.backend.cuda.CudaBackend` (the real driver, through
+``cuda.bindings.driver`` and NVRTC via ``cuda.core``) and
+:class:`gpubw.backend.simulated.SimulatedBackend` (a modelled system, for CI and ``--simulate``).
+Everything above this layer (buffers, initiators, measurement, testcases) is written against
+:class:`Backend` only, so the same testcase code runs on both.
+
+Handles (pointers, streams, events) are opaque to callers: pointers are ``int`` device or
+host addresses (unified addressing), streams and events are whatever the backend returns.
+A stream belongs to one device; work enqueued on it runs in that device's primary context.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class DeviceInfo:
+    """What gpubw knows about one device; read from the driver (or the simulated model)."""
+
+    ordinal: int
+    name: str
+    uuid: str  # "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+    pci_bus_id: str  # "0000:1b:00.0" (domain:bus:device.function, lowercase hex)
+    compute_capability: tuple[int, int]
+    sm_count: int
+    l2_bytes: int
+    memory_bytes: int
+    memory_bus_width_bits: int
+    memory_clock_khz: int  # peak memory clock, kHz (double data rate not included)
+    clock_khz: int  # SM clock, kHz
+    async_engines: int
+    numa_node: int | None = None
+    local_cpus: tuple[int, ...] = ()
+    multicast_supported: bool = False
+
+    @property
+    def nominal_memory_bandwidth(self) -> float:
+        """Bytes/s: bus width x memory clock x 2 (double data rate), read + write combined."""
+        return self.memory_bus_width_bits / 8 * self.memory_clock_khz * 1e3 * 2
+
+    @property
+    def pci_short(self) -> str:
+        """nvbandwidth's form: ``dddddddd:bb:dd`` (domain, bus, device; no function)."""
+        dom, bus, rest = self.pci_bus_id.split(":")
+        return f"{int(dom, 16):08x}:{int(bus, 16):02x}:{int(rest.split('.')[0], 16):02x}"
+
+
+@attrs.frozen
+class KernelArg:
+    """One kernel argument: a value and its C type ("ptr", "u64", "u32", "i32")."""
+
+    ctype: str
+    value: int
+
+
+def ptr(value: int) -> KernelArg:
+    return KernelArg("ptr", int(value))
+
+
+def u64(value: int) -> KernelArg:
+    return KernelArg("u64", int(value))
+
+
+def u32(value: int) -> KernelArg:
+    return KernelArg("u32", int(value))
+
+
+def i32(value: int) -> KernelArg:
+    return KernelArg("i32", int(value))
+
+
+class Backend(abc.ABC):
+    """The checked facade. Every method raises :class:`gpubw.errors.CudaError` (or
+    :class:`gpubw.errors.SimulationError`) on failure; nothing returns an error code."""
+
+    #: "cuda" or "simulated"
+    name: str = "abstract"
+    #: True for the simulated backend; every report it produces says so.
+    simulated: bool = False
+
+    # -- system ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def versions(self) -> dict[str, Any]:
+        """{'cuda_driver': int (e.g. 13000), 'driver': str ('580.159.04'), ...}."""
+
+    @abc.abstractmethod
+    def devices(self) -> Sequence[DeviceInfo]:
+        """All visible devices, in driver order."""
+
+    @abc.abstractmethod
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        """Whether ``device`` can access memory on ``peer`` (one direction)."""
+
+    @abc.abstractmethod
+    def enable_peer_access(self, device: int, peer: int) -> None:
+        """Let ``device``'s context access ``peer``'s memory. Already-enabled is not an error."""
+
+    @abc.abstractmethod
+    def memory_info(self, device: int) -> tuple[int, int]:
+        """(free, total) bytes of device memory."""
+
+    # -- memory ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def alloc_device(self, device: int, nbytes: int) -> int:
+        """Allocate ``nbytes`` on ``device``; returns the device pointer."""
+
+    @abc.abstractmethod
+    def free_device(self, pointer: int) -> None: ...
+
+    @abc.abstractmethod
+    def alloc_host(self, nbytes: int, device: int | None) -> int:
+        """Allocate pinned, portable host memory (placed near ``device`` where the caller has
+        already set CPU affinity); returns a pointer usable by every device."""
+
+    @abc.abstractmethod
+    def free_host(self, pointer: int) -> None: ...
+
+    @abc.abstractmethod
+    def host_write(self, pointer: int, data: bytes) -> None:
+        """Write bytes into pinned host memory from the CPU (no stream involved)."""
+
+    @abc.abstractmethod
+    def host_read(self, pointer: int, nbytes: int) -> bytes:
+        """Read bytes of pinned host memory from the CPU (no stream involved)."""
+
+    # -- streams and events ---------------------------------------------------------------
+    @abc.abstractmethod
+    def create_stream(self, device: int) -> Any:
+        """A non-blocking stream in ``device``'s primary context."""
+
+    @abc.abstractmethod
+    def destroy_stream(self, stream: Any) -> None: ...
+
+    @abc.abstractmethod
+    def create_event(self, device: int) -> Any:
+        """A timing event in ``device``'s primary context."""
+
+    @abc.abstractmethod
+    def destroy_event(self, event: Any) -> None: ...
+
+    @abc.abstractmethod
+    def record_event(self, event: Any, stream: Any) -> None: ...
+
+    @abc.abstractmethod
+    def wait_event(self, stream: Any, event: Any) -> None:
+        """Make ``stream`` wait until ``event`` (possibly of another device) completes."""
+
+    @abc.abstractmethod
+    def elapsed_seconds(self, start: Any, end: Any) -> float:
+        """Seconds between two completed events."""
+
+    @abc.abstractmethod
+    def synchronize(self, stream: Any, timeout_s: float) -> None:
+        """Wait until everything on ``stream`` completed; raise
+        :class:`gpubw.errors.GateTimeoutError` if it has not after ``timeout_s`` seconds."""
+
+    # -- work -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def memcpy_async(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        """Copy-engine copy of ``nbytes`` (any direction, unified addressing) on ``stream``."""
+
+    @abc.abstractmethod
+    def load_kernels(self, device: int) -> None:
+        """Compile (or fetch from the cache) and load every gpubw kernel on ``device``.
+        Called for every device before any measurement, so no module load happens while
+        a stream is held by the spin gate."""
+
+    @abc.abstractmethod
+    def launch(
+        self, kernel: str, grid: int, block: int, args: Sequence[KernelArg], stream: Any
+    ) -> None:
+        """Launch gpubw kernel ``kernel`` (a name from :mod:`gpubw.kernels`) on ``stream``'s
+        device."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release whatever the backend itself holds (modules, contexts)."""

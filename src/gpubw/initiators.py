@@ -1,0 +1,189 @@
+"""Initiators: *how* a copy is made. CopyEngine (cuMemcpyAsync) and KernelCopy (SM kernel).
+
+An initiator knows how many bytes one copy call moves (``counted_bytes``, the figure that
+bandwidth is computed from), how many bytes are filled and checked (``checked_bytes``), how to
+enqueue ``loops`` copies on a stream, and how to prepare and check the buffers.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from gpubw.backend.base import DeviceInfo, ptr, u32, u64
+from gpubw.buffers import Buffer
+from gpubw.kernels import ELEMENT_BYTES
+from gpubw.system import DST_SEED, SRC_SEED, System
+
+MIB = 1 << 20
+#: nvbandwidth's SM truncation applies to kernel copies of this size or more.
+SM_TRUNCATION_THRESHOLD = 64 * MIB
+#: nvbandwidth's striding kernel: 512 threads per block, one block per SM.
+SM_TRUNCATION_THREADS = 512
+
+
+def sm_truncated_bytes(nbytes: int, sm_count: int) -> int:
+    """nvbandwidth's SM-copy size rule: below 64 MiB whole 16-byte elements; from 64 MiB on, a
+    multiple of 16 x SMs x 512 bytes (16 x T x floor(E / T), T = SMs x 512, E = nbytes // 16)."""
+    elements = nbytes // ELEMENT_BYTES
+    if nbytes < SM_TRUNCATION_THRESHOLD:
+        return elements * ELEMENT_BYTES
+    threads = sm_count * SM_TRUNCATION_THREADS
+    return ELEMENT_BYTES * threads * (elements // threads)
+
+
+class Initiator(abc.ABC):
+    """How a copy is made."""
+
+    #: "CE", "SM" or "SM split-warp" (shown in reports)
+    name: str = ""
+
+    @abc.abstractmethod
+    def counted_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        """Bytes one copy call of a ``nbytes`` pair is counted as moving."""
+
+    def checked_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        """Bytes filled with the pattern and compared after the copy."""
+        return nbytes
+
+    @abc.abstractmethod
+    def enqueue(
+        self,
+        system: System,
+        src: Buffer,
+        dst: Buffer,
+        nbytes: int,
+        loops: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+    ) -> None:
+        """Queue ``loops`` copies of the pair on ``stream``."""
+
+    def prepare(
+        self, system: System, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int
+    ) -> None:
+        """Fill the destination with one pattern and the source with the expected one."""
+        dst.fill(DST_SEED, checked, stream=stream, exec_device=exec_device)
+        src.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device)
+
+    def enqueue_checks(
+        self, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int, first_slot: int
+    ) -> list[tuple[int, Buffer]]:
+        """Queue the compares; return (slot, buffer) for each, to be checked after a sync."""
+        dst.enqueue_verify(
+            SRC_SEED, checked, stream=stream, exec_device=exec_device, slot=first_slot
+        )
+        return [(first_slot, dst)]
+
+
+class CopyEngine(Initiator):
+    """Copies made by the copy engines: ``loops`` separate cuMemcpyAsync calls."""
+
+    name = "CE"
+
+    def counted_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return nbytes
+
+    def enqueue(
+        self,
+        system: System,
+        src: Buffer,
+        dst: Buffer,
+        nbytes: int,
+        loops: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+    ) -> None:
+        for _ in range(loops):
+            system.backend.memcpy_async(dst.ptr, src.ptr, nbytes, stream)
+
+
+def copy_launch_shape(device: DeviceInfo, elements: int) -> tuple[int, int]:
+    """Grid and block for gpubw's copy kernel: enough 16-byte loads in flight to cover the
+    latency of NVLink and PCIe, a grid sized to the device (a few resident blocks per SM)."""
+    block = 512
+    per_block = block * 4  # each thread keeps 4 independent 16-byte loads in flight
+    grid = min(device.sm_count * 4, max(1, -(-elements // per_block)))
+    return grid, block
+
+
+class KernelCopy(Initiator):
+    """Copies made by a copy kernel on the executing device's SMs (one launch loops)."""
+
+    name = "SM"
+    kernel = "gpubw_copy"
+
+    def counted_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return sm_truncated_bytes(nbytes, exec_device.sm_count)
+
+    def checked_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return sm_truncated_bytes(nbytes, exec_device.sm_count)
+
+    def copied_elements(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return sm_truncated_bytes(nbytes, exec_device.sm_count) // ELEMENT_BYTES
+
+    def enqueue(
+        self,
+        system: System,
+        src: Buffer,
+        dst: Buffer,
+        nbytes: int,
+        loops: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+    ) -> None:
+        elements = self.copied_elements(nbytes, exec_device)
+        if elements == 0:
+            return
+        grid, block = copy_launch_shape(exec_device, elements)
+        system.backend.launch(
+            self.kernel,
+            grid,
+            block,
+            (ptr(dst.ptr), ptr(src.ptr), u64(elements), u32(loops)),
+            stream,
+        )
+
+
+class SplitWarpCopy(KernelCopy):
+    """One kernel moving half the 16-byte elements each way between the pair's buffers
+    (odd 32-element groups source->destination, even groups destination->source).
+
+    Counted bytes are half the buffer: the bytes that travel in each direction, which is
+    nvbandwidth's figure (it divides bytes/time by 2)."""
+
+    name = "SM split-warp"
+    kernel = "gpubw_copy_split_warp"
+
+    def copied_elements(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return nbytes // ELEMENT_BYTES  # not SM-truncated, as nvbandwidth
+
+    def counted_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return (nbytes // ELEMENT_BYTES) * ELEMENT_BYTES // 2
+
+    def checked_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return (nbytes // ELEMENT_BYTES) * ELEMENT_BYTES
+
+    def prepare(
+        self, system: System, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int
+    ) -> None:
+        dst.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device)
+        src.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device)
+        dst.clear_warp_parity(checked, 1, stream=stream)
+        src.clear_warp_parity(checked, 0, stream=stream)
+
+    def enqueue_checks(
+        self, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int, first_slot: int
+    ) -> list[tuple[int, Buffer]]:
+        dst.enqueue_verify(
+            SRC_SEED, checked, stream=stream, exec_device=exec_device, slot=first_slot
+        )
+        src.enqueue_verify(
+            SRC_SEED, checked, stream=stream, exec_device=exec_device, slot=first_slot + 1
+        )
+        return [(first_slot, dst), (first_slot + 1, src)]
+
+
+CE = CopyEngine()
+SM = KernelCopy()
+SPLIT_WARP = SplitWarpCopy()

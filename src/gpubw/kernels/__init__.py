@@ -1,0 +1,83 @@
+"""gpubw's CUDA kernels: the catalogue both backends implement.
+
+The CUDA C sources live beside this file (``*.cu``); the real backend compiles them with NVRTC
+for each device's exact architecture and caches the cubin on disk. The simulated backend
+implements the same names in Python. A kernel is launched by name with
+:class:`gpubw.backend.base.KernelArg` arguments in the order given here.
+
+All sizes are 64-bit; "elements" are 16-byte vectors (``uint4``); "words" are 32-bit.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import attrs
+
+#: Words in the verification pattern (2 MiB of 32-bit words), as nvbandwidth.
+PATTERN_WORDS = 524_288
+#: Bytes per SM-copy element.
+ELEMENT_BYTES = 16
+
+
+@attrs.frozen
+class KernelSpec:
+    name: str
+    params: tuple[str, ...]  # C types: "ptr", "u64", "u32", "i32"
+    doc: str
+
+
+KERNELS: dict[str, KernelSpec] = {
+    spec.name: spec
+    for spec in (
+        KernelSpec(
+            "gpubw_gate_wait",
+            ("ptr", "u64", "ptr"),
+            "(flag, timeout_ns, status): one thread polls the volatile host int *flag until it is "
+            "non-zero; if timeout_ns pass first (globaltimer), writes 1 to the host int *status "
+            "and returns, so a stuck gate is reported, not silently ignored.",
+        ),
+        KernelSpec(
+            "gpubw_copy",
+            ("ptr", "ptr", "u64", "u32"),
+            "(dst, src, elements, loops): copies `elements` 16-byte elements src->dst, `loops` "
+            "times, grid-stride with several independent 16-byte loads in flight per thread.",
+        ),
+        KernelSpec(
+            "gpubw_copy_split_warp",
+            ("ptr", "ptr", "u64", "u32"),
+            "(dst, src, elements, loops): with w = global thread index / 32, elements of odd "
+            "32-element groups move src->dst and those of even groups dst->src (so half the "
+            "bytes go each way), `loops` times.",
+        ),
+        KernelSpec(
+            "gpubw_fill",
+            ("ptr", "ptr", "u64"),
+            "(dst, pattern, words): dst[k] = pattern[k % PATTERN_WORDS] for k < words.",
+        ),
+        KernelSpec(
+            "gpubw_verify",
+            ("ptr", "ptr", "u64", "ptr"),
+            "(buf, pattern, words, first_bad): atomicMin(first_bad, k) for every k < words "
+            "where buf[k] != pattern[k % PATTERN_WORDS]; *first_bad (a u64) starts at ~0.",
+        ),
+        KernelSpec(
+            "gpubw_clear_warp_parity",
+            ("ptr", "u64", "u32"),
+            "(buf, elements, parity): zero the 16-byte elements whose 32-element group index "
+            "has the given parity (0 = even groups, 1 = odd groups).",
+        ),
+        KernelSpec(
+            "gpubw_pointer_chase",
+            ("ptr", "u64", "u32", "ptr"),
+            "(start, steps, target, sink): launched with grid = SM count, block 1; only block "
+            "`target` follows p = *(void**)p `steps` times from `start` and stores the final "
+            "pointer to *sink (so the loop cannot be removed).",
+        ),
+    )
+}
+
+
+def source(name: str = "gpubw.cu") -> str:
+    """The CUDA C source text of a kernel file shipped in this package."""
+    return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")

@@ -1,0 +1,157 @@
+"""Plain data: what a testcase returns and what a run reports. Writers only format these.
+
+Values are in base units: bytes/s for bandwidth, seconds for latency, bytes for sizes.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+#: Units a Matrix may carry (base units only; writers convert for display).
+BANDWIDTH = "bytes/s"
+LATENCY = "s"
+
+
+def _tuple2(rows: Sequence[Sequence[Any]]) -> tuple[tuple[Any, ...], ...]:
+    return tuple(tuple(r) for r in rows)
+
+
+@attrs.frozen
+class Matrix:
+    """One result matrix of a testcase.
+
+    ``values[r][c]`` is a float in ``unit`` or None (not applicable: diagonal, a pair without
+    peer access, ...). ``samples[r][c]`` holds the raw per-sample values behind that cell
+    (same unit) or None.
+    """
+
+    key: str  # name of the matrix (the testcase key, or key + "_read1", ...)
+    description: str  # the header line, as nvbandwidth prints it
+    unit: str  # BANDWIDTH or LATENCY
+    row_labels: tuple[str, ...] = attrs.field(converter=tuple)
+    column_labels: tuple[str, ...] = attrs.field(converter=tuple)
+    values: tuple[tuple[float | None, ...], ...] = attrs.field(converter=_tuple2)
+    samples: tuple[tuple[tuple[float, ...] | None, ...], ...] = attrs.field(
+        converter=_tuple2, default=()
+    )
+    #: how the bytes behind the figure were counted, in words
+    bytes_counted: str = ""
+    #: "median" or "mean" (the statistic over samples), or e.g. "mean of 1000000 accesses"
+    statistic: str = "median"
+    #: the engine: "CE", "SM", "SM split-warp", "pointer chase", ...
+    initiator: str = ""
+    #: "first", "sum", "total", "vector" or "latency"
+    bandwidth_kind: str = "first"
+    #: bytes per copy actually timed (after any SM truncation), None where it varies
+    bytes_per_copy: int | None = None
+    #: extra, free-form facts (e.g. percent of nominal, l2_fits per column)
+    notes: tuple[tuple[str, Any], ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.values) != len(self.row_labels):
+            raise ValueError(
+                f"matrix {self.key}: {len(self.values)} rows of values, "
+                f"{len(self.row_labels)} row labels"
+            )
+        for row in self.values:
+            if len(row) != len(self.column_labels):
+                raise ValueError(
+                    f"matrix {self.key}: a row has {len(row)} values, "
+                    f"{len(self.column_labels)} column labels"
+                )
+        if self.samples and len(self.samples) != len(self.values):
+            raise ValueError(f"matrix {self.key}: samples do not match values' shape")
+
+    @property
+    def cells(self) -> list[float]:
+        return [v for row in self.values for v in row if v is not None]
+
+    @property
+    def sum(self) -> float:
+        """Sum of the applicable cells (nvbandwidth counts N/A as 0)."""
+        return float(sum(self.cells))
+
+    @property
+    def minimum(self) -> float | None:
+        c = self.cells
+        return min(c) if c else None
+
+    @property
+    def maximum(self) -> float | None:
+        c = self.cells
+        return max(c) if c else None
+
+    @property
+    def average(self) -> float | None:
+        c = [v for v in self.cells if v > 0]
+        return sum(c) / len(c) if c else None
+
+
+class Status(enum.Enum):
+    PASSED = "Passed"
+    WAIVED = "Waived"
+    ERROR = "Error"
+    NOT_FOUND = "Not Found"
+    INTERRUPTED = "Interrupted"
+
+
+@attrs.frozen
+class TestcaseResult:
+    """The outcome of one selected testcase at one buffer size."""
+
+    __test__ = False  # not a pytest class
+
+    key: str  # the testcase key, or the unresolved -t string for NOT_FOUND
+    status: Status
+    message: str = ""
+    index: int | None = None
+    description: str = ""
+    size: int | None = None  # bytes (the -b value), None where not applicable
+    matrices: tuple[Matrix, ...] = attrs.field(converter=tuple, default=())
+    duration_s: float = 0.0
+    plugin: str = ""  # distribution that provided the testcase
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (Status.PASSED, Status.WAIVED)
+
+
+@attrs.frozen
+class Report:
+    """One run."""
+
+    tool: str
+    tool_version: str
+    backend: str  # "cuda" or "simulated"
+    simulated: bool
+    system_name: str  # simulated preset/file name, or "" for real hardware
+    host: str
+    versions: dict[str, Any]
+    devices: tuple[dict[str, Any], ...] = attrs.field(converter=tuple)
+    options: dict[str, Any] = attrs.field(factory=dict)
+    testcases: tuple[TestcaseResult, ...] = attrs.field(converter=tuple, default=())
+    warnings: tuple[str, ...] = attrs.field(converter=tuple, default=())
+    error: str = ""  # a run-level error (e.g. no driver), if the run could not start
+    interrupted: bool = False
+    started: str = ""
+    finished: str = ""
+    duration_s: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        """0 if every selected testcase Passed or was Waived, 130/143 if interrupted,
+        else 1."""
+        if self.interrupted:
+            return int(self.options.get("signal_exit", 130))
+        if self.error or not all(t.ok for t in self.testcases):
+            return 1
+        return 0
+
+
+def finite_or_none(x: float | None) -> float | None:
+    return None if x is None or math.isnan(x) or math.isinf(x) else x
