@@ -1,0 +1,113 @@
+"""Memory latency by pointer chasing, as nvbandwidth measures it.
+
+A 2 MiB ring of 8-byte nodes (node i holds the address of node (i + 16) mod 262144, a 128-byte
+stride) is walked by the ``gpubw_pointer_chase`` kernel. The kernel is launched with grid =
+device 0's SM count (whichever device runs it), block 1, once per target block 0 .. SMs-1; only
+the target block walks, floor(1,000,000 / SMs) steps from node 0. Each launch is bracketed by
+events on the measuring stream and synchronised. The latency is the sum of the launch times
+divided by exactly 1,000,000 (nvbandwidth's divisor, although only SMs x floor(10^6 / SMs)
+dereferences happen); launch overhead is included; there is no warm-up and no statistic over
+samples (``-i``, ``-m`` and the loop count do not apply).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from gpubw.backend.base import ptr, u32, u64
+from gpubw.buffers import Buffer, DeviceBuffer, HostBuffer
+from gpubw.options import MIB
+from gpubw.system import System
+
+#: The ring's size; nvbandwidth's latency tests ignore ``-b``.
+RING_BYTES = 2 * MIB
+NODE_BYTES = 8
+#: Node i points to node i + STRIDE_NODES (128 bytes on).
+STRIDE_NODES = 16
+#: nvbandwidth's access count and divisor.
+ACCESSES = 1_000_000
+
+
+def ring_bytes(base: int, nbytes: int = RING_BYTES) -> bytes:
+    """The ring's contents for a buffer at address ``base``: node i = base + 8 x ((i + 16) mod
+    nodes), little-endian 64-bit."""
+    import numpy as np
+
+    nodes = nbytes // NODE_BYTES
+    index = (np.arange(nodes, dtype=np.uint64) + STRIDE_NODES) % np.uint64(nodes)
+    return (np.uint64(base) + index * np.uint64(NODE_BYTES)).astype("<u8").tobytes()
+
+
+def write_host_ring(buf: HostBuffer) -> None:
+    """Write the ring straight into pinned host memory (nvbandwidth's #32)."""
+    buf.write(ring_bytes(buf.ptr, buf.nbytes))
+
+
+def write_device_ring(system: System, buf: DeviceBuffer) -> None:
+    """Write the ring of device addresses into ``buf``: fill a pinned staging buffer on the host
+    and copy it with one memcpy (nvbandwidth makes one tiny copy per node; same contents)."""
+    assert buf.device is not None
+    backend = system.backend
+    with HostBuffer.allocate(system, buf.nbytes, near_device=buf.device) as staging:
+        assert isinstance(staging, HostBuffer)
+        staging.write(ring_bytes(buf.ptr, buf.nbytes))
+        stream = backend.create_stream(buf.device)
+        try:
+            backend.memcpy_async(buf.ptr, staging.ptr, buf.nbytes, stream)
+            backend.synchronize(stream, system.options.sync_timeout_s)
+        finally:
+            backend.destroy_stream(stream)
+
+
+@attrs.frozen
+class LatencyMeasurement:
+    """One pointer-chase measurement."""
+
+    #: seconds per access: sum of the launch times / ACCESSES
+    seconds: float
+    #: per launch: its time x launches / ACCESSES (their mean is ``seconds``)
+    launch_samples: tuple[float, ...]
+    #: launches (device 0's SM count) and dereferences per launch
+    launches: int
+    steps: int
+
+
+def pointer_chase(system: System, exec_device: int, ring: Buffer) -> LatencyMeasurement:
+    """Walk ``ring`` (from its node 0) with kernels on ``exec_device``; nvbandwidth's recipe."""
+    backend = system.backend
+    sms = system.devices[0].sm_count
+    steps = ACCESSES // sms
+    system.load_kernels()
+    elapsed: list[float] = []
+    with DeviceBuffer.allocate(system, exec_device, NODE_BYTES) as sink:
+        stream = backend.create_stream(exec_device)
+        events: list[Any] = []
+        try:
+            start = backend.create_event(exec_device)
+            events.append(start)
+            end = backend.create_event(exec_device)
+            events.append(end)
+            for target in range(sms):
+                backend.record_event(start, stream)
+                backend.launch(
+                    "gpubw_pointer_chase",
+                    sms,
+                    1,
+                    (ptr(ring.ptr), u64(steps), u32(target), ptr(sink.ptr)),
+                    stream,
+                )
+                backend.record_event(end, stream)
+                backend.synchronize(stream, system.options.sync_timeout_s)
+                elapsed.append(backend.elapsed_seconds(start, end))
+        finally:
+            for ev in events:
+                backend.destroy_event(ev)
+            backend.destroy_stream(stream)
+    return LatencyMeasurement(
+        seconds=sum(elapsed) / ACCESSES,
+        launch_samples=tuple(e * sms / ACCESSES for e in elapsed),
+        launches=sms,
+        steps=steps,
+    )

@@ -1,0 +1,108 @@
+"""Host <-> device copies, one device at a time (nvbandwidth #0-#3, #16-#19).
+
+Column g copies between device g and pinned host memory near g; only g is busy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpubw.initiators import CE, SM, SPLIT_WARP
+from gpubw.results import Matrix
+from gpubw.testcase import Testcase
+from gpubw.testcases.shapes import D2H, H2D, host_traffic
+
+H2D_CE = "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)"
+D2H_CE = "memcpy CE CPU(row) <- GPU(column) bandwidth (GB/s)"
+BIDIR_CE = "memcpy CE CPU(row) <-> GPU(column) bandwidth (GB/s)"
+H2D_SM = "memcpy SM CPU(row) -> GPU(column) bandwidth (GB/s)"
+D2H_SM = "memcpy SM CPU(row) <- GPU(column) bandwidth (GB/s)"
+BIDIR_SM = "memcpy SM CPU(row) <-> GPU(column) bandwidth (GB/s)"
+
+
+class HostToDeviceCE(Testcase):
+    """Host to device copy by the copy engine (cuMemcpyAsync), one device at a time.
+    Reports each device's host to device bandwidth."""
+
+    key = "host_to_device_memcpy_ce"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        return host_traffic(self, size, loops, CE, H2D_CE, H2D)
+
+
+class DeviceToHostCE(Testcase):
+    """Device to host copy by the copy engine (cuMemcpyAsync), one device at a time.
+    Reports each device's device to host bandwidth."""
+
+    key = "device_to_host_memcpy_ce"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        return host_traffic(self, size, loops, CE, D2H_CE, D2H)
+
+
+class HostToDeviceBidirectionalCE(Testcase):
+    """Host to device copy by the copy engine, measured while a device to host copy (twice
+    the size) runs on the same device at the same time.
+    Only the host to device bandwidth is reported."""
+
+    key = "host_to_device_bidirectional_memcpy_ce"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        return host_traffic(
+            self, size, loops, CE, BIDIR_CE, H2D, same_device=[D2H], interference_size=2 * size
+        )
+
+
+class DeviceToHostBidirectionalCE(Testcase):
+    """Device to host copy by the copy engine, measured while a host to device copy (twice
+    the size) runs on the same device at the same time.
+    Only the device to host bandwidth is reported."""
+
+    key = "device_to_host_bidirectional_memcpy_ce"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        return host_traffic(
+            self, size, loops, CE, BIDIR_CE, D2H, same_device=[H2D], interference_size=2 * size
+        )
+
+
+class HostToDeviceSM(Testcase):
+    """Host to device copy by a copy kernel on the device's SMs, one device at a time.
+    Reports each device's host to device bandwidth."""
+
+    key = "host_to_device_memcpy_sm"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        return host_traffic(self, size, loops, SM, H2D_SM, H2D)
+
+
+class DeviceToHostSM(Testcase):
+    """Device to host copy by a copy kernel on the device's SMs, one device at a time.
+    Reports each device's device to host bandwidth."""
+
+    key = "device_to_host_memcpy_sm"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        return host_traffic(self, size, loops, SM, D2H_SM, D2H)
+
+
+class HostToDeviceBidirectionalSM(Testcase):
+    """Host <-> device copy by one split-warp kernel on the device: half the warps copy host
+    to device while the other half copy device to host, between the same two buffers.
+    Reports the bandwidth of one direction (bytes moved / time, halved)."""
+
+    key = "host_to_device_bidirectional_memcpy_sm"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, H2D)
+
+
+class DeviceToHostBidirectionalSM(Testcase):
+    """Device <-> host copy by one split-warp kernel on the device: half the warps copy in
+    each direction between the same two buffers (identical to
+    host_to_device_bidirectional_memcpy_sm, as in nvbandwidth). Reports one direction."""
+
+    key = "device_to_host_bidirectional_memcpy_sm"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, H2D)

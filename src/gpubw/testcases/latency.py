@@ -1,0 +1,102 @@
+"""Memory latency by pointer chasing (nvbandwidth #32, #33); see :mod:`gpubw.latency`.
+
+Both ignore the buffer size (the ring is always 2 MiB), the sample count, the statistic and the
+loop count; the runner runs them once (``fixed_size``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpubw.buffers import DeviceBuffer, HostBuffer
+from gpubw.latency import (
+    ACCESSES,
+    NODE_BYTES,
+    RING_BYTES,
+    STRIDE_NODES,
+    LatencyMeasurement,
+    pointer_chase,
+    write_device_ring,
+    write_host_ring,
+)
+from gpubw.results import LATENCY, Matrix
+from gpubw.testcase import Testcase
+from gpubw.testcases.shapes import PeerTestcase, labels, new_matrix
+
+
+def latency_matrix(
+    testcase: Testcase, header: str, grid: list[list[LatencyMeasurement | None]]
+) -> Matrix:
+    """A latency matrix (seconds per access); samples are the per-launch latencies."""
+    found = next((m for row in grid for m in row if m is not None), None)
+    notes: tuple[tuple[str, object], ...] = (
+        ("ring_bytes", RING_BYTES),
+        ("stride_bytes", STRIDE_NODES * NODE_BYTES),
+    )
+    if found is not None:
+        notes += (("launches", found.launches), ("steps_per_launch", found.steps))
+    return new_matrix(
+        key=testcase.key,
+        description=header,
+        unit=LATENCY,
+        row_labels=labels(len(grid)),
+        column_labels=labels(len(grid[0])),
+        values=[[None if m is None else m.seconds for m in row] for row in grid],
+        samples=[[None if m is None else m.launch_samples for m in row] for row in grid],
+        bytes_counted=(
+            "not a bandwidth: seconds per dependent 8-byte load, the sum of the kernel "
+            f"launches' times divided by {ACCESSES:,} accesses (nvbandwidth's divisor), "
+            "launch overhead included"
+        ),
+        statistic=f"sum of launch times / {ACCESSES} accesses",
+        initiator="SM pointer chase",
+        bandwidth_kind="latency",
+        bytes_per_copy=None,
+        notes=notes,
+    )
+
+
+class HostDeviceLatencySM(Testcase):
+    """Latency of the device's SMs reading pinned host memory near the device: a kernel on each
+    device chases pointers through a 2 MB ring in host memory (--bufferSize is ignored).
+    Reports the time per access of each device."""
+
+    key = "host_device_latency_sm"
+    fixed_size = True
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        row: list[LatencyMeasurement | None] = []
+        for g in range(self.device_count):
+            with HostBuffer.allocate(self.system, RING_BYTES, near_device=g) as ring:
+                assert isinstance(ring, HostBuffer)
+                write_host_ring(ring)
+                row.append(pointer_chase(self.system, g, ring))
+        header = "memory latency SM CPU(row) <-> GPU(column) (ns)"
+        return [latency_matrix(self, header, [row])]
+
+
+class DeviceToDeviceLatencySM(PeerTestcase):
+    """Latency of a device's SMs (row) reading each accessible peer's memory (column): a kernel
+    chases pointers through a 2 MB ring on the peer (--bufferSize is ignored).
+    Reports the time per access of every accessible pair."""
+
+    key = "device_to_device_latency_sm"
+    fixed_size = True
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        n = self.device_count
+        grid: list[list[LatencyMeasurement | None]] = [[None] * n for _ in range(n)]
+        for c in range(n):
+            with DeviceBuffer.allocate(self.system, c, RING_BYTES) as ring:
+                assert isinstance(ring, DeviceBuffer)
+                write_device_ring(self.system, ring)
+                for r in range(n):
+                    if r == c:
+                        continue
+                    # nvbandwidth allocates a buffer on r only to enable peer access r <-> c.
+                    with DeviceBuffer.allocate(self.system, r, RING_BYTES) as reader:
+                        assert isinstance(reader, DeviceBuffer)
+                        if reader.enable_peer_access(ring):
+                            grid[r][c] = pointer_chase(self.system, r, ring)
+        header = "Device to Device Latency SM GPU(row) <-> GPU(column) (ns)"
+        return [latency_matrix(self, header, grid)]

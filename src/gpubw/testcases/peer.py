@@ -1,0 +1,122 @@
+"""Device <-> device copies over every accessible peer pair (nvbandwidth #4-#7, #20-#23).
+
+Row r is the target device, column c its peer. "Read" copies peer -> target and "write"
+target -> peer, both issued by the target (row) device. The diagonal and pairs where r cannot
+access c are N/A; the testcases are waived unless some pair of devices has peer access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpubw.buffers import DeviceBuffer
+from gpubw.initiators import CE, SM
+from gpubw.measurement import Copy, Prefer
+from gpubw.results import Matrix
+from gpubw.testcases.shapes import Cell, PeerTestcase, bidirectional, n_by_n
+
+
+def from_peer(cell: Cell, target: DeviceBuffer, peer: DeviceBuffer) -> list[Copy]:
+    """The peer's memory is copied into the target's."""
+    return [Copy(peer, target)]
+
+
+def to_peer(cell: Cell, target: DeviceBuffer, peer: DeviceBuffer) -> list[Copy]:
+    """The target's memory is copied into the peer's."""
+    return [Copy(target, peer)]
+
+
+class DeviceToDeviceReadCE(PeerTestcase):
+    """Copy engine copy from each accessible peer device (column) into the target device (row),
+    issued in the target's context: the target reads the peer's memory.
+    Reports every accessible pair's bandwidth, one copy at a time."""
+
+    key = "device_to_device_memcpy_read_ce"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        header = "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"
+        return n_by_n(self, size, loops, CE, header, from_peer, prefer=Prefer.DST)
+
+
+class DeviceToDeviceWriteCE(PeerTestcase):
+    """Copy engine copy from the target device (row) into each accessible peer (column),
+    issued in the target's context: the target writes the peer's memory.
+    Reports every accessible pair's bandwidth, one copy at a time."""
+
+    key = "device_to_device_memcpy_write_ce"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        header = "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)"
+        return n_by_n(self, size, loops, CE, header, to_peer, prefer=Prefer.SRC)
+
+
+class DeviceToDeviceBidirectionalReadCE(PeerTestcase):
+    """Copy engine copies both ways at once between the target (row) and each accessible peer
+    (column), each issued by the device it copies into (reads).
+    Reports peer -> target (Read1), target -> peer (Read2) and their total."""
+
+    key = "device_to_device_bidirectional_memcpy_read_ce"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        header = "memcpy CE GPU(row) <-> GPU(column) {} bandwidth (GB/s)"
+        return bidirectional(self, size, loops, CE, header, "Read", prefer=Prefer.DST)
+
+
+class DeviceToDeviceBidirectionalWriteCE(PeerTestcase):
+    """Copy engine copies both ways at once between the target (row) and each accessible peer
+    (column), each issued by the device it copies from (writes).
+    Reports peer -> target (Write1, written by the peer), target -> peer (Write2), total."""
+
+    key = "device_to_device_bidirectional_memcpy_write_ce"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        header = "memcpy CE GPU(row) <-> GPU(column) {} bandwidth (GB/s)"
+        return bidirectional(self, size, loops, CE, header, "Write", prefer=Prefer.SRC)
+
+
+class DeviceToDeviceReadSM(PeerTestcase):
+    """Copy kernel on the target device (row) copying from each accessible peer (column) into
+    the target: the target's SMs read the peer's memory.
+    Reports every accessible pair's bandwidth, one copy at a time."""
+
+    key = "device_to_device_memcpy_read_sm"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        header = "memcpy SM GPU(row) -> GPU(column) bandwidth (GB/s)"
+        return n_by_n(self, size, loops, SM, header, from_peer, prefer=Prefer.DST)
+
+
+class DeviceToDeviceWriteSM(PeerTestcase):
+    """Copy kernel on the target device (row) copying from the target into each accessible peer
+    (column): the target's SMs write the peer's memory.
+    Reports every accessible pair's bandwidth, one copy at a time."""
+
+    key = "device_to_device_memcpy_write_sm"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        header = "memcpy SM GPU(row) <- GPU(column) bandwidth (GB/s)"
+        return n_by_n(self, size, loops, SM, header, to_peer, prefer=Prefer.SRC)
+
+
+class DeviceToDeviceBidirectionalReadSM(PeerTestcase):
+    """Copy kernels both ways at once between the target (row) and each accessible peer
+    (column), each on the device it copies into (reads).
+    Reports peer -> target (Read1), target -> peer (Read2) and their total."""
+
+    key = "device_to_device_bidirectional_memcpy_read_sm"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        header = "memcpy SM GPU(row) <-> GPU(column) {} bandwidth (GB/s)"
+        return bidirectional(self, size, loops, SM, header, "Read", prefer=Prefer.DST)
+
+
+class DeviceToDeviceBidirectionalWriteSM(PeerTestcase):
+    """Copy kernels both ways at once between the target (row) and each accessible peer
+    (column), each on the device it copies from (writes).
+    Reports peer -> target (Write1, written by the peer), target -> peer (Write2), total."""
+
+    key = "device_to_device_bidirectional_memcpy_write_sm"
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        header = "memcpy SM GPU(row) <-> GPU(column) {} bandwidth (GB/s)"
+        return bidirectional(self, size, loops, SM, header, "Write", prefer=Prefer.SRC)

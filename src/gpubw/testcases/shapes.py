@@ -1,0 +1,494 @@
+"""The shapes nvbandwidth's testcases share, written once.
+
+A testcase says *what* is copied for one matrix cell (a ``flow``: a function that allocates
+the cell's buffers from a :class:`Cell` and returns the simultaneous copies, measured copy
+first) and picks a shape; the shape walks the cells, measures each with a
+:class:`~gpubw.measurement.MemcpyOperation`, frees the cell's buffers, and builds the
+:class:`~gpubw.results.Matrix` objects:
+
+* :func:`one_by_n` -- one row, a column per device g (``flow(cell, g)``);
+* :func:`host_traffic` -- :func:`one_by_n` for the host tests: a measured host<->device copy on
+  g, optionally with interference on g and on every other device;
+* :func:`n_by_n` -- a row per device r, a column per device c; diagonal and pairs where r
+  cannot access c are N/A (``flow(cell, row_buffer, column_buffer)``);
+* :func:`bidirectional` -- the three N x N matrices (``…1``, ``…2``, ``_total``) of the device
+  to device bidirectional tests (VECTOR kind);
+* :func:`all_to_one` / :func:`one_to_all` -- total bandwidth into or out of each device from or
+  to all its accessible peers (TOTAL kind; one buffer per device allocated up front and reused,
+  a fresh buffer on g per peer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpubw.buffers import DeviceBuffer, HostBuffer
+from gpubw.initiators import Initiator, SplitWarpCopy
+from gpubw.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
+from gpubw.options import MIB
+from gpubw.results import BANDWIDTH, Matrix
+from gpubw.testcase import Testcase
+
+Grid = list[list[CellMeasurement | None]]
+
+
+class PeerTestcase(Testcase):
+    """Base of the testcases that need peer access (nvbandwidth's filter P): waived unless at
+    least one ordered pair of distinct devices has peer access."""
+
+    def filter(self) -> bool:
+        return self.needs_peers()
+
+
+class Cell:
+    """The buffers of one matrix cell: allocated on demand, all freed when the cell is done
+    (also on error), since each one is registered with the cell's exit stack."""
+
+    def __init__(self, testcase: Testcase, size: int, stack: contextlib.ExitStack) -> None:
+        self.system = testcase.system
+        self.size = size
+        self._stack = stack
+
+    def host(self, near_device: int, nbytes: int | None = None) -> HostBuffer:
+        """Pinned host memory near ``near_device`` (nvbandwidth's H(g)), ``size`` by default."""
+        buf = HostBuffer.allocate(self.system, nbytes or self.size, near_device=near_device)
+        self._stack.callback(buf.close)
+        return buf
+
+    def device(self, device: int, nbytes: int | None = None) -> DeviceBuffer:
+        """Memory on ``device`` (nvbandwidth's D(g)), ``size`` by default."""
+        buf = DeviceBuffer.allocate(self.system, device, nbytes or self.size)
+        self._stack.callback(buf.close)
+        return buf
+
+    def twin(self, buf: DeviceBuffer) -> DeviceBuffer:
+        """Another buffer like ``buf``: same device, same size."""
+        assert buf.device is not None
+        return self.device(buf.device, buf.nbytes)
+
+
+# -- the measured cells -------------------------------------------------------------------
+
+
+def _measure_row(
+    testcase: Testcase,
+    size: int,
+    op: MemcpyOperation,
+    flow: Callable[[Cell, int], Sequence[Copy] | None],
+) -> list[CellMeasurement | None]:
+    row: list[CellMeasurement | None] = []
+    for g in range(testcase.device_count):
+        with contextlib.ExitStack() as stack:
+            copies = flow(Cell(testcase, size, stack), g)
+            row.append(op.measure(copies) if copies else None)
+    return row
+
+
+def _measure_grid(
+    testcase: Testcase,
+    size: int,
+    op: MemcpyOperation,
+    flow: Callable[[Cell, DeviceBuffer, DeviceBuffer], Sequence[Copy]],
+) -> Grid:
+    """Every ordered pair (r, c), r != c: D(r) and D(c) are allocated, peer access is probed
+    r -> c and enabled both ways (nvbandwidth's order); an inaccessible pair stays None."""
+    n = testcase.device_count
+    grid: Grid = [[None] * n for _ in range(n)]
+    for r in range(n):
+        for c in range(n):
+            if r == c:
+                continue
+            with contextlib.ExitStack() as stack:
+                cell = Cell(testcase, size, stack)
+                row_buf, col_buf = cell.device(r), cell.device(c)
+                if row_buf.enable_peer_access(col_buf):
+                    grid[r][c] = op.measure(flow(cell, row_buf, col_buf))
+    return grid
+
+
+# -- words for Matrix.bytes_counted ---------------------------------------------------------
+
+
+def size_text(nbytes: int) -> str:
+    """``512 MiB`` for whole MiB, else ``12345 bytes``."""
+    return f"{nbytes // MIB} MiB" if nbytes % MIB == 0 and nbytes else f"{nbytes} bytes"
+
+
+def copy_text(initiator: Initiator, size: int, counted: int | None, loops: int) -> str:
+    """What one copy moves and how often, e.g. ``512 MiB per copy x 16 copies per sample``."""
+    if initiator.name == "CE":
+        repeat = f"{loops} copies per sample"
+    else:
+        repeat = f"{loops} loops of one kernel per sample"
+    if counted is None:
+        return (
+            f"{size_text(size)} buffers, the counted bytes per copy varying with the executing "
+            f"device's SM count, x {repeat}"
+        )
+    if isinstance(initiator, SplitWarpCopy):
+        return (
+            f"{size_text(counted)} per kernel pass x {repeat}: one split-warp kernel moves half "
+            f"of the {size_text(size)} buffers each way, and nvbandwidth reports bytes/time "
+            "halved"
+        )
+    if initiator.name == "SM":
+        rule = "whole 16-byte elements"
+        if size >= 64 * MIB:
+            rule += ", a multiple of 16 x SMs x 512 bytes"
+        return (
+            f"{size_text(counted)} per copy x {repeat}; the {size_text(size)} buffer is "
+            f"truncated by nvbandwidth's SM rule to {rule}"
+        )
+    return f"{size_text(counted)} per copy x {repeat}"
+
+
+def _unique(values: Sequence[int]) -> int | None:
+    distinct = set(values)
+    return distinct.pop() if len(distinct) == 1 else None
+
+
+def _counted(cells: Sequence[CellMeasurement | None], pair: int | None) -> int | None:
+    """The bytes per copy behind the figures: pair ``pair`` (None: every pair), if it is the
+    same in every cell."""
+    found = [
+        b
+        for m in cells
+        if m is not None
+        for b in (m.counted_bytes if pair is None else m.counted_bytes[pair : pair + 1])
+    ]
+    return _unique(found) if found else None
+
+
+# -- building matrices ----------------------------------------------------------------------
+
+
+def labels(n: int) -> tuple[str, ...]:
+    """nvbandwidth's row/column labels: the device indexes "0" .. "n-1"."""
+    return tuple(str(i) for i in range(n))
+
+
+def new_matrix(**fields: Any) -> Matrix:
+    """``Matrix(**fields)``. (Matrix's ``converter=tuple`` label fields make mypy reject every
+    direct call with labels; this one indirection keeps the callers type-clean.)"""
+    return Matrix(**fields)
+
+
+def bandwidth_matrix(
+    testcase: Testcase,
+    key: str,
+    header: str,
+    initiator: Initiator,
+    kind: Kind,
+    grid: Grid,
+    bytes_counted: str,
+    *,
+    pair: int = 0,
+    notes: tuple[tuple[str, Any], ...] = (),
+) -> Matrix:
+    """A bandwidth matrix (bytes/s) from measured cells: FIRST/TOTAL/SUM take the cell's value
+    of that kind; VECTOR takes pair ``pair``'s."""
+
+    def value(m: CellMeasurement | None) -> float | None:
+        if m is None:
+            return None
+        return m.pair_value(pair) if kind is Kind.VECTOR else m.value(kind)
+
+    def samples(m: CellMeasurement | None) -> tuple[float, ...] | None:
+        return None if m is None else m.samples(kind, pair)
+
+    cells = [m for row in grid for m in row]
+    counted_pair = None if kind in (Kind.TOTAL, Kind.SUM) else pair
+    return new_matrix(
+        key=key,
+        description=header,
+        unit=BANDWIDTH,
+        row_labels=labels(len(grid)),
+        column_labels=labels(len(grid[0]) if grid else 0),
+        values=[[value(m) for m in row] for row in grid],
+        samples=[[samples(m) for m in row] for row in grid],
+        bytes_counted=bytes_counted,
+        statistic=testcase.system.options.statistic,
+        initiator=initiator.name,
+        bandwidth_kind=kind.value,
+        bytes_per_copy=_counted(cells, counted_pair),
+        notes=notes,
+    )
+
+
+# -- 1 x N ------------------------------------------------------------------------------------
+
+
+def one_by_n(
+    testcase: Testcase,
+    size: int,
+    loops: int,
+    initiator: Initiator,
+    header: str,
+    flow: Callable[[Cell, int], Sequence[Copy] | None],
+    *,
+    prefer: Prefer = Prefer.SRC,
+    interference: str = "",
+) -> list[Matrix]:
+    """One row; column g measures ``flow(cell, g)`` (its first copy is reported, the others
+    are interference described by ``interference``); None or [] from the flow gives N/A."""
+    op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.FIRST, loops=loops)
+    grid = [_measure_row(testcase, size, op, flow)]
+    copy = copy_text(initiator, size, _counted(grid[0], 0), loops)
+    if interference:
+        counted = f"bytes of the measured copy ({copy}), counted once; {interference}"
+    else:
+        counted = f"bytes of the copy ({copy}), counted once"
+    return [bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.FIRST, grid, counted)]
+
+
+class Direction(enum.Enum):
+    """A copy between device g and its pinned host buffer H(g)."""
+
+    H2D = "host to device"
+    D2H = "device to host"
+
+    def copy(self, cell: Cell, g: int, nbytes: int | None = None) -> Copy:
+        host, device = cell.host(g, nbytes), cell.device(g, nbytes)
+        return Copy(host, device) if self is Direction.H2D else Copy(device, host)
+
+
+H2D = Direction.H2D
+D2H = Direction.D2H
+
+
+def host_traffic(
+    testcase: Testcase,
+    size: int,
+    loops: int,
+    initiator: Initiator,
+    header: str,
+    measured: Direction,
+    *,
+    same_device: Sequence[Direction] = (),
+    other_devices: Sequence[Direction] = (),
+    interference_size: int | None = None,
+) -> list[Matrix]:
+    """Column g: the ``measured`` copy between H(g) and D(g) (size bytes), run at the same time
+    as the ``same_device`` copies on g and the ``other_devices`` copies on every other device
+    j (between H(j) and D(j)), all of ``interference_size`` bytes (nvbandwidth uses 2 x size
+    in its CE host tests so that the interference outlasts the measured copy)."""
+    extra = interference_size or size
+
+    def flow(cell: Cell, g: int) -> list[Copy]:
+        copies = [measured.copy(cell, g)]
+        copies += [d.copy(cell, g, extra) for d in same_device]
+        for j in range(testcase.device_count):
+            if j != g:
+                copies += [d.copy(cell, j, extra) for d in other_devices]
+        return copies
+
+    parts = []
+    if same_device:
+        parts.append(" and ".join(d.value for d in same_device) + " on the same device")
+    if other_devices and testcase.device_count > 1:
+        parts.append(" and ".join(d.value for d in other_devices) + " on every other device")
+    interference = ""
+    if parts:
+        twice = ", twice the measured size" if extra == 2 * size else ""
+        interference = (
+            f"the simultaneous interference copies ({'; '.join(parts)}; "
+            f"{size_text(extra)} each{twice}) not counted"
+        )
+    return one_by_n(testcase, size, loops, initiator, header, flow, interference=interference)
+
+
+# -- N x N ------------------------------------------------------------------------------------
+
+
+def n_by_n(
+    testcase: Testcase,
+    size: int,
+    loops: int,
+    initiator: Initiator,
+    header: str,
+    flow: Callable[[Cell, DeviceBuffer, DeviceBuffer], Sequence[Copy]],
+    *,
+    prefer: Prefer = Prefer.SRC,
+) -> list[Matrix]:
+    """Row r, column c: ``flow(cell, D(r), D(c))``'s first copy; N/A on the diagonal and where
+    r cannot access c."""
+    op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.FIRST, loops=loops)
+    grid = _measure_grid(testcase, size, op, flow)
+    copy = copy_text(initiator, size, _counted([m for row in grid for m in row], 0), loops)
+    counted = f"bytes of the copy ({copy}), counted once"
+    return [bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.FIRST, grid, counted)]
+
+
+def bidirectional(
+    testcase: Testcase,
+    size: int,
+    loops: int,
+    initiator: Initiator,
+    header: str,
+    word: str,
+    *,
+    prefer: Prefer,
+) -> list[Matrix]:
+    """Row r, column c: two copies at once, c1 -> r1 and r2 -> c2 (r1, r2 on r; c1, c2 on c; all
+    ``size`` bytes), each issued per ``prefer``. Three matrices: copy 1, copy 2 and their
+    total; ``header`` has a ``{}`` for ``<word>1``, ``<word>2``, ``Total`` and the keys end in
+    ``_<word>1``, ``_<word>2``, ``_total`` (lowercase)."""
+
+    def flow(cell: Cell, r1: DeviceBuffer, c1: DeviceBuffer) -> list[Copy]:
+        return [Copy(c1, r1), Copy(cell.twin(r1), cell.twin(c1))]
+
+    op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.VECTOR, loops=loops)
+    grid = _measure_grid(testcase, size, op, flow)
+    cells = [m for row in grid for m in row]
+    names = (f"{word}1", f"{word}2")
+    row_issues = prefer is Prefer.DST  # copy 1 goes into the row device
+    what = (
+        f"copy 1 (column device -> row device, issued by the {'row' if row_issues else 'column'} "
+        "device)",
+        f"copy 2 (row device -> column device, issued by the {'column' if row_issues else 'row'} "
+        "device)",
+    )
+    matrices = []
+    for i in (0, 1):
+        copy = copy_text(initiator, size, _counted(cells, i), loops)
+        counted = (
+            f"bytes of {what[i]}: {copy}, counted once; "
+            f"the simultaneous reverse copy is reported in {names[1 - i]}"
+        )
+        matrices.append(
+            bandwidth_matrix(
+                testcase,
+                f"{testcase.key}_{names[i].lower()}",
+                header.format(names[i]),
+                initiator,
+                Kind.VECTOR,
+                grid,
+                counted,
+                pair=i,
+            )
+        )
+    first, second = matrices
+    total_values = [
+        [None if a is None or b is None else a + b for a, b in zip(ra, rb)]
+        for ra, rb in zip(first.values, second.values)
+    ]
+    total_samples = [
+        [None if m is None else tuple(x + y for x, y in zip(*m.pair_samples[:2])) for m in row]
+        for row in grid
+    ]
+    matrices.append(
+        new_matrix(
+            key=f"{testcase.key}_total",
+            description=header.format("Total"),
+            unit=BANDWIDTH,
+            row_labels=first.row_labels,
+            column_labels=first.column_labels,
+            values=total_values,
+            samples=total_samples,
+            bytes_counted=(
+                f"{names[0]} + {names[1]}: the sum of the two simultaneous copies' "
+                f"{testcase.system.options.statistic}s (the samples are per-sample sums)"
+            ),
+            statistic=testcase.system.options.statistic,
+            initiator=initiator.name,
+            bandwidth_kind=Kind.VECTOR.value,
+            bytes_per_copy=_counted(cells, None),
+        )
+    )
+    return matrices
+
+
+# -- all to one, one to all -------------------------------------------------------------------
+
+
+def _fan(
+    testcase: Testcase,
+    size: int,
+    loops: int,
+    initiator: Initiator,
+    header: str,
+    *,
+    into: bool,
+    prefer: Prefer,
+) -> list[Matrix]:
+    """Column g: at once, one copy per peer j that g can access, between the shared D(j) and a
+    fresh D'(g): D(j) -> D'(g) if ``into`` else D'(g) -> D(j). TOTAL kind."""
+    system = testcase.system
+    n = testcase.device_count
+    op = MemcpyOperation(system, initiator, prefer=prefer, kind=Kind.TOTAL, loops=loops)
+    row: list[CellMeasurement | None] = []
+    with contextlib.ExitStack() as run_stack:
+        shared = Cell(testcase, size, run_stack)
+        peers = [shared.device(j) for j in range(n)]
+        for g in range(n):
+            with contextlib.ExitStack() as stack:
+                cell = Cell(testcase, size, stack)
+                copies = []
+                for j in range(n):
+                    if j == g:
+                        continue
+                    mine = cell.device(g)
+                    if mine.enable_peer_access(peers[j]):
+                        copies.append(Copy(peers[j], mine) if into else Copy(mine, peers[j]))
+                row.append(op.measure(copies) if copies else None)
+    grid = [row]
+    copy = copy_text(initiator, size, _counted(row, None), loops)
+    direction = "into" if into else "out of"
+    counted = (
+        f"bytes of every simultaneous copy {direction} the device, one per accessible peer "
+        f"({copy}), over the time from the first copy's start to the last copy's end"
+    )
+    return [bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.TOTAL, grid, counted)]
+
+
+def all_to_one(
+    testcase: Testcase,
+    size: int,
+    loops: int,
+    initiator: Initiator,
+    header: str,
+    *,
+    read: bool,
+    prefer: Prefer,
+) -> list[Matrix]:
+    """Column g: every accessible peer j at once; write: D(j) -> D'(g) (data enters g), read:
+    D'(g) -> D(j) (data leaves g). ``prefer`` picks which side issues each copy."""
+    return _fan(testcase, size, loops, initiator, header, into=not read, prefer=prefer)
+
+
+def one_to_all(
+    testcase: Testcase,
+    size: int,
+    loops: int,
+    initiator: Initiator,
+    header: str,
+    *,
+    read: bool,
+    prefer: Prefer,
+) -> list[Matrix]:
+    """Column g: every accessible peer j at once; write: D'(g) -> D(j) (data leaves g), read:
+    D(j) -> D'(g) (data enters g). ``prefer`` picks which side issues each copy."""
+    return _fan(testcase, size, loops, initiator, header, into=read, prefer=prefer)
+
+
+__all__ = [
+    "D2H",
+    "H2D",
+    "Cell",
+    "Direction",
+    "PeerTestcase",
+    "all_to_one",
+    "bandwidth_matrix",
+    "bidirectional",
+    "copy_text",
+    "host_traffic",
+    "labels",
+    "n_by_n",
+    "new_matrix",
+    "one_by_n",
+    "one_to_all",
+    "size_text",
+]
