@@ -1,0 +1,248 @@
+"""The text writer: nvbandwidth's plain layout, plus what gpubw must say on top of it.
+
+The nvbandwidth-compatible lines (``Running <key>.``, the header, the matrix, ``SUM <key>
+<v>``, ``MIN``/``MAX``/``AVG``, ``&&&& PERF``) are printed exactly as nvbandwidth prints them,
+so scripts written for nvbandwidth keep working. gpubw adds: the backend line, the
+SIMULATED banner, the key and reason of a waived testcase, one line per matrix saying how
+bytes were counted and which statistic was taken, and size-sweep tables. Output is plain
+and deterministic (no colour, no terminal width).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from gpubw.results import LATENCY, Matrix, Report, Status, TestcaseResult
+from gpubw.writers import (
+    Writer,
+    device_pci_short,
+    display_scale,
+    display_unit,
+    human_size,
+    simulated_banner,
+    sweeps,
+)
+
+NOTE_LINES = (
+    "NOTE: The reported results may not reflect the full capabilities of the platform.",
+    "Performance can vary with software drivers, hardware clocks, and system topology.",
+)
+
+#: at most this many cells of a matrix are shown as columns of a sweep table; else the SUM
+SWEEP_MAX_CELLS = 8
+
+
+def _f(value: float) -> str:
+    """C's ``%.2f`` (nan/inf spelled as printf does)."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.2f}"
+
+
+def _cell(value: float | None, scale: float) -> str:
+    return "N/A" if value is None else _f(value * scale)
+
+
+class TextWriter(Writer):
+    """nvbandwidth-style plain text."""
+
+    name = "text"
+
+    def write(self, report: Report, stream: TextIO) -> None:
+        stream.write("\n".join(self.lines(report)) + "\n")
+
+    # -- the document ---------------------------------------------------------------------
+    def lines(self, report: Report) -> list[str]:
+        verbose = bool(self.option(report, "verbose", False))
+        perf = bool(self.option(report, "perf_formatter", False))
+        out: list[str] = []
+        if report.simulated:
+            out.append(simulated_banner(report))
+        out.append(f"{report.tool or 'gpubw'} Version: {report.tool_version}")
+        backend = report.backend
+        if report.simulated:
+            backend += f" (system {report.system_name or 'model'})"
+        out += [f"Backend: {backend}", ""]
+        if report.warnings:
+            out += [*report.warnings, ""]
+        v = report.versions
+        cuda = v.get("cuda_driver", "unknown")
+        out.append(f"CUDA Runtime Version: {v.get('cuda_runtime', cuda)}")
+        out.append(f"CUDA Driver Version: {cuda}")
+        out.append(f"Driver Version: {v.get('driver', 'unknown')}")
+        out += ["", report.host]
+        for i, d in enumerate(report.devices):
+            ordinal = d.get("ordinal", i)
+            out.append(f"Device {ordinal}: {d.get('name', 'unknown')} ({device_pci_short(d)})")
+        out.append("")
+        if report.error:
+            out.append(f"ERROR: {report.error}")
+        swept = sweeps(report)
+        for t in report.testcases:
+            out += self.testcase_lines(t, verbose, perf, t.key in swept)
+        for key, results in swept.items():
+            out += sweep_table(key, results)
+        if report.interrupted:
+            out += ["Interrupted: the run stopped before every selected testcase ran.", ""]
+        if not report.error:
+            out += [*NOTE_LINES, ""]
+        if report.simulated:
+            out.append(simulated_banner(report))
+        return out
+
+    # -- one testcase ---------------------------------------------------------------------
+    def testcase_lines(
+        self, t: TestcaseResult, verbose: bool, perf: bool, swept: bool = False
+    ) -> list[str]:
+        if t.status is Status.WAIVED:
+            return [f"Waived: {t.key}: {t.message}" if t.message else f"Waived: {t.key}"]
+        if t.status is Status.NOT_FOUND:
+            return [f"ERROR: {t.message or f'Testcase {t.key} not found!'}"]
+        out = [f"Running {t.key}."]
+        if swept and t.size is not None:
+            out.append(f"Buffer size: {human_size(t.size)}")
+        for m in t.matrices:
+            if verbose:
+                out += sample_lines(m)
+            out += matrix_lines(m, verbose, perf)
+        if t.status is Status.ERROR:
+            out += [f"ERROR: {t.message or 'testcase failed'}", ""]
+        elif t.status is Status.INTERRUPTED:
+            out += [f"Interrupted: {t.message or 'testcase did not finish'}", ""]
+        return out
+
+
+def matrix_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[str]:
+    """The header, the table, SUM (MIN/MAX/AVG), gpubw's counting line, a blank line."""
+    scale = display_scale(m.unit)
+    w = max([2, *(len(label) for label in m.row_labels)])
+    out = [m.description, " " * w + "".join(f"{c:>10}" for c in m.column_labels)]
+    for label, row in zip(m.row_labels, m.values):
+        out.append(f"{label:>{w}}" + "".join(f"{_cell(v, scale):>10}" for v in row))
+    out.append("")
+    # nvbandwidth's statistics count a missing cell as 0 (so MIN is 0 for an N×N matrix).
+    flat = [(v or 0.0) * scale for row in m.values for v in row]
+    total = sum(flat)
+    if perf:
+        sign = "-ns" if m.unit == LATENCY else "+GB/s"
+        out.append(f"&&&& PERF {m.key} {_f(total)} {sign}")
+    else:
+        out.append(f"SUM {m.key} {_f(total)}")
+    if verbose:
+        positive = [x for x in flat if x > 0]
+        out.append(f"MIN {m.key} {_f(min(flat, default=0.0))}")
+        out.append(f"MAX {m.key} {_f(max([5e-324, *flat]))}")
+        avg = total / len(positive) if positive else math.nan
+        out.append(f"AVG {m.key} {_f(avg)}")
+    out.append(counting_line(m))
+    out.append("")
+    return out
+
+
+def counting_line(m: Matrix) -> str:
+    """gpubw's addition: how the figures were made (units, statistic, bytes counted)."""
+    parts = [f"unit {display_unit(m.unit)}", f"statistic {m.statistic}"]
+    if m.initiator:
+        parts.append(f"initiator {m.initiator}")
+    if m.bytes_counted:
+        parts.append(f"bytes counted: {m.bytes_counted}")
+    return "(" + "; ".join(parts) + ")"
+
+
+_ENDS = re.compile(r"(CPU|GPU)\(row\) (<->|->|<-) GPU\(column\)")
+
+
+def _endpoints(m: Matrix, r: int, c: int) -> str:
+    """``src -> dst`` for a cell, read from the header's row/column arrow."""
+    row, col = m.row_labels[r], m.column_labels[c]
+    match = _ENDS.search(m.description)
+    if match is None:
+        if "GPU(column)" in m.description:
+            return f"Device {col}"
+        return f"row {row}, column {col}"
+    a = "Host" if match.group(1) == "CPU" else f"Device {row}"
+    b = f"Device {col}"
+    return {"->": f"{a} -> {b}", "<-": f"{b} -> {a}", "<->": f"{a} <-> {b}"}[match.group(2)]
+
+
+def sample_lines(m: Matrix) -> list[str]:
+    """Verbose: TAB ``Sample <n>: <src> -> <dst>: <x> GB/s`` for every raw sample."""
+    if not m.samples:
+        return []
+    scale, unit = display_scale(m.unit), display_unit(m.unit)
+    out = []
+    for r, row in enumerate(m.samples):
+        for c, cell in enumerate(row):
+            for n, x in enumerate(cell or ()):
+                out.append(f"\tSample {n}: {_endpoints(m, r, c)}: {_f(x * scale)} {unit}")
+    return out
+
+
+def _note_text(key: str, value: Any, columns: Sequence[str] = ()) -> str:
+    if isinstance(value, bool):
+        return key if value else ""
+    if isinstance(value, float):
+        return f"{key}={value:.4g}"
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(x, bool) for x in value):
+            if all(value):
+                return key
+            hits = [columns[i] if i < len(columns) else str(i) for i, x in enumerate(value) if x]
+            return f"{key}[{','.join(hits)}]" if hits else ""
+        return f"{key}=[{','.join(_note_text('', x).lstrip('=') or str(x) for x in value)}]"
+    if value is None or value == "":
+        return ""
+    return f"{key}={value}"
+
+
+def sweep_table(key: str, results: Sequence[TestcaseResult]) -> list[str]:
+    """Size × value table of one testcase run at several sizes, one per matrix key."""
+    out: list[str] = []
+    matrix_keys: list[str] = []
+    for t in results:
+        for m in t.matrices:
+            if m.key not in matrix_keys:
+                matrix_keys.append(m.key)
+    for mkey in matrix_keys:
+        per_size = [(t.size or 0, m) for t in results for m in t.matrices if m.key == mkey]
+        first = per_size[0][1]
+        scale, unit = display_scale(first.unit), display_unit(first.unit)
+        cells = [
+            (r, c)
+            for r in range(len(first.row_labels))
+            for c in range(len(first.column_labels))
+            if any(
+                r < len(m.values) and c < len(m.values[r]) and m.values[r][c] is not None
+                for _, m in per_size
+            )
+        ]
+        one_row = len(first.row_labels) == 1
+        if len(cells) > SWEEP_MAX_CELLS:
+            cells = []
+        heads = [
+            first.column_labels[c]
+            if one_row
+            else f"{first.row_labels[r]}->{first.column_labels[c]}"
+            for r, c in cells
+        ]
+        heads.append("SUM")
+        out.append(f"Size sweep {mkey} ({unit})")
+        out.append(f"{'size':>10}" + "".join(f"{h:>10}" for h in heads) + "  notes")
+        for size, m in per_size:
+            vals = []
+            for r, c in cells:
+                v = m.values[r][c] if r < len(m.values) and c < len(m.values[r]) else None
+                vals.append(_cell(v, scale))
+            vals.append(_f(sum((v or 0.0) for row in m.values for v in row) * scale))
+            notes = "; ".join(
+                s for s in (_note_text(k, v, m.column_labels) for k, v in m.notes) if s
+            )
+            line = f"{human_size(size):>10}" + "".join(f"{v:>10}" for v in vals)
+            out.append((line + "  " + notes).rstrip())
+        out.append("")
+    return out

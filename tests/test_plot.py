@@ -1,0 +1,90 @@
+"""gpubw plot: PNGs from synthetic reports (skipped without matplotlib)."""
+
+from __future__ import annotations
+
+import builtins
+from pathlib import Path
+
+import attrs
+import pytest
+
+from _writer_reports import full_report, report, sweep_results
+from gpubw.errors import UsageError
+from gpubw.writers.json import dumps
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _write(tmp_path: Path, rep) -> Path:
+    path = tmp_path / "report.json"
+    path.write_text(dumps(rep))
+    return path
+
+
+def test_plot_sweep_and_heatmaps(tmp_path: Path) -> None:
+    """A report with a sweep, N×N and 1×N matrices renders to a PNG file."""
+    pytest.importorskip("matplotlib")
+    from gpubw.plot import main
+
+    rep = attrs.evolve(full_report(), testcases=[*full_report().testcases, *sweep_results()])
+    out = tmp_path / "plot.png"
+    assert main([str(_write(tmp_path, rep)), "-o", str(out)]) == 0
+    assert out.read_bytes()[:8] == PNG
+
+
+def test_plot_simulated_title(tmp_path: Path) -> None:
+    """A simulated report's figure says SIMULATED in its title."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from gpubw import plot
+    from gpubw.writers.json import load_report, report_from_dict
+
+    rep = report_from_dict(load_report(_write(tmp_path, report(sweep_results(), simulated=True))))
+    titles: list[str] = []
+    real_close = plt.close
+
+    def spy(fig=None):  # type: ignore[no-untyped-def]
+        if fig is not None and fig._suptitle is not None:
+            titles.append(fig._suptitle.get_text())
+        real_close(fig)
+
+    plt.close = spy
+    try:
+        assert plot.render(rep, str(tmp_path / "s.png")) == 1
+    finally:
+        plt.close = real_close
+    assert titles and titles[0].startswith("SIMULATED SYSTEM dgx-h200-2")
+
+
+def test_plot_testcase_filter_and_nothing_to_plot(tmp_path: Path) -> None:
+    """-t keeps matching testcases; a report with no results is a UsageError."""
+    pytest.importorskip("matplotlib")
+    from gpubw.plot import main
+
+    path = _write(tmp_path, full_report())
+    out = tmp_path / "one.png"
+    assert main([str(path), "-o", str(out), "-t", "device_to_device_latency"]) == 0
+    assert out.exists()
+    with pytest.raises(UsageError, match="no testcase"):
+        main([str(path), "-o", str(out), "-t", "zzz"])
+    with pytest.raises(UsageError, match="nothing to plot"):
+        main([str(_write(tmp_path, report([]))), "-o", str(out)])
+    with pytest.raises(UsageError, match="required"):
+        main([str(path)])
+
+
+def test_plot_without_matplotlib(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Without matplotlib, plot raises a UsageError that says how to install it."""
+    from gpubw.plot import main
+
+    real_import = builtins.__import__
+
+    def no_mpl(name, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    with pytest.raises(UsageError, match=r"pip install 'gpubw\[plot\]'"):
+        main([str(_write(tmp_path, full_report())), "-o", str(tmp_path / "x.png")])
