@@ -101,7 +101,7 @@ class System:
         """Run the body with the CPU affinity set to ``device``'s local CPUs (if known and not
         disabled with ``-d``), then restore the previous affinity. Pinned pages are first
         touched by this thread, so they land on the device's NUMA node."""
-        cpus = ()
+        cpus: tuple[int, ...] = ()
         if device is not None and self.options.affinity and hasattr(os, "sched_setaffinity"):
             cpus = self.devices[device].local_cpus
         if not cpus:
@@ -152,6 +152,22 @@ class System:
 
     def _unregister(self, buf: Buffer) -> None:
         self._live.discard(buf)
+
+    def release_leaked(self) -> int:
+        """Really free every buffer still handed out (the runner calls this after each
+        testcase, so one that failed or leaked does not hold memory for the rest of the
+        run); returns how many there were."""
+        leaked = list(self._live)
+        errors: list[BaseException] = []
+        for buf in leaked:
+            try:
+                buf._really_free()
+            except Exception as exc:  # keep freeing the rest
+                errors.append(exc)
+            self._live.discard(buf)
+        if errors:
+            raise errors[0]
+        return len(leaked)
 
     @property
     def live_buffers(self) -> int:
