@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -15,6 +15,11 @@ import attrs
 #: Units a Matrix may carry (base units only; writers convert for display).
 BANDWIDTH = "bytes/s"
 LATENCY = "s"
+
+
+def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
+    """``tuple`` as a typed converter (mypy cannot infer attrs' ``converter=tuple``)."""
+    return tuple(items)
 
 
 def _tuple2(rows: Sequence[Sequence[Any]]) -> tuple[tuple[Any, ...], ...]:
@@ -33,8 +38,8 @@ class Matrix:
     key: str  # name of the matrix (the testcase key, or key + "_read1", ...)
     description: str  # the header line, as nvbandwidth prints it
     unit: str  # BANDWIDTH or LATENCY
-    row_labels: tuple[str, ...] = attrs.field(converter=tuple)
-    column_labels: tuple[str, ...] = attrs.field(converter=tuple)
+    row_labels: tuple[str, ...] = attrs.field(converter=_tuple)
+    column_labels: tuple[str, ...] = attrs.field(converter=_tuple)
     values: tuple[tuple[float | None, ...], ...] = attrs.field(converter=_tuple2)
     samples: tuple[tuple[tuple[float, ...] | None, ...], ...] = attrs.field(
         converter=_tuple2, default=()
@@ -112,7 +117,7 @@ class TestcaseResult:
     index: int | None = None
     description: str = ""
     size: int | None = None  # bytes (the -b value), None where not applicable
-    matrices: tuple[Matrix, ...] = attrs.field(converter=tuple, default=())
+    matrices: tuple[Matrix, ...] = attrs.field(converter=_tuple, default=())
     duration_s: float = 0.0
     plugin: str = ""  # distribution that provided the testcase
 
@@ -132,10 +137,10 @@ class Report:
     system_name: str  # simulated preset/file name, or "" for real hardware
     host: str
     versions: dict[str, Any]
-    devices: tuple[dict[str, Any], ...] = attrs.field(converter=tuple)
+    devices: tuple[dict[str, Any], ...] = attrs.field(converter=_tuple)
     options: dict[str, Any] = attrs.field(factory=dict)
-    testcases: tuple[TestcaseResult, ...] = attrs.field(converter=tuple, default=())
-    warnings: tuple[str, ...] = attrs.field(converter=tuple, default=())
+    testcases: tuple[TestcaseResult, ...] = attrs.field(converter=_tuple, default=())
+    warnings: tuple[str, ...] = attrs.field(converter=_tuple, default=())
     error: str = ""  # a run-level error (e.g. no driver), if the run could not start
     interrupted: bool = False
     started: str = ""

@@ -1,0 +1,528 @@
+"""The ``gpubw`` command: nvbandwidth's options, plus output files, formats and simulation.
+
+Only :func:`main` prints errors and picks exit codes:
+
+====  ====================================================================================
+0     every selected testcase Passed or was Waived; ``-h``, ``-l``
+1     a testcase Error or Not Found, a prefix that matches nothing, no driver, a run that
+      could not start
+2     a usage error: a bad option value, ``-t`` with ``-p``, an unknown format, an
+      unwritable ``-o``, an unreadable ``--simulate``
+130   interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
+====  ====================================================================================
+
+Nothing here imports CUDA at import time: ``gpubw -l`` never touches a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn, TextIO
+
+import gpubw
+from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, PluginError, UsageError
+from gpubw.options import DEFAULT_LOOPS, DEFAULT_SAMPLES, RunOptions
+from gpubw.registry import Registry, Writers
+from gpubw.sizes import format_size, parse_sizes
+
+PROG = "gpubw"
+DEFAULT_FORMAT = "text"
+DEFAULT_GATE_TIMEOUT_S = RunOptions().gate_timeout_s
+#: suggested when there is no driver
+SUGGESTED_PRESET = "h200x2"
+
+EXIT_CODES = """\
+exit codes:
+  0    every selected testcase Passed or was Waived (also -h, -l)
+  1    a testcase Error or Not Found, a prefix that matched nothing, no NVIDIA driver
+  2    usage error (bad option value, -t with -p, unknown format, unwritable -o, bad --simulate)
+  130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
+
+Plot a JSON report: gpubw plot REPORT.json -o FILE.png (needs: pip install 'gpubw[plot]')
+"""
+
+
+# -- argument parsing ----------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see gpubw -h)")
+
+
+class _Once(argparse.Action):
+    """Store a value, refusing a second one (nvbandwidth rejects a repeated option)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        seen = namespace.__dict__.setdefault("_given", set())
+        if self.dest in seen:
+            raise argparse.ArgumentError(self, "given more than once")
+        seen.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=PROG,
+        description=(
+            "Measure how fast bytes move on NVIDIA GPU systems (host<->device, "
+            "device<->device, device memory). Options follow nvbandwidth's."
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = p.add_argument
+    add(
+        "-b",
+        "--buffer-size",
+        "--bufferSize",
+        dest="buffer_size",
+        metavar="SIZE",
+        action=_Once,
+        help="memcpy buffer size: a number is MiB (default 512); units B, KiB, MiB, GiB, KB, "
+        "MB, GB; a list 64,512,1GiB; a range START:STOP:xFACTOR, e.g. 1MiB:4GiB:x2",
+    )
+    add("-l", "--list", action="store_true", help="list available testcases and exit")
+    add(
+        "-t",
+        "--testcase",
+        dest="testcase",
+        metavar="ID",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="testcase(s) to run, by key or index (repeatable)",
+    )
+    add(
+        "-p",
+        "--testcase-prefixes",
+        "--testcasePrefixes",
+        dest="prefixes",
+        metavar="PREFIX",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="testcase(s) to run, by key prefix (repeatable)",
+    )
+    add("-v", "--verbose", action="store_true", help="verbose output (per-sample figures)")
+    add(
+        "-s",
+        "--skip-verification",
+        "--skipVerification",
+        dest="skip_verification",
+        action="store_true",
+        help="skip data verification after copies",
+    )
+    add(
+        "-d",
+        "--disable-affinity",
+        "--disableAffinity",
+        dest="disable_affinity",
+        action="store_true",
+        help="disable automatic CPU affinity control",
+    )
+    add(
+        "-i",
+        "--samples",
+        "--testSamples",
+        dest="samples",
+        metavar="N",
+        type=_positive_int,
+        action=_Once,
+        default=DEFAULT_SAMPLES,
+        help=f"samples (iterations) of each measurement (default {DEFAULT_SAMPLES})",
+    )
+    add(
+        "-m",
+        "--use-mean",
+        "--useMean",
+        dest="use_mean",
+        action="store_true",
+        help="use the mean instead of the median of the samples",
+    )
+    add("-j", "--json", action="store_true", help="JSON output (same as --format json)")
+    add(
+        "--loop-count",
+        "--loopCount",
+        dest="loops",
+        metavar="N",
+        type=_positive_int,
+        action=_Once,
+        default=DEFAULT_LOOPS,
+        help=f"copies per sample (default {DEFAULT_LOOPS})",
+    )
+    add(
+        "--perf-formatter",
+        "--perfFormatter",
+        dest="perf_formatter",
+        action="store_true",
+        help=argparse.SUPPRESS,
+    )
+    add(
+        "-o",
+        "--output",
+        metavar="FILE",
+        action=_Once,
+        help="write the report to FILE (atomically) instead of standard output",
+    )
+    add(
+        "--format",
+        metavar="NAME",
+        action=_Once,
+        help="report format: any installed writer (text, json, ...; default text)",
+    )
+    add(
+        "--simulate",
+        metavar="NAME|FILE",
+        action=_Once,
+        help=f"run on a simulated system: a preset name (e.g. {SUGGESTED_PRESET}) or a JSON "
+        "system file; every output is marked as simulated",
+    )
+    add(
+        "--gate-timeout",
+        dest="gate_timeout",
+        metavar="SECONDS",
+        type=_positive_float,
+        action=_Once,
+        default=DEFAULT_GATE_TIMEOUT_S,
+        help=f"longest a stream may wait at the spin gate (default {DEFAULT_GATE_TIMEOUT_S:g})",
+    )
+    add("--version", action="version", version=f"{PROG} {gpubw.__version__}")
+    return p
+
+
+# -- output --------------------------------------------------------------------------------
+class _Output:
+    """Where the report goes: stdout, or a file written atomically (a temporary file in the
+    same directory, renamed over FILE once complete). The temporary file is created up front,
+    so an unwritable FILE is a usage error before anything runs."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._tmp: str | None = None
+        if path is None:
+            return
+        target = os.path.abspath(path)
+        if os.path.isdir(target):
+            raise UsageError(f"-o/--output {path!r} is a directory; give a file name")
+        folder = os.path.dirname(target)
+        if not os.path.isdir(folder):
+            raise UsageError(f"-o/--output {path!r}: the folder {folder!r} does not exist")
+        try:
+            fd, self._tmp = tempfile.mkstemp(
+                prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder
+            )
+        except OSError as exc:
+            raise UsageError(f"-o/--output {path!r} cannot be written: {exc.strerror}") from None
+        os.close(fd)
+        self._target = target
+
+    @contextlib.contextmanager
+    def stream(self) -> Iterator[TextIO]:
+        if self._tmp is None:
+            yield sys.stdout
+            sys.stdout.flush()
+            return
+        with open(self._tmp, "w", encoding="utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self._tmp, 0o666 & ~umask)
+        os.replace(self._tmp, self._target)
+        self._tmp = None
+
+    def discard(self) -> None:
+        """Remove the temporary file if the report was never written."""
+        if self._tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+            self._tmp = None
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+# -- -l ------------------------------------------------------------------------------------
+def _list(registry: Registry, as_json: bool, out: TextIO) -> None:
+    if as_json:
+        items: list[dict[str, Any]] = [
+            {
+                "index": e.index,
+                "key": e.key,
+                "description": e.description,
+                "plugin": e.plugin,
+                "fixed_size": e.fixed_size,
+                "load_failure": e.failure.message if e.failure else None,
+            }
+            for e in registry.entries
+        ]
+        items += [
+            {
+                "index": None,
+                "key": f.key,
+                "description": "",
+                "plugin": f.plugin,
+                "fixed_size": False,
+                "load_failure": f.message,
+            }
+            for f in registry.unlisted_failures
+        ]
+        out.write(json.dumps(items, indent=2) + "\n")
+        return
+    lines = [f"{PROG} Version: {gpubw.__version__}", "", "Index, Name:", "\tDescription"]
+    lines.append("=" * 23)
+    for e in registry.entries:
+        lines.append(f"{e.index}, {e.key}:")
+        if e.failure is not None:
+            lines.append(f"\t(could not be loaded from {e.plugin!r}: see below)")
+        else:
+            lines += ["\t" + line for line in (e.description or "(no description)").splitlines()]
+            if not e.builtin:
+                lines.append(f"\t(from {e.plugin})")
+        lines.append("")
+    if registry.failures:
+        lines.append("Plugins that could not be loaded:")
+        lines += [f"\t{f.key} ({f.plugin}): {f.message}" for f in registry.failures]
+        lines.append("")
+    out.write("\n".join(lines) + "\n")
+
+
+# -- systems -------------------------------------------------------------------------------
+def preset_names() -> list[str]:
+    """Names of the simulated presets (empty if the simulated backend is not installed)."""
+    try:
+        from gpubw.backend import presets
+    except ImportError:
+        return []
+    for attr in ("names", "preset_names", "list_presets"):
+        fn = getattr(presets, attr, None)
+        if callable(fn):
+            return sorted(fn())
+    table = getattr(presets, "PRESETS", None)
+    return sorted(table) if table else []
+
+
+def _system_factory(simulate: str | None, options: RunOptions) -> Callable[[], Any]:
+    """A callable that creates the run's System. A bad --simulate is a UsageError now."""
+    from gpubw.system import System
+
+    if simulate is not None:
+        try:
+            from gpubw.backend.presets import load_system
+
+            model = load_system(simulate)
+        except ImportError as exc:
+            raise UsageError(f"--simulate is not available: {exc}") from None
+        except Exception as exc:
+            names = ", ".join(preset_names()) or "none"
+            raise UsageError(
+                f"--simulate {simulate!r}: {exc} (presets: {names}; or a JSON system file)"
+            ) from None
+
+        def simulated() -> System:
+            from gpubw.backend.simulated import SimulatedBackend
+
+            return System(SimulatedBackend(model), options)
+
+        return simulated
+
+    def real() -> System:
+        from gpubw.backend.cuda import CudaBackend
+
+        return System(CudaBackend(), options)
+
+    return real
+
+
+@contextlib.contextmanager
+def _progress_display(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
+    """A rich progress line on stderr (only when asked for)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    task = bar.add_task("starting", total=None)
+
+    def update(event: Any) -> None:
+        size = f" ({format_size(event.size)})" if event.size is not None else ""
+        bar.update(task, total=event.total, completed=event.done, description=event.key + size)
+
+    with bar:
+        yield update
+
+
+# -- main ----------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] == "plot":
+            return _plot(args[1:])
+        return _main(args)
+    except SystemExit as exc:  # -h, --version, and plot's own argparse
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except UsageError as exc:
+        _error(str(exc))
+        return 2
+    except NoDriverError as exc:
+        _error(str(exc))
+        if "--simulate" not in str(exc):
+            print(
+                f"{PROG}: to try gpubw without a GPU, simulate a system: "
+                f"{PROG} --simulate {SUGGESTED_PRESET}",
+                file=sys.stderr,
+            )
+        names = preset_names()
+        if names:
+            print(f"{PROG}: simulated systems: {', '.join(names)}", file=sys.stderr)
+        return 1
+    except InterruptedRun as exc:
+        return 143 if exc.signum == 15 else 130
+    except KeyboardInterrupt:
+        return 130
+    except GpubwError as exc:
+        _error(str(exc))
+        return 1
+    except OSError as exc:
+        _error(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}")
+        return 1
+
+
+def _main(argv: list[str]) -> int:
+    ns = build_parser().parse_args(argv)
+    if ns.list:
+        _list(Registry.discover(), ns.json, sys.stdout)
+        return 0
+    sizes = parse_sizes(ns.buffer_size) if ns.buffer_size is not None else [512 << 20]
+
+    fmt = ns.format or ("json" if ns.json else DEFAULT_FORMAT)
+    if ns.json and fmt != "json":
+        raise UsageError(
+            f"-j/--json means --format json; it cannot be combined with --format {fmt}"
+        )
+    writer_cls = Writers.discover().get(fmt)
+
+    options = RunOptions(
+        samples=ns.samples,
+        loops=ns.loops,
+        statistic="mean" if ns.use_mean else "median",
+        verify=not ns.skip_verification,
+        affinity=not ns.disable_affinity,
+        verbose=ns.verbose,
+        gate_timeout_s=ns.gate_timeout,
+    )
+    output = _Output(ns.output)
+    try:
+        factory = _system_factory(ns.simulate, options)
+        registry = Registry.discover()
+        selection = registry.select(ns.testcase, ns.prefixes)
+        from gpubw import runner
+
+        report_options = {
+            "testcase": list(ns.testcase),
+            "testcase_prefixes": list(ns.prefixes),
+            "format": fmt,
+            "output": ns.output,
+            "simulate": ns.simulate,
+            "perf_formatter": ns.perf_formatter,
+            "argv": list(argv),
+        }
+        show_progress = fmt != "json" and sys.stderr.isatty()
+        with _progress_display(show_progress) as progress:
+            report = runner.run(
+                factory,
+                selection,
+                sizes,
+                options,
+                system_name=ns.simulate or "",
+                report_options=report_options,
+                warnings=[f"plugin {f.plugin!r}: {f.message}" for f in registry.unlisted_failures],
+                progress=progress,
+            )
+        _write(writer_cls, fmt, report, output)
+    finally:
+        output.discard()
+    if report.error:
+        _error(report.error)
+    return report.exit_code
+
+
+def _write(writer_cls: Any, name: str, report: Any, output: _Output) -> None:
+    """Format the report with the writer; a writer's own bug becomes a PluginError."""
+    try:
+        with output.stream() as stream:
+            writer_cls().write(report, stream)
+    except (GpubwError, OSError):
+        raise
+    except Exception as exc:
+        raise PluginError(f"writer {name!r} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _plot(argv: list[str]) -> int:
+    """``gpubw plot REPORT.json -o FILE.png``: handed to :func:`gpubw.plot.main`."""
+    hint = "gpubw plot needs matplotlib: pip install 'gpubw[plot]'"
+    try:
+        from gpubw import plot
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] == "matplotlib":
+            raise UsageError(hint) from None
+        raise GpubwError(f"the plot command is not available: {exc}") from None
+    try:
+        return int(plot.main(argv) or 0)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] == "matplotlib":
+            raise UsageError(hint) from None
+        raise

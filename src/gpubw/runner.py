@@ -1,0 +1,349 @@
+"""Run the selected testcases and build the :class:`gpubw.results.Report`.
+
+For each selected testcase, in order (duplicates kept, as nvbandwidth), and for each buffer
+size (a ``fixed_size`` testcase runs once): construct it with the run's System, ``filter()``
+(False: Waived with its reason), ``run(size, loops)`` (Passed with its matrices). Anything a
+plugin raises becomes an Error entry with the message, and the run goes on; the results of
+completed testcases are always kept. SIGINT/SIGTERM stop the run: the current testcase is
+Interrupted, nothing further runs, and the System is still closed.
+
+Nothing here prints: progress goes to an optional callback, everything else into the Report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib.metadata
+import platform
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+import gpubw
+from gpubw.errors import GpubwError, InterruptedRun, NoDriverError
+from gpubw.options import DEFAULT_BUFFER_SIZE, MIB, RunOptions
+from gpubw.registry import Entry, Selected, Unresolved
+from gpubw.results import Matrix, Report, Status, TestcaseResult
+from gpubw.system import System
+
+#: nvbandwidth's warning for a buffer smaller than the default; its "(64MB)" is stale
+#: (the default is 512 MiB), so gpubw names the right figure.
+SMALL_BUFFER_NOTE = (
+    "NOTE: You have chosen a buffer size that is smaller than the default buffer size. "
+    "It is suggested to use the default buffer size (512 MiB) to achieve maximal peak "
+    "bandwidth."
+)
+#: exit status of a run stopped by a signal: 128 + signal number
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+@attrs.frozen
+class Progress:
+    """One step of the run, for a progress display.
+
+    ``phase`` is "start" (``result`` None) or "end" (``result`` set); ``done`` counts the
+    steps finished before this event, out of ``total`` (one step per testcase and size).
+    """
+
+    phase: str
+    done: int
+    total: int
+    key: str
+    size: int | None
+    result: TestcaseResult | None = None
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def _now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def software_versions(backend_versions: dict[str, Any]) -> dict[str, Any]:
+    """The backend's versions plus Python's and the CUDA Python packages' (read from their
+    metadata, without importing them)."""
+    versions = dict(backend_versions)
+    versions.setdefault("python", platform.python_version())
+    versions.setdefault("cuda_bindings", _dist_version("cuda-bindings"))
+    versions.setdefault("cuda_core", _dist_version("cuda-core"))
+    return versions
+
+
+def small_buffer_warnings(selection: Sequence[Selected], sizes: Sequence[int]) -> list[str]:
+    """nvbandwidth's NOTE when a buffer is smaller than the 512 MiB default (only if some
+    selected testcase uses the size at all)."""
+    sized = any(isinstance(s, Entry) and not s.fixed_size for s in selection)
+    if sized and any(size < DEFAULT_BUFFER_SIZE for size in sizes):
+        return [SMALL_BUFFER_NOTE]
+    return []
+
+
+def _steps(item: Selected, sizes: Sequence[int]) -> list[int | None]:
+    """The sizes one selected item runs at (None: once, without a size)."""
+    if isinstance(item, Entry) and item.cls is not None and not item.cls.fixed_size:
+        return list(sizes)
+    return [None]
+
+
+def _describe(exc: BaseException) -> str:
+    """A message for a testcase error: gpubw's own errors as they are, others with their
+    type (they are plugin bugs)."""
+    if isinstance(exc, GpubwError):
+        return str(exc)
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _check_matrices(value: object) -> tuple[Matrix, ...] | str:
+    """The matrices ``run`` returned, or what is wrong with its return value."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        return f"run() returned {type(value).__name__} {value!r:.80}, not Matrix results"
+    bad = [v for v in value if not isinstance(v, Matrix)]
+    if bad:
+        return (
+            f"run() returned a {type(value).__name__} holding {type(bad[0]).__name__} "
+            f"{bad[0]!r:.80}, not Matrix results"
+        )
+    if not value:
+        return "run() returned no Matrix results"
+    return tuple(value)
+
+
+class _Signals:
+    """SIGINT/SIGTERM handlers for the duration of a run: the first signal raises
+    :class:`InterruptedRun` in the main thread; later ones are only recorded, so that clean-up
+    already under way is not interrupted again."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        #: False once testcases are over: a signal during clean-up is only recorded
+        self.raising = True
+        self._old: dict[int, Any] = {}
+
+    def _handler(self, signum: int, _frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum
+            if self.raising:
+                raise InterruptedRun(signum)
+
+    def install(self) -> None:
+        """Install the handlers (only possible in the main thread; elsewhere a no-op)."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in SIGNAL_EXIT:
+                self._old[sig] = signal.signal(sig, self._handler)
+
+    def uninstall(self) -> None:
+        """Put back the handlers that were there before."""
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+
+
+def _release(system: System) -> None:
+    """Free whatever buffers the last testcase left behind (errors while freeing are not the
+    testcase's result; the System's close reports them at the end)."""
+    with contextlib.suppress(Exception):
+        system.release_leaked()
+
+
+def _run_one(
+    entry: Entry, system: System, size: int | None, loops: int
+) -> tuple[Status, str, tuple[Matrix, ...]]:
+    """filter() then run(); returns (status, message, matrices). InterruptedRun passes."""
+    assert entry.cls is not None
+    try:
+        testcase = entry.cls(system)
+        if not testcase.filter():
+            return Status.WAIVED, testcase.waive_reason, ()
+    except InterruptedRun:
+        raise
+    except Exception as exc:
+        return Status.ERROR, f"{entry.plugin} {entry.key}: filter() failed: {_describe(exc)}", ()
+    try:
+        value = testcase.run(size if size is not None else DEFAULT_BUFFER_SIZE, loops)
+    except InterruptedRun:
+        raise
+    except Exception as exc:
+        return Status.ERROR, _describe(exc), ()
+    checked = _check_matrices(value)
+    if isinstance(checked, str):
+        return Status.ERROR, f"{entry.plugin} {entry.key}: {checked}", ()
+    return Status.PASSED, "", checked
+
+
+def run(
+    system_factory: Callable[[], System],
+    selection: Sequence[Selected],
+    sizes: Sequence[int] = (DEFAULT_BUFFER_SIZE,),
+    options: RunOptions | None = None,
+    *,
+    system_name: str = "",
+    report_options: dict[str, Any] | None = None,
+    warnings: Sequence[str] = (),
+    progress: ProgressCallback | None = None,
+) -> Report:
+    """Run ``selection`` at every size of ``sizes`` on the System ``system_factory`` makes.
+
+    ``report_options`` are recorded in the Report (with the RunOptions and sizes); a failure
+    to create the System becomes the Report's ``error`` (except :class:`NoDriverError`, which
+    is raised for the CLI to explain). The System is always closed.
+    """
+    options = options or RunOptions()
+    started, t0 = _now(), time.perf_counter()
+    recorded: dict[str, Any] = {
+        "buffer_sizes": list(sizes),
+        "buffer_size_mib": [s / MIB for s in sizes],
+        "samples": options.samples,
+        "loops": options.loops,
+        "statistic": options.statistic,
+        "verify": options.verify,
+        "affinity": options.affinity,
+        "verbose": options.verbose,
+        "gate_timeout_s": options.gate_timeout_s,
+        **(report_options or {}),
+    }
+    all_warnings = [*warnings, *small_buffer_warnings(selection, sizes)]
+    meta: dict[str, Any] = dict(
+        tool="gpubw",
+        tool_version=gpubw.__version__,
+        system_name=system_name,
+        host=socket.gethostname(),
+    )
+
+    try:
+        system = system_factory()
+    except NoDriverError:
+        raise
+    except GpubwError as exc:
+        return Report(
+            backend="simulated" if system_name else "cuda",
+            simulated=bool(system_name),
+            versions=software_versions({}),
+            devices=(),
+            options=recorded,
+            warnings=all_warnings,
+            error=f"could not start: {exc}",
+            started=started,
+            finished=_now(),
+            duration_s=time.perf_counter() - t0,
+            **meta,
+        )
+
+    results: list[TestcaseResult] = []
+    signals = _Signals()
+    backend = system.backend
+    meta.update(backend=backend.name, simulated=bool(backend.simulated), versions={}, devices=())
+    try:
+        signals.install()
+        from gpubw.writers import device_dict
+
+        meta.update(
+            versions=software_versions(backend.versions()),
+            devices=tuple(device_dict(d) for d in system.devices),
+        )
+        _run_all(system, selection, sizes, options, signals, results, progress)
+    except InterruptedRun:
+        pass  # recorded in signals; the interrupted testcase, if any, is in results
+    finally:
+        signals.raising = False
+        try:
+            system.close()
+        except Exception as exc:
+            all_warnings.append(f"freeing the system's resources failed: {_describe(exc)}")
+        finally:
+            signals.uninstall()
+
+    if signals.signum is not None:
+        recorded["signal_exit"] = SIGNAL_EXIT.get(signal.Signals(signals.signum), 128)
+        recorded["signal"] = signal.Signals(signals.signum).name
+    return Report(
+        options=recorded,
+        testcases=results,
+        warnings=all_warnings,
+        interrupted=signals.signum is not None,
+        started=started,
+        finished=_now(),
+        duration_s=time.perf_counter() - t0,
+        **meta,
+    )
+
+
+def _run_all(
+    system: System,
+    selection: Sequence[Selected],
+    sizes: Sequence[int],
+    options: RunOptions,
+    signals: _Signals,
+    results: list[TestcaseResult],
+    progress: ProgressCallback | None,
+) -> None:
+    """Every step in order, appending to ``results``; stops after an interrupted one."""
+    total = sum(len(_steps(item, sizes)) for item in selection)
+    done = 0
+    for item in selection:
+        for size in _steps(item, sizes):
+            key = item.key if isinstance(item, Entry) else item.token
+            if progress is not None:
+                progress(Progress("start", done, total, key, size))
+            result = _step(item, system, size, options, signals)
+            results.append(result)
+            done += 1
+            if progress is not None:
+                progress(Progress("end", done, total, key, size, result))
+            if signals.signum is not None:
+                return
+
+
+def _step(
+    item: Selected, system: System, size: int | None, options: RunOptions, signals: _Signals
+) -> TestcaseResult:
+    """One testcase at one size, always as a TestcaseResult (Interrupted included)."""
+    if isinstance(item, Unresolved):
+        return TestcaseResult(item.token, Status.NOT_FOUND, item.message)
+    common: dict[str, Any] = dict(
+        key=item.key,
+        index=item.index,
+        description=item.description,
+        plugin=item.plugin,
+        size=size,
+    )
+    if item.cls is None:
+        assert item.failure is not None
+        return TestcaseResult(
+            status=Status.ERROR,
+            message=f"plugin {item.plugin!r} could not be loaded: {item.failure.message}",
+            **common,
+        )
+    t0 = time.perf_counter()
+    try:
+        status, message, matrices = _run_one(item, system, size, options.loops)
+    except InterruptedRun as exc:
+        name = signal.Signals(exc.signum).name
+        status, message, matrices = Status.INTERRUPTED, f"interrupted by {name}", ()
+    finally:
+        _release(system)
+    if signals.signum is not None and status is not Status.INTERRUPTED:
+        # the signal arrived while the plugin swallowed it (a broad except): still stop
+        name = signal.Signals(signals.signum).name
+        status, message, matrices = Status.INTERRUPTED, f"interrupted by {name}", ()
+    return TestcaseResult(
+        status=status,
+        message=message,
+        matrices=matrices,
+        duration_s=time.perf_counter() - t0,
+        **common,
+    )

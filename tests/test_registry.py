@@ -1,0 +1,261 @@
+"""Tests of testcase/writer discovery, order, lookup and load failures (gpubw.registry)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import gpubw
+from _plugin_fixtures import BROKEN, BROKEN_DIST, GOOD, GOOD_DIST, installed
+from gpubw.errors import PluginError, UsageError
+from gpubw.registry import (
+    BUILTIN_ORDER,
+    Entry,
+    Registry,
+    SelectionError,
+    Unresolved,
+    Writers,
+    strtol_index,
+    writer,
+)
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+@pytest.fixture
+def plugins(tmp_path):
+    with installed(tmp_path, GOOD, BROKEN) as paths:
+        yield paths
+
+
+@pytest.fixture(scope="module")
+def builtin():
+    return Registry.discover()
+
+
+def _pyproject_testcase_keys() -> list[str]:
+    text = PYPROJECT.read_text()
+    section = text.split('[project.entry-points."gpubw.testcases"]', 1)[1].split("\n[", 1)[0]
+    return re.findall(r"^([a-z0-9_]+)\s*=", section, flags=re.M)
+
+
+def test_builtin_order_is_pyprojects_and_nvbandwidths():
+    """BUILTIN_ORDER lists pyproject's testcase entry points in order: nvbandwidth's 35 first."""
+    assert list(BUILTIN_ORDER) == _pyproject_testcase_keys()
+    assert len(BUILTIN_ORDER) == 36
+    assert BUILTIN_ORDER[0] == "host_to_device_memcpy_ce"
+    assert BUILTIN_ORDER[32] == "host_device_latency_sm"
+    assert BUILTIN_ORDER[34] == "device_local_copy"
+
+
+def test_builtins_come_first_in_nvbandwidth_order(builtin):
+    """Built-ins keep BUILTIN_ORDER and their indexes; every one is gpubw's."""
+    assert builtin.keys[: len(BUILTIN_ORDER)] == list(BUILTIN_ORDER)
+    for i, entry in enumerate(builtin.entries[: len(BUILTIN_ORDER)]):
+        assert entry.index == i
+        assert entry.plugin == "gpubw"
+        assert entry.builtin
+
+
+def test_builtins_load_as_testcases_keyed_by_entry_point(builtin):
+    """Every built-in loads as a Testcase subclass whose key is its entry-point name."""
+    assert not builtin.failures, builtin.failures
+    for entry in builtin.entries:
+        assert entry.cls is not None and issubclass(entry.cls, gpubw.Testcase)
+        assert entry.cls.key == entry.key
+        assert entry.description
+
+
+@pytest.mark.parametrize(
+    ("token", "index"),
+    [
+        ("0", 0),
+        ("34", 34),
+        ("+3", 3),
+        ("-1", -1),
+        (" 7", 7),
+        ("\t\n5", 5),
+        ("", 0),
+        ("007", 7),
+        ("3 ", None),
+        (" ", None),
+        ("1a", None),
+        ("0x1", None),
+        ("--1", None),
+        ("+", None),
+        ("host", None),
+    ],
+)
+def test_strtol_index(token, index):
+    """-t items parse as indexes under C strtol rules: blanks and sign first, all consumed."""
+    assert strtol_index(token) == index
+
+
+def test_resolve_by_index_and_key(builtin):
+    """An index and a key name the same testcase; -t 34 is device_local_copy (nvbandwidth)."""
+    assert builtin.resolve("34").key == "device_local_copy"  # type: ignore[union-attr]
+    assert builtin.resolve("device_local_copy") is builtin.resolve("34")
+    assert builtin.resolve(" +0").key == BUILTIN_ORDER[0]  # type: ignore[union-attr]
+
+
+def test_resolve_failures_have_nvbandwidths_messages(builtin):
+    """Unknown keys and indexes out of range become Unresolved with nvbandwidth's wording."""
+    n = len(builtin)
+    assert builtin.resolve(str(n)) == Unresolved(str(n), f"Testcase index {n} out of bound")
+    assert builtin.resolve("-1") == Unresolved("-1", "Testcase index -1 out of bound")
+    assert builtin.resolve("bogus") == Unresolved("bogus", "Testcase bogus not found")
+    upper = BUILTIN_ORDER[0].upper()
+    assert builtin.resolve(upper) == Unresolved(upper, f"Testcase {upper} not found")
+
+
+def test_select_testcases_keeps_order_and_duplicates(builtin):
+    """-t items come back in the order given, duplicates and unresolved ones included."""
+    sel = builtin.select(["4", "0", "4", "nope"])
+    assert [s.key if isinstance(s, Entry) else s.token for s in sel] == [
+        BUILTIN_ORDER[4],
+        BUILTIN_ORDER[0],
+        BUILTIN_ORDER[4],
+        "nope",
+    ]
+
+
+def test_prefixes_walk_list_order_without_duplicates(builtin):
+    """-p keeps list order, matches each testcase once, and "" matches everything."""
+    sel = builtin.select(prefixes=["device_to_device", "device_"])
+    keys = [e.key for e in sel]  # type: ignore[union-attr]
+    assert keys == [k for k in BUILTIN_ORDER if k.startswith("device_")]
+    assert len(keys) == len(set(keys))
+    assert builtin.select(prefixes=["device_", "device_to_device"]) == sel
+    assert builtin.select(prefixes=[""]) == list(builtin.entries)
+
+
+def test_prefixes_matching_nothing_is_an_error(builtin):
+    """A prefix list that matches no key raises SelectionError; prefixes never match indexes."""
+    with pytest.raises(SelectionError, match="'3'"):
+        builtin.select(prefixes=["3"])
+    with pytest.raises(SelectionError, match="match no testcase"):
+        builtin.select(prefixes=["HOST", "zzz"])
+
+
+def test_testcases_and_prefixes_together_is_a_usage_error(builtin):
+    """-t with -p is refused."""
+    with pytest.raises(UsageError, match="cannot be used together"):
+        builtin.select(["0"], ["host"])
+
+
+def test_no_selection_means_everything(builtin):
+    """Without -t or -p every testcase runs, in list order."""
+    assert builtin.select() == list(builtin.entries)
+
+
+def test_third_party_follow_sorted_by_distribution_then_key(plugins):
+    """Third-party testcases come after the built-ins, sorted by (distribution, key)."""
+    reg = Registry.discover()
+    n = len(BUILTIN_ORDER)
+    assert reg.keys[:n] == list(BUILTIN_ORDER)
+    rest = reg.entries[n:]
+    assert [e.index for e in rest] == list(range(n, len(reg)))
+    pairs = [(e.plugin, e.key) for e in rest]
+    assert pairs == sorted(pairs)
+    assert {BROKEN_DIST, GOOD_DIST} <= {e.plugin for e in rest}
+    assert reg.by_key("fixture_good").plugin == GOOD_DIST  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("key", "words"),
+    [
+        ("fixture_missing_module", ["ModuleNotFoundError", "gpubw_fixture_nonexistent"]),
+        ("fixture_import_raises", ["RuntimeError", "boom at import"]),
+        ("fixture_missing_attr", ["AttributeError", "NoSuchClass"]),
+        ("fixture_not_testcase", ["NotATestcase", "not a subclass of gpubw.Testcase"]),
+    ],
+)
+def test_broken_plugins_are_recorded_and_keep_their_place(plugins, key, words):
+    """A plugin that cannot be loaded is a LoadFailure with the reason, listed at its index."""
+    reg = Registry.discover()
+    entry = reg.by_key(key)
+    assert entry is not None and entry.cls is None and entry.failure is not None
+    assert entry.failure.plugin == BROKEN_DIST
+    for word in words:
+        assert word in entry.failure.message
+    assert entry.failure in reg.failures
+    assert reg.entries[entry.index] is entry
+
+
+def test_broken_plugins_do_not_stop_the_others(plugins):
+    """Good plugins and every built-in still load next to broken ones."""
+    reg = Registry.discover()
+    for key in [*BUILTIN_ORDER, "fixture_good", "fixture_run_raises", "fixture_garbage"]:
+        entry = reg.by_key(key)
+        assert entry is not None and entry.cls is not None, key
+
+
+def test_duplicate_of_a_builtin_keeps_the_builtin(plugins):
+    """A third-party entry point reusing a built-in key loses; the failure names both."""
+    reg = Registry.discover()
+    entry = reg.by_key("host_to_device_memcpy_ce")
+    assert entry is not None and entry.plugin == "gpubw" and entry.index == 0
+    (dup,) = [f for f in reg.failures if f.key == "host_to_device_memcpy_ce"]
+    assert dup.plugin == BROKEN_DIST
+    assert "'gpubw'" in dup.message and repr(BROKEN_DIST) in dup.message
+    assert dup in reg.unlisted_failures
+
+
+def test_duplicate_between_plugins_keeps_the_first_distribution(plugins):
+    """Two plugins with one key: the first in (distribution, key) order is kept."""
+    reg = Registry.discover()
+    entry = reg.by_key("fixture_shared")
+    assert entry is not None and entry.plugin == BROKEN_DIST
+    (dup,) = [f for f in reg.failures if f.key == "fixture_shared"]
+    assert dup.plugin == GOOD_DIST
+    assert repr(BROKEN_DIST) in dup.message and repr(GOOD_DIST) in dup.message
+    assert len([e for e in reg.entries if e.key == "fixture_shared"]) == 1
+
+
+def test_one_class_under_two_keys_gets_both_keys(plugins):
+    """A class registered under two entry points answers to each key separately."""
+    reg = Registry.discover()
+    good, alias = reg.by_key("fixture_good"), reg.by_key("fixture_good_alias")
+    assert good is not None and alias is not None
+    assert good.cls is not None and alias.cls is not None
+    assert good.cls.key == "fixture_good"
+    assert alias.cls.key == "fixture_good_alias"
+    assert issubclass(alias.cls, good.cls)
+    assert alias.description == good.description
+
+
+def test_select_a_broken_plugin_gives_its_entry(plugins):
+    """Selecting a plugin that failed to load yields its entry (the runner reports it)."""
+    reg = Registry.discover()
+    (entry,) = reg.select(["fixture_import_raises"])
+    assert isinstance(entry, Entry) and entry.failure is not None
+    prefixed = reg.select(prefixes=["fixture_import"])
+    assert prefixed == [entry]
+
+
+def test_plugins_disappear_when_uninstalled(tmp_path):
+    """Discovery reflects what is installed now, not what was seen earlier in the process."""
+    with installed(tmp_path, GOOD):
+        assert Registry.discover().by_key("fixture_good") is not None
+    assert Registry.discover().by_key("fixture_good") is None
+
+
+def test_builtin_writers_and_unknown_names():
+    """text and json are writers with write(); an unknown name lists the allowed ones."""
+    writers = Writers.discover()
+    assert {"text", "json"} <= set(writers.names)
+    assert callable(writer("text")().write)
+    with pytest.raises(UsageError, match=r"unknown output format 'nope'; allowed: .*json.*text"):
+        writers.get("nope")
+
+
+def test_third_party_and_broken_writers(plugins):
+    """A plugin writer is found by name; one that fails to load is a PluginError."""
+    writers = Writers.discover()
+    assert "fixture_lines" in writers.names
+    assert writers.get("fixture_lines").__name__ == "LinesWriter"
+    with pytest.raises(PluginError, match="ModuleNotFoundError"):
+        writers.get("fixture_broken_writer")
+    assert "fixture_broken_writer" not in writers.names

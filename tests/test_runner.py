@@ -1,0 +1,465 @@
+"""Tests of the runner: statuses, errors, leaks, interrupts, report metadata (gpubw.runner)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import time
+from typing import Any
+
+import pytest
+
+import gpubw
+from _plugin_fixtures import BROKEN, GOOD, GOOD_DIST, installed
+from gpubw import BANDWIDTH, DeviceBuffer, DeviceInfo, Matrix, RunOptions, System
+from gpubw.backend.base import Backend
+from gpubw.errors import CudaError, NoDriverError, SimulationError
+from gpubw.registry import Entry, LoadFailure, Registry, Unresolved
+from gpubw.results import Status
+from gpubw.runner import SMALL_BUFFER_NOTE, Progress, run
+
+MIB = 1 << 20
+
+
+class FakeBackend(Backend):
+    """A backend with N devices that only counts allocations (no copies, no kernels)."""
+
+    name = "fake"
+    simulated = True
+
+    def __init__(self, n: int = 2) -> None:
+        self.n = n
+        self.live: set[int] = set()
+        self.next = 0x1000
+        self.closed = False
+
+    def versions(self) -> dict[str, Any]:
+        return {"cuda_driver": 13000, "driver": "fake-1.0"}
+
+    def devices(self) -> list[DeviceInfo]:
+        return [
+            DeviceInfo(
+                ordinal=i,
+                name="Fake GPU",
+                uuid=f"GPU-0000000{i}-0000-0000-0000-000000000000",
+                pci_bus_id=f"0000:{i + 1:02x}:00.0",
+                compute_capability=(9, 0),
+                sm_count=132,
+                l2_bytes=50 * MIB,
+                memory_bytes=1 << 30,
+                memory_bus_width_bits=5120,
+                memory_clock_khz=2_619_000,
+                clock_khz=1_980_000,
+                async_engines=2,
+                numa_node=0,
+            )
+            for i in range(self.n)
+        ]
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        return True
+
+    def enable_peer_access(self, device: int, peer: int) -> None:
+        pass
+
+    def memory_info(self, device: int) -> tuple[int, int]:
+        return (1 << 30, 1 << 30)
+
+    def _alloc(self) -> int:
+        self.next += 0x1000
+        self.live.add(self.next)
+        return self.next
+
+    def alloc_device(self, device: int, nbytes: int) -> int:
+        return self._alloc()
+
+    def alloc_host(self, nbytes: int, device: int | None) -> int:
+        return self._alloc()
+
+    def free_device(self, pointer: int) -> None:
+        self.live.remove(pointer)
+
+    def free_host(self, pointer: int) -> None:
+        self.live.remove(pointer)
+
+    def host_write(self, pointer: int, data: bytes) -> None:
+        pass
+
+    def host_read(self, pointer: int, nbytes: int) -> bytes:
+        return bytes(nbytes)
+
+    def create_stream(self, device: int) -> Any:
+        return object()
+
+    def destroy_stream(self, stream: Any) -> None:
+        pass
+
+    def create_event(self, device: int) -> Any:
+        return object()
+
+    def destroy_event(self, event: Any) -> None:
+        pass
+
+    def record_event(self, event: Any, stream: Any) -> None:
+        pass
+
+    def wait_event(self, stream: Any, event: Any) -> None:
+        pass
+
+    def elapsed_seconds(self, start: Any, end: Any) -> float:
+        return 1e-3
+
+    def synchronize(self, stream: Any, timeout_s: float) -> None:
+        pass
+
+    def memcpy_async(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        pass
+
+    def load_kernels(self, device: int) -> None:
+        pass
+
+    def launch(self, kernel: str, grid: int, block: int, args: Any, stream: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def row(key: str, value: float, n: int = 2) -> Matrix:
+    return Matrix(key, f"{key} (GB/s)", BANDWIDTH, ["0"], [str(i) for i in range(n)], [[value] * n])
+
+
+class Sized(gpubw.Testcase):
+    """Reports its size."""
+
+    def run(self, size, loops):
+        return [row(self.key, float(size))]
+
+
+class Fixed(gpubw.Testcase):
+    """Ignores the size."""
+
+    fixed_size = True
+
+    def run(self, size, loops):
+        return [row(self.key, 1.0)]
+
+
+class Waives(gpubw.Testcase):
+    """Never runs."""
+
+    def filter(self):
+        return self.waive("needs a thing this system lacks")
+
+
+class Leaks(gpubw.Testcase):
+    """Allocates two buffers, frees neither, then fails."""
+
+    def run(self, size, loops):
+        DeviceBuffer.allocate(self.system, 0, 4096)
+        DeviceBuffer.allocate(self.system, 1, 4096)
+        raise CudaError("cuLaunchKernel", "CUDA_ERROR_LAUNCH_FAILED")
+
+
+class CountsLive(gpubw.Testcase):
+    """Reports how many buffers are still handed out when it starts."""
+
+    def run(self, size, loops):
+        return [row(self.key, float(self.system.live_buffers))]
+
+
+class SelfSignal(gpubw.Testcase):
+    """Sends its own process a signal, then keeps working until stopped."""
+
+    signum = signal.SIGINT
+
+    def run(self, size, loops):
+        os.kill(os.getpid(), self.signum)
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            time.sleep(0.001)
+        raise AssertionError("the signal did not stop the testcase")
+
+
+class SelfTerm(SelfSignal):
+    """Same with SIGTERM."""
+
+    signum = signal.SIGTERM
+
+
+class Swallows(gpubw.Testcase):
+    """Catches every Exception, including the interrupt, and returns normally."""
+
+    def run(self, size, loops):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except Exception:
+            pass
+        return [row(self.key, 1.0)]
+
+
+class ProcessInterrupt(gpubw.Testcase):
+    """Raises KeyboardInterrupt itself (not through the runner's handler)."""
+
+    def run(self, size, loops):
+        raise KeyboardInterrupt
+
+
+def entry(cls: type[gpubw.Testcase], key: str, index: int = 0, plugin: str = "tests") -> Entry:
+    cls = type(cls.__name__, (cls,), {"key": key, "__doc__": cls.__doc__})
+    return Entry(index, key, plugin, cls=cls)
+
+
+class Factory:
+    """Creates the System (records it, so tests can look at it afterwards)."""
+
+    def __init__(self, n: int = 2) -> None:
+        self.n = n
+        self.system: System | None = None
+
+    def __call__(self) -> System:
+        self.system = System(FakeBackend(self.n))
+        return self.system
+
+    @property
+    def backend(self) -> FakeBackend:
+        assert self.system is not None
+        return self.system.backend  # type: ignore[return-value]
+
+
+def test_passed_for_each_size_in_order():
+    """A sized testcase runs once per size, in order, Passed with its matrices."""
+    f = Factory()
+    sizes = [64 * MIB, 1 << 30]
+    report = run(f, [entry(Sized, "sized", 3, "dist-a")], sizes, RunOptions())
+    assert [(t.key, t.status, t.size) for t in report.testcases] == [
+        ("sized", Status.PASSED, 64 * MIB),
+        ("sized", Status.PASSED, 1 << 30),
+    ]
+    first = report.testcases[0]
+    assert first.matrices[0].values == ((64.0 * MIB, 64.0 * MIB),)
+    assert (first.index, first.plugin, first.description) == (3, "dist-a", "Reports its size.")
+    assert first.duration_s >= 0
+    assert report.exit_code == 0
+
+
+def test_fixed_size_runs_once_without_size():
+    """A fixed_size testcase runs once whatever -b says, with size None."""
+    report = run(Factory(), [entry(Fixed, "fixed")], [1 * MIB, 2 * MIB, 4 * MIB])
+    assert [(t.key, t.status, t.size) for t in report.testcases] == [("fixed", Status.PASSED, None)]
+
+
+def test_waived_keeps_its_reason():
+    """filter() returning False gives Waived with the reason; exit code stays 0."""
+    report = run(Factory(), [entry(Waives, "waives")])
+    (t,) = report.testcases
+    assert (t.status, t.message) == (Status.WAIVED, "needs a thing this system lacks")
+    assert report.exit_code == 0
+
+
+def test_unresolved_and_load_failures():
+    """Unresolved -t items are Not Found; selected plugins that failed to load are Errors."""
+    fail = LoadFailure("broken", "dist-b", "could not load x:Y: ImportError: nope")
+    sel = [
+        Unresolved("bogus", "Testcase bogus not found"),
+        Entry(7, "broken", "dist-b", failure=fail),
+        entry(Sized, "sized"),
+    ]
+    report = run(Factory(), sel, [MIB, 2 * MIB])
+    assert [(t.key, t.status) for t in report.testcases] == [
+        ("bogus", Status.NOT_FOUND),
+        ("broken", Status.ERROR),
+        ("sized", Status.PASSED),
+        ("sized", Status.PASSED),
+    ]
+    assert report.testcases[0].message == "Testcase bogus not found"
+    assert "'dist-b'" in report.testcases[1].message
+    assert "ImportError: nope" in report.testcases[1].message
+    assert report.exit_code == 1
+
+
+def test_duplicates_are_kept():
+    """The same testcase selected twice runs twice, like nvbandwidth."""
+    e = entry(Fixed, "fixed")
+    report = run(Factory(), [e, e])
+    assert [t.key for t in report.testcases] == ["fixed", "fixed"]
+
+
+def test_error_frees_leaked_buffers_and_keeps_going():
+    """After a failing testcase its buffers are freed; later testcases run and pass."""
+    f = Factory()
+    sel = [entry(Sized, "before"), entry(Leaks, "leaks"), entry(CountsLive, "after")]
+    report = run(f, sel, [MIB])
+    before, leaks, after = report.testcases
+    assert before.status is Status.PASSED and before.matrices
+    assert leaks.status is Status.ERROR
+    assert leaks.message == "cuLaunchKernel failed: CUDA_ERROR_LAUNCH_FAILED"
+    assert after.status is Status.PASSED
+    assert after.matrices[0].values[0][0] == 0.0  # nothing leaked into the next testcase
+    assert f.backend.live == set() and f.backend.closed
+
+
+def test_plugin_errors_from_fixture_distribution(tmp_path):
+    """filter/run exceptions, garbage results and CudaErrors of real plugins become Errors."""
+    with installed(tmp_path, GOOD, BROKEN):
+        reg = Registry.discover()
+        sel = reg.select(
+            [
+                "fixture_filter_raises",
+                "fixture_run_raises",
+                "fixture_garbage",
+                "fixture_garbage_list",
+                "fixture_cuda_error",
+                "fixture_good",
+                "fixture_leak",
+                "fixture_waived",
+            ]
+        )
+        f = Factory()
+        report = run(f, sel, [MIB])
+    got = {t.key: (t.status, t.message) for t in report.testcases}
+    assert got["fixture_filter_raises"][0] is Status.ERROR
+    assert (
+        "gpubw-fixture-broken fixture_filter_raises: filter() failed"
+        in got["fixture_filter_raises"][1]
+    )
+    assert "ValueError: fixture: filter exploded" in got["fixture_filter_raises"][1]
+    assert got["fixture_run_raises"] == (
+        Status.ERROR,
+        "ZeroDivisionError: fixture: run exploded",
+    )
+    assert got["fixture_garbage"][0] is Status.ERROR
+    assert "returned str 'garbage', not Matrix results" in got["fixture_garbage"][1]
+    assert "holding int 42, not Matrix results" in got["fixture_garbage_list"][1]
+    assert got["fixture_cuda_error"] == (
+        Status.ERROR,
+        "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY",
+    )
+    assert got["fixture_good"][0] is Status.PASSED
+    assert got["fixture_leak"] == (Status.ERROR, "RuntimeError: fixture: failed after allocating")
+    assert got["fixture_waived"] == (Status.WAIVED, "fixture: never runs here")
+    assert report.testcases[5].plugin == GOOD_DIST
+    assert f.backend.live == set()
+
+
+def test_empty_result_is_an_error():
+    """run() returning an empty list is an Error, not a silent pass."""
+
+    class Empty(gpubw.Testcase):
+        """Returns nothing."""
+
+        def run(self, size, loops):
+            return []
+
+    (t,) = run(Factory(), [entry(Empty, "empty")]).testcases
+    assert (t.status, t.message) == (Status.ERROR, "tests empty: run() returned no Matrix results")
+
+
+@pytest.mark.parametrize(
+    ("cls", "code", "name"), [(SelfSignal, 130, "SIGINT"), (SelfTerm, 143, "SIGTERM")]
+)
+def test_signal_interrupts_the_run(cls, code, name):
+    """SIGINT/SIGTERM: the testcase is Interrupted, nothing else runs, results so far kept."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    f = Factory()
+    sel = [entry(Sized, "first"), entry(cls, "stopped"), entry(Sized, "never")]
+    report = run(f, sel, [MIB])
+    assert [(t.key, t.status) for t in report.testcases] == [
+        ("first", Status.PASSED),
+        ("stopped", Status.INTERRUPTED),
+    ]
+    assert report.testcases[1].message == f"interrupted by {name}"
+    assert report.interrupted and report.options["signal_exit"] == code
+    assert report.exit_code == code
+    assert f.backend.closed and f.backend.live == set()
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_swallowed_interrupt_still_stops_the_run():
+    """A plugin that catches the interrupt does not keep the run going."""
+    report = run(Factory(), [entry(Swallows, "swallows"), entry(Sized, "never")], [MIB])
+    assert [(t.key, t.status) for t in report.testcases] == [("swallows", Status.INTERRUPTED)]
+    assert report.exit_code == 130
+
+
+def test_system_closed_when_something_escapes():
+    """A BaseException from a plugin propagates, but the System is closed first."""
+    f = Factory()
+    with pytest.raises(KeyboardInterrupt):
+        run(f, [entry(ProcessInterrupt, "kbd")], [MIB])
+    assert f.backend.closed
+
+
+def test_progress_events():
+    """The progress hook sees a start and an end per step, with counts and results."""
+    events: list[Progress] = []
+    sel = [entry(Sized, "a"), Unresolved("x", "Testcase x not found"), entry(Fixed, "b")]
+    run(Factory(), sel, [MIB, 2 * MIB], progress=events.append)
+    assert [(e.phase, e.done, e.total, e.key, e.size) for e in events] == [
+        ("start", 0, 4, "a", MIB),
+        ("end", 1, 4, "a", MIB),
+        ("start", 1, 4, "a", 2 * MIB),
+        ("end", 2, 4, "a", 2 * MIB),
+        ("start", 2, 4, "x", None),
+        ("end", 3, 4, "x", None),
+        ("start", 3, 4, "b", None),
+        ("end", 4, 4, "b", None),
+    ]
+    assert events[1].result is not None and events[1].result.status is Status.PASSED
+
+
+def test_report_metadata():
+    """The report carries tool, backend, versions, devices, options, times and host."""
+    report = run(
+        Factory(3),
+        [entry(Sized, "a")],
+        [512 * MIB],
+        RunOptions(samples=5, loops=4, statistic="mean"),
+        system_name="fake3",
+        report_options={"format": "json"},
+    )
+    assert (report.tool, report.tool_version) == ("gpubw", gpubw.__version__)
+    assert (report.backend, report.simulated, report.system_name) == ("fake", True, "fake3")
+    assert report.host
+    v = report.versions
+    assert v["cuda_driver"] == 13000 and v["driver"] == "fake-1.0"
+    assert {"python", "cuda_bindings", "cuda_core"} <= set(v)
+    assert [d["ordinal"] for d in report.devices] == [0, 1, 2]
+    d0 = report.devices[0]
+    assert d0["name"] == "Fake GPU" and d0["sm_count"] == 132 and d0["numa_node"] == 0
+    assert d0["pci_bus_id"] == "0000:01:00.0" and d0["uuid"].startswith("GPU-")
+    assert d0["nominal_memory_bandwidth"] == pytest.approx(5120 / 8 * 2_619_000e3 * 2)
+    o = report.options
+    assert o["buffer_sizes"] == [512 * MIB] and o["samples"] == 5 and o["loops"] == 4
+    assert o["statistic"] == "mean" and o["format"] == "json"
+    start = datetime.datetime.fromisoformat(report.started)
+    end = datetime.datetime.fromisoformat(report.finished)
+    assert start.tzinfo is not None and start <= end
+    assert report.duration_s >= 0
+    assert report.warnings == ()
+
+
+def test_small_buffer_note():
+    """nvbandwidth's NOTE is recorded when a size is under 512 MiB, not for fixed-size runs."""
+    assert run(Factory(), [entry(Sized, "a")], [64 * MIB]).warnings == (SMALL_BUFFER_NOTE,)
+    assert run(Factory(), [entry(Fixed, "f")], [64 * MIB]).warnings == ()
+    assert "512 MiB" in SMALL_BUFFER_NOTE
+
+
+def test_system_that_cannot_start():
+    """A failure creating the System becomes the report's error; no driver is raised."""
+
+    def broken() -> System:
+        raise SimulationError("model file has no devices")
+
+    report = run(broken, [entry(Sized, "a")])
+    assert report.error == "could not start: model file has no devices"
+    assert report.testcases == () and report.exit_code == 1
+
+    def no_driver() -> System:
+        raise NoDriverError("no libcuda")
+
+    with pytest.raises(NoDriverError):
+        run(no_driver, [entry(Sized, "a")])
