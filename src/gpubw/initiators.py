@@ -98,12 +98,20 @@ class CopyEngine(Initiator):
             system.backend.memcpy_async(dst.ptr, src.ptr, nbytes, stream)
 
 
+#: Threads per block of the copy kernels (at most GPUBW_COPY_BLOCK in kernels/gpubw.cu).
+COPY_BLOCK = 512
+#: Resident blocks per SM the copy kernels are compiled for (GPUBW_COPY_MIN_BLOCKS: their
+#: register budget guarantees this many 512-thread blocks fit on one SM).
+COPY_BLOCKS_PER_SM = 2
+
+
 def copy_launch_shape(device: DeviceInfo, elements: int) -> tuple[int, int]:
-    """Grid and block for gpubw's copy kernel: enough 16-byte loads in flight to cover the
-    latency of NVLink and PCIe, a grid sized to the device (a few resident blocks per SM)."""
-    block = 512
-    per_block = block * 4  # each thread keeps 4 independent 16-byte loads in flight
-    grid = min(device.sm_count * 4, max(1, -(-elements // per_block)))
+    """Grid and block for gpubw's copy kernels (grid-stride, 8 independent 16-byte loads in
+    flight per thread): exactly the blocks that are resident at once (COPY_BLOCKS_PER_SM per
+    SM, so no block waits for a second wave), fewer when the copy has less than one element
+    per thread, so that small copies still spread over as many SMs as they can use."""
+    block = COPY_BLOCK
+    grid = min(device.sm_count * COPY_BLOCKS_PER_SM, max(1, -(-elements // block)))
     return grid, block
 
 

@@ -41,14 +41,17 @@ KERNELS: dict[str, KernelSpec] = {
             "gpubw_copy",
             ("ptr", "ptr", "u64", "u32"),
             "(dst, src, elements, loops): copies `elements` 16-byte elements src->dst, `loops` "
-            "times, grid-stride with several independent 16-byte loads in flight per thread.",
+            "times, grid-stride with several independent 16-byte loads in flight per thread "
+            "(L2-only cache hints, so repeated loops are never served from L1). Any grid is "
+            "correct; blocks of at most 512 threads (see initiators.copy_launch_shape).",
         ),
         KernelSpec(
             "gpubw_copy_split_warp",
             ("ptr", "ptr", "u64", "u32"),
-            "(dst, src, elements, loops): with w = global thread index / 32, elements of odd "
-            "32-element groups move src->dst and those of even groups dst->src (so half the "
-            "bytes go each way), `loops` times.",
+            "(dst, src, elements, loops): element e belongs to group e / 32; elements of odd "
+            "groups move src->dst and those of even groups dst->src (so half the bytes go each "
+            "way), `loops` times. With a grid-stride launch whose thread count is a multiple of "
+            "64 every warp moves one way (nvbandwidth's w = global thread index / 32).",
         ),
         KernelSpec(
             "gpubw_fill",

@@ -1,0 +1,625 @@
+"""The real backend: a thin, checked facade over the CUDA driver API (``cuda.bindings.driver``).
+
+Every driver call goes through :func:`_check`, which turns a CUresult other than
+CUDA_SUCCESS into :class:`gpubw.errors.CudaError` carrying the call's name and the error's
+name. Work runs in each device's primary context, retained on first use and released by
+:meth:`CudaBackend.close`, which also frees whatever a caller left behind (streams, events,
+memory, modules), so a run never leaks. Kernels are compiled by NVRTC for each device's
+exact architecture (see :mod:`gpubw.kernels.cache`) and loaded up front.
+
+This backend never creates multicast objects; it only reads whether a device supports them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from gpubw.backend.base import Backend, DeviceInfo, KernelArg
+from gpubw.errors import (
+    CudaError,
+    GateTimeoutError,
+    KernelCompileError,
+    NoDriverError,
+    UsageError,
+)
+from gpubw.kernels import KERNELS, KernelSpec
+from gpubw.kernels import source as kernel_source
+from gpubw.kernels.cache import SOURCE_NAME
+
+try:  # the bindings import without a driver; only calls need libcuda
+    from cuda.bindings import driver as cu
+except ImportError:  # pragma: no cover - cuda-bindings is a hard dependency
+    cu = None
+
+NO_DRIVER_MESSAGE = (
+    "no NVIDIA driver was found (libcuda could not be loaded), so no real GPU can be used; "
+    "run on a modelled system instead with --simulate h200x2 (or another model, e.g. "
+    "--simulate h200x8)"
+)
+NO_DEVICE_MESSAGE = (
+    "no CUDA device is visible (the NVIDIA driver loaded but reports no device; check "
+    "CUDA_VISIBLE_DEVICES); run on a modelled system instead with --simulate h200x2"
+)
+
+_SYSFS_PCI = Path("/sys/bus/pci/devices")
+_DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
+
+#: ctypes of each kernel parameter type, with the allowed value range.
+_ARG_TYPES: dict[str, tuple[type[ctypes._SimpleCData], int, int]] = {
+    "ptr": (ctypes.c_uint64, 0, (1 << 64) - 1),
+    "u64": (ctypes.c_uint64, 0, (1 << 64) - 1),
+    "u32": (ctypes.c_uint32, 0, (1 << 32) - 1),
+    "i32": (ctypes.c_int32, -(1 << 31), (1 << 31) - 1),
+}
+_MAX_GRID = (1 << 31) - 1
+
+
+def _result_name(result: Any) -> str:
+    name = getattr(result, "name", None)
+    return str(name) if name else f"CUresult {int(result)}"
+
+
+def _check(call: str, result: tuple[Any, ...]) -> Any:
+    """Raise CudaError unless ``result[0]`` is CUDA_SUCCESS; return the call's outputs: None,
+    the single value, or a tuple of values."""
+    status = result[0]
+    if status != cu.CUresult.CUDA_SUCCESS:
+        detail = ""
+        try:
+            err, text = cu.cuGetErrorString(status)
+            if err == cu.CUresult.CUDA_SUCCESS and text:
+                detail = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+        except Exception:  # no driver to ask: the name alone is enough
+            detail = ""
+        raise CudaError(call, _result_name(status), detail)
+    if len(result) == 1:
+        return None
+    if len(result) == 2:
+        return result[1]
+    return result[1:]
+
+
+def _registered_modules() -> list[tuple[str, str, str, tuple[KernelSpec, ...]]]:
+    """(module name, program name, CUDA C source, kernels) of every kernel module: gpubw's
+    own first, then those plugins registered (:mod:`gpubw.kernels.modules`)."""
+    try:
+        from gpubw.kernels import modules
+    except ImportError:  # pragma: no cover - only gpubw's own kernels exist
+        return [("gpubw", SOURCE_NAME, kernel_source(SOURCE_NAME), tuple(KERNELS.values()))]
+    out = []
+    for m in modules.kernel_modules():
+        program = SOURCE_NAME if m.name == modules.BUILTIN else f"{m.name}.cu"
+        out.append((m.name, program, m.source, tuple(m.kernels)))
+    return out
+
+
+def kernel_spec(kernel: str) -> KernelSpec | None:
+    """The catalogued spec of ``kernel`` (gpubw's own or a registered plugin's), or None."""
+    spec = KERNELS.get(kernel)
+    if spec is not None:
+        return spec
+    try:
+        from gpubw.kernels.modules import find_kernel
+    except ImportError:  # pragma: no cover
+        return None
+    try:
+        return find_kernel(kernel)[1]
+    except KeyError:
+        return None
+
+
+def pack_kernel_args(kernel: str, args: Sequence[KernelArg]) -> tuple[list[Any], Any]:
+    """Check ``args`` against the kernel's KernelSpec and build cuLaunchKernel's
+    ``kernelParams``: (the ctypes values, which must stay alive, and the void*[] array)."""
+    spec = kernel_spec(kernel)
+    if spec is None:
+        raise UsageError(f"unknown kernel {kernel!r}; gpubw's are: {', '.join(sorted(KERNELS))}")
+    if len(args) != len(spec.params):
+        raise UsageError(
+            f"kernel {kernel} takes {len(spec.params)} arguments {spec.params}, got {len(args)}"
+        )
+    values: list[Any] = []
+    for index, (arg, want) in enumerate(zip(args, spec.params)):
+        if not isinstance(arg, KernelArg):
+            raise UsageError(f"argument {index} of {kernel} is not a KernelArg: {arg!r}")
+        if arg.ctype != want:
+            raise UsageError(f"argument {index} of {kernel} must be {want}, got {arg.ctype}")
+        ctype, low, high = _ARG_TYPES[want]
+        if not low <= arg.value <= high:
+            raise UsageError(f"argument {index} of {kernel} ({want}) out of range: {arg.value}")
+        values.append(ctype(arg.value))
+    array = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+    return values, array
+
+
+def format_uuid(raw: bytes) -> str:
+    """``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`` (lowercase hex) from 16 UUID bytes."""
+    h = bytes(raw[:16]).hex()
+    return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def parse_cpulist(text: str) -> tuple[int, ...]:
+    """Linux cpulist ("0-3,8,10-11") to a sorted tuple of CPU numbers."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            cpus.update(range(int(lo), int(hi) + 1))
+        else:
+            cpus.add(int(part))
+    return tuple(sorted(cpus))
+
+
+def read_numa(pci_bus_id: str, root: Path = _SYSFS_PCI) -> tuple[int | None, tuple[int, ...]]:
+    """(NUMA node, local CPUs) of a PCI device from sysfs; (None, ()) where unknown."""
+    node: int | None = None
+    cpus: tuple[int, ...] = ()
+    base = root / pci_bus_id
+    try:
+        value = int((base / "numa_node").read_text().strip())
+        node = value if value >= 0 else None
+    except (OSError, ValueError):
+        node = None
+    try:
+        cpus = parse_cpulist((base / "local_cpulist").read_text())
+    except (OSError, ValueError):
+        cpus = ()
+    return node, cpus
+
+
+def driver_version_string(path: Path = _DRIVER_VERSION_FILE) -> str | None:
+    """The kernel driver's version ("580.65.06") from /proc, or None where unknown."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    match = re.search(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)?)\s", text)
+    return match.group(1) if match else None
+
+
+@attrs.define(eq=False)
+class _Stream:
+    handle: Any
+    device: int
+
+
+@attrs.define(eq=False)
+class _Event:
+    handle: Any
+    device: int
+
+
+class CudaBackend(Backend):
+    """The CUDA driver, through ``cuda.bindings.driver``."""
+
+    name = "cuda"
+    simulated = False
+
+    def __init__(self) -> None:
+        if cu is None:  # pragma: no cover
+            raise NoDriverError(NO_DRIVER_MESSAGE)
+        try:
+            result = cu.cuInit(0)
+        except (RuntimeError, OSError) as exc:  # dlopen of libcuda failed
+            raise NoDriverError(f"{NO_DRIVER_MESSAGE} [{exc}]") from None
+        if result[0] == cu.CUresult.CUDA_ERROR_NO_DEVICE:
+            raise NoDriverError(NO_DEVICE_MESSAGE)
+        _check("cuInit", result)
+        count = int(_check("cuDeviceGetCount", cu.cuDeviceGetCount()))
+        if count == 0:
+            raise NoDriverError(NO_DEVICE_MESSAGE)
+        self._handles = [_check("cuDeviceGet", cu.cuDeviceGet(i)) for i in range(count)]
+        self._driver_version = int(_check("cuDriverGetVersion", cu.cuDriverGetVersion()))
+        self._devices: tuple[DeviceInfo, ...] | None = None
+        self._contexts: dict[int, Any] = {}
+        self._modules: dict[int, dict[str, Any]] = {}  # device -> module name -> CUmodule
+        self._functions: dict[int, dict[str, Any]] = {}  # device -> kernel -> CUfunction
+        self._images: dict[tuple[str, str, tuple[int, int]], bytes] = {}
+        self._streams: set[_Stream] = set()
+        self._events: set[_Event] = set()
+        self._device_memory: dict[int, int] = {}  # pointer -> device
+        self._host_memory: dict[int, int] = {}  # pointer -> device whose context allocated it
+        self._closed = False
+
+    # -- helpers --------------------------------------------------------------------------
+    def _device_index(self, device: int) -> int:
+        if not isinstance(device, int) or not 0 <= device < len(self._handles):
+            raise UsageError(f"no device {device!r}; devices are 0..{len(self._handles) - 1}")
+        return device
+
+    def _context(self, device: int) -> Any:
+        """Device's primary context, retained on first use."""
+        ctx = self._contexts.get(device)
+        if ctx is None:
+            handle = self._handles[self._device_index(device)]
+            ctx = _check("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(handle))
+            self._contexts[device] = ctx
+            self._closed = False
+        return ctx
+
+    def _use(self, device: int) -> None:
+        """Make ``device``'s primary context current on this thread."""
+        _check("cuCtxSetCurrent", cu.cuCtxSetCurrent(self._context(device)))
+
+    def _attr(self, device: int, name: str, default: int | None = None) -> int:
+        attr = getattr(cu.CUdevice_attribute, name, None)
+        try:
+            if attr is None:
+                raise CudaError("cuDeviceGetAttribute", "CUDA_ERROR_INVALID_VALUE", name)
+            return int(
+                _check("cuDeviceGetAttribute", cu.cuDeviceGetAttribute(attr, self._handles[device]))
+            )
+        except CudaError:
+            if default is None:
+                raise
+            return default
+
+    # -- system ---------------------------------------------------------------------------
+    def versions(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "cuda_driver": self._driver_version,
+            "driver": driver_version_string(),
+        }
+        try:
+            from gpubw.kernels.cache import nvrtc_version
+
+            out["nvrtc"] = "{}.{}".format(*nvrtc_version())
+        except KernelCompileError:
+            out["nvrtc"] = None
+        try:
+            import cuda.bindings
+
+            out["cuda_bindings"] = cuda.bindings.__version__
+        except Exception:  # pragma: no cover
+            pass
+        return out
+
+    def devices(self) -> Sequence[DeviceInfo]:
+        if self._devices is None:
+            self._devices = tuple(self._read_device(i) for i in range(len(self._handles)))
+        return self._devices
+
+    def _read_device(self, ordinal: int) -> DeviceInfo:
+        handle = self._handles[ordinal]
+        raw_name = _check("cuDeviceGetName", cu.cuDeviceGetName(256, handle))
+        name = bytes(raw_name).split(b"\0", 1)[0].decode(errors="replace").strip()
+        uuid = _check("cuDeviceGetUuid", cu.cuDeviceGetUuid(handle))
+        domain = self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID")
+        bus = self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_PCI_BUS_ID")
+        dev = self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID")
+        bdf = f"{domain:04x}:{bus:02x}:{dev:02x}.0"
+        numa_node, local_cpus = read_numa(bdf)
+        return DeviceInfo(
+            ordinal=ordinal,
+            name=name,
+            uuid=format_uuid(uuid.bytes),
+            pci_bus_id=bdf,
+            compute_capability=(
+                self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR"),
+                self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR"),
+            ),
+            sm_count=self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+            l2_bytes=self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE", 0),
+            memory_bytes=int(_check("cuDeviceTotalMem", cu.cuDeviceTotalMem(handle))),
+            memory_bus_width_bits=self._attr(
+                ordinal, "CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH", 0
+            ),
+            # deprecated in CUDA 13 but still answered; 0 where a driver drops them
+            memory_clock_khz=self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE", 0),
+            clock_khz=self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_CLOCK_RATE", 0),
+            async_engines=self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT", 0),
+            numa_node=numa_node,
+            local_cpus=local_cpus,
+            multicast_supported=bool(
+                self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED", 0)
+            ),
+        )
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        a, b = self._device_index(device), self._device_index(peer)
+        if a == b:
+            return False
+        ok = _check(
+            "cuDeviceCanAccessPeer", cu.cuDeviceCanAccessPeer(self._handles[a], self._handles[b])
+        )
+        return bool(ok)
+
+    def enable_peer_access(self, device: int, peer: int) -> None:
+        peer_ctx = self._context(self._device_index(peer))
+        self._use(device)
+        result = cu.cuCtxEnablePeerAccess(peer_ctx, 0)
+        if result[0] == cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+            return
+        _check("cuCtxEnablePeerAccess", result)
+
+    def memory_info(self, device: int) -> tuple[int, int]:
+        self._use(device)
+        free, total = _check("cuMemGetInfo", cu.cuMemGetInfo())
+        return int(free), int(total)
+
+    # -- memory ---------------------------------------------------------------------------
+    def alloc_device(self, device: int, nbytes: int) -> int:
+        if nbytes <= 0:
+            raise UsageError(f"device allocation size must be positive, got {nbytes}")
+        self._use(device)
+        pointer = int(_check("cuMemAlloc", cu.cuMemAlloc(nbytes)))
+        self._device_memory[pointer] = device
+        return pointer
+
+    def free_device(self, pointer: int) -> None:
+        device = self._device_memory.pop(pointer, None)
+        if device is None:
+            raise UsageError(f"0x{pointer:x} is not device memory allocated by this backend")
+        self._use(device)
+        _check("cuMemFree", cu.cuMemFree(pointer))
+
+    def alloc_host(self, nbytes: int, device: int | None) -> int:
+        if nbytes <= 0:
+            raise UsageError(f"host allocation size must be positive, got {nbytes}")
+        owner = 0 if device is None else self._device_index(device)
+        self._use(owner)
+        pointer = int(
+            _check("cuMemHostAlloc", cu.cuMemHostAlloc(nbytes, cu.CU_MEMHOSTALLOC_PORTABLE))
+        )
+        self._host_memory[pointer] = owner
+        return pointer
+
+    def free_host(self, pointer: int) -> None:
+        owner = self._host_memory.pop(pointer, None)
+        if owner is None:
+            raise UsageError(f"0x{pointer:x} is not pinned memory allocated by this backend")
+        self._use(owner)
+        _check("cuMemFreeHost", cu.cuMemFreeHost(pointer))
+
+    def host_write(self, pointer: int, data: bytes) -> None:
+        if data:
+            ctypes.memmove(pointer, bytes(data), len(data))
+
+    def host_read(self, pointer: int, nbytes: int) -> bytes:
+        return ctypes.string_at(pointer, nbytes) if nbytes > 0 else b""
+
+    # -- streams and events ---------------------------------------------------------------
+    def create_stream(self, device: int) -> _Stream:
+        self._use(device)
+        handle = _check(
+            "cuStreamCreate", cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        )
+        stream = _Stream(handle, device)
+        self._streams.add(stream)
+        return stream
+
+    def destroy_stream(self, stream: Any) -> None:
+        s = self._stream(stream)
+        if s not in self._streams:
+            return
+        self._streams.discard(s)
+        self._use(s.device)
+        _check("cuStreamDestroy", cu.cuStreamDestroy(s.handle))
+
+    def create_event(self, device: int) -> _Event:
+        self._use(device)
+        handle = _check("cuEventCreate", cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DEFAULT))
+        event = _Event(handle, device)
+        self._events.add(event)
+        return event
+
+    def destroy_event(self, event: Any) -> None:
+        e = self._event(event)
+        if e not in self._events:
+            return
+        self._events.discard(e)
+        self._use(e.device)
+        _check("cuEventDestroy", cu.cuEventDestroy(e.handle))
+
+    def record_event(self, event: Any, stream: Any) -> None:
+        e, s = self._event(event), self._stream(stream)
+        self._use(s.device)
+        _check("cuEventRecord", cu.cuEventRecord(e.handle, s.handle))
+
+    def wait_event(self, stream: Any, event: Any) -> None:
+        s, e = self._stream(stream), self._event(event)
+        self._use(s.device)
+        _check("cuStreamWaitEvent", cu.cuStreamWaitEvent(s.handle, e.handle, 0))
+
+    def elapsed_seconds(self, start: Any, end: Any) -> float:
+        a, b = self._event(start), self._event(end)
+        self._use(a.device)
+        ms = _check("cuEventElapsedTime", cu.cuEventElapsedTime(a.handle, b.handle))
+        return float(ms) / 1e3
+
+    def synchronize(self, stream: Any, timeout_s: float) -> None:
+        s = self._stream(stream)
+        self._use(s.device)
+        deadline = time.monotonic() + timeout_s
+        pause = 0.0
+        while True:
+            result = cu.cuStreamQuery(s.handle)
+            if result[0] != cu.CUresult.CUDA_ERROR_NOT_READY:
+                _check("cuStreamQuery", result)
+                return
+            if time.monotonic() >= deadline:
+                raise GateTimeoutError(
+                    f"a stream on device {s.device} did not finish within {timeout_s:g} s "
+                    "(a spin gate never released, or the copies are far slower than expected)"
+                )
+            time.sleep(pause)
+            pause = min(1e-3, pause * 2 if pause else 1e-5)
+
+    @staticmethod
+    def _stream(stream: Any) -> _Stream:
+        if not isinstance(stream, _Stream):
+            raise UsageError(f"not a stream of the CUDA backend: {stream!r}")
+        return stream
+
+    @staticmethod
+    def _event(event: Any) -> _Event:
+        if not isinstance(event, _Event):
+            raise UsageError(f"not an event of the CUDA backend: {event!r}")
+        return event
+
+    # -- work -----------------------------------------------------------------------------
+    def memcpy_async(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        s = self._stream(stream)
+        self._use(s.device)
+        _check("cuMemcpyAsync", cu.cuMemcpyAsync(dst, src, nbytes, s.handle))
+
+    def load_kernels(self, device: int) -> None:
+        """Load every registered kernel module (gpubw's own, then plugins') on ``device`` that
+        is not loaded there yet; each function is forced to load now, so no module load
+        happens later while a stream is held by the spin gate."""
+        device = self._device_index(device)
+        loaded = self._modules.setdefault(device, {})
+        functions = self._functions.setdefault(device, {})
+        for name, program, text, specs in _registered_modules():
+            if name in loaded:
+                continue
+            image = self._image(name, program, text, self.devices()[device].compute_capability)
+            self._use(device)
+            module = _check(f"cuModuleLoadData({program})", cu.cuModuleLoadData(image))
+            loaded[name] = module
+            for spec in specs:
+                func = _check(
+                    f"cuModuleGetFunction({spec.name})",
+                    cu.cuModuleGetFunction(module, spec.name.encode()),
+                )
+                if hasattr(cu, "cuFuncLoad"):
+                    _check("cuFuncLoad", cu.cuFuncLoad(func))
+                # Querying an attribute also forces the load (as nvbandwidth does).
+                _check(
+                    "cuFuncGetAttribute",
+                    cu.cuFuncGetAttribute(
+                        cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func
+                    ),
+                )
+                functions[spec.name] = func
+
+    def _image(self, name: str, program: str, text: str, cc: tuple[int, int]) -> bytes:
+        """The compiled image of one module for one architecture (compiled once per run)."""
+        from gpubw.kernels.cache import load_or_compile
+
+        key = (name, text, cc)
+        image = self._images.get(key)
+        if image is None:
+            image, _ = load_or_compile(cc, self._driver_version, source_text=text, name=program)
+            self._images[key] = image
+        return image
+
+    def kernel_attributes(self, device: int, kernel: str) -> dict[str, int]:
+        """Registers, local (spill) bytes and the largest block of a loaded kernel, and how
+        many 512-thread blocks of it fit on one SM (for tuning the copy launch shape)."""
+        func = self._function(device, kernel)
+        attrs_ = cu.CUfunction_attribute
+        out = {
+            key: int(_check("cuFuncGetAttribute", cu.cuFuncGetAttribute(attr, func)))
+            for key, attr in (
+                ("num_regs", attrs_.CU_FUNC_ATTRIBUTE_NUM_REGS),
+                ("local_bytes", attrs_.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+                ("max_threads_per_block", attrs_.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+            )
+        }
+        if out["max_threads_per_block"] >= 512:
+            self._use(device)
+            out["blocks_per_sm_at_512"] = int(
+                _check(
+                    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                    cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(func, 512, 0),
+                )
+            )
+        return out
+
+    def _function(self, device: int, kernel: str) -> Any:
+        functions = self._functions.get(device, {})
+        func = functions.get(kernel)
+        if func is None:
+            # A plugin module registered after the up-front load: load it now.
+            self.load_kernels(device)
+            func = self._functions[device].get(kernel)
+        if func is None:
+            raise UsageError(f"kernel {kernel!r} is not in any loaded kernel module")
+        return func
+
+    def launch(
+        self, kernel: str, grid: int, block: int, args: Sequence[KernelArg], stream: Any
+    ) -> None:
+        values, array = pack_kernel_args(kernel, args)
+        if not 1 <= int(grid) <= _MAX_GRID:
+            raise UsageError(f"grid of {kernel} must be in 1..{_MAX_GRID}, got {grid}")
+        if not 1 <= int(block) <= 1024:
+            raise UsageError(f"block of {kernel} must be in 1..1024, got {block}")
+        s = self._stream(stream)
+        func = self._function(s.device, kernel)
+        self._use(s.device)
+        _check(
+            f"cuLaunchKernel({kernel})",
+            cu.cuLaunchKernel(
+                func, int(grid), 1, 1, int(block), 1, 1, 0, s.handle, ctypes.addressof(array), 0
+            ),
+        )
+        del values  # the driver copied the parameters during the call
+
+    # -- teardown -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free what callers left behind, unload modules, release primary contexts. Safe to
+        call twice; the first error is raised after everything was attempted."""
+        if self._closed and not self._contexts:
+            return
+        self._closed = True
+        errors: list[BaseException] = []
+
+        def attempt(device: int, call: str, fn: Any, *args: Any) -> None:
+            try:
+                self._use(device)
+                _check(call, fn(*args))
+            except BaseException as exc:
+                errors.append(exc)
+
+        # A stream with pending work is destroyed at once; the driver frees it when its work
+        # is done (never block here: a leaked stream may sit behind a spin gate).
+        for s in list(self._streams):
+            attempt(s.device, "cuStreamDestroy", cu.cuStreamDestroy, s.handle)
+        self._streams.clear()
+        for e in list(self._events):
+            attempt(e.device, "cuEventDestroy", cu.cuEventDestroy, e.handle)
+        self._events.clear()
+        for pointer, device in list(self._device_memory.items()):
+            attempt(device, "cuMemFree", cu.cuMemFree, pointer)
+        self._device_memory.clear()
+        for pointer, device in list(self._host_memory.items()):
+            attempt(device, "cuMemFreeHost", cu.cuMemFreeHost, pointer)
+        self._host_memory.clear()
+        for device, modules in list(self._modules.items()):
+            for module in modules.values():
+                attempt(device, "cuModuleUnload", cu.cuModuleUnload, module)
+        self._modules.clear()
+        self._functions.clear()
+        for device in list(self._contexts):
+            try:
+                _check("cuCtxSetCurrent", cu.cuCtxSetCurrent(None))
+            except BaseException as exc:
+                errors.append(exc)
+            try:
+                _check(
+                    "cuDevicePrimaryCtxRelease",
+                    cu.cuDevicePrimaryCtxRelease(self._handles[device]),
+                )
+            except BaseException as exc:
+                errors.append(exc)
+        self._contexts.clear()
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> CudaBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,200 @@
+// gpubw's CUDA kernels, compiled at run time by NVRTC for each device's exact architecture
+// (see gpubw/kernels/__init__.py for the catalogue: names, parameter order and semantics, and
+// gpubw/kernels/cache.py for the compiler and the on-disk cubin cache).
+//
+// Every index and size is 64-bit, so buffers above 16 GiB (2^30 16-byte elements, 2^32 words)
+// are handled; every kernel is grid-stride, so it is correct for any grid the host chooses.
+//
+// The host passes GPUBW_PATTERN_WORDS (gpubw.kernels.PATTERN_WORDS) as a macro so that the
+// pattern length has one source of truth.
+
+#ifndef GPUBW_PATTERN_WORDS
+#define GPUBW_PATTERN_WORDS 524288ULL
+#endif
+
+// Copy kernels: 16-byte elements in flight per thread before the first store, and the block
+// size / minimum resident blocks per SM that the register budget is sized for. The launch
+// shape (gpubw.initiators.copy_launch_shape) must use a block of at most GPUBW_COPY_BLOCK.
+#ifndef GPUBW_COPY_UNROLL
+#define GPUBW_COPY_UNROLL 8
+#endif
+#ifndef GPUBW_COPY_BLOCK
+#define GPUBW_COPY_BLOCK 512
+#endif
+#ifndef GPUBW_COPY_MIN_BLOCKS
+#define GPUBW_COPY_MIN_BLOCKS 2
+#endif
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+static_assert((GPUBW_PATTERN_WORDS & (GPUBW_PATTERN_WORDS - 1)) == 0,
+              "the pattern length must be a power of two");
+static_assert(sizeof(void *) == 8, "gpubw needs 64-bit device pointers");
+
+#define GPUBW_PATTERN_MASK ((u64)(GPUBW_PATTERN_WORDS) - 1ULL)
+
+__device__ __forceinline__ u64 first_index() {
+    return (u64)blockIdx.x * (u64)blockDim.x + (u64)threadIdx.x;
+}
+
+__device__ __forceinline__ u64 grid_threads() { return (u64)gridDim.x * (u64)blockDim.x; }
+
+// Nanoseconds from the GPU's global timer (independent of the SM clock).
+__device__ __forceinline__ u64 global_timer_ns() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Element e belongs to the 32-element group e / 32.
+__device__ __forceinline__ bool group_is_odd(u64 e) { return ((e >> 5) & 1ULL) != 0ULL; }
+
+// One pass of a grid-stride copy of `elements` 16-byte elements. Thread t handles the elements
+// t, t + T, t + 2T, ... (T = threads in the grid), so every warp access is 512 contiguous bytes.
+// GPUBW_COPY_UNROLL loads are issued before their stores, so each thread keeps that many
+// independent 16-byte reads in flight (what covers NVLink and PCIe latency). Loads and stores
+// use the .cg hint (cache in L2 only, never in L1): a small buffer copied `loops` times must
+// not be served from the SM's L1 after the first pass. Addresses advance by pointer increments
+// so that the unrolled body needs registers for its data, not for 2 x UNROLL 64-bit addresses.
+__device__ __forceinline__ void copy_pass(uint4 *__restrict__ dst, const uint4 *__restrict__ src,
+                                          u64 elements) {
+    const u64 stride = grid_threads();
+    const u64 chunk = stride * (u64)GPUBW_COPY_UNROLL;
+    u64 i = first_index();
+    // Whole chunks: every one of the UNROLL indices is in range, no predicates needed.
+    if (elements > (u64)(GPUBW_COPY_UNROLL - 1) * stride) {
+        const u64 limit = elements - (u64)(GPUBW_COPY_UNROLL - 1) * stride;
+#pragma unroll 1
+        for (; i < limit; i += chunk) {
+            uint4 v[GPUBW_COPY_UNROLL];
+            const uint4 *s = src + i;
+#pragma unroll
+            for (int k = 0; k < GPUBW_COPY_UNROLL; ++k) {
+                v[k] = __ldcg(s);
+                s += stride;
+            }
+            uint4 *d = dst + i;
+#pragma unroll
+            for (int k = 0; k < GPUBW_COPY_UNROLL; ++k) {
+                __stcg(d, v[k]);
+                d += stride;
+            }
+        }
+    }
+    // The last partial chunk (fewer than UNROLL elements left for this thread).
+#pragma unroll 1
+    for (; i < elements; i += stride) {
+        __stcg(dst + i, __ldcg(src + i));
+    }
+}
+
+// (dst, src, elements, loops): copy `elements` 16-byte elements src -> dst, `loops` times.
+extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK, GPUBW_COPY_MIN_BLOCKS)
+    gpubw_copy(uint4 *__restrict__ dst, const uint4 *__restrict__ src, u64 elements, u32 loops) {
+    for (u32 l = 0; l < loops; ++l) {
+        copy_pass(dst, src, elements);
+    }
+}
+
+// (dst, src, elements, loops): element e moves src -> dst when its 32-element group e / 32 is
+// odd and dst -> src when it is even; no element is both read and written.
+// When T is a multiple of 64 (any block that is a multiple of 64 threads), every element a
+// thread touches (t + mT) has the same group parity as t, so each thread copies in one fixed
+// direction with the unrolled pass (and each warp moves one way). Otherwise a plain per-element
+// walk keeps the kernel correct for any launch shape.
+extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK, GPUBW_COPY_MIN_BLOCKS)
+    gpubw_copy_split_warp(uint4 *dst, uint4 *src, u64 elements, u32 loops) {
+    const u64 stride = grid_threads();
+    if ((stride & 63ULL) == 0ULL) {
+        const bool forward = group_is_odd(first_index());
+        uint4 *to = forward ? dst : src;
+        const uint4 *from = forward ? src : dst;
+        for (u32 l = 0; l < loops; ++l) {
+            copy_pass(to, from, elements);
+        }
+        return;
+    }
+    for (u32 l = 0; l < loops; ++l) {
+        for (u64 e = first_index(); e < elements; e += stride) {
+            if (group_is_odd(e)) {
+                __stcg(dst + e, __ldcg(src + e));
+            } else {
+                __stcg(src + e, __ldcg(dst + e));
+            }
+        }
+    }
+}
+
+// (flag, timeout_ns, status): the spin gate. One thread polls the host flag until it becomes
+// non-zero. If timeout_ns pass first it writes 1 to the host *status and returns, so the host
+// can tell that the sample's copies started before it released the gate.
+extern "C" __global__ void gpubw_gate_wait(const volatile int *flag, u64 timeout_ns,
+                                           volatile int *status) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) {
+        return;
+    }
+    const u64 start = global_timer_ns();
+    while (*flag == 0) {
+        if (global_timer_ns() - start >= timeout_ns) {
+            *status = 1;
+            __threadfence_system();
+            return;
+        }
+#if __CUDA_ARCH__ >= 700
+        __nanosleep(128);
+#endif
+    }
+}
+
+// (dst, pattern, words): dst[k] = pattern[k % PATTERN_WORDS] for k < words.
+extern "C" __global__ void gpubw_fill(u32 *__restrict__ dst, const u32 *__restrict__ pattern,
+                                      u64 words) {
+    const u64 stride = grid_threads();
+    for (u64 k = first_index(); k < words; k += stride) {
+        dst[k] = pattern[k & GPUBW_PATTERN_MASK];
+    }
+}
+
+// (buf, pattern, words, first_bad): atomicMin(first_bad, k) for the words k that differ from
+// the pattern. Each thread walks its indices in increasing order, so its first mismatch is its
+// smallest one and one atomic per thread suffices.
+extern "C" __global__ void gpubw_verify(const u32 *__restrict__ buf,
+                                        const u32 *__restrict__ pattern, u64 words,
+                                        u64 *first_bad) {
+    const u64 stride = grid_threads();
+    for (u64 k = first_index(); k < words; k += stride) {
+        if (__ldcg(buf + k) != pattern[k & GPUBW_PATTERN_MASK]) {
+            atomicMin(first_bad, k);
+            return;
+        }
+    }
+}
+
+// (buf, elements, parity): zero the 16-byte elements whose 32-element group has `parity`.
+extern "C" __global__ void gpubw_clear_warp_parity(uint4 *buf, u64 elements, u32 parity) {
+    const u64 stride = grid_threads();
+    const u64 want = (u64)(parity & 1U);
+    for (u64 e = first_index(); e < elements; e += stride) {
+        if (((e >> 5) & 1ULL) == want) {
+            buf[e] = make_uint4(0U, 0U, 0U, 0U);
+        }
+    }
+}
+
+// (start, steps, target, sink): only block `target` (thread 0) follows p = *(void **)p `steps`
+// times from `start`, each load volatile (system-scope, never served from L1, never hoisted),
+// and stores the final pointer to *sink so the chain cannot be removed.
+extern "C" __global__ void gpubw_pointer_chase(const void *start, u64 steps, u32 target,
+                                               u64 *sink) {
+    if (blockIdx.x != target || threadIdx.x != 0) {
+        return;
+    }
+    u64 p = (u64)start;
+    for (u64 s = 0; s < steps; ++s) {
+        u64 next;
+        asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(next) : "l"(p) : "memory");
+        p = next;
+    }
+    *sink = p;
+}

@@ -1,0 +1,632 @@
+"""The real CUDA backend: CPU checks of its plumbing, and `gpu` tests on a real device."""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import re
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cuda.bindings import driver as real_cu
+
+from gpubw.backend import cuda as cuda_backend
+from gpubw.backend.base import i32, ptr, u32, u64
+from gpubw.backend.cuda import (
+    CudaBackend,
+    _check,
+    driver_version_string,
+    format_uuid,
+    pack_kernel_args,
+    parse_cpulist,
+    read_numa,
+)
+from gpubw.errors import CudaError, GateTimeoutError, NoDriverError, UsageError, VerificationError
+
+R = real_cu.CUresult
+MIB = 1 << 20
+
+
+# -- CPU: no driver needed -----------------------------------------------------------------
+
+
+def test_no_driver_raises_no_driver_error() -> None:
+    """Without libcuda, CudaBackend() raises NoDriverError pointing at --simulate."""
+    try:
+        backend = CudaBackend()
+    except NoDriverError as exc:
+        text = str(exc)
+        assert "no NVIDIA driver was found" in text
+        assert "--simulate h200x2" in text
+        return
+    backend.close()
+    pytest.skip("an NVIDIA driver is present on this machine")
+
+
+def test_check_turns_results_into_cuda_error() -> None:
+    """_check returns outputs on success and raises CudaError naming call and result."""
+    assert _check("cuInit", (R.CUDA_SUCCESS,)) is None
+    assert _check("cuDeviceGetCount", (R.CUDA_SUCCESS, 2)) == 2
+    assert _check("cuMemGetInfo", (R.CUDA_SUCCESS, 5, 9)) == (5, 9)
+    with pytest.raises(CudaError) as info:
+        _check("cuMemAlloc", (R.CUDA_ERROR_OUT_OF_MEMORY,))
+    assert info.value.call == "cuMemAlloc"
+    assert info.value.result == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert info.value.out_of_memory
+
+
+def test_pack_kernel_args_checks_the_catalogue() -> None:
+    """Launch arguments are checked against the KernelSpec and packed as C values."""
+    values, array = pack_kernel_args("gpubw_copy", (ptr(0x1000), ptr(0x2000), u64(1 << 40), u32(7)))
+    assert [type(v) for v in values] == [ctypes.c_uint64] * 3 + [ctypes.c_uint32]
+    assert [v.value for v in values] == [0x1000, 0x2000, 1 << 40, 7]
+    assert [array[k] for k in range(4)] == [ctypes.addressof(v) for v in values]
+    with pytest.raises(UsageError, match="unknown kernel"):
+        pack_kernel_args("nope", ())
+    with pytest.raises(UsageError, match="takes 4 arguments"):
+        pack_kernel_args("gpubw_copy", (ptr(1), ptr(2), u64(3)))
+    with pytest.raises(UsageError, match="must be u32"):
+        pack_kernel_args("gpubw_copy", (ptr(1), ptr(2), u64(3), i32(4)))
+    with pytest.raises(UsageError, match="out of range"):
+        pack_kernel_args("gpubw_copy", (ptr(1), ptr(2), u64(3), u32(1 << 32)))
+    with pytest.raises(UsageError, match="out of range"):
+        pack_kernel_args("gpubw_copy", (ptr(-1), ptr(2), u64(3), u32(4)))
+
+
+def test_uuid_and_cpulist_formats() -> None:
+    """UUIDs print as GPU-8-4-4-4-12 lowercase hex; Linux cpulists expand."""
+    raw = bytes(range(0xA0, 0xB0))
+    assert format_uuid(raw) == "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf"
+    assert parse_cpulist("0-3,8,10-11\n") == (0, 1, 2, 3, 8, 10, 11)
+    assert parse_cpulist("") == ()
+
+
+def test_read_numa_from_sysfs(tmp_path: Path) -> None:
+    """NUMA node and local CPUs come from sysfs; -1 or missing files give None / ()."""
+    dev = tmp_path / "0000:1b:00.0"
+    dev.mkdir()
+    (dev / "numa_node").write_text("1\n")
+    (dev / "local_cpulist").write_text("48-95,144-191\n")
+    node, cpus = read_numa("0000:1b:00.0", tmp_path)
+    assert node == 1 and cpus[0] == 48 and cpus[-1] == 191 and len(cpus) == 96
+    (dev / "numa_node").write_text("-1\n")
+    assert read_numa("0000:1b:00.0", tmp_path)[0] is None
+    assert read_numa("0000:99:00.0", tmp_path) == (None, ())
+
+
+def test_driver_version_from_proc(tmp_path: Path) -> None:
+    """The kernel driver version is read from /proc/driver/nvidia/version (None if absent)."""
+    proc = tmp_path / "version"
+    proc.write_text(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
+        "(dvs-builder@U22)  Thu Jul 10 2025\nGCC version:  gcc version 12.3.0\n"
+    )
+    assert driver_version_string(proc) == "580.159.04"
+    proc.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19\n")
+    assert driver_version_string(proc) == "535.104.05"
+    assert driver_version_string(tmp_path / "missing") is None
+
+
+class FakeDriver:
+    """Enough of cuda.bindings.driver to exercise the backend's bookkeeping on a CPU."""
+
+    CUresult = real_cu.CUresult
+    CUdevice_attribute = real_cu.CUdevice_attribute
+    CUstream_flags = real_cu.CUstream_flags
+    CUevent_flags = real_cu.CUevent_flags
+    CUfunction_attribute = real_cu.CUfunction_attribute
+    CU_MEMHOSTALLOC_PORTABLE = real_cu.CU_MEMHOSTALLOC_PORTABLE
+
+    def __init__(self, devices: int = 2) -> None:
+        self.devices = devices
+        self.ids = itertools.count(1)
+        self.retained: dict[int, int] = {}
+        self.current: Any = None
+        self.live: dict[str, set[Any]] = {"stream": set(), "event": set(), "dev": set()}
+        self.host: dict[int, ctypes.Array[ctypes.c_char]] = {}
+        self.peer_enabled: set[tuple[Any, Any]] = set()
+        self.stream_ready = True
+        self.free_bytes = 100 * MIB
+
+    def cuInit(self, flags: int) -> tuple[Any, ...]:
+        return (R.CUDA_SUCCESS,)
+
+    def cuDeviceGetCount(self) -> tuple[Any, ...]:
+        return (R.CUDA_SUCCESS, self.devices)
+
+    def cuDeviceGet(self, i: int) -> tuple[Any, ...]:
+        return (R.CUDA_SUCCESS, i)
+
+    def cuDriverGetVersion(self) -> tuple[Any, ...]:
+        return (R.CUDA_SUCCESS, 13000)
+
+    def cuGetErrorString(self, status: Any) -> tuple[Any, ...]:
+        return (R.CUDA_SUCCESS, b"fake error text")
+
+    def cuDevicePrimaryCtxRetain(self, dev: int) -> tuple[Any, ...]:
+        self.retained[dev] = self.retained.get(dev, 0) + 1
+        return (R.CUDA_SUCCESS, ("ctx", dev))
+
+    def cuDevicePrimaryCtxRelease(self, dev: int) -> tuple[Any, ...]:
+        self.retained[dev] -= 1
+        return (R.CUDA_SUCCESS,)
+
+    def cuCtxSetCurrent(self, ctx: Any) -> tuple[Any, ...]:
+        self.current = ctx
+        return (R.CUDA_SUCCESS,)
+
+    def _dev(self) -> int:
+        assert self.current is not None, "no current context"
+        return int(self.current[1])
+
+    def cuCtxEnablePeerAccess(self, peer_ctx: Any, flags: int) -> tuple[Any, ...]:
+        key = (self.current, peer_ctx)
+        if key in self.peer_enabled:
+            return (R.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,)
+        self.peer_enabled.add(key)
+        return (R.CUDA_SUCCESS,)
+
+    def cuMemGetInfo(self) -> tuple[Any, ...]:
+        self._dev()
+        return (R.CUDA_SUCCESS, self.free_bytes, 100 * MIB)
+
+    def cuMemAlloc(self, nbytes: int) -> tuple[Any, ...]:
+        self._dev()
+        if nbytes > self.free_bytes:
+            return (R.CUDA_ERROR_OUT_OF_MEMORY, None)
+        p = 0x7000_0000_0000 + next(self.ids) * 0x1000_0000
+        self.live["dev"].add(p)
+        return (R.CUDA_SUCCESS, p)
+
+    def cuMemFree(self, p: int) -> tuple[Any, ...]:
+        self._dev()
+        self.live["dev"].remove(p)
+        return (R.CUDA_SUCCESS,)
+
+    def cuMemHostAlloc(self, nbytes: int, flags: int) -> tuple[Any, ...]:
+        self._dev()
+        assert flags == real_cu.CU_MEMHOSTALLOC_PORTABLE
+        buf = ctypes.create_string_buffer(nbytes)
+        self.host[ctypes.addressof(buf)] = buf
+        return (R.CUDA_SUCCESS, ctypes.addressof(buf))
+
+    def cuMemFreeHost(self, p: int) -> tuple[Any, ...]:
+        del self.host[p]
+        return (R.CUDA_SUCCESS,)
+
+    def cuStreamCreate(self, flags: Any) -> tuple[Any, ...]:
+        assert flags == real_cu.CUstream_flags.CU_STREAM_NON_BLOCKING
+        h = ("stream", self._dev(), next(self.ids))
+        self.live["stream"].add(h)
+        return (R.CUDA_SUCCESS, h)
+
+    def cuStreamDestroy(self, h: Any) -> tuple[Any, ...]:
+        self.live["stream"].remove(h)
+        return (R.CUDA_SUCCESS,)
+
+    def cuStreamQuery(self, h: Any) -> tuple[Any, ...]:
+        return (R.CUDA_SUCCESS,) if self.stream_ready else (R.CUDA_ERROR_NOT_READY,)
+
+    def cuEventCreate(self, flags: Any) -> tuple[Any, ...]:
+        h = ("event", self._dev(), next(self.ids))
+        self.live["event"].add(h)
+        return (R.CUDA_SUCCESS, h)
+
+    def cuEventDestroy(self, h: Any) -> tuple[Any, ...]:
+        self.live["event"].remove(h)
+        return (R.CUDA_SUCCESS,)
+
+    def cuEventElapsedTime(self, a: Any, b: Any) -> tuple[Any, ...]:
+        return (R.CUDA_SUCCESS, 2.5)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeDriver, CudaBackend]]:
+    driver = FakeDriver()
+    monkeypatch.setattr(cuda_backend, "cu", driver)
+    backend = CudaBackend()
+    yield driver, backend
+    backend.close()
+
+
+def test_contexts_retained_once_and_released(fake: tuple[FakeDriver, CudaBackend]) -> None:
+    """Primary contexts are retained lazily, once per device, and released by close()."""
+    driver, backend = fake
+    assert driver.retained == {}
+    backend.memory_info(1)
+    backend.memory_info(1)
+    backend.alloc_host(64, None)
+    assert driver.retained == {0: 1, 1: 1}
+    backend.close()
+    backend.close()
+    assert driver.retained == {0: 0, 1: 0}
+
+
+def test_work_runs_in_the_owning_context(fake: tuple[FakeDriver, CudaBackend]) -> None:
+    """Memory is freed, and streams and events destroyed, in the context that made them."""
+    driver, backend = fake
+    p = backend.alloc_device(1, 4096)
+    stream = backend.create_stream(1)
+    event = backend.create_event(1)
+    backend.memory_info(0)
+    backend.free_device(p)
+    assert driver.current == ("ctx", 1)
+    backend.memory_info(0)
+    backend.destroy_event(event)
+    assert driver.current == ("ctx", 1)
+    backend.destroy_stream(stream)
+    assert driver.live == {"stream": set(), "event": set(), "dev": set()}
+
+
+def test_close_frees_what_callers_left(fake: tuple[FakeDriver, CudaBackend]) -> None:
+    """close() frees leftover memory, streams and events, so a run never leaks."""
+    driver, backend = fake
+    backend.alloc_device(0, 4096)
+    backend.alloc_device(1, 4096)
+    backend.alloc_host(4096, 1)
+    backend.create_stream(0)
+    backend.create_event(1)
+    backend.close()
+    assert driver.live == {"stream": set(), "event": set(), "dev": set()}
+    assert driver.host == {}
+
+
+def test_host_memory_round_trip(fake: tuple[FakeDriver, CudaBackend]) -> None:
+    """host_write and host_read move bytes through the pinned pointer."""
+    _, backend = fake
+    p = backend.alloc_host(64, 0)
+    backend.host_write(p + 8, b"gpubw!")
+    assert backend.host_read(p + 6, 10) == b"\0\0gpubw!\0\0"
+    backend.free_host(p)
+
+
+def test_out_of_memory_is_a_cuda_error(fake: tuple[FakeDriver, CudaBackend]) -> None:
+    """An allocation failure surfaces as CudaError(cuMemAlloc, CUDA_ERROR_OUT_OF_MEMORY)."""
+    _, backend = fake
+    with pytest.raises(CudaError) as info:
+        backend.alloc_device(0, 1 << 40)
+    assert info.value.out_of_memory and info.value.call == "cuMemAlloc"
+    assert "fake error text" in str(info.value)
+
+
+def test_peer_access_already_enabled_is_ignored(fake: tuple[FakeDriver, CudaBackend]) -> None:
+    """Enabling peer access twice is not an error."""
+    driver, backend = fake
+    backend.enable_peer_access(0, 1)
+    backend.enable_peer_access(0, 1)
+    assert driver.peer_enabled == {(("ctx", 0), ("ctx", 1))}
+
+
+def test_synchronize_times_out(fake: tuple[FakeDriver, CudaBackend]) -> None:
+    """A stream that never finishes raises GateTimeoutError naming its device, promptly."""
+    driver, backend = fake
+    stream = backend.create_stream(1)
+    driver.stream_ready = False
+    t0 = time.monotonic()
+    with pytest.raises(GateTimeoutError, match="device 1"):
+        backend.synchronize(stream, 0.05)
+    assert time.monotonic() - t0 < 1.0
+    driver.stream_ready = True
+    backend.synchronize(stream, 0.05)
+    assert backend.elapsed_seconds(backend.create_event(1), backend.create_event(1)) == 0.0025
+
+
+def test_launch_rejects_bad_shapes_and_handles(fake: tuple[FakeDriver, CudaBackend]) -> None:
+    """launch() refuses a zero grid, an oversized block and a foreign stream handle."""
+    _, backend = fake
+    stream = backend.create_stream(0)
+    args = (ptr(1), ptr(2), u64(3), u32(1))
+    with pytest.raises(UsageError, match="grid"):
+        backend.launch("gpubw_copy", 0, 512, args, stream)
+    with pytest.raises(UsageError, match="block"):
+        backend.launch("gpubw_copy", 1, 2048, args, stream)
+    with pytest.raises(UsageError, match="not a stream"):
+        backend.launch("gpubw_copy", 1, 512, args, object())
+
+
+# -- GPU: a real device and driver ---------------------------------------------------------
+
+
+@pytest.fixture
+def backend() -> Iterator[CudaBackend]:
+    try:
+        b = CudaBackend()
+    except NoDriverError:
+        pytest.skip("no NVIDIA GPU/driver")
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def _system(backend: CudaBackend, **options: Any) -> Any:
+    from gpubw.options import RunOptions
+    from gpubw.system import System
+
+    return System(backend, RunOptions(**{"samples": 2, "loops": 2, **options}))
+
+
+@pytest.mark.gpu
+def test_device_info_is_sane(backend: CudaBackend) -> None:
+    """Every device reports plausible identity, shape and memory figures."""
+    devices = backend.devices()
+    assert devices
+    for i, d in enumerate(devices):
+        assert d.ordinal == i and d.name
+        assert re.fullmatch(
+            r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", d.uuid
+        )
+        assert re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.0", d.pci_bus_id)
+        assert d.compute_capability >= (7, 5)
+        assert d.sm_count > 0 and d.l2_bytes > 0 and d.memory_bytes > 1 << 30
+        assert d.memory_bus_width_bits > 0 and d.async_engines > 0
+        assert d.numa_node is None or d.numa_node >= 0
+        assert set(d.local_cpus) <= set(range(os.cpu_count() or 1)) or not d.local_cpus
+    free, total = backend.memory_info(0)
+    assert 0 < free <= total
+    versions = backend.versions()
+    assert versions["cuda_driver"] >= 12000
+
+
+@pytest.mark.gpu
+def test_alloc_and_free(backend: CudaBackend) -> None:
+    """Device and pinned allocations succeed, round-trip data and free cleanly."""
+    d = backend.alloc_device(0, 1 * MIB)
+    h = backend.alloc_host(1 * MIB, 0)
+    h2 = backend.alloc_host(1 * MIB, None)
+    data = os.urandom(4096)
+    backend.host_write(h, data)
+    stream = backend.create_stream(0)
+    backend.memcpy_async(d, h, len(data), stream)
+    backend.memcpy_async(h2, d, len(data), stream)
+    backend.synchronize(stream, 10)
+    assert backend.host_read(h2, len(data)) == data
+    backend.destroy_stream(stream)
+    backend.free_device(d)
+    backend.free_host(h)
+    backend.free_host(h2)
+
+
+@pytest.mark.gpu
+def test_events_and_elapsed(backend: CudaBackend) -> None:
+    """Events bracket work on a stream and give a small positive interval in seconds."""
+    d = backend.alloc_device(0, 64 * MIB)
+    h = backend.alloc_host(64 * MIB, 0)
+    stream = backend.create_stream(0)
+    start, end = backend.create_event(0), backend.create_event(0)
+    backend.record_event(start, stream)
+    backend.memcpy_async(d, h, 64 * MIB, stream)
+    backend.record_event(end, stream)
+    other = backend.create_stream(0)
+    backend.wait_event(other, end)
+    backend.synchronize(other, 30)
+    backend.synchronize(stream, 30)
+    seconds = backend.elapsed_seconds(start, end)
+    assert 1e-6 < seconds < 10
+    for e in (start, end):
+        backend.destroy_event(e)
+    backend.destroy_stream(stream)
+    backend.destroy_stream(other)
+    backend.free_device(d)
+    backend.free_host(h)
+
+
+@pytest.mark.gpu
+def test_compile_load_and_launch(
+    backend: CudaBackend, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Kernels compile once per cache; a second backend (a second run) compiles nothing; a
+    launched copy kernel copies."""
+    from gpubw.kernels import cache as kcache
+
+    monkeypatch.setenv("GPUBW_CACHE_DIR", str(tmp_path))
+    compiles: list[str] = []
+    real = kcache.compile_source
+
+    def counting(text: str, target: Any, name: str = kcache.SOURCE_NAME) -> bytes:
+        compiles.append(name)
+        return real(text, target, name)
+
+    monkeypatch.setattr(kcache, "compile_source", counting)
+    backend.load_kernels(0)
+    assert compiles
+    first = len(compiles)
+    second = CudaBackend()
+    try:
+        second.load_kernels(0)
+    finally:
+        second.close()
+    assert len(compiles) == first, "a second run compiled again"
+
+    n = 3 * MIB + 48
+    h = backend.alloc_host(n, 0)
+    src, dst = backend.alloc_device(0, n), backend.alloc_device(0, n)
+    data = os.urandom(n)
+    backend.host_write(h, data)
+    stream = backend.create_stream(0)
+    backend.memcpy_async(src, h, n, stream)
+    backend.launch("gpubw_copy", 7, 512, (ptr(dst), ptr(src), u64(n // 16), u32(3)), stream)
+    backend.host_write(h, bytes(n))
+    backend.memcpy_async(h, dst, n, stream)
+    backend.synchronize(stream, 30)
+    assert backend.host_read(h, n) == data
+    backend.destroy_stream(stream)
+    for p in (src, dst):
+        backend.free_device(p)
+    backend.free_host(h)
+
+
+@pytest.mark.gpu
+def test_copy_kernels_fit_the_launch_shape(backend: CudaBackend) -> None:
+    """The copy kernels do not spill and COPY_BLOCKS_PER_SM blocks of 512 threads fit per SM,
+    so copy_launch_shape's grid runs in one wave."""
+    from gpubw.initiators import COPY_BLOCK, COPY_BLOCKS_PER_SM
+
+    backend.load_kernels(0)
+    for name in ("gpubw_copy", "gpubw_copy_split_warp"):
+        info = backend.kernel_attributes(0, name)
+        assert info["local_bytes"] == 0, info
+        assert info["max_threads_per_block"] >= COPY_BLOCK
+        assert info["blocks_per_sm_at_512"] >= COPY_BLOCKS_PER_SM, info
+
+
+@pytest.mark.gpu
+def test_fill_verify_detects_corruption(backend: CudaBackend) -> None:
+    """gpubw_fill then gpubw_verify passes, and a planted bad word is found at its offset."""
+    from gpubw.buffers import DeviceBuffer
+    from gpubw.system import SRC_SEED
+
+    with _system(backend) as system:
+        system.load_kernels()
+        n = 5 * MIB + 12
+        stream = backend.create_stream(0)
+        try:
+            with DeviceBuffer.allocate(system, 0, n) as buf:
+                buf.fill(SRC_SEED, n, stream=stream, exec_device=0)
+                buf.verify(SRC_SEED, n, stream=stream, exec_device=0)
+                junk = system.host_scratch(4096)
+                junk.write(b"\x13\x37\x13\x37")
+                backend.memcpy_async(buf.ptr + 4 * 777_777, junk.ptr, 4, stream)
+                with pytest.raises(VerificationError) as info:
+                    buf.verify(SRC_SEED, n, stream=stream, exec_device=0)
+                assert info.value.offset == 4 * 777_777
+        finally:
+            backend.destroy_stream(stream)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("initiator", ["CE", "SM", "SPLIT_WARP"])
+@pytest.mark.parametrize("nbytes", [8 * MIB + 48, 64 * MIB + 4096])
+def test_copies_verify_through_memcpy_operation(
+    backend: CudaBackend, initiator: str, nbytes: int
+) -> None:
+    """Host->device and device-local copies by each initiator measure and verify."""
+    from gpubw import initiators
+    from gpubw.buffers import DeviceBuffer, HostBuffer
+    from gpubw.measurement import Copy, Kind, MemcpyOperation
+
+    with _system(backend) as system:
+        op = MemcpyOperation(system, getattr(initiators, initiator))
+        with (
+            HostBuffer.allocate(system, nbytes, 0) as h,
+            DeviceBuffer.allocate(system, 0, nbytes) as a,
+            DeviceBuffer.allocate(system, 0, nbytes) as b,
+        ):
+            for copy in (Copy(h, a), Copy(a, b), Copy(a, h)):
+                result = op.measure([copy])
+                assert result.value(Kind.FIRST) > 1e8  # bytes/s
+
+
+@pytest.mark.gpu
+def test_gate_never_released_times_out(backend: CudaBackend) -> None:
+    """A spin gate that is never released makes synchronize raise GateTimeoutError, and the
+    kernel's own timeout sets the status word; nothing hangs."""
+    backend.load_kernels(0)
+    gate = backend.alloc_host(4096, 0)
+    backend.host_write(gate, bytes(8))
+    stream = backend.create_stream(0)
+    try:
+        args = (ptr(gate), u64(30 * 10**9), ptr(gate + 4))
+        backend.launch("gpubw_gate_wait", 1, 1, args, stream)
+        with pytest.raises(GateTimeoutError, match="device 0"):
+            backend.synchronize(stream, 0.2)
+        backend.host_write(gate, struct.pack("<i", 1))  # release
+        backend.synchronize(stream, 10)
+        assert struct.unpack("<i", backend.host_read(gate + 4, 4))[0] == 0
+
+        backend.host_write(gate, bytes(8))
+        args = (ptr(gate), u64(20 * 10**6), ptr(gate + 4))  # 20 ms, never released
+        backend.launch("gpubw_gate_wait", 1, 1, args, stream)
+        backend.synchronize(stream, 10)
+        assert struct.unpack("<i", backend.host_read(gate + 4, 4))[0] == 1
+    finally:
+        backend.host_write(gate, struct.pack("<i", 1))
+        backend.synchronize(stream, 60)
+        backend.destroy_stream(stream)
+        backend.free_host(gate)
+
+
+@pytest.mark.gpu
+def test_pointer_chase_follows_the_chain(backend: CudaBackend) -> None:
+    """Only the target block chases, and the final pointer is stored to the sink."""
+    backend.load_kernels(0)
+    nodes, stride = 1024, 128
+    chain = backend.alloc_host(nodes * stride, 0)
+    for k in range(nodes):
+        backend.host_write(
+            chain + k * stride, struct.pack("<Q", chain + ((k + 1) % nodes) * stride)
+        )
+    sink = backend.alloc_device(0, 8)
+    out = backend.alloc_host(8, 0)
+    stream = backend.create_stream(0)
+    sms = backend.devices()[0].sm_count
+    try:
+        steps = 1000
+        backend.launch(
+            "gpubw_pointer_chase", sms, 1, (ptr(chain), u64(steps), u32(3), ptr(sink)), stream
+        )
+        backend.memcpy_async(out, sink, 8, stream)
+        backend.synchronize(stream, 30)
+        final = struct.unpack("<Q", backend.host_read(out, 8))[0]
+        assert final == chain + (steps % nodes) * stride
+    finally:
+        backend.destroy_stream(stream)
+        backend.free_device(sink)
+        backend.free_host(out)
+        backend.free_host(chain)
+
+
+@pytest.mark.gpu
+def test_peer_access_and_peer_copy(backend: CudaBackend) -> None:
+    """With two peer-capable GPUs, access enables both ways (twice is fine) and an SM copy
+    between them verifies."""
+    if len(backend.devices()) < 2:
+        pytest.skip("needs 2 GPUs")
+    if not backend.can_access_peer(0, 1):
+        pytest.skip("GPU 0 cannot access GPU 1 (no peer access)")
+    from gpubw.buffers import DeviceBuffer
+    from gpubw.initiators import SM
+    from gpubw.measurement import Copy, Kind, MemcpyOperation
+
+    backend.enable_peer_access(0, 1)
+    backend.enable_peer_access(1, 0)
+    backend.enable_peer_access(0, 1)
+    with (
+        _system(backend) as system,
+        DeviceBuffer.allocate(system, 0, 32 * MIB) as a,
+        DeviceBuffer.allocate(system, 1, 32 * MIB) as b,
+    ):
+        system.enable_peer_access(0, 1)
+        for copy in (Copy(a, b), Copy(b, a)):
+            assert MemcpyOperation(system, SM).measure([copy]).value(Kind.FIRST) > 1e9
+
+
+@pytest.mark.gpu
+def test_system_close_leaks_nothing(backend: CudaBackend) -> None:
+    """Free device memory is the same before and after a System with buffers is closed."""
+    from gpubw.buffers import DeviceBuffer, HostBuffer
+    from gpubw.initiators import SM
+    from gpubw.measurement import Copy, MemcpyOperation
+
+    def one_run() -> None:
+        with (
+            _system(CudaBackend()) as system,
+            HostBuffer.allocate(system, 64 * MIB, 0) as h,
+        ):
+            big = DeviceBuffer.allocate(system, 0, 256 * MIB)
+            left_open = DeviceBuffer.allocate(system, 0, 64 * MIB)  # never closed
+            MemcpyOperation(system, SM).measure([Copy(h, left_open)])
+            big.close()  # back to the run's pool, freed by System.close
+
+    # `backend` holds the primary context, so free memory is comparable across the runs.
+    backend.memory_info(0)
+    one_run()  # first run: the context's one-time allocations
+    before = backend.memory_info(0)[0]
+    one_run()
+    after = backend.memory_info(0)[0]
+    assert abs(before - after) <= 8 * MIB, (before, after)
