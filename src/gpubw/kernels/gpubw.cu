@@ -183,7 +183,7 @@ extern "C" __global__ void gpubw_clear_warp_parity(uint4 *buf, u64 elements, u32
 }
 
 // (start, steps, target, sink): only block `target` (thread 0) follows p = *(void **)p `steps`
-// times from `start`, each load volatile (system-scope, never served from L1, never hoisted),
+// times from `start`, each a volatile generic load (never served from L1, never hoisted),
 // and stores the final pointer to *sink so the chain cannot be removed.
 extern "C" __global__ void gpubw_pointer_chase(const void *start, u64 steps, u32 target,
                                                u64 *sink) {
@@ -193,7 +193,7 @@ extern "C" __global__ void gpubw_pointer_chase(const void *start, u64 steps, u32
     u64 p = (u64)start;
     for (u64 s = 0; s < steps; ++s) {
         u64 next;
-        asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(next) : "l"(p) : "memory");
+        asm volatile("ld.volatile.u64 %0, [%1];" : "=l"(next) : "l"(p) : "memory");
         p = next;
     }
     *sink = p;
