@@ -19,6 +19,8 @@ from gpubw.errors import (
     VerificationError,
 )
 from gpubw.initiators import CE, SM, SPLIT_WARP, CopyEngine, Initiator, KernelCopy, SplitWarpCopy
+from gpubw.kernels import KernelSpec
+from gpubw.kernels.modules import KernelModule, SimulatedLaunch, register_kernel_module
 from gpubw.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
 from gpubw.options import RunOptions
 from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
@@ -45,6 +47,8 @@ __all__ = [
     "Initiator",
     "KernelArg",
     "KernelCopy",
+    "KernelModule",
+    "KernelSpec",
     "Kind",
     "Matrix",
     "MemcpyOperation",
@@ -53,6 +57,7 @@ __all__ = [
     "Prefer",
     "Report",
     "RunOptions",
+    "SimulatedLaunch",
     "SplitWarpCopy",
     "Status",
     "System",
@@ -63,6 +68,7 @@ __all__ = [
     "__version__",
     "i32",
     "ptr",
+    "register_kernel_module",
     "u32",
     "u64",
 ]

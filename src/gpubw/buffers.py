@@ -7,9 +7,10 @@ pool) what it took, also on error and Ctrl-C.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from gpubw.backend.base import ptr, u32, u64
+from gpubw.backend.base import KernelArg, ptr, u32, u64
 from gpubw.errors import VerificationError
 from gpubw.kernels import ELEMENT_BYTES
 from gpubw.system import System
@@ -129,21 +130,46 @@ class Buffer:
     ) -> None:
         """Queue the compare on ``stream``; its result lands in the gate page's ``slot``."""
         words = nbytes // 4
+        if not words:
+            self.system.backend.host_write(self.system.gate.ptr + _RESULTS + 8 * slot, _NONE)
+            return
+        pattern = self.system.pattern(exec_device, seed)
+        self.enqueue_check(
+            "gpubw_verify",
+            _grid_for(words),
+            _BLOCK,
+            (ptr(self.ptr), ptr(pattern), u64(words)),
+            stream=stream,
+            exec_device=exec_device,
+            slot=slot,
+        )
+
+    def enqueue_check(
+        self,
+        kernel: str,
+        grid: int,
+        block: int,
+        args: Sequence[KernelArg],
+        *,
+        stream: Any,
+        exec_device: int,
+        slot: int = 0,
+    ) -> None:
+        """Queue a check of this buffer by any registered kernel (a plugin's own compare).
+
+        ``kernel`` is launched with ``args`` followed by one more pointer: a u64 on
+        ``exec_device`` that holds ~0 when the kernel starts. The kernel leaves it so if the
+        data is right, else stores the index of the first bad 32-bit word (e.g. with
+        ``atomicMin``). The word lands in the gate page's ``slot``; after synchronizing
+        ``stream``, :meth:`check_verified` raises :class:`VerificationError` naming this
+        buffer if the kernel found a bad word."""
         system = self.system
         backend = system.backend
         host_slot = system.gate.ptr + _RESULTS + 8 * slot
         dev_slot = system.verify_scratch(exec_device) + 8 * slot
         backend.host_write(host_slot, _NONE)
         backend.memcpy_async(dev_slot, host_slot, 8, stream)
-        if words:
-            pattern = system.pattern(exec_device, seed)
-            backend.launch(
-                "gpubw_verify",
-                _grid_for(words),
-                _BLOCK,
-                (ptr(self.ptr), ptr(pattern), u64(words), ptr(dev_slot)),
-                stream,
-            )
+        backend.launch(kernel, grid, block, (*args, ptr(dev_slot)), stream)
         backend.memcpy_async(host_slot, dev_slot, 8, stream)
 
     def check_verified(self, slot: int = 0) -> None:

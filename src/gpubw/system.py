@@ -55,7 +55,8 @@ class System:
         self._patterns: dict[tuple[int, int], Buffer] = {}
         self._free: dict[tuple[bool, int | None, int], list[Buffer]] = {}
         self._live: set[Buffer] = set()
-        self._kernels_loaded = False
+        #: kernel-module registry generation the devices were loaded at (None: not yet)
+        self._kernels_loaded: int | None = None
         self._gate: Buffer | None = None
         self._verify: dict[int, Buffer] = {}
         self._ids = itertools.count()
@@ -89,11 +90,16 @@ class System:
                 self._peer_enabled.add((x, y))
 
     def load_kernels(self) -> None:
-        """Compile/load every kernel on every device, once, before anything is gated."""
-        if not self._kernels_loaded:
+        """Compile/load every kernel of every registered kernel module on every device,
+        before anything is gated: once, and again only when a plugin has registered a module
+        since (:func:`gpubw.register_kernel_module`; backends load each module once)."""
+        from gpubw.kernels.modules import generation
+
+        current = generation()
+        if self._kernels_loaded != current:
             for dev in self.devices:
                 self.backend.load_kernels(dev.ordinal)
-            self._kernels_loaded = True
+            self._kernels_loaded = current
 
     # -- affinity ---------------------------------------------------------------------------
     @contextlib.contextmanager
