@@ -102,8 +102,16 @@ def choose_target(compute_capability: tuple[int, int]) -> Target:
 
 
 def compile_options() -> tuple[tuple[str, str], ...]:
-    """The macros every compile of gpubw.cu gets (part of the cache key)."""
-    return (("GPUBW_PATTERN_WORDS", f"{PATTERN_WORDS}ULL"),)
+    """The macros every compile of gpubw.cu gets (part of the cache key).
+
+    ``GPUBW_KERNEL_DEFINES="NAME=VALUE,..."`` adds macros (for tuning the copy kernel, e.g.
+    ``GPUBW_COPY_UNROLL=4``; see benchmarks/tune_copy.py)."""
+    extra = []
+    for item in os.environ.get("GPUBW_KERNEL_DEFINES", "").split(","):
+        if item.strip():
+            name, _, value = item.strip().partition("=")
+            extra.append((name, value or "1"))
+    return (("GPUBW_PATTERN_WORDS", f"{PATTERN_WORDS}ULL"), *extra)
 
 
 def cache_key(
