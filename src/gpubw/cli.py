@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -27,7 +28,7 @@ from typing import Any, NoReturn, TextIO
 
 import gpubw
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, PluginError, UsageError
-from gpubw.options import DEFAULT_LOOPS, DEFAULT_SAMPLES, RunOptions
+from gpubw.options import DEFAULT_BUFFER_SIZE, DEFAULT_LOOPS, DEFAULT_SAMPLES, RunOptions
 from gpubw.registry import Registry, Writers
 from gpubw.sizes import format_size, parse_sizes
 
@@ -348,6 +349,8 @@ def _system_factory(simulate: str | None, options: RunOptions) -> Callable[[], A
             model = load_system(simulate)
         except ImportError as exc:
             raise UsageError(f"--simulate is not available: {exc}") from None
+        except UsageError as exc:  # already names the value and what is allowed
+            raise UsageError(f"--simulate: {exc}") from None
         except Exception as exc:
             names = ", ".join(preset_names()) or "none"
             raise UsageError(
@@ -430,9 +433,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: simulated systems: {', '.join(names)}", file=sys.stderr)
         return 1
     except InterruptedRun as exc:
-        return 143 if exc.signum == 15 else 130
+        return 143 if exc.signum == signal.SIGTERM else 130
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. gpubw -l | head: the reader left; say nothing more
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except GpubwError as exc:
         _error(str(exc))
         return 1
@@ -446,7 +453,7 @@ def _main(argv: list[str]) -> int:
     if ns.list:
         _list(Registry.discover(), ns.json, sys.stdout)
         return 0
-    sizes = parse_sizes(ns.buffer_size) if ns.buffer_size is not None else [512 << 20]
+    sizes = [DEFAULT_BUFFER_SIZE] if ns.buffer_size is None else parse_sizes(ns.buffer_size)
 
     fmt = ns.format or ("json" if ns.json else DEFAULT_FORMAT)
     if ns.json and fmt != "json":

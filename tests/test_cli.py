@@ -1,0 +1,357 @@
+"""Tests of the gpubw command line: options, usage errors, exit codes, -l, -o, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from _plugin_fixtures import BROKEN, GOOD, copy_fixtures, installed, subprocess_env
+from gpubw import cli
+from gpubw.registry import BUILTIN_ORDER
+
+PRESET = "h200x2"
+
+
+@pytest.fixture
+def plugins(tmp_path):
+    with installed(tmp_path / "site", GOOD, BROKEN) as paths:
+        yield paths
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def only_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("gpubw: error: ")
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# -- usage errors -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["-b", "0"], ["'0'", "zero"]),
+        (["-b", "abc"], ["'abc'", "not a number"]),
+        (["-b", "-5"], ["'-5'", "negative"]),
+        (["-b", "1GiB:1MiB"], ["empty"]),
+        (["-b", "1", "-b", "2"], ["-b", "more than once"]),
+        (["-i", "0"], ["-i", "'0'", "at least 1"]),
+        (["-i", "two"], ["-i", "'two'", "whole number"]),
+        (["--loop-count", "0"], ["--loop-count", "at least 1"]),
+        (["--loopCount", "-3"], ["'-3'", "at least 1"]),
+        (["--gate-timeout", "-1"], ["--gate-timeout", "positive"]),
+        (["--gate-timeout", "soon"], ["'soon'", "number of seconds"]),
+        (["-t", "0", "-p", "host"], ["-t/--testcase", "-p/--testcase-prefixes", "together"]),
+        (["--format", "nope"], ["'nope'", "allowed:", "json", "text"]),
+        (["-j", "--format", "text"], ["-j/--json", "--format text"]),
+        (["--simulate", "no-such-system"], ["--simulate", "'no-such-system'"]),
+        (["--bogus"], ["unrecognized arguments: --bogus"]),
+        (["stray"], ["unrecognized arguments: stray"]),
+        (["--test", "0"], ["ambiguous option: --test"]),
+        (["-b"], ["-b", "expected one argument"]),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(capsys, argv, words):
+    """Every bad option value is one 'gpubw: error:' line naming the problem, exit 2."""
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    line = only_error_line(err)
+    for word in words:
+        assert word in line, line
+    assert out == ""
+
+
+def test_unreadable_simulate_file_is_a_usage_error(capsys, tmp_path):
+    """A --simulate file that is not a valid system is a usage error, before anything runs."""
+    bad = tmp_path / "system.json"
+    bad.write_text("{ not json")
+    code, _, err = run_cli(capsys, "--simulate", str(bad), "-t", "0")
+    assert code == 2
+    assert str(bad) in only_error_line(err)
+
+
+@pytest.mark.parametrize("where", ["missing_dir", "is_dir", "proc"])
+def test_unwritable_output_is_a_usage_error_before_running(capsys, tmp_path, monkeypatch, where):
+    """-o to a path that cannot be written fails with exit 2 before the run starts."""
+    target = {
+        "missing_dir": tmp_path / "no" / "such" / "report.json",
+        "is_dir": tmp_path,
+        "proc": Path("/proc/gpubw-report.json"),
+    }[where]
+
+    def must_not_run(*a, **k):
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr("gpubw.runner.run", must_not_run)
+    code, _, err = run_cli(capsys, "-o", str(target), "-t", "0")
+    assert code == 2
+    assert "-o/--output" in only_error_line(err)
+
+
+def test_no_temp_files_left_after_a_usage_error(capsys, tmp_path):
+    """A usage error found after -o was checked leaves no temporary file behind."""
+    code, _, _ = run_cli(capsys, "-o", str(tmp_path / "r.json"), "--simulate", "no-such-system")
+    assert code == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- exit 1 without running ---------------------------------------------------------------
+def test_prefix_matching_nothing_exits_1(capsys):
+    """-p that matches no testcase is an error (exit 1), as in nvbandwidth."""
+    code, out, err = run_cli(capsys, "-p", "no_such_prefix")
+    assert code == 1
+    assert "'no_such_prefix'" in only_error_line(err)
+    assert out == ""
+
+
+def test_no_driver_suggests_simulation(capsys, monkeypatch):
+    """Without an NVIDIA driver gpubw says so plainly and suggests --simulate, exit 1."""
+    import gpubw.backend.cuda as cuda_backend
+    from gpubw.errors import NoDriverError
+
+    def no_driver(self, *a, **k):
+        raise NoDriverError("no NVIDIA driver was found (libcuda could not be loaded)")
+
+    monkeypatch.setattr(cuda_backend.CudaBackend, "__init__", no_driver)
+    code, out, err = run_cli(capsys, "-t", "0")
+    assert code == 1
+    assert err.startswith("gpubw: error: no NVIDIA driver was found")
+    assert f"--simulate {PRESET}" in err
+    assert PRESET in err.splitlines()[-1]  # the list of presets
+    assert "Traceback" not in err and out == ""
+
+
+# -- help and list ------------------------------------------------------------------------
+def test_help_and_version(capsys):
+    """-h prints every nvbandwidth option and the exit codes; --version the version."""
+    code, out, _ = run_cli(capsys, "-h")
+    assert code == 0
+    for opt in ["--buffer-size", "--list", "--testcase", "--testcase-prefixes", "--verbose",
+                "--skip-verification", "--disable-affinity", "--samples", "--use-mean", "--json",
+                "--loop-count", "--output", "--format", "--simulate", "--gate-timeout",
+                "exit codes", "130"]:  # fmt: skip
+        assert opt in out, opt
+    code, out, _ = run_cli(capsys, "--version")
+    assert code == 0 and out.startswith("gpubw 0.")
+
+
+def test_list_has_nvbandwidths_layout(capsys):
+    """-l prints 'Index, Name:', a rule, then '<i>, <key>:' and the description."""
+    code, out, err = run_cli(capsys, "-l")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    i = lines.index("Index, Name:")
+    assert lines[i + 1 : i + 3] == ["\tDescription", "=" * 23]
+    assert lines[i + 3] == f"0, {BUILTIN_ORDER[0]}:"
+    assert lines[i + 4].startswith("\t") and len(lines[i + 4]) > 5
+    assert "34, device_local_copy:" in lines
+    assert "35, device_local_copy_sm:" in lines
+
+
+def test_list_json(capsys):
+    """-l -j prints a JSON list with index, key, description, plugin and load failure."""
+    code, out, _ = run_cli(capsys, "-l", "-j")
+    assert code == 0
+    items = json.loads(out)
+    assert [x["key"] for x in items[: len(BUILTIN_ORDER)]] == list(BUILTIN_ORDER)
+    assert items[34] == {
+        "index": 34,
+        "key": "device_local_copy",
+        "description": items[34]["description"],
+        "plugin": "gpubw",
+        "fixed_size": False,
+        "load_failure": None,
+    }
+    assert any(x["fixed_size"] for x in items)  # the latency testcases
+
+
+def test_list_reports_broken_plugins(capsys, plugins):
+    """-l lists third-party testcases and every plugin that could not be loaded; exit 0."""
+    code, out, _ = run_cli(capsys, "-l")
+    assert code == 0
+    assert "fixture_good:" in out and "(from gpubw-fixture-good)" in out
+    failures = out.split("Plugins that could not be loaded:", 1)[1]
+    for key in ["fixture_missing_module", "fixture_import_raises", "fixture_not_testcase",
+                "host_to_device_memcpy_ce", "fixture_shared"]:  # fmt: skip
+        assert key in failures, key
+    code, out, _ = run_cli(capsys, "-l", "-j")
+    items = {(x["key"], x["plugin"]): x for x in json.loads(out)}
+    assert items[("fixture_import_raises", "gpubw-fixture-broken")]["load_failure"]
+    assert items[("host_to_device_memcpy_ce", "gpubw-fixture-broken")]["index"] is None
+
+
+def test_list_is_fast_and_never_imports_cuda(tmp_path):
+    """gpubw -l runs in well under a second in a fresh process and imports no cuda module."""
+    paths = copy_fixtures(tmp_path, GOOD, BROKEN)
+    code = (
+        "import sys, time; t = time.perf_counter(); from gpubw.cli import main; rc = main(['-l']);"
+        "bad = [m for m in sys.modules if m == 'cuda' or m.startswith('cuda.')];"
+        "print('CUDA', bad, file=sys.stderr); sys.exit(rc or (1 if bad else 0))"
+    )
+    env = subprocess_env(paths)
+    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)  # warm caches
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert "CUDA []" in proc.stderr
+    assert "fixture_good" in proc.stdout
+    assert elapsed < 1.0, f"gpubw -l took {elapsed:.2f} s"
+
+
+# -- plot routing -------------------------------------------------------------------------
+def test_plot_is_routed_to_gpubw_plot(capsys, monkeypatch):
+    """'gpubw plot ARGS' hands ARGS to gpubw.plot.main and returns its code."""
+    import gpubw.plot
+
+    seen = []
+    monkeypatch.setattr(gpubw.plot, "main", lambda argv: seen.append(argv) or 0)
+    code, _, _ = run_cli(capsys, "plot", "r.json", "-o", "r.png")
+    assert code == 0 and seen == [["r.json", "-o", "r.png"]]
+
+
+def test_plot_without_matplotlib_says_how_to_install(capsys, monkeypatch, tmp_path):
+    """Without matplotlib, 'gpubw plot' is a usage error naming gpubw[plot]."""
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code, _, err = run_cli(capsys, "plot", str(tmp_path / "r.json"), "-o", str(tmp_path / "r.png"))
+    assert code == 2
+    assert "gpubw[plot]" in only_error_line(err)
+
+
+# -- runs on a simulated system -------------------------------------------------------------
+def test_simulated_json_run(capsys, plugins):
+    """A simulated run with a size list gives one JSON entry per size, marked simulated."""
+    code, out, err = run_cli(
+        capsys, "--simulate", PRESET, "-t", "fixture_good", "-b", "64,128", "-j"
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["simulated"] is True and doc["system_name"] == PRESET
+    assert [(t["key"], t["status"], t["size_bytes"]) for t in doc["testcases"]] == [
+        ("fixture_good", "Passed", 64 << 20),
+        ("fixture_good", "Passed", 128 << 20),
+    ]
+    assert doc["exit_code"] == 0
+    assert any("512 MiB" in w for w in doc["warnings"])
+
+
+def test_simulated_builtin_text_run(capsys):
+    """A built-in testcase runs on a simulated system and prints nvbandwidth's text."""
+    code, out, err = run_cli(capsys, "--simulate", PRESET, "-t", "0", "-b", "64")
+    assert code == 0, err
+    assert "Running host_to_device_memcpy_ce." in out
+    assert "SUM host_to_device_memcpy_ce" in out
+    assert "SIMULATED" in out
+
+
+def test_errors_and_not_found_exit_1_and_keep_other_results(capsys, plugins):
+    """A testcase Error or a Not Found item exits 1; the other results are still reported."""
+    code, out, _ = run_cli(
+        capsys, "--simulate", PRESET, "-j", "-b", "1",
+        "-t", "fixture_good", "fixture_run_raises", "bogus", "99", "fixture_waived",
+    )  # fmt: skip
+    assert code == 1
+    got = [(t["key"], t["status"]) for t in json.loads(out)["testcases"]]
+    assert got == [
+        ("fixture_good", "Passed"),
+        ("fixture_run_raises", "Error"),
+        ("bogus", "Not Found"),
+        ("99", "Not Found"),
+        ("fixture_waived", "Waived"),
+    ]
+
+
+def test_waived_only_exits_0(capsys, plugins):
+    """Waived testcases are not failures."""
+    code, _, _ = run_cli(capsys, "--simulate", PRESET, "-t", "fixture_waived", "-j")
+    assert code == 0
+
+
+def test_third_party_writer(capsys, plugins):
+    """--format accepts any installed writer."""
+    code, out, _ = run_cli(capsys, "--simulate", PRESET, "-t", "fixture_fixed", "--format",
+                         "fixture_lines")  # fmt: skip
+    assert code == 0
+    assert out == "fixture_fixed Passed None\n"
+
+
+def test_output_file_written_atomically(capsys, plugins, tmp_path):
+    """-o writes the whole report to FILE and nothing to stdout."""
+    target = tmp_path / "out" / "report.txt"
+    target.parent.mkdir()
+    code, out, _ = run_cli(capsys, "--simulate", PRESET, "-t", "fixture_fixed", "--format",
+                         "fixture_lines", "-o", str(target))  # fmt: skip
+    assert code == 0 and out == ""
+    assert target.read_text() == "fixture_fixed Passed None\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["report.txt"]
+
+
+def test_failed_writer_leaves_the_old_file(capsys, plugins, tmp_path):
+    """A writer that fails midway leaves FILE as it was and no temporary file; exit 1."""
+    target = tmp_path / "report.txt"
+    target.write_text("old report\n")
+    code, _, err = run_cli(capsys, "--simulate", PRESET, "-t", "fixture_fixed", "--format",
+                         "fixture_failing", "-o", str(target))  # fmt: skip
+    assert code == 1
+    assert "writer 'fixture_failing' failed" in only_error_line(err)
+    assert target.read_text() == "old report\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name != "site"] == ["report.txt"]
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_stops_a_run_with_valid_json(tmp_path, signum, code):
+    """SIGINT/SIGTERM during a run: exit 130/143, JSON still valid, finished results kept."""
+    paths = copy_fixtures(tmp_path, GOOD)
+    marker = tmp_path / "started"
+    env = subprocess_env(paths, GPUBW_FIXTURE_MARKER=str(marker), GPUBW_FIXTURE_SLOW_S="60")
+    argv = ["--simulate", PRESET, "-j", "-b", "1", "-t", "fixture_fixed", "fixture_slow",
+            "fixture_fixed"]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpubw", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the slow testcase never started"
+            time.sleep(0.02)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err
+    doc = json.loads(out)
+    assert doc["interrupted"] is True and doc["exit_code"] == code
+    assert [(t["key"], t["status"]) for t in doc["testcases"]] == [
+        ("fixture_fixed", "Passed"),
+        ("fixture_slow", "Interrupted"),
+    ]
+    assert "Traceback" not in err
+
+
+def test_os_environment_untouched(plugins):
+    """Running the CLI in-process leaves the signal handlers as they were."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    cli.main(["--simulate", PRESET, "-t", "fixture_fixed", "-j"])
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert os.environ.get("GPUBW_FIXTURE_MARKER") is None
