@@ -156,3 +156,144 @@ def test_nvrtc_compiles_a_plugin_module_for_sm90() -> None:
         pytest.skip(f"NVRTC is not available: {exc}")
     image = cache.compile_source(TWICE_SRC, cache.Target("cubin", "sm_90"), "kmtest.cu")
     assert image[:4] == b"\x7fELF"
+
+
+# -- the backends and System with plugin modules ----------------------------------------------
+
+
+def sim_twice_data(launch: Any, buf: int, n: int) -> None:
+    """A simulation that also computes: buf[i] *= 2 on the held bytes."""
+    import numpy as np
+
+    launch.traffic(buf, read=4 * n, written=4 * n)
+    data = launch.read(buf, 4 * n)
+    if data is not None:
+        launch.write(buf, (np.frombuffer(data, dtype="<f4") * 2).astype("<f4").tobytes())
+
+
+def _simulated(preset: str = "h200x1") -> Any:
+    simulated = pytest.importorskip("gpubw.backend.simulated")
+    return simulated.SimulatedBackend.from_preset(preset)
+
+
+def test_simulated_backend_runs_a_plugin_kernel_through_its_simulation(clean: None) -> None:
+    import struct
+
+    from gpubw.backend.base import ptr, u64
+
+    km.register_kernel_module(make(simulate={"kmtest_twice": sim_twice_data}))
+    backend = _simulated()
+    with gpubw.System(backend) as system:
+        system.load_kernels()
+        n = 1024
+        host = gpubw.HostBuffer.allocate(system, 4 * n)
+        dev = gpubw.DeviceBuffer.allocate(system, 0, 4 * n)
+        host.write(struct.pack(f"<{n}f", *range(n)))
+        stream = backend.create_stream(0)
+        start, end = backend.create_event(0), backend.create_event(0)
+        backend.memcpy_async(dev.ptr, host.ptr, 4 * n, stream)
+        backend.record_event(start, stream)
+        backend.launch("kmtest_twice", 4, 256, (ptr(dev.ptr), u64(n)), stream)
+        backend.record_event(end, stream)
+        backend.memcpy_async(host.ptr, dev.ptr, 4 * n, stream)
+        backend.synchronize(stream, 10.0)
+        assert struct.unpack(f"<{n}f", host.read(4 * n)) == tuple(2.0 * i for i in range(n))
+        assert backend.elapsed_seconds(start, end) > 0  # the reported traffic takes time
+        for e in (start, end):
+            backend.destroy_event(e)
+        backend.destroy_stream(stream)
+        host.close()
+        dev.close()
+
+
+def test_simulated_time_follows_the_reported_traffic(clean: None) -> None:
+    from gpubw.backend.base import ptr, u64
+
+    km.register_kernel_module(make())
+    times = []
+    for n in (1 << 26, 1 << 28):  # symbolic buffers: timing only
+        backend = _simulated()
+        with gpubw.System(backend) as system:
+            system.load_kernels()
+            dev = gpubw.DeviceBuffer.allocate(system, 0, 4 * n)
+            stream = backend.create_stream(0)
+            start, end = backend.create_event(0), backend.create_event(0)
+            backend.record_event(start, stream)
+            backend.launch("kmtest_twice", 4, 256, (ptr(dev.ptr), u64(n)), stream)
+            backend.record_event(end, stream)
+            backend.synchronize(stream, 10.0)
+            times.append(backend.elapsed_seconds(start, end))
+            for e in (start, end):
+                backend.destroy_event(e)
+            backend.destroy_stream(stream)
+            dev.close()
+    assert times[1] == pytest.approx(4 * times[0], rel=0.05)
+
+
+def test_a_plugin_kernel_without_a_simulation_cannot_run_simulated(clean: None) -> None:
+    from gpubw.backend.base import ptr, u64
+
+    km.register_kernel_module(make(simulate={}))
+    backend = _simulated()
+    with gpubw.System(backend) as system:
+        system.load_kernels()
+        dev = gpubw.DeviceBuffer.allocate(system, 0, 4096)
+        stream = backend.create_stream(0)
+        with pytest.raises(gpubw.GpubwError, match="no simulation"):
+            backend.launch("kmtest_twice", 1, 256, (ptr(dev.ptr), u64(1024)), stream)
+        backend.destroy_stream(stream)
+        dev.close()
+
+
+def test_system_loads_again_when_a_module_is_registered_later(clean: None) -> None:
+    backend = _simulated("h200x2")
+    calls: list[int] = []
+    original = backend.load_kernels
+
+    def spy(device: int) -> None:
+        calls.append(device)
+        original(device)
+
+    backend.load_kernels = spy  # type: ignore[method-assign]
+    with gpubw.System(backend) as system:
+        system.load_kernels()
+        system.load_kernels()
+        assert calls == [0, 1]  # once per device, not again
+        km.register_kernel_module(make())
+        system.load_kernels()
+        assert calls == [0, 1, 0, 1]  # a new module: every device loads what it lacks
+
+
+def test_buffer_enqueue_check_reports_a_plugin_checks_first_bad_word(clean: None) -> None:
+    from gpubw.backend.base import u64
+
+    def sim_find(launch: Any, buf: int, n: int, bad: int, first_bad: int) -> None:
+        if bad < n:  # pretend word `bad` is wrong
+            launch.write(first_bad, (bad).to_bytes(8, "little"))
+
+    spec = KernelSpec("kmtest_find", ("ptr", "u64", "u64", "ptr"), "(buf, n, bad, first_bad)")
+    src = (
+        'extern "C" __global__ void kmtest_find(unsigned *b, unsigned long long n, '
+        "unsigned long long bad, unsigned long long *first_bad) { if (bad < n) *first_bad = bad; }"
+    )
+    km.register_kernel_module(
+        km.KernelModule("kmtest", src, (spec,), simulate={"kmtest_find": sim_find})
+    )
+    backend = _simulated()
+    with gpubw.System(backend) as system:
+        system.load_kernels()
+        buf = gpubw.DeviceBuffer.allocate(system, 0, 4096)
+        stream = backend.create_stream(0)
+        args = (gpubw.ptr(buf.ptr), u64(1024))
+        buf.enqueue_check("kmtest_find", 1, 1, (*args, u64(5000)), stream=stream, exec_device=0)
+        backend.synchronize(stream, 10.0)
+        buf.check_verified(0)  # nothing bad
+        buf.enqueue_check(
+            "kmtest_find", 1, 1, (*args, u64(7)), stream=stream, exec_device=0, slot=3
+        )
+        backend.synchronize(stream, 10.0)
+        with pytest.raises(gpubw.VerificationError) as info:
+            buf.check_verified(3)
+        assert info.value.offset == 28
+        backend.destroy_stream(stream)
+        buf.close()

@@ -1,0 +1,346 @@
+"""One :class:`gpubw.Initiator` per STREAM kernel: what it counts, launches, fills and checks.
+
+gpubw's :class:`gpubw.MemcpyOperation` times a :class:`gpubw.Copy` (source, destination) with
+its protocol (spin gate, warm-up, events, samples, median); the STREAM kernels touch one to
+three arrays, so an initiator here is made for one measurement and holds all the arrays of
+that kernel; :attr:`StreamKernel.copy` is the (source, destination) pair handed to
+``measure()`` (it decides the executing device and the labels). Arrays are ``size`` bytes
+each; every kernel works on whole 16-byte vectors (``size // 16`` of them).
+
+Arrays start as a = 1.0, b = 2.0, c = 0.5 (STREAM's spirit: exactly representable values in
+every type), and the scalar is 3.0, so every result is exact in fp16, fp32 and fp64 and is
+verified on the whole array by a kernel after each sample (unless ``-n``/no-verify).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from gpubw import Buffer, Copy, DeviceInfo, Initiator, KernelArg, System, ptr, u32, u64
+
+from gpubw_stream.dtypes import VECTOR_BYTES, DType
+from gpubw_stream.kernels import BLOCK, launch_grid
+from gpubw_stream.metrics import strided_count
+
+#: Initial values of the arrays called a, b and c.
+A0, B0, C0 = 1.0, 2.0, 0.5
+
+
+def vectors(nbytes: int) -> int:
+    """16-byte vectors of an ``nbytes`` array (a trailing partial vector is not touched)."""
+    return nbytes // VECTOR_BYTES
+
+
+class StreamKernel(Initiator):
+    """Base: an SM kernel over whole arrays of one device."""
+
+    name = "SM"
+    #: the operation, as STREAM writes it
+    formula: ClassVar[str] = ""
+    #: names of the arrays, in the order the testcase allocates them
+    array_names: ClassVar[tuple[str, ...]] = ()
+    #: their initial values
+    initial: ClassVar[tuple[float, ...]] = ()
+    #: array reads and writes per pass (counted bytes = (reads + writes) x array bytes)
+    reads: ClassVar[int] = 0
+    writes: ClassVar[int] = 0
+    #: index of the array whose result is checked, and its expected value
+    checked_array: ClassVar[int] = 0
+    expected: ClassVar[float] = 0.0
+    #: index of the measured pair's source and destination arrays
+    pair: ClassVar[tuple[int, int]] = (0, 0)
+
+    def __init__(
+        self, dtype: DType, arrays: Sequence[Buffer], scratch: Buffer | None = None
+    ) -> None:
+        if len(arrays) != len(self.array_names):
+            raise ValueError(
+                f"{type(self).__name__} needs {len(self.array_names)} arrays, got {len(arrays)}"
+            )
+        self.dtype = dtype
+        self.arrays = tuple(arrays)
+        self.scratch = scratch
+
+    # -- what the testcase needs to know -----------------------------------------------------
+    @property
+    def copy(self) -> Copy:
+        """The pair handed to :meth:`gpubw.MemcpyOperation.measure`."""
+        src, dst = self.pair
+        return Copy(self.arrays[src], self.arrays[dst])
+
+    @classmethod
+    def scratch_bytes(cls, device: DeviceInfo, nbytes: int) -> int:
+        """Bytes of extra device memory the kernel needs (the read's partial sums)."""
+        return 0
+
+    @classmethod
+    def working_set(cls, nbytes: int, dtype: DType) -> int:
+        """Bytes of every array the kernel touches (what must fit in L2 to be served by it)."""
+        return len(cls.array_names) * vectors(nbytes) * VECTOR_BYTES
+
+    @classmethod
+    def counted(cls, nbytes: int, dtype: DType) -> int:
+        """Bytes one pass reads plus writes."""
+        return (cls.reads + cls.writes) * vectors(nbytes) * VECTOR_BYTES
+
+    # -- Initiator ---------------------------------------------------------------------------
+    def counted_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return self.counted(nbytes, self.dtype)
+
+    def checked_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return vectors(nbytes) * VECTOR_BYTES
+
+    def kernel(self) -> str:
+        raise NotImplementedError
+
+    def args(self, vecs: int, loops: int) -> tuple[KernelArg, ...]:
+        raise NotImplementedError
+
+    def enqueue(
+        self,
+        system: System,
+        src: Buffer,
+        dst: Buffer,
+        nbytes: int,
+        loops: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+    ) -> None:
+        vecs = vectors(nbytes)
+        grid = launch_grid(exec_device.sm_count, vecs)
+        system.backend.launch(self.kernel(), grid, BLOCK, self.args(vecs, loops), stream)
+
+    def fill(self, system: System, buf: Buffer, value: float, stream: Any, sm_count: int) -> None:
+        """Set every whole vector of ``buf`` to ``value`` (one pass of stream_write)."""
+        vecs = vectors(buf.nbytes)
+        lo, hi = self.dtype.pattern(value)
+        system.backend.launch(
+            "stream_write",
+            launch_grid(sm_count, vecs),
+            BLOCK,
+            (ptr(buf.ptr), u64(vecs), u64(lo), u64(hi), u32(1)),
+            stream,
+        )
+
+    def prepare(
+        self, system: System, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int
+    ) -> None:
+        sm_count = system.devices[exec_device].sm_count
+        for buf, value in zip(self.arrays, self.initial):
+            self.fill(system, buf, value, stream, sm_count)
+
+    def enqueue_checks(
+        self, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int, first_slot: int
+    ) -> list[tuple[int, Buffer]]:
+        buf = self.arrays[self.checked_array]
+        vecs = vectors(checked)
+        if vecs == 0:
+            return []
+        lo, hi = self.dtype.pattern(self.expected)
+        sm_count = buf.system.devices[exec_device].sm_count
+        buf.enqueue_check(
+            "stream_check",
+            launch_grid(sm_count, vecs),
+            BLOCK,
+            (ptr(buf.ptr), u64(vecs), u64(lo), u64(hi)),
+            stream=stream,
+            exec_device=exec_device,
+            slot=first_slot,
+        )
+        return [(first_slot, buf)]
+
+
+class CopyKernel(StreamKernel):
+    formula = "c = a"
+    array_names = ("a", "c")
+    initial = (A0, C0)
+    reads, writes = 1, 1
+    pair = (0, 1)
+    checked_array, expected = 1, A0
+
+    def kernel(self) -> str:
+        return "stream_copy"  # 16-byte vectors: the element type does not enter
+
+    def args(self, vecs: int, loops: int) -> tuple[KernelArg, ...]:
+        a, c = self.arrays
+        return (ptr(c.ptr), ptr(a.ptr), u64(vecs), u32(loops))
+
+
+class ScaleKernel(StreamKernel):
+    formula = "b = 3·c"
+    array_names = ("c", "b")
+    initial = (C0, B0)
+    reads, writes = 1, 1
+    pair = (0, 1)
+    checked_array, expected = 1, 3.0 * C0
+
+    def kernel(self) -> str:
+        return f"stream_scale_{self.dtype.suffix}"
+
+    def args(self, vecs: int, loops: int) -> tuple[KernelArg, ...]:
+        c, b = self.arrays
+        return (ptr(b.ptr), ptr(c.ptr), u64(vecs), u32(loops))
+
+
+class AddKernel(StreamKernel):
+    formula = "c = a + b"
+    array_names = ("a", "b", "c")
+    initial = (A0, B0, C0)
+    reads, writes = 2, 1
+    pair = (0, 2)
+    checked_array, expected = 2, A0 + B0
+
+    def kernel(self) -> str:
+        return f"stream_add_{self.dtype.suffix}"
+
+    def args(self, vecs: int, loops: int) -> tuple[KernelArg, ...]:
+        a, b, c = self.arrays
+        return (ptr(c.ptr), ptr(a.ptr), ptr(b.ptr), u64(vecs), u32(loops))
+
+
+class TriadKernel(StreamKernel):
+    formula = "a = b + 3·c"
+    array_names = ("a", "b", "c")
+    initial = (A0, B0, C0)
+    reads, writes = 2, 1
+    pair = (1, 0)
+    checked_array, expected = 0, B0 + 3.0 * C0
+
+    def kernel(self) -> str:
+        return f"stream_triad_{self.dtype.suffix}"
+
+    def args(self, vecs: int, loops: int) -> tuple[KernelArg, ...]:
+        a, b, c = self.arrays
+        return (ptr(a.ptr), ptr(b.ptr), ptr(c.ptr), u64(vecs), u32(loops))
+
+
+class WriteKernel(StreamKernel):
+    formula = "a = 3"
+    array_names = ("a",)
+    initial = (C0,)
+    reads, writes = 0, 1
+    pair = (0, 0)
+    checked_array, expected = 0, 3.0
+
+    def kernel(self) -> str:
+        return "stream_write"
+
+    def args(self, vecs: int, loops: int) -> tuple[KernelArg, ...]:
+        lo, hi = self.dtype.pattern(self.expected)
+        (a,) = self.arrays
+        return (ptr(a.ptr), u64(vecs), u64(lo), u64(hi), u32(loops))
+
+
+class ReadKernel(StreamKernel):
+    """sum(a): every byte of a read once per pass; each block writes one partial sum (a
+    double) to a small scratch buffer, whose bytes are not counted (a few KiB against the
+    array; they are listed in the notes)."""
+
+    formula = "sum(a)"
+    array_names = ("a",)
+    initial = (A0,)
+    reads, writes = 1, 0
+    pair = (0, 0)
+
+    @classmethod
+    def scratch_bytes(cls, device: DeviceInfo, nbytes: int) -> int:
+        return 8 * launch_grid(device.sm_count, vectors(nbytes))
+
+    def kernel(self) -> str:
+        return f"stream_read_{self.dtype.suffix}"
+
+    def args(self, vecs: int, loops: int) -> tuple[KernelArg, ...]:
+        assert self.scratch is not None
+        (a,) = self.arrays
+        return (ptr(a.ptr), u64(vecs), ptr(self.scratch.ptr), u32(loops))
+
+    def enqueue_checks(
+        self, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int, first_slot: int
+    ) -> list[tuple[int, Buffer]]:
+        # every element of a is 1.0, so the partial sums add up to the element count
+        assert self.scratch is not None
+        vecs = vectors(checked)
+        if vecs == 0:
+            return []
+        elements = vecs * VECTOR_BYTES // self.dtype.itemsize
+        count = self.scratch.nbytes // 8
+        self.scratch.enqueue_check(
+            "stream_check_sum",
+            1,
+            1,
+            (ptr(self.scratch.ptr), u64(count), u64(elements)),
+            stream=stream,
+            exec_device=exec_device,
+            slot=first_slot,
+        )
+        return [(first_slot, self.scratch)]
+
+
+class StridedReadKernel(StreamKernel):
+    """y[i] = x[i * k] + 1 (the seed's ``x[::k] + 1``): every k-th element of x is read, and
+    the results are written contiguously to the first ceil(elements / k) elements of y.
+    Scalar accesses (one element each), so the memory moves whole 32-byte sectors of x."""
+
+    formula = "y = x[::k] + 1"
+    array_names = ("x", "y")
+    initial = (A0, 0.0)
+    pair = (0, 1)
+    checked_array, expected = 1, A0 + 1.0
+
+    def __init__(
+        self,
+        dtype: DType,
+        arrays: Sequence[Buffer],
+        scratch: Buffer | None = None,
+        *,
+        stride: int = 2,
+    ) -> None:
+        super().__init__(dtype, arrays, scratch)
+        if stride < 1:
+            raise ValueError(f"stride must be >= 1, got {stride}")
+        self.stride = stride
+
+    def count(self, nbytes: int) -> int:
+        """Elements read (and written): ceil(elements of x / k)."""
+        return strided_count(nbytes, self.stride, self.dtype.itemsize)
+
+    @classmethod
+    def working_set(cls, nbytes: int, dtype: DType) -> int:
+        # x whole (its sectors are all in play for small k) and the written part of y; the
+        # stride is not known to a classmethod, so the testcase computes the exact figure
+        return 2 * nbytes
+
+    def counted_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        """Useful bytes: the elements read plus the elements written."""
+        return 2 * self.count(nbytes) * self.dtype.itemsize
+
+    def kernel(self) -> str:
+        return f"stream_strided_{self.dtype.suffix}"
+
+    def enqueue(
+        self,
+        system: System,
+        src: Buffer,
+        dst: Buffer,
+        nbytes: int,
+        loops: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+    ) -> None:
+        m = self.count(nbytes)
+        x, y = self.arrays
+        system.backend.launch(
+            self.kernel(),
+            launch_grid(exec_device.sm_count, m),
+            BLOCK,
+            (ptr(y.ptr), ptr(x.ptr), u64(m), u32(self.stride), u32(loops)),
+            stream,
+        )
+
+    def enqueue_checks(
+        self, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int, first_slot: int
+    ) -> list[tuple[int, Buffer]]:
+        # the whole vectors of y's written prefix (a last partial vector is not checked)
+        written = self.count(checked) * self.dtype.itemsize
+        return super().enqueue_checks(src, dst, written, stream, exec_device, first_slot)

@@ -1,0 +1,254 @@
+"""The kernel module "gpubw_stream": its CUDA source, catalogue and simulations.
+
+Importing this module registers the module with gpubw (:func:`gpubw.register_kernel_module`),
+so that both backends can launch its kernels by name. The source is ``stream.cu`` beside this
+file. "vecs" are 16-byte vectors; ``loops`` passes run in one launch.
+
+Each kernel also has a model for gpubw's simulated backend: it reports the launch's memory
+traffic (every pass) and, where the simulated system holds the buffers' bytes, computes the
+result so that verification is exercised on CI.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from gpubw import KernelModule, KernelSpec, SimulatedLaunch, register_kernel_module
+
+from gpubw_stream.dtypes import DTYPES, VECTOR_BYTES, DType
+from gpubw_stream.metrics import strided_traffic
+
+if TYPE_CHECKING:
+    import numpy as np
+
+MODULE_NAME = "gpubw_stream"
+#: the STREAM scalar (STREAM's own value)
+SCALAR = 3.0
+#: Threads per block of every kernel (the source's STREAM_BLOCK).
+BLOCK = 256
+#: Resident blocks per SM the launch grid is sized for.
+BLOCKS_PER_SM = 4
+
+
+def source() -> str:
+    """The CUDA C source of the module."""
+    return resources.files(__package__).joinpath("stream.cu").read_text(encoding="utf-8")
+
+
+def launch_grid(sm_count: int, work: int) -> int:
+    """Blocks for ``work`` items per pass (vectors, or elements of the strided read): a
+    grid-stride grid of BLOCKS_PER_SM blocks per SM, fewer when there is less work."""
+    return max(1, min(sm_count * BLOCKS_PER_SM, -(-work // BLOCK)))
+
+
+# -- the simulations ---------------------------------------------------------------------------
+
+
+def _np() -> Any:
+    import numpy
+
+    return numpy
+
+
+def _array(launch: SimulatedLaunch, pointer: int, nbytes: int, dt: DType) -> np.ndarray | None:
+    data = launch.read(pointer, nbytes)
+    if data is None:
+        return None
+    return _np().frombuffer(data, dtype=dt.numpy_name)
+
+
+def _store(launch: SimulatedLaunch, pointer: int, values: np.ndarray, dt: DType) -> None:
+    launch.write(pointer, values.astype(dt.numpy_name).tobytes())
+
+
+def sim_copy(launch: SimulatedLaunch, c: int, a: int, vecs: int, loops: int) -> None:
+    n = vecs * VECTOR_BYTES
+    launch.traffic(a, read=n * loops)
+    launch.traffic(c, written=n * loops)
+    data = launch.read(a, n)
+    if data is not None:
+        launch.write(c, data)
+
+
+def sim_write(launch: SimulatedLaunch, dst: int, vecs: int, lo: int, hi: int, loops: int) -> None:
+    n = vecs * VECTOR_BYTES
+    launch.traffic(dst, written=n * loops)
+    if launch.holds(dst, n):
+        launch.write(dst, (lo.to_bytes(8, "little") + hi.to_bytes(8, "little")) * vecs)
+
+
+def sim_check(
+    launch: SimulatedLaunch, buf: int, vecs: int, lo: int, hi: int, first_bad: int
+) -> None:
+    n = vecs * VECTOR_BYTES
+    launch.traffic(buf, read=n)
+    data = launch.read(buf, n)
+    if data is None:
+        return
+    np = _np()
+    got = np.frombuffer(data, dtype="<u8").reshape(vecs, 2)
+    bad = np.flatnonzero((got[:, 0] != lo) | (got[:, 1] != hi))
+    if bad.size:
+        _report_bad(launch, first_bad, 4 * int(bad[0]))
+
+
+def sim_check_sum(
+    launch: SimulatedLaunch, partials: int, count: int, expected: int, first_bad: int
+) -> None:
+    launch.traffic(partials, read=count * 8)
+    data = launch.read(partials, count * 8)
+    if data is None:
+        return
+    sums = _np().frombuffer(data, dtype="<f8")
+    if _np().isnan(sums).all():
+        return  # the simulated read could not see its array (see sim read): not checkable
+    if float(sums.sum()) != float(expected):
+        _report_bad(launch, first_bad, 0)
+
+
+def _report_bad(launch: SimulatedLaunch, first_bad: int, word: int) -> None:
+    old = launch.read(first_bad, 8)
+    current = int.from_bytes(old, "little") if old is not None else (1 << 64) - 1
+    launch.write(first_bad, min(current, word).to_bytes(8, "little"))
+
+
+def _typed(dt: DType) -> dict[str, Any]:
+    """The simulations of the typed kernels of ``dt``."""
+
+    def unary(launch: SimulatedLaunch, dst: int, src: int, vecs: int, loops: int) -> None:
+        n = vecs * VECTOR_BYTES
+        launch.traffic(src, read=n * loops)
+        launch.traffic(dst, written=n * loops)
+        x = _array(launch, src, n, dt)
+        if x is not None:
+            _store(launch, dst, x * _np().dtype(dt.numpy_name).type(SCALAR), dt)
+
+    def binary(triad: bool) -> Any:
+        def run(launch: SimulatedLaunch, dst: int, p: int, q: int, vecs: int, loops: int) -> None:
+            n = vecs * VECTOR_BYTES
+            launch.traffic(p, read=n * loops)
+            launch.traffic(q, read=n * loops)
+            launch.traffic(dst, written=n * loops)
+            x, y = _array(launch, p, n, dt), _array(launch, q, n, dt)
+            if x is not None and y is not None:
+                s = _np().dtype(dt.numpy_name).type(SCALAR)
+                _store(launch, dst, x + s * y if triad else x + y, dt)
+
+        return run
+
+    def read(launch: SimulatedLaunch, a: int, vecs: int, partials: int, loops: int) -> None:
+        n = vecs * VECTOR_BYTES
+        grid = launch.grid
+        launch.traffic(a, read=n * loops)
+        launch.traffic(partials, written=grid * 8 * loops)
+        x = _array(launch, a, n, dt)
+        np = _np()
+        if x is None:
+            # The simulated system does not hold this array's bytes, so the sums are unknown:
+            # NaN partials tell the simulated check so (a real kernel never writes NaN here).
+            launch.write(partials, np.full(grid, np.nan, dtype="<f8").tobytes())
+            return
+        # Vector i is read by global thread i mod T, which is in block (i mod T) // block.
+        per_vector = x.astype(np.float64).reshape(vecs, -1).sum(axis=1)
+        threads = grid * launch.block
+        owner = (np.arange(vecs) % threads) // launch.block
+        sums = np.bincount(owner, weights=per_vector, minlength=grid)
+        launch.write(partials, sums.astype("<f8").tobytes())
+
+    def strided(launch: SimulatedLaunch, y: int, x: int, m: int, stride: int, loops: int) -> None:
+        moved_read, moved_written = strided_traffic(m, stride, dt.itemsize)
+        launch.traffic(x, read=moved_read * loops)
+        launch.traffic(y, written=moved_written * loops)
+        span = ((m - 1) * stride + 1) * dt.itemsize if m else 0
+        src = _array(launch, x, span, dt)
+        if src is not None:
+            one = _np().dtype(dt.numpy_name).type(1.0)
+            _store(launch, y, src[::stride][:m] + one, dt)
+
+    return {
+        f"stream_scale_{dt.suffix}": unary,
+        f"stream_add_{dt.suffix}": binary(triad=False),
+        f"stream_triad_{dt.suffix}": binary(triad=True),
+        f"stream_read_{dt.suffix}": read,
+        f"stream_strided_{dt.suffix}": strided,
+    }
+
+
+# -- the catalogue -----------------------------------------------------------------------------
+
+
+def _typed_specs(dt: DType) -> tuple[KernelSpec, ...]:
+    t, s = dt.name, dt.suffix
+    return (
+        KernelSpec(
+            f"stream_scale_{s}",
+            ("ptr", "ptr", "u64", "u32"),
+            f"(b, c, vecs, loops): b = 3 * c over vecs 16-byte vectors of {t}, loops times.",
+        ),
+        KernelSpec(
+            f"stream_add_{s}",
+            ("ptr", "ptr", "ptr", "u64", "u32"),
+            f"(c, a, b, vecs, loops): c = a + b over vecs 16-byte vectors of {t}, loops times.",
+        ),
+        KernelSpec(
+            f"stream_triad_{s}",
+            ("ptr", "ptr", "ptr", "u64", "u32"),
+            f"(a, b, c, vecs, loops): a = b + 3 * c over vecs 16-byte vectors of {t}, loops times.",
+        ),
+        KernelSpec(
+            f"stream_read_{s}",
+            ("ptr", "u64", "ptr", "u32"),
+            f"(a, vecs, partials, loops): each block sums the {t} elements it reads of vecs "
+            "16-byte vectors (grid-stride) and writes the sum (a double) to "
+            "partials[blockIdx.x], every pass, loops passes.",
+        ),
+        KernelSpec(
+            f"stream_strided_{s}",
+            ("ptr", "ptr", "u64", "u32", "u32"),
+            f"(y, x, m, stride, loops): y[i] = x[i * stride] + 1 for i < m {t} elements "
+            "(scalar accesses), loops times.",
+        ),
+    )
+
+
+SPECS: tuple[KernelSpec, ...] = (
+    KernelSpec(
+        "stream_copy",
+        ("ptr", "ptr", "u64", "u32"),
+        "(c, a, vecs, loops): c = a over vecs 16-byte vectors, loops times (any element type).",
+    ),
+    KernelSpec(
+        "stream_write",
+        ("ptr", "u64", "u64", "u64", "u32"),
+        "(dst, vecs, lo, hi, loops): every 16-byte vector of dst = the pattern lo | hi << 64, "
+        "loops times (the write test, and every fill).",
+    ),
+    KernelSpec(
+        "stream_check",
+        ("ptr", "u64", "u64", "u64", "ptr"),
+        "(buf, vecs, lo, hi, first_bad): atomicMin(first_bad, 4 * i) for each 16-byte vector "
+        "i that is not the pattern (first_bad counts 32-bit words and starts at ~0).",
+    ),
+    KernelSpec(
+        "stream_check_sum",
+        ("ptr", "u64", "u64", "ptr"),
+        "(partials, count, expected, first_bad): *first_bad = 0 unless the count doubles add "
+        "up to expected (launch one thread).",
+    ),
+    *(spec for dt in DTYPES.values() for spec in _typed_specs(dt)),
+)
+
+SIMULATE: dict[str, Any] = {
+    "stream_copy": sim_copy,
+    "stream_write": sim_write,
+    "stream_check": sim_check,
+    "stream_check_sum": sim_check_sum,
+}
+for _dt in DTYPES.values():
+    SIMULATE.update(_typed(_dt))
+
+#: The registered module (registered when this module is imported).
+MODULE = register_kernel_module(
+    KernelModule(name=MODULE_NAME, source=source(), kernels=SPECS, simulate=SIMULATE)
+)

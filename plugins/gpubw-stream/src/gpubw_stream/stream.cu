@@ -1,0 +1,352 @@
+// gpubw-stream's kernels: the STREAM operations (copy, scale, add, triad), a read-only
+// reduction, a fill, a strided read, and the two checks that verify their results. Compiled
+// at run time by gpubw's backend (NVRTC, cached on disk) as the kernel module "gpubw_stream";
+// the catalogue (names, parameter order, semantics) is gpubw_stream/kernels.py.
+//
+// No header is included, so the source compiles with NVRTC alone: fp16 arithmetic is done with
+// PTX's f16/f16x2 instructions on raw bits, never with cuda_fp16.h.
+//
+// Every array is accessed as 16-byte vectors (uint4): `vecs` is the number of vectors. One
+// 16-byte vector is 4 fp32, 8 fp16 or 2 fp64 elements, so the bytes moved per vector, and the
+// memory access pattern, are the same whatever the element type. Loads use ld.global.cg (L2
+// only, never L1) in volatile asm: a small array read `loops` times is not served from L1, and
+// the compiler cannot drop or hoist a repeated load. Every kernel is grid-stride and keeps
+// STREAM_UNROLL independent 16-byte loads in flight per thread; `loops` passes run in one launch.
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+#ifndef STREAM_UNROLL
+#define STREAM_UNROLL 4
+#endif
+#ifndef STREAM_BLOCK
+#define STREAM_BLOCK 256
+#endif
+
+static_assert(sizeof(void *) == 8, "gpubw-stream needs 64-bit device pointers");
+
+// The STREAM scalar s = 3.0, as fp32, fp16x2 and fp64 bits.
+#define S_F32 3.0f
+#define S_F16X2 0x42004200u
+#define S_F64 3.0
+// 1.0 as fp16 bits (the strided kernel's y = x + 1).
+#define ONE_F16 ((u16)0x3C00u)
+
+__device__ __forceinline__ u64 first_index() {
+    return (u64)blockIdx.x * (u64)blockDim.x + (u64)threadIdx.x;
+}
+
+__device__ __forceinline__ u64 grid_threads() { return (u64)gridDim.x * (u64)blockDim.x; }
+
+__device__ __forceinline__ uint4 ld16(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void st16(uint4 *p, uint4 v) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+// -- element types: the arithmetic on one 16-byte vector ------------------------------------
+
+__device__ __forceinline__ float f(u32 x) { return __uint_as_float(x); }
+__device__ __forceinline__ u32 b(float x) { return __float_as_uint(x); }
+
+struct F32 {
+    typedef float acc;
+    static __device__ __forceinline__ uint4 scale(uint4 c) {
+        return make_uint4(b(S_F32 * f(c.x)), b(S_F32 * f(c.y)), b(S_F32 * f(c.z)),
+                          b(S_F32 * f(c.w)));
+    }
+    static __device__ __forceinline__ uint4 add(uint4 a, uint4 c) {
+        return make_uint4(b(f(a.x) + f(c.x)), b(f(a.y) + f(c.y)), b(f(a.z) + f(c.z)),
+                          b(f(a.w) + f(c.w)));
+    }
+    // b + s * c
+    static __device__ __forceinline__ uint4 triad(uint4 bb, uint4 c) {
+        return make_uint4(b(fmaf(S_F32, f(c.x), f(bb.x))), b(fmaf(S_F32, f(c.y), f(bb.y))),
+                          b(fmaf(S_F32, f(c.z), f(bb.z))), b(fmaf(S_F32, f(c.w), f(bb.w))));
+    }
+    static __device__ __forceinline__ acc sum(uint4 v) {
+        return (f(v.x) + f(v.y)) + (f(v.z) + f(v.w));
+    }
+};
+
+__device__ __forceinline__ u32 h2_add(u32 x, u32 y) {
+    u32 d;
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(y));
+    return d;
+}
+__device__ __forceinline__ u32 h2_mul(u32 x, u32 y) {
+    u32 d;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(y));
+    return d;
+}
+__device__ __forceinline__ u32 h2_fma(u32 x, u32 y, u32 z) {
+    u32 d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(y), "r"(z));
+    return d;
+}
+__device__ __forceinline__ float h2_sum(u32 x) {
+    float lo, hi;
+    asm("{ .reg .b16 l, h;\n\t"
+        "mov.b32 {l, h}, %2;\n\t"
+        "cvt.f32.f16 %0, l;\n\t"
+        "cvt.f32.f16 %1, h; }"
+        : "=f"(lo), "=f"(hi)
+        : "r"(x));
+    return lo + hi;
+}
+
+struct F16 {
+    typedef float acc;
+    static __device__ __forceinline__ uint4 scale(uint4 c) {
+        return make_uint4(h2_mul(S_F16X2, c.x), h2_mul(S_F16X2, c.y), h2_mul(S_F16X2, c.z),
+                          h2_mul(S_F16X2, c.w));
+    }
+    static __device__ __forceinline__ uint4 add(uint4 a, uint4 c) {
+        return make_uint4(h2_add(a.x, c.x), h2_add(a.y, c.y), h2_add(a.z, c.z), h2_add(a.w, c.w));
+    }
+    static __device__ __forceinline__ uint4 triad(uint4 bb, uint4 c) {
+        return make_uint4(h2_fma(S_F16X2, c.x, bb.x), h2_fma(S_F16X2, c.y, bb.y),
+                          h2_fma(S_F16X2, c.z, bb.z), h2_fma(S_F16X2, c.w, bb.w));
+    }
+    static __device__ __forceinline__ acc sum(uint4 v) {
+        return (h2_sum(v.x) + h2_sum(v.y)) + (h2_sum(v.z) + h2_sum(v.w));
+    }
+};
+
+__device__ __forceinline__ double d_of(u32 lo, u32 hi) {
+    return __longlong_as_double((long long)(((u64)hi << 32) | (u64)lo));
+}
+__device__ __forceinline__ void d_to(double x, u32 &lo, u32 &hi) {
+    u64 v = (u64)__double_as_longlong(x);
+    lo = (u32)v;
+    hi = (u32)(v >> 32);
+}
+
+struct F64 {
+    typedef double acc;
+    static __device__ __forceinline__ uint4 scale(uint4 c) {
+        uint4 r;
+        d_to(S_F64 * d_of(c.x, c.y), r.x, r.y);
+        d_to(S_F64 * d_of(c.z, c.w), r.z, r.w);
+        return r;
+    }
+    static __device__ __forceinline__ uint4 add(uint4 a, uint4 c) {
+        uint4 r;
+        d_to(d_of(a.x, a.y) + d_of(c.x, c.y), r.x, r.y);
+        d_to(d_of(a.z, a.w) + d_of(c.z, c.w), r.z, r.w);
+        return r;
+    }
+    static __device__ __forceinline__ uint4 triad(uint4 bb, uint4 c) {
+        uint4 r;
+        d_to(fma(S_F64, d_of(c.x, c.y), d_of(bb.x, bb.y)), r.x, r.y);
+        d_to(fma(S_F64, d_of(c.z, c.w), d_of(bb.z, bb.w)), r.z, r.w);
+        return r;
+    }
+    static __device__ __forceinline__ acc sum(uint4 v) { return d_of(v.x, v.y) + d_of(v.z, v.w); }
+};
+
+// -- the grid-stride skeletons ----------------------------------------------------------------
+
+// dst[i] = OP(src[i]) for i < n vectors, `loops` times.
+template <class Op>
+__device__ __forceinline__ void unary(uint4 *dst, const uint4 *src, u64 n, u32 loops, Op op) {
+    const u64 t = first_index(), T = grid_threads();
+    for (u32 l = 0; l < loops; ++l) {
+        u64 i = t;
+        for (; i + (STREAM_UNROLL - 1) * T < n; i += STREAM_UNROLL * T) {
+            uint4 v[STREAM_UNROLL];
+#pragma unroll
+            for (int u = 0; u < STREAM_UNROLL; ++u) v[u] = ld16(src + i + u * T);
+#pragma unroll
+            for (int u = 0; u < STREAM_UNROLL; ++u) st16(dst + i + u * T, op(v[u]));
+        }
+        for (; i < n; i += T) st16(dst + i, op(ld16(src + i)));
+    }
+}
+
+// dst[i] = OP(x[i], y[i]) for i < n vectors, `loops` times.
+template <class Op>
+__device__ __forceinline__ void binary(uint4 *dst, const uint4 *x, const uint4 *y, u64 n,
+                                       u32 loops, Op op) {
+    const u64 t = first_index(), T = grid_threads();
+    for (u32 l = 0; l < loops; ++l) {
+        u64 i = t;
+        for (; i + (STREAM_UNROLL - 1) * T < n; i += STREAM_UNROLL * T) {
+            uint4 p[STREAM_UNROLL], q[STREAM_UNROLL];
+#pragma unroll
+            for (int u = 0; u < STREAM_UNROLL; ++u) {
+                p[u] = ld16(x + i + u * T);
+                q[u] = ld16(y + i + u * T);
+            }
+#pragma unroll
+            for (int u = 0; u < STREAM_UNROLL; ++u) st16(dst + i + u * T, op(p[u], q[u]));
+        }
+        for (; i < n; i += T) st16(dst + i, op(ld16(x + i), ld16(y + i)));
+    }
+}
+
+struct Identity {
+    __device__ __forceinline__ uint4 operator()(uint4 v) const { return v; }
+};
+template <class T> struct Scale {
+    __device__ __forceinline__ uint4 operator()(uint4 v) const { return T::scale(v); }
+};
+template <class T> struct Add {
+    __device__ __forceinline__ uint4 operator()(uint4 p, uint4 q) const { return T::add(p, q); }
+};
+template <class T> struct Triad {
+    __device__ __forceinline__ uint4 operator()(uint4 p, uint4 q) const { return T::triad(p, q); }
+};
+
+// Sum of a block's values (every thread passes one; the result is valid in thread 0).
+__device__ __forceinline__ double block_sum(double v) {
+    __shared__ double warp_sums[STREAM_BLOCK / 32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    if (lane == 0) warp_sums[warp] = v;
+    __syncthreads();
+    double total = 0.0;
+    if (threadIdx.x == 0)
+        for (u32 w = 0; w < (blockDim.x + 31u) / 32u; ++w) total += warp_sums[w];
+    __syncthreads();  // warp_sums is reused by the next pass
+    return total;
+}
+
+// partials[blockIdx.x] = this block's sum of the elements it read, every pass.
+template <class T>
+__device__ __forceinline__ void reduce(const uint4 *src, u64 n, double *partials, u32 loops) {
+    const u64 t = first_index(), T_ = grid_threads();
+    for (u32 l = 0; l < loops; ++l) {
+        typename T::acc s[STREAM_UNROLL];
+#pragma unroll
+        for (int u = 0; u < STREAM_UNROLL; ++u) s[u] = 0;
+        u64 i = t;
+        for (; i + (STREAM_UNROLL - 1) * T_ < n; i += STREAM_UNROLL * T_) {
+            uint4 v[STREAM_UNROLL];
+#pragma unroll
+            for (int u = 0; u < STREAM_UNROLL; ++u) v[u] = ld16(src + i + u * T_);
+#pragma unroll
+            for (int u = 0; u < STREAM_UNROLL; ++u) s[u] += T::sum(v[u]);
+        }
+        for (; i < n; i += T_) s[0] += T::sum(ld16(src + i));
+        double mine = 0.0;
+#pragma unroll
+        for (int u = 0; u < STREAM_UNROLL; ++u) mine += (double)s[u];
+        const double total = block_sum(mine);
+        if (threadIdx.x == 0) partials[blockIdx.x] = total;
+    }
+}
+
+// dst[i] = src[i * stride] + 1 for i < m elements of T, `loops` times (scalar accesses).
+__device__ __forceinline__ float ld_f32(const float *p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ u16 ld_f16(const u16 *p) {
+    u16 v;
+    asm volatile("ld.global.cg.b16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ double ld_f64(const double *p) {
+    double v;
+    asm volatile("ld.global.cg.f64 %0, [%1];" : "=d"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ float plus1(float x) { return x + 1.0f; }
+__device__ __forceinline__ double plus1(double x) { return x + 1.0; }
+__device__ __forceinline__ u16 plus1(u16 x) {
+    u16 d;
+    asm("add.rn.f16 %0, %1, %2;" : "=h"(d) : "h"(x), "h"(ONE_F16));
+    return d;
+}
+__device__ __forceinline__ float ld_elem(const float *p) { return ld_f32(p); }
+__device__ __forceinline__ u16 ld_elem(const u16 *p) { return ld_f16(p); }
+__device__ __forceinline__ double ld_elem(const double *p) { return ld_f64(p); }
+
+template <class E>
+__device__ __forceinline__ void strided(E *dst, const E *src, u64 m, u32 stride, u32 loops) {
+    const u64 t = first_index(), T = grid_threads(), k = (u64)stride;
+    for (u32 l = 0; l < loops; ++l) {
+        u64 i = t;
+        for (; i + (STREAM_UNROLL - 1) * T < m; i += STREAM_UNROLL * T) {
+            E v[STREAM_UNROLL];
+#pragma unroll
+            for (int u = 0; u < STREAM_UNROLL; ++u) v[u] = ld_elem(src + (i + u * T) * k);
+#pragma unroll
+            for (int u = 0; u < STREAM_UNROLL; ++u) dst[i + u * T] = plus1(v[u]);
+        }
+        for (; i < m; i += T) dst[i] = plus1(ld_elem(src + i * k));
+    }
+}
+
+// -- the kernels ------------------------------------------------------------------------------
+
+#define STREAM_KERNEL extern "C" __global__ void __launch_bounds__(STREAM_BLOCK)
+
+// c = a (16-byte vectors; the element type does not enter)
+STREAM_KERNEL stream_copy(uint4 *c, const uint4 *a, u64 vecs, u32 loops) {
+    unary(c, a, vecs, loops, Identity());
+}
+
+// dst = pattern (16 bytes, lo then hi), `loops` times (the write test and every fill)
+STREAM_KERNEL stream_write(uint4 *dst, u64 vecs, u64 lo, u64 hi, u32 loops) {
+    const uint4 v = make_uint4((u32)lo, (u32)(lo >> 32), (u32)hi, (u32)(hi >> 32));
+    const u64 t = first_index(), T = grid_threads();
+    for (u32 l = 0; l < loops; ++l)
+        for (u64 i = t; i < vecs; i += T) st16(dst + i, v);
+}
+
+// atomicMin(first_bad, 4 * i) for every vector i < vecs that differs from the pattern
+// (first_bad counts 32-bit words, as gpubw's verification slots do)
+STREAM_KERNEL stream_check(const uint4 *buf, u64 vecs, u64 lo, u64 hi, u64 *first_bad) {
+    const uint4 v = make_uint4((u32)lo, (u32)(lo >> 32), (u32)hi, (u32)(hi >> 32));
+    const u64 t = first_index(), T = grid_threads();
+    for (u64 i = t; i < vecs; i += T) {
+        const uint4 x = ld16(buf + i);
+        if (x.x != v.x || x.y != v.y || x.z != v.z || x.w != v.w) {
+            atomicMin(first_bad, 4ULL * i);
+            return;
+        }
+    }
+}
+
+// *first_bad = 0 unless the `count` partial sums add up to `expected` (one thread)
+STREAM_KERNEL stream_check_sum(const double *partials, u64 count, u64 expected, u64 *first_bad) {
+    if (first_index() != 0) return;
+    double total = 0.0;
+    for (u64 i = 0; i < count; ++i) total += partials[i];
+    if (total != (double)expected) *first_bad = 0ULL;
+}
+
+#define STREAM_TYPED(T, E, sfx)                                                                 \
+    STREAM_KERNEL stream_scale_##sfx(uint4 *b, const uint4 *c, u64 vecs, u32 loops) {          \
+        unary(b, c, vecs, loops, Scale<T>());                                                  \
+    }                                                                                          \
+    STREAM_KERNEL stream_add_##sfx(uint4 *c, const uint4 *a, const uint4 *b, u64 vecs,         \
+                                   u32 loops) {                                                \
+        binary(c, a, b, vecs, loops, Add<T>());                                                \
+    }                                                                                          \
+    STREAM_KERNEL stream_triad_##sfx(uint4 *a, const uint4 *b, const uint4 *c, u64 vecs,       \
+                                     u32 loops) {                                              \
+        binary(a, b, c, vecs, loops, Triad<T>());                                              \
+    }                                                                                          \
+    STREAM_KERNEL stream_read_##sfx(const uint4 *a, u64 vecs, double *partials, u32 loops) {   \
+        reduce<T>(a, vecs, partials, loops);                                                   \
+    }                                                                                          \
+    STREAM_KERNEL stream_strided_##sfx(E *y, const E *x, u64 m, u32 stride, u32 loops) {       \
+        strided<E>(y, x, m, stride, loops);                                                    \
+    }
+
+STREAM_TYPED(F32, float, f32)
+STREAM_TYPED(F16, u16, f16)
+STREAM_TYPED(F64, double, f64)
