@@ -21,7 +21,7 @@ from gpubw.latency import (
 )
 from gpubw.results import LATENCY, Matrix
 from gpubw.testcase import Testcase
-from gpubw.testcases.shapes import PeerTestcase, labels, new_matrix
+from gpubw.testcases.shapes import PeerTestcase, labels
 
 
 def latency_matrix(
@@ -35,7 +35,7 @@ def latency_matrix(
     )
     if found is not None:
         notes += (("launches", found.launches), ("steps_per_launch", found.steps))
-    return new_matrix(
+    return Matrix(
         key=testcase.key,
         description=header,
         unit=LATENCY,

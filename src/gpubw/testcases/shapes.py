@@ -170,12 +170,6 @@ def labels(n: int) -> tuple[str, ...]:
     return tuple(str(i) for i in range(n))
 
 
-def new_matrix(**fields: Any) -> Matrix:
-    """``Matrix(**fields)``. (Matrix's ``converter=tuple`` label fields make mypy reject every
-    direct call with labels; this one indirection keeps the callers type-clean.)"""
-    return Matrix(**fields)
-
-
 def bandwidth_matrix(
     testcase: Testcase,
     key: str,
@@ -201,7 +195,7 @@ def bandwidth_matrix(
 
     cells = [m for row in grid for m in row]
     counted_pair = None if kind in (Kind.TOTAL, Kind.SUM) else pair
-    return new_matrix(
+    return Matrix(
         key=key,
         description=header,
         unit=BANDWIDTH,
@@ -380,7 +374,7 @@ def bidirectional(
         for row in grid
     ]
     matrices.append(
-        new_matrix(
+        Matrix(
             key=f"{testcase.key}_total",
             description=header.format("Total"),
             unit=BANDWIDTH,
@@ -487,7 +481,6 @@ __all__ = [
     "host_traffic",
     "labels",
     "n_by_n",
-    "new_matrix",
     "one_by_n",
     "one_to_all",
     "size_text",

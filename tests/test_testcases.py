@@ -1,0 +1,585 @@
+"""The built-in testcases, end to end on the simulated presets (no GPU).
+
+What nvbandwidth's reference (§5) fixes is checked here: which testcases are waived where,
+matrix keys, header strings, shapes, N/A placement, bandwidth kinds, initiators, the exact data
+flow of every cell (source, destination, size, executing device; so the 2S interference of the
+CE host tests and the context preference of each test), #18 == #19, latency ignoring the
+buffer size, and device_local_copy's read + write matrix.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
+from typing import Any
+
+import attrs
+import pytest
+
+from gpubw import BANDWIDTH, LATENCY, Matrix, MemcpyOperation, RunOptions, System
+from gpubw import Testcase as AnyTestcase  # (a Test* name would be collected by pytest)
+from gpubw.backend.presets import load_system
+from gpubw.backend.simulated import SimSystem
+from gpubw.initiators import sm_truncated_bytes
+from gpubw.latency import NODE_BYTES, RING_BYTES, STRIDE_NODES, ring_bytes
+from gpubw.testcases import latency as latency_module
+
+MIB = 1 << 20
+SIZE = 4 * MIB
+LOOPS = 2
+OPTIONS = RunOptions(samples=2, loops=LOOPS)
+
+#: preset -> (device count, ordered peer pairs or None for all)
+PRESETS: dict[str, tuple[int, set[tuple[int, int]] | None]] = {
+    "h200x1": (1, None),
+    "h200x2": (2, None),
+    "h200x8": (8, None),
+    "pcie4": (4, {(0, 1), (1, 0), (2, 3), (3, 2)}),
+}
+
+
+def accessible(preset: str, r: int, c: int) -> bool:
+    _, peers = PRESETS[preset]
+    return r != c and (peers is None or (r, c) in peers)
+
+
+TESTCASES: dict[str, type[AnyTestcase]] = {
+    ep.name: ep.load()
+    for ep in entry_points(group="gpubw.testcases")
+    if ep.value.startswith("gpubw.")
+}
+
+# -- what nvbandwidth's table says ------------------------------------------------------------
+
+HOST_1xN = {
+    # key: (header, initiator)
+    "host_to_device_memcpy_ce": ("memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)", "CE"),
+    "device_to_host_memcpy_ce": ("memcpy CE CPU(row) <- GPU(column) bandwidth (GB/s)", "CE"),
+    "host_to_device_bidirectional_memcpy_ce": (
+        "memcpy CE CPU(row) <-> GPU(column) bandwidth (GB/s)",
+        "CE",
+    ),
+    "device_to_host_bidirectional_memcpy_ce": (
+        "memcpy CE CPU(row) <-> GPU(column) bandwidth (GB/s)",
+        "CE",
+    ),
+    "all_to_host_memcpy_ce": ("memcpy CE CPU(row) <- GPU(column) bandwidth (GB/s)", "CE"),
+    "all_to_host_bidirectional_memcpy_ce": (
+        "memcpy CE CPU(row) <-> GPU(column) bandwidth (GB/s)",
+        "CE",
+    ),
+    "host_to_all_memcpy_ce": ("memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)", "CE"),
+    "host_to_all_bidirectional_memcpy_ce": (
+        "memcpy CE CPU(row) <-> GPU(column) bandwidth (GB/s)",
+        "CE",
+    ),
+    "host_to_device_memcpy_sm": ("memcpy SM CPU(row) -> GPU(column) bandwidth (GB/s)", "SM"),
+    "device_to_host_memcpy_sm": ("memcpy SM CPU(row) <- GPU(column) bandwidth (GB/s)", "SM"),
+    "host_to_device_bidirectional_memcpy_sm": (
+        "memcpy SM CPU(row) <-> GPU(column) bandwidth (GB/s)",
+        "SM split-warp",
+    ),
+    "device_to_host_bidirectional_memcpy_sm": (
+        "memcpy SM CPU(row) <-> GPU(column) bandwidth (GB/s)",
+        "SM split-warp",
+    ),
+    "all_to_host_memcpy_sm": ("memcpy SM CPU(row) <- GPU(column) bandwidth (GB/s)", "SM"),
+    "all_to_host_bidirectional_memcpy_sm": (
+        "memcpy SM CPU(row) <-> GPU(column) bandwidth (GB/s)",
+        "SM split-warp",
+    ),
+    "host_to_all_memcpy_sm": ("memcpy SM CPU(row) -> GPU(column) bandwidth (GB/s)", "SM"),
+    "host_to_all_bidirectional_memcpy_sm": (
+        "memcpy SM CPU(row) <-> GPU(column) bandwidth (GB/s)",
+        "SM split-warp",
+    ),
+}
+PEER_NxN = {
+    "device_to_device_memcpy_read_ce": ("memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)", "CE"),
+    "device_to_device_memcpy_write_ce": (
+        "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)",
+        "CE",
+    ),
+    "device_to_device_memcpy_read_sm": ("memcpy SM GPU(row) -> GPU(column) bandwidth (GB/s)", "SM"),
+    "device_to_device_memcpy_write_sm": (
+        "memcpy SM GPU(row) <- GPU(column) bandwidth (GB/s)",
+        "SM",
+    ),
+}
+BIDIRECTIONAL = {
+    # key: (engine, word)
+    "device_to_device_bidirectional_memcpy_read_ce": ("CE", "Read"),
+    "device_to_device_bidirectional_memcpy_write_ce": ("CE", "Write"),
+    "device_to_device_bidirectional_memcpy_read_sm": ("SM", "Read"),
+    "device_to_device_bidirectional_memcpy_write_sm": ("SM", "Write"),
+}
+FAN = {
+    "all_to_one_write_ce": ("memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)", "CE"),
+    "all_to_one_read_ce": ("memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)", "CE"),
+    "one_to_all_write_ce": ("memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)", "CE"),
+    "one_to_all_read_ce": ("memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)", "CE"),
+    "all_to_one_write_sm": ("memcpy SM GPU(row) <- GPU(column) bandwidth (GB/s)", "SM"),
+    "all_to_one_read_sm": ("memcpy SM GPU(row) -> GPU(column) bandwidth (GB/s)", "SM"),
+    "one_to_all_write_sm": ("memcpy SM GPU(row) -> GPU(column) bandwidth (GB/s)", "SM"),
+    "one_to_all_read_sm": ("memcpy SM GPU(row) <- GPU(column) bandwidth (GB/s)", "SM"),
+}
+LATENCY_TESTS = {
+    "host_device_latency_sm": "memory latency SM CPU(row) <-> GPU(column) (ns)",
+    "device_to_device_latency_sm": "Device to Device Latency SM GPU(row) <-> GPU(column) (ns)",
+}
+LOCAL = {
+    "device_local_copy": ("memcpy local GPU(column) bandwidth (GB/s)", "CE"),
+    "device_local_copy_sm": ("memcpy SM local GPU(column) bandwidth (GB/s)", "SM"),
+}
+NEEDS_PEERS = {*PEER_NxN, *BIDIRECTIONAL, *FAN, "device_to_device_latency_sm"}
+
+
+def test_the_table_covers_every_builtin() -> None:
+    table = {**HOST_1xN, **PEER_NxN, **BIDIRECTIONAL, **FAN, **LATENCY_TESTS, **LOCAL}
+    assert set(table) == set(TESTCASES)
+    assert len(TESTCASES) == 36
+
+
+@pytest.mark.parametrize("key", sorted(TESTCASES))
+def test_class_key_and_description(key: str) -> None:
+    cls = TESTCASES[key]
+    assert cls.key == key
+    lines = cls.description().splitlines()
+    assert 1 <= len(lines) <= 3, lines
+    assert all(len(line) <= 100 for line in lines)
+    assert cls.fixed_size is (key in LATENCY_TESTS)
+
+
+# -- running ----------------------------------------------------------------------------------
+
+Ran = tuple[AnyTestcase, "list[Matrix] | None", System]
+
+
+@pytest.fixture
+def run(sim_system: Callable[..., System]) -> Callable[..., Ran]:
+    """``run(preset, key, size=SIZE)``: filter, then run ``key`` on a fresh System on the
+    simulated ``preset``; (testcase, matrices or None if waived, system). Checks that the
+    testcase gave back every buffer it took (and, at teardown, that nothing leaked)."""
+
+    def go(preset: str | SimSystem, key: str, size: int = SIZE) -> Ran:
+        system = sim_system(preset, options=OPTIONS)
+        tc = TESTCASES[key](system)
+        if not tc.filter():
+            return tc, None, system
+        matrices = list(tc.run(size, LOOPS))
+        assert system.live_buffers == 0, f"{key} left {system.live_buffers} buffers allocated"
+        return tc, matrices, system
+
+    return go
+
+
+def check_matrix(m: Matrix, rows: int, cols: int, na: Callable[[int, int], bool]) -> None:
+    """Shape, labels, N/A placement, units, positive values, raw samples, sums."""
+    assert m.row_labels == tuple(str(i) for i in range(rows))
+    assert m.column_labels == tuple(str(i) for i in range(cols))
+    assert len(m.values) == rows and all(len(r) == cols for r in m.values)
+    for r in range(rows):
+        for c in range(cols):
+            v = m.values[r][c]
+            if na(r, c):
+                assert v is None, f"{m.key}[{r}][{c}] should be N/A, is {v}"
+                assert m.samples[r][c] is None
+            else:
+                assert v is not None and v > 0 and math.isfinite(v), f"{m.key}[{r}][{c}] = {v}"
+                s = m.samples[r][c]
+                assert s is not None and len(s) >= 1
+    assert m.sum == pytest.approx(sum(v for row in m.values for v in row if v is not None))
+    assert m.bytes_counted
+    assert m.statistic
+
+
+def cases(keys: Any) -> Iterator[Any]:
+    for preset in PRESETS:
+        for key in sorted(keys):
+            yield pytest.param(preset, key, id=f"{preset}-{key}")
+
+
+@pytest.mark.parametrize(("preset", "key"), cases(HOST_1xN))
+def test_host_testcases(run: Callable[..., Ran], preset: str, key: str) -> None:
+    n, _ = PRESETS[preset]
+    header, initiator = HOST_1xN[key]
+    _, matrices, _ = run(preset, key)
+    assert matrices is not None
+    (m,) = matrices
+    assert (m.key, m.description, m.unit) == (key, header, BANDWIDTH)
+    assert (m.initiator, m.bandwidth_kind) == (initiator, "first")
+    check_matrix(m, 1, n, lambda r, c: False)
+    for row in m.samples:
+        for s in row:
+            assert s is not None and len(s) == OPTIONS.samples
+    expected = SIZE // 2 if initiator == "SM split-warp" else SIZE
+    assert m.bytes_per_copy == expected
+    assert "counted once" in m.bytes_counted
+    same_device = "bidirectional_memcpy_ce" in key  # #2, #3, #9, #11
+    other_devices = "all" in key and n > 1  # #8-#11, #24-#27
+    has_interference = "interference copies" in m.bytes_counted
+    assert has_interference is (same_device or other_devices)
+    if has_interference:
+        assert "not counted" in m.bytes_counted
+        assert ("twice the measured size" in m.bytes_counted) is key.endswith("_ce")
+
+
+@pytest.mark.parametrize(("preset", "key"), cases(PEER_NxN))
+def test_peer_testcases(run: Callable[..., Ran], preset: str, key: str) -> None:
+    n, _ = PRESETS[preset]
+    header, initiator = PEER_NxN[key]
+    tc, matrices, _ = run(preset, key)
+    if n == 1:
+        assert matrices is None
+        assert tc.waive_reason == "needs 2 devices with peer access; found 1 device"
+        return
+    assert matrices is not None
+    (m,) = matrices
+    assert (m.key, m.description, m.unit) == (key, header, BANDWIDTH)
+    assert (m.initiator, m.bandwidth_kind) == (initiator, "first")
+    check_matrix(m, n, n, lambda r, c: not accessible(preset, r, c))
+    assert m.bytes_per_copy == SIZE
+
+
+@pytest.mark.parametrize(("preset", "key"), cases(BIDIRECTIONAL))
+def test_bidirectional_testcases(run: Callable[..., Ran], preset: str, key: str) -> None:
+    n, _ = PRESETS[preset]
+    engine, word = BIDIRECTIONAL[key]
+    _, matrices, _ = run(preset, key)
+    if n == 1:
+        assert matrices is None
+        return
+    assert matrices is not None
+    one, two, total = matrices
+    lower = word.lower()
+    assert [m.key for m in matrices] == [f"{key}_{lower}1", f"{key}_{lower}2", f"{key}_total"]
+    for m, label in zip(matrices, (f"{word}1", f"{word}2", "Total")):
+        assert m.description == f"memcpy {engine} GPU(row) <-> GPU(column) {label} bandwidth (GB/s)"
+        assert (m.initiator, m.bandwidth_kind, m.unit) == (engine, "vector", BANDWIDTH)
+        check_matrix(m, n, n, lambda r, c: not accessible(preset, r, c))
+    for r in range(n):
+        for c in range(n):
+            a, b, t = one.values[r][c], two.values[r][c], total.values[r][c]
+            if t is not None:
+                assert a is not None and b is not None
+                assert t == pytest.approx(a + b)
+    assert total.sum == pytest.approx(one.sum + two.sum)
+
+
+@pytest.mark.parametrize(("preset", "key"), cases(FAN))
+def test_all_to_one_and_one_to_all(run: Callable[..., Ran], preset: str, key: str) -> None:
+    n, _ = PRESETS[preset]
+    header, initiator = FAN[key]
+    tc, matrices, _ = run(preset, key)
+    if n == 1:
+        assert matrices is None
+        assert "needs 2 devices with peer access" in tc.waive_reason
+        return
+    assert matrices is not None
+    (m,) = matrices
+    assert (m.key, m.description, m.unit) == (key, header, BANDWIDTH)
+    assert (m.initiator, m.bandwidth_kind) == (initiator, "total")
+    # a column is N/A only when its device has no accessible peer (none here)
+    check_matrix(m, 1, n, lambda r, c: not any(accessible(preset, c, j) for j in range(n)))
+    assert m.bytes_per_copy == SIZE
+
+
+@pytest.mark.parametrize(("preset", "key"), cases(LATENCY_TESTS))
+def test_latency_testcases(run: Callable[..., Ran], preset: str, key: str) -> None:
+    n, _ = PRESETS[preset]
+    _, matrices, _ = run(preset, key)
+    if key == "device_to_device_latency_sm" and n == 1:
+        assert matrices is None
+        return
+    assert matrices is not None
+    (m,) = matrices
+    assert (m.key, m.description, m.unit) == (key, LATENCY_TESTS[key], LATENCY)
+    assert m.bandwidth_kind == "latency"
+    if key == "host_device_latency_sm":
+        check_matrix(m, 1, n, lambda r, c: False)
+    else:
+        check_matrix(m, n, n, lambda r, c: not accessible(preset, r, c))
+    for row in m.values:
+        for v in row:
+            assert v is None or 1e-9 < v < 1e-4, v  # seconds per access
+    # the value is the mean of the per-launch samples (sum of launch times / 10^6 accesses)
+    for vrow, srow in zip(m.values, m.samples):
+        for v, s in zip(vrow, srow):
+            if v is not None:
+                assert s is not None
+                assert v == pytest.approx(sum(s) / len(s))
+
+
+@pytest.mark.parametrize(("preset", "key"), cases(LOCAL))
+def test_device_local_copy(run: Callable[..., Ran], preset: str, key: str) -> None:
+    n, _ = PRESETS[preset]
+    header, initiator = LOCAL[key]
+    _, matrices, system = run(preset, key)
+    assert matrices is not None
+    once, read_write = matrices
+    assert (once.key, once.description, once.initiator) == (key, header, initiator)
+    assert read_write.key == f"{key}_read_write"
+    assert read_write.bytes_counted.startswith("read + write (each byte copied counted twice")
+    for m in matrices:
+        assert (m.unit, m.bandwidth_kind) == (BANDWIDTH, "first")
+        check_matrix(m, 1, n, lambda r, c: False)
+    for a, b in zip(once.values[0], read_write.values[0]):
+        assert a is not None and b == pytest.approx(2 * a)
+    notes = dict(read_write.notes)
+    nominal = [d.nominal_memory_bandwidth for d in system.devices]
+    assert list(notes["nominal_memory_bandwidth"]) == pytest.approx(nominal)
+    percent = notes["percent_of_nominal"]
+    for v, p, nom in zip(read_write.values[0], percent, nominal):
+        assert v is not None and p == pytest.approx(100 * v / nom)
+    assert dict(once.notes)["percent_of_nominal_read_write"] == percent
+
+
+# -- the exact data flow of every cell ---------------------------------------------------------
+
+Flow = list[tuple[str, str, int, int]]  # (source, destination, bytes, executing device)
+
+
+# nvbandwidth's notation: H(g) is pinned host memory near g, D(g) memory on g
+def H(g: int) -> str:
+    return "Host"
+
+
+def D(g: int) -> str:
+    return f"Device {g}"
+
+
+def expected_flows(key: str, preset: str, s: int) -> list[Flow]:
+    """Every measured cell's copies, in order, from nvbandwidth's table (reference §5)."""
+    n, _ = PRESETS[preset]
+    others = [[j for j in range(n) if j != g] for g in range(n)]
+    pairs = [(r, c) for r in range(n) for c in range(n) if accessible(preset, r, c)]
+    h2d = [(H(g), D(g), s, g) for g in range(n)]
+    d2h = [(D(g), H(g), s, g) for g in range(n)]
+
+    def h2d_at(g: int, size: int) -> tuple[str, str, int, int]:
+        return (H(g), D(g), size, g)
+
+    def d2h_at(g: int, size: int) -> tuple[str, str, int, int]:
+        return (D(g), H(g), size, g)
+
+    two = 2 * s
+    table: dict[str, Callable[[], list[Flow]]] = {
+        "host_to_device_memcpy_ce": lambda: [[h2d[g]] for g in range(n)],
+        "device_to_host_memcpy_ce": lambda: [[d2h[g]] for g in range(n)],
+        "host_to_device_bidirectional_memcpy_ce": lambda: [
+            [h2d[g], d2h_at(g, two)] for g in range(n)
+        ],
+        "device_to_host_bidirectional_memcpy_ce": lambda: [
+            [d2h[g], h2d_at(g, two)] for g in range(n)
+        ],
+        "device_to_device_memcpy_read_ce": lambda: [[(D(c), D(r), s, r)] for r, c in pairs],
+        "device_to_device_memcpy_write_ce": lambda: [[(D(r), D(c), s, r)] for r, c in pairs],
+        "device_to_device_bidirectional_memcpy_read_ce": lambda: [
+            [(D(c), D(r), s, r), (D(r), D(c), s, c)] for r, c in pairs
+        ],
+        "device_to_device_bidirectional_memcpy_write_ce": lambda: [
+            [(D(c), D(r), s, c), (D(r), D(c), s, r)] for r, c in pairs
+        ],
+        "all_to_host_memcpy_ce": lambda: [
+            [d2h[g], *(d2h_at(j, two) for j in others[g])] for g in range(n)
+        ],
+        "all_to_host_bidirectional_memcpy_ce": lambda: [
+            [
+                d2h[g],
+                h2d_at(g, two),
+                *(x for j in others[g] for x in (d2h_at(j, two), h2d_at(j, two))),
+            ]
+            for g in range(n)
+        ],
+        "host_to_all_memcpy_ce": lambda: [
+            [h2d[g], *(h2d_at(j, two) for j in others[g])] for g in range(n)
+        ],
+        "host_to_all_bidirectional_memcpy_ce": lambda: [
+            [
+                h2d[g],
+                d2h_at(g, two),
+                *(x for j in others[g] for x in (h2d_at(j, two), d2h_at(j, two))),
+            ]
+            for g in range(n)
+        ],
+        # all to one / one to all: for g, one copy per peer j that g can access
+        "all_to_one_write_ce": lambda: fan(lambda g, j: (D(j), D(g), s, j)),
+        "all_to_one_read_ce": lambda: fan(lambda g, j: (D(g), D(j), s, j)),
+        "one_to_all_write_ce": lambda: fan(lambda g, j: (D(g), D(j), s, g)),
+        "one_to_all_read_ce": lambda: fan(lambda g, j: (D(j), D(g), s, g)),
+        "host_to_device_memcpy_sm": lambda: [[h2d[g]] for g in range(n)],
+        "device_to_host_memcpy_sm": lambda: [[d2h[g]] for g in range(n)],
+        # split-warp: one kernel over (source H(g), destination D(g)); #19 is the same
+        "host_to_device_bidirectional_memcpy_sm": lambda: [[h2d[g]] for g in range(n)],
+        "device_to_host_bidirectional_memcpy_sm": lambda: [[h2d[g]] for g in range(n)],
+        "device_to_device_memcpy_read_sm": lambda: [[(D(c), D(r), s, r)] for r, c in pairs],
+        "device_to_device_memcpy_write_sm": lambda: [[(D(r), D(c), s, r)] for r, c in pairs],
+        "device_to_device_bidirectional_memcpy_read_sm": lambda: [
+            [(D(c), D(r), s, r), (D(r), D(c), s, c)] for r, c in pairs
+        ],
+        "device_to_device_bidirectional_memcpy_write_sm": lambda: [
+            [(D(c), D(r), s, c), (D(r), D(c), s, r)] for r, c in pairs
+        ],
+        # the SM host tests: interference at S, not 2S
+        "all_to_host_memcpy_sm": lambda: [[d2h[g], *(d2h[j] for j in others[g])] for g in range(n)],
+        "all_to_host_bidirectional_memcpy_sm": lambda: [
+            [d2h[g], *(d2h[j] for j in others[g])] for g in range(n)
+        ],
+        "host_to_all_memcpy_sm": lambda: [[h2d[g], *(h2d[j] for j in others[g])] for g in range(n)],
+        "host_to_all_bidirectional_memcpy_sm": lambda: [
+            [h2d[g], *(d2h[j] for j in others[g])] for g in range(n)
+        ],
+        "all_to_one_write_sm": lambda: fan(lambda g, j: (D(j), D(g), s, j)),
+        # SM reads run on the data's source (PREFER_SRC), unlike the CE versions
+        "all_to_one_read_sm": lambda: fan(lambda g, j: (D(g), D(j), s, g)),
+        "one_to_all_write_sm": lambda: fan(lambda g, j: (D(g), D(j), s, g)),
+        "one_to_all_read_sm": lambda: fan(lambda g, j: (D(j), D(g), s, j)),
+        "device_local_copy": lambda: [[(D(g), D(g), s, g)] for g in range(n)],
+        "device_local_copy_sm": lambda: [[(D(g), D(g), s, g)] for g in range(n)],
+    }
+
+    def fan(copy: Callable[[int, int], tuple[str, str, int, int]]) -> list[Flow]:
+        flows = [[copy(g, j) for j in others[g] if accessible(preset, g, j)] for g in range(n)]
+        return [f for f in flows if f]
+
+    return table[key]()
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> list[Flow]:
+    """Every MemcpyOperation.measure call's copies as (src, dst, bytes, exec device)."""
+    calls: list[Flow] = []
+    measure = MemcpyOperation.measure
+
+    def spy(self: MemcpyOperation, copies: Any) -> Any:
+        calls.append([(c.src.label, c.dst.label, c.nbytes, self.exec_device(c)) for c in copies])
+        return measure(self, copies)
+
+    monkeypatch.setattr(MemcpyOperation, "measure", spy)
+    return calls
+
+
+BANDWIDTH_KEYS = sorted(k for k in TESTCASES if k not in LATENCY_TESTS)
+
+
+@pytest.mark.parametrize("preset", ["pcie4", "h200x2"])
+@pytest.mark.parametrize("key", BANDWIDTH_KEYS)
+def test_data_flow_of_every_cell(
+    run: Callable[..., Ran], recorded: list[Flow], preset: str, key: str
+) -> None:
+    _, matrices, _ = run(preset, key)
+    assert matrices is not None
+    assert recorded == expected_flows(key, preset, SIZE)
+
+
+def test_interference_buffers_are_allocated_at_twice_the_size(
+    run: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#2: per cell, H(g) and D(g) of S for the measured copy and of 2S for the interference."""
+    sizes: list[tuple[bool, int | None, int]] = []
+    allocate = System.allocate
+
+    def spy(self: System, host: bool, device: int | None, nbytes: int) -> int:
+        sizes.append((host, device, nbytes))
+        return allocate(self, host, device, nbytes)
+
+    monkeypatch.setattr(System, "allocate", spy)
+    run("h200x1", "host_to_device_bidirectional_memcpy_ce")
+    big = [(h, d) for h, d, b in sizes if b == 2 * SIZE]
+    assert sorted(big, key=str) == [(False, 0), (True, 0)]
+    assert {(h, d) for h, d, b in sizes if b == SIZE} == {(False, 0), (True, 0)}
+
+
+def test_split_warp_18_is_19(run: Callable[..., Ran], recorded: list[Flow]) -> None:
+    _, a, _ = run("h200x2", "host_to_device_bidirectional_memcpy_sm")
+    first = list(recorded)
+    recorded.clear()
+    _, b, _ = run("h200x2", "device_to_host_bidirectional_memcpy_sm")
+    assert a is not None and b is not None
+    assert first == recorded
+    (ma,), (mb,) = a, b
+    assert ma.description == mb.description
+    assert (ma.initiator, ma.bytes_per_copy) == (mb.initiator, mb.bytes_per_copy)
+
+
+# -- latency ------------------------------------------------------------------------------------
+
+
+def test_latency_ignores_the_buffer_size(
+    run: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rings: list[int] = []
+    chase = latency_module.pointer_chase
+
+    def spy(system: System, exec_device: int, ring: Any) -> Any:
+        rings.append(ring.nbytes)
+        return chase(system, exec_device, ring)
+
+    monkeypatch.setattr(latency_module, "pointer_chase", spy)
+    _, small, _ = run("h200x2", "host_device_latency_sm", size=SIZE)
+    _, large, _ = run("h200x2", "host_device_latency_sm", size=64 * MIB)
+    assert small is not None and large is not None
+    assert rings == [RING_BYTES] * 4
+    _, d2d, _ = run("h200x2", "device_to_device_latency_sm", size=64 * MIB)
+    assert d2d is not None
+    assert rings[4:] == [RING_BYTES] * 2
+
+
+def test_ring_points_sixteen_nodes_on() -> None:
+    import numpy as np
+
+    base = 0x7F00_0000_0000
+    nodes = np.frombuffer(ring_bytes(base), dtype="<u8")
+    assert len(nodes) == RING_BYTES // NODE_BYTES == 262_144
+    assert int(nodes[0]) == base + STRIDE_NODES * NODE_BYTES
+    assert int(nodes[-1]) == base + (STRIDE_NODES - 1) * NODE_BYTES
+    i = np.arange(len(nodes), dtype=np.uint64)
+    assert (nodes == base + ((i + 16) % 262_144) * 8).all()
+
+
+# -- other topologies and sizes ------------------------------------------------------------------
+
+
+def test_no_peer_pair_waives_with_a_reason(run: Callable[..., Ran]) -> None:
+    isolated = attrs.evolve(load_system("h200x2"), peers={})
+    for key in sorted(NEEDS_PEERS):
+        tc, matrices, _ = run(isolated, key)
+        assert matrices is None
+        assert tc.waive_reason == (
+            "needs 2 devices with peer access; none of the 2 devices can access another"
+        )
+
+
+PARTIAL_PEERS = {(0, 1), (1, 0)}
+
+
+@pytest.mark.parametrize(
+    "key", ["device_to_device_memcpy_read_ce", "device_to_device_latency_sm", *sorted(FAN)]
+)
+def test_a_device_without_peers_is_na(run: Callable[..., Ran], key: str) -> None:
+    """On pcie4 with only 0 <-> 1 peers, devices 2 and 3 have no peer: their all-to-one and
+    one-to-all columns are N/A, as are all their N x N cells."""
+    model = load_system("pcie4")
+    partial = attrs.evolve(model, peers={p: model.peers[p] for p in PARTIAL_PEERS})
+    _, matrices, _ = run(partial, key)
+    assert matrices is not None
+    (m,) = matrices
+    if len(m.values) == 1:
+        check_matrix(m, 1, 4, lambda r, c: c >= 2)
+    else:
+        check_matrix(m, 4, 4, lambda r, c: (r, c) not in PARTIAL_PEERS)
+
+
+def test_sm_copies_from_64_mib_on_are_truncated(run: Callable[..., Ran]) -> None:
+    size = 65 * MIB
+    _, matrices, system = run("h200x1", "host_to_device_memcpy_sm", size=size)
+    assert matrices is not None
+    (m,) = matrices
+    truncated = sm_truncated_bytes(size, system.devices[0].sm_count)
+    assert truncated < size
+    assert m.bytes_per_copy == truncated
+    assert "a multiple of 16 x SMs x 512 bytes" in m.bytes_counted
+    _, ce, _ = run("h200x1", "host_to_device_memcpy_ce", size=size)
+    assert ce is not None
+    assert ce[0].bytes_per_copy == size
