@@ -1,0 +1,54 @@
+"""Shared fixtures: gpubw Systems on simulated presets, closed and checked for leaks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from gpubw.backend.presets import load_system
+from gpubw.backend.simulated import Faults, SimSystem, SimulatedBackend
+from gpubw.options import RunOptions
+from gpubw.system import System
+
+MIB = 1 << 20
+
+SimSystemFactory = Callable[..., System]
+
+
+@pytest.fixture
+def sim_system() -> Iterator[SimSystemFactory]:
+    """Factory: ``sim_system("h200x2", faults=..., samples=3, ...)`` gives a System on a
+    simulated preset (or a SimSystem); every System is closed at teardown and must leave no
+    allocation behind."""
+    made: list[System] = []
+
+    def make(
+        preset: str | SimSystem = "h200x2",
+        *,
+        faults: Faults | None = None,
+        options: RunOptions | None = None,
+        **option_kw: object,
+    ) -> System:
+        model = load_system(preset) if isinstance(preset, str) else preset
+        backend = SimulatedBackend(model, faults)
+        opts = options or RunOptions(**option_kw)  # type: ignore[arg-type]
+        system = System(backend, opts)
+        made.append(system)
+        return system
+
+    yield make
+    for system in made:
+        system.close()
+        backend = system.backend
+        assert isinstance(backend, SimulatedBackend)
+        assert backend.live_allocations() == [], "the System leaked simulated memory"
+
+
+@pytest.fixture
+def backend() -> SimulatedBackend:
+    """A bare simulated backend on the h200x2 preset (kernels loaded on both devices)."""
+    be = SimulatedBackend(load_system("h200x2"))
+    for d in range(2):
+        be.load_kernels(d)
+    return be
