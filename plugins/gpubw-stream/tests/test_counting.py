@@ -17,7 +17,7 @@ from gpubw_stream.initiators import (
 )
 from gpubw_stream.testcases import StreamStridedRead, StreamTestcase
 
-from conftest import H200
+from _stream_devices import H200
 
 MIB = 1 << 20
 

@@ -23,7 +23,10 @@ from gpubw_stream.testcases import (
     StreamWrite,
 )
 
-pytestmark = pytest.mark.gpu
+from _stream_devices import gpu_unavailable
+
+_WHY = gpu_unavailable()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(bool(_WHY), reason=f"needs a GPU: {_WHY}")]
 
 MIB = 1 << 20
 KEYS = {

@@ -12,7 +12,7 @@ from gpubw_stream.metrics import (
     strided_traffic,
 )
 
-from conftest import H200, T4
+from _stream_devices import H200, T4
 
 GB = 1e9
 

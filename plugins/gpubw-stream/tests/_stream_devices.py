@@ -1,10 +1,11 @@
-"""Shared fixtures of gpubw-stream's tests: hand-made devices, and a real-GPU probe."""
+"""Helpers of gpubw-stream's tests: hand-made devices and a real-GPU probe. (A module of its
+own, not a conftest.py, so it does not collide with gpubw's own tests' conftest when both
+suites run in one pytest session.)"""
 
 from __future__ import annotations
 
 import functools
 
-import pytest
 from gpubw import DeviceInfo
 
 
@@ -50,13 +51,3 @@ def gpu_unavailable() -> str:
     if int(err) != 0 or count < 1:
         return "no CUDA device"
     return ""
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    reason = None
-    for item in items:
-        if "gpu" in item.keywords:
-            if reason is None:
-                reason = gpu_unavailable()
-            if reason:
-                item.add_marker(pytest.mark.skip(reason=f"needs a GPU: {reason}"))
