@@ -10,7 +10,7 @@ written, with notes:
   (bus width x memory clock x 2);
 * ``l2_fits`` -- per column, whether all the arrays together fit in the device's L2 (below
   this knee a figure can be L2 bandwidth, not memory bandwidth: sweep sizes far above it);
-* ``dtype``, ``working_set_bytes``, ``counted_bytes_per_pass``, ``nominal_bytes_per_s``.
+* ``dtype`` and ``working_set_bytes`` (the bytes per pass are ``Matrix.bytes_per_copy``).
 
 Importing this module registers the "gpubw_stream" kernel module (see :mod:`.kernels`).
 """
@@ -152,9 +152,6 @@ class StreamTestcase(Testcase):
             ("l2_fits", tuple(l2_fits(working, d) for d in devices)),
             ("dtype", dtype.name),
             ("working_set_bytes", working),
-            ("counted_bytes_per_pass", round(cells[0].counted_bytes[0] * scale) if cells else None),
-            ("nominal_bytes_per_s", tuple(d.nominal_memory_bandwidth for d in devices)),
-            ("l2_bytes", tuple(d.l2_bytes for d in devices)),
         )
 
     def matrix(
