@@ -28,7 +28,7 @@ for step in "$@"; do
       python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(t['key'], t['status'], t['message'][:300]) for t in d['testcases'] if t['status']!='Passed']" "$OUT/full-$tag.json"
       tail -5 "$OUT/stderr-$tag.txt"
       python3 benchmarks/compare.py "$OUT/full-$tag.json" benchmarks/reference/h200x2-nvbandwidth-v0.8.json ;;
-    tune) python3 benchmarks/tune_copy.py --json "$OUT/tune-$tag.json" 2>&1 | tail -12 ;;
+    tune-*) python3 benchmarks/tune_copy.py ${step#tune-} "$OUT/$step-$tag.json" 2>&1 | tail -14 ;;
     stream) timeout 400 python3 -m gpubw -p stream -b 1MiB:4GiB:x2 -j -o "$OUT/stream-$tag.json" > /dev/null; echo "rc=$?" ;;
   esac
 done

@@ -1,97 +1,131 @@
 #!/usr/bin/env python3
-"""Tune gpubw's SM copy kernel on real hardware: time each launch configuration on the paths
-the SM testcases use (peer read/write over NVLink, host->device, device->host, device-local)
-with gpubw's own MemcpyOperation (same gate, warm-up, events, median), and print GB/s.
+"""Tune gpubw's SM copy kernel on real hardware with gpubw's own MemcpyOperation (same gate,
+warm-up, events, median as the testcases), printing GB/s per path.
 
-    python3 benchmarks/tune_copy.py [--size-mib 512] [--json OUT.json]
+    python3 benchmarks/tune_copy.py local   # kernel variants on device-local copies
+    python3 benchmarks/tune_copy.py host    # grid sizes on host paths, one GPU and all at once
+    python3 benchmarks/tune_copy.py peer    # kernel variants on NVLink peer read / write
 
-Each configuration recompiles the kernel with GPUBW_KERNEL_DEFINES (unroll, min blocks) and
-sets the launch shape to match (threads per block, blocks per SM).
+Each variant runs in a child process that recompiles the kernel with GPUBW_KERNEL_DEFINES
+(unroll, tiled layout, cache hints, launch bounds) and fixes the launch shape to match.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import subprocess
 import sys
 
-CONFIGS = [  # unroll, block, blocks per SM
-    (8, 512, 2),
-    (4, 512, 2),
-    (16, 512, 1),
-    (8, 1024, 1),
-    (4, 512, 4),
-    (8, 256, 4),
-    (2, 512, 4),
-    (4, 1024, 2),
-]
+MIB = 1 << 20
+# name: (defines, block, blocks per SM or None, fixed grid or None)
+VARIANTS = {
+    "default": ("GPUBW_COPY_UNROLL=8", 512, 2, None),
+    "u8-tiled-cgcs": ("GPUBW_COPY_UNROLL=8,GPUBW_COPY_TILED=1,GPUBW_COPY_HINT=2", 512, 2, None),
+    "u8-stride-cg": ("GPUBW_COPY_UNROLL=8,GPUBW_COPY_TILED=0,GPUBW_COPY_HINT=0", 512, 2, None),
+    "u8-tiled-cg": ("GPUBW_COPY_UNROLL=8,GPUBW_COPY_TILED=1,GPUBW_COPY_HINT=0", 512, 2, None),
+    "u8-tiled-cs": ("GPUBW_COPY_UNROLL=8,GPUBW_COPY_TILED=1,GPUBW_COPY_HINT=1", 512, 2, None),
+    "u8-stride-cs": ("GPUBW_COPY_UNROLL=8,GPUBW_COPY_TILED=0,GPUBW_COPY_HINT=1", 512, 2, None),
+    "u16-tiled-cs-1": (
+        "GPUBW_COPY_UNROLL=16,GPUBW_COPY_TILED=1,GPUBW_COPY_HINT=1,GPUBW_COPY_MIN_BLOCKS=1",
+        512,
+        1,
+        None,
+    ),
+    "u4-tiled-cs-4": (
+        "GPUBW_COPY_UNROLL=4,GPUBW_COPY_TILED=1,GPUBW_COPY_HINT=1,GPUBW_COPY_MIN_BLOCKS=4",
+        512,
+        4,
+        None,
+    ),
+}
+GRIDS = [16, 33, 66, 132, 264]
 
 
-def measure(size: int, unroll: int, block: int, per_sm: int) -> dict[str, float]:
-    os.environ["GPUBW_KERNEL_DEFINES"] = (
-        f"GPUBW_COPY_UNROLL={unroll},GPUBW_COPY_BLOCK={block},GPUBW_COPY_MIN_BLOCKS={per_sm}"
-    )
+def child(mode: str, name: str, grid: int | None) -> dict[str, float]:
+    defines, block, per_sm, fixed = VARIANTS[name]
+    os.environ["GPUBW_KERNEL_DEFINES"] = f"{defines},GPUBW_COPY_BLOCK={block}"
     import gpubw.initiators as ini
-    from gpubw import SM, Copy, DeviceBuffer, HostBuffer, MemcpyOperation, Prefer, RunOptions
+    from gpubw import (
+        SM,
+        SPLIT_WARP,
+        Copy,
+        DeviceBuffer,
+        HostBuffer,
+        Kind,
+        MemcpyOperation,
+        Prefer,
+        RunOptions,
+    )
     from gpubw.backend.cuda import CudaBackend
     from gpubw.system import System
 
-    ini.COPY_BLOCK, ini.COPY_BLOCKS_PER_SM = block, per_sm
+    g = grid or fixed
+
+    def shape(device: object, elements: int) -> tuple[int, int]:
+        n = g or per_sm * device.sm_count  # type: ignore[attr-defined]
+        return min(n, max(1, -(-elements // block))), block
+
+    ini.copy_launch_shape = shape
     out: dict[str, float] = {}
-    with System(CudaBackend(), RunOptions(samples=3, loops=16)) as sysm:
-        n = sysm.device_count
-        op = MemcpyOperation(sysm, SM)
-        opd = MemcpyOperation(sysm, SM, prefer=Prefer.DST)
-        with (
-            DeviceBuffer.allocate(sysm, 0, size) as d0,
-            DeviceBuffer.allocate(sysm, 0, size) as e0,
-            HostBuffer.allocate(sysm, size, 0) as h0,
-        ):
-            out["h2d"] = op.measure([Copy(h0, d0)]).pair_value(0)
-            out["d2h"] = op.measure([Copy(d0, h0)]).pair_value(0)
-            out["local"] = op.measure([Copy(e0, d0)]).pair_value(0)
+    size = 512 * MIB
+    with System(CudaBackend(), RunOptions(samples=3, loops=16)) as s:
+        n = s.device_count
+        op = MemcpyOperation(s, SM)
+        sw = MemcpyOperation(s, SPLIT_WARP)
+        if mode == "local":
+            for sz in (512 * MIB, 2048 * MIB):
+                with DeviceBuffer.allocate(s, 0, sz) as a, DeviceBuffer.allocate(s, 0, sz) as b:
+                    out[f"local{sz >> 20}M_rw"] = 2 * op.measure([Copy(a, b)]).pair_value(0)
+        elif mode == "peer":
+            with DeviceBuffer.allocate(s, 0, size) as a, DeviceBuffer.allocate(s, 1, size) as b:
+                a.enable_peer_access(b)
+                rd = MemcpyOperation(s, SM, prefer=Prefer.DST)
+                out["peer_read"] = rd.measure([Copy(b, a)]).pair_value(0)
+                out["peer_write"] = op.measure([Copy(a, b)]).pair_value(0)
+        else:
+            hs = [HostBuffer.allocate(s, size, d) for d in range(n)]
+            ds = [DeviceBuffer.allocate(s, d, size) for d in range(n)]
+            out["h2d"] = op.measure([Copy(hs[0], ds[0])]).pair_value(0)
+            out["d2h"] = op.measure([Copy(ds[0], hs[0])]).pair_value(0)
+            out["bidir"] = sw.measure([Copy(hs[0], ds[0])]).pair_value(0)
             if n > 1:
-                with DeviceBuffer.allocate(sysm, 1, size) as d1:
-                    d0.enable_peer_access(d1)
-                    out["peer_read"] = opd.measure([Copy(d1, d0)]).pair_value(0)
-                    out["peer_write"] = op.measure([Copy(d0, d1)]).pair_value(0)
-    return {k: v / 1e9 for k, v in out.items()}
+                all_op = MemcpyOperation(s, SM, kind=Kind.FIRST)
+                out["h2d_all"] = all_op.measure([Copy(h, d) for h, d in zip(hs, ds)]).pair_value(0)
+                out["d2h_all"] = all_op.measure([Copy(d, h) for h, d in zip(hs, ds)]).pair_value(0)
+                out["bidir_all"] = sw.measure([Copy(h, d) for h, d in zip(hs, ds)]).pair_value(0)
+            for b in hs + ds:
+                b.close()
+    return {k: round(v / 1e9, 1) for k, v in out.items()}
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--size-mib", type=int, default=512)
-    p.add_argument("--json")
-    p.add_argument("--config", help="unroll,block,per_sm (child mode)")
-    a = p.parse_args()
-    if a.config:
-        u, b, s = (int(x) for x in a.config.split(","))
-        print(json.dumps(measure(a.size_mib << 20, u, b, s)))
+    if sys.argv[1] == "--child":
+        mode, name, grid = sys.argv[2], sys.argv[3], sys.argv[4]
+        print(json.dumps(child(mode, name, int(grid) or None)))
         return 0
-    import subprocess
-
+    mode = sys.argv[1]
+    jobs = (
+        [(n, 0) for n in VARIANTS]
+        if mode != "host"
+        else [(n, g) for n in ("u8-stride-cg", "u8-tiled-cs") for g in GRIDS]
+    )
     rows = []
-    for u, b, s in CONFIGS:
+    for name, grid in jobs:
         r = subprocess.run(
-            [sys.executable, __file__, "--size-mib", str(a.size_mib), "--config", f"{u},{b},{s}"],
+            [sys.executable, __file__, "--child", mode, name, str(grid)],
             capture_output=True,
             text=True,
         )
-        if r.returncode:
-            res = {"error": (r.stderr.strip().splitlines() or ["?"])[-1]}
-        else:
-            res = json.loads(r.stdout.strip().splitlines()[-1])
-        rows.append({"unroll": u, "block": b, "blocks_per_sm": s, **res})
-        print(
-            f"unroll {u:2} block {b:4} per_sm {s}: "
-            + "  ".join(
-                f"{k} {v:8.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in res.items()
-            ),
-            flush=True,
+        res = (
+            json.loads(r.stdout.strip().splitlines()[-1])
+            if r.returncode == 0
+            else {"error": (r.stderr.strip().splitlines() or ["?"])[-1][:200]}
         )
-    if a.json:
-        with open(a.json, "w") as f:
+        rows.append({"mode": mode, "variant": name, "grid": grid, **res})
+        print(f"{mode:5} {name:15} grid {grid or 'auto':>4}: {res}", flush=True)
+    if len(sys.argv) > 2:
+        with open(sys.argv[2], "w") as f:
             json.dump(rows, f, indent=1)
     return 0
 

@@ -24,6 +24,30 @@
 #ifndef GPUBW_COPY_MIN_BLOCKS
 #define GPUBW_COPY_MIN_BLOCKS 2
 #endif
+// Layout of a copy pass: 0 = grid-stride (thread t: t, t+T, ...), 1 = block tiles (each block
+// copies contiguous tiles of blockDim x UNROLL elements; better DRAM page locality).
+// Tiled + streaming hints measured best on 2 x H200 (benchmarks/README.md, tune_copy.py):
+// device-local 3975 vs 3946 GB/s read+write, NVLink peer read 378.6 vs 376.2 GB/s.
+#ifndef GPUBW_COPY_TILED
+#define GPUBW_COPY_TILED 1
+#endif
+// Cache hints of the copy loads/stores: 0 = .cg loads and stores (L2 only); 1 = .cs loads and
+// stores (streaming, evict-first; ld.cs may allocate in L1, so a tiny buffer copied `loops`
+// times by the same block could be served from L1: tuning only); 2 = .cg loads (never L1)
+// with .cs stores (evict-first in L2, so copied data does not push out what is still read).
+#ifndef GPUBW_COPY_HINT
+#define GPUBW_COPY_HINT 2
+#endif
+#if GPUBW_COPY_HINT == 1
+#define GPUBW_LD(p) __ldcs(p)
+#define GPUBW_ST(p, v) __stcs((p), (v))
+#elif GPUBW_COPY_HINT == 2
+#define GPUBW_LD(p) __ldcg(p)
+#define GPUBW_ST(p, v) __stcs((p), (v))
+#else
+#define GPUBW_LD(p) __ldcg(p)
+#define GPUBW_ST(p, v) __stcg((p), (v))
+#endif
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -59,6 +83,29 @@ __device__ __forceinline__ bool group_is_odd(u64 e) { return ((e >> 5) & 1ULL) !
 // so that the unrolled body needs registers for its data, not for 2 x UNROLL 64-bit addresses.
 __device__ __forceinline__ void copy_pass(uint4 *__restrict__ dst, const uint4 *__restrict__ src,
                                           u64 elements) {
+#if GPUBW_COPY_TILED
+    const u64 bd = (u64)blockDim.x;
+    const u64 tile = bd * (u64)GPUBW_COPY_UNROLL;
+    for (u64 base = (u64)blockIdx.x * tile; base < elements; base += (u64)gridDim.x * tile) {
+        const u64 t = base + (u64)threadIdx.x;
+        if (base + tile <= elements) {
+            uint4 v[GPUBW_COPY_UNROLL];
+#pragma unroll
+            for (int k = 0; k < GPUBW_COPY_UNROLL; ++k) {
+                v[k] = GPUBW_LD(src + t + (u64)k * bd);
+            }
+#pragma unroll
+            for (int k = 0; k < GPUBW_COPY_UNROLL; ++k) {
+                GPUBW_ST(dst + t + (u64)k * bd, v[k]);
+            }
+        } else {
+            for (u64 i = t; i < elements; i += bd) {
+                GPUBW_ST(dst + i, GPUBW_LD(src + i));
+            }
+        }
+    }
+    return;
+#endif
     const u64 stride = grid_threads();
     const u64 chunk = stride * (u64)GPUBW_COPY_UNROLL;
     u64 i = first_index();
@@ -71,13 +118,13 @@ __device__ __forceinline__ void copy_pass(uint4 *__restrict__ dst, const uint4 *
             const uint4 *s = src + i;
 #pragma unroll
             for (int k = 0; k < GPUBW_COPY_UNROLL; ++k) {
-                v[k] = __ldcg(s);
+                v[k] = GPUBW_LD(s);
                 s += stride;
             }
             uint4 *d = dst + i;
 #pragma unroll
             for (int k = 0; k < GPUBW_COPY_UNROLL; ++k) {
-                __stcg(d, v[k]);
+                GPUBW_ST(d, v[k]);
                 d += stride;
             }
         }
@@ -85,7 +132,7 @@ __device__ __forceinline__ void copy_pass(uint4 *__restrict__ dst, const uint4 *
     // The last partial chunk (fewer than UNROLL elements left for this thread).
 #pragma unroll 1
     for (; i < elements; i += stride) {
-        __stcg(dst + i, __ldcg(src + i));
+        GPUBW_ST(dst + i, GPUBW_LD(src + i));
     }
 }
 
