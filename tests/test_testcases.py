@@ -10,7 +10,7 @@ buffer size, and device_local_copy's read + write matrix.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -194,10 +194,12 @@ def check_matrix(m: Matrix, rows: int, cols: int, na: Callable[[int, int], bool]
     assert m.statistic
 
 
-def cases(keys: Any) -> Iterator[Any]:
-    for preset in PRESETS:
-        for key in sorted(keys):
-            yield pytest.param(preset, key, id=f"{preset}-{key}")
+def cases(keys: Any) -> list[Any]:
+    return [
+        pytest.param(preset, key, id=f"{preset}-{key}")
+        for preset in PRESETS
+        for key in sorted(keys)
+    ]
 
 
 @pytest.mark.parametrize(("preset", "key"), cases(HOST_1xN))
