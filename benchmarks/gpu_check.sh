@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# One batched hardware check on a lent GPU machine (the lead's device runs; see
-# benchmarks/README.md): install gpubw (+ the stream plugin) from the wheels carried in .whl/
-# into /tmp/site, then run the steps named on the command line, writing results to $OUT.
-#   steps: tests  (the gpu-marked tests)
-#          full   (the default suite, JSON to $OUT/full-<tag>.json, wall time in $OUT/time-<tag>)
-#          tune   (benchmarks/tune_copy.py)
-#          stream (the stream plugin sweep 1 MiB..4 GiB)
+# One batched hardware check on a lent GPU machine (how the figures in benchmarks/README.md were
+# made): install gpubw from the wheels carried in .whl/ into /tmp/site, then run the steps named
+# on the command line, in order, writing results to $OUT.
+#   tests        the gpu-marked tests of gpubw (and of the stream plugin once installed)
+#   full         the default suite, kernel cache cold (emptied first): $OUT/full-<tag>.json
+#   warm         the default suite again, cache warm:                  $OUT/warm-<tag>.json
+#   plugin       install plugins/gpubw-stream
+#   stream       the stream plugin's sweep 1 MiB .. 4 GiB:              $OUT/stream-<tag>.json
+#   tune-MODE    benchmarks/tune_copy.py MODE (local, peer, host)
+#   nvbandwidth  run NVIDIA's nvbandwidth from .nvbw/ if carried (never committed)
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
 tag=$1; shift
@@ -14,21 +17,28 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export GPUBW_CACHE_DIR=/tmp/gpubw-cache
 pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --no-build-isolation --upgrade --target /tmp/site "$@"; }
 pipi .whl/*.whl && export PYTHONPATH=/tmp/site && pipi . || exit 3
-[ -d plugins/gpubw-stream ] && { pipi plugins/gpubw-stream || exit 3; }
 nvidia-smi --query-gpu=index,name,pci.bus_id,memory.used,clocks.sm,clocks.mem --format=csv,noheader
+suite() {  # name: run the default suite, time the whole process
+  local s e rc
+  s=$(date +%s.%N)
+  timeout 400 python3 -m gpubw -j -o "$OUT/$1-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+  rc=$?; e=$(date +%s.%N)
+  echo "$1 rc=$rc wall=$(python3 -c "print(round($e-$s,1))")s" | tee -a "$OUT/times-$tag.txt"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(' ', t['key'], t['status'], t['message'][:300]) for t in d['testcases'] if t['status']!='Passed']" "$OUT/$1-$tag.json"
+  tail -3 "$OUT/log-$tag.txt"
+}
 for step in "$@"; do
   echo "== $step $(date -u +%T)"
   case $step in
-    tests) python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -30 ;;
-    full)
-      s=$(date +%s.%N)
-      timeout 400 python3 -m gpubw -j -o "$OUT/full-$tag.json" > /dev/null 2> "$OUT/stderr-$tag.txt"
-      rc=$?; e=$(date +%s.%N)
-      echo "rc=$rc wall=$(python3 -c "print(round($e-$s,1))")s" | tee "$OUT/time-$tag.txt"
-      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(t['key'], t['status'], t['message'][:300]) for t in d['testcases'] if t['status']!='Passed']" "$OUT/full-$tag.json"
-      tail -5 "$OUT/stderr-$tag.txt"
-      python3 benchmarks/compare.py "$OUT/full-$tag.json" benchmarks/reference/h200x2-nvbandwidth-v0.8.json ;;
-    tune-*) python3 benchmarks/tune_copy.py ${step#tune-} "$OUT/$step-$tag.json" 2>&1 | tail -14 ;;
-    stream) timeout 400 python3 -m gpubw -p stream -b 1MiB:4GiB:x2 -j -o "$OUT/stream-$tag.json" > /dev/null; echo "rc=$?" ;;
+    tests) python3 -m pytest -q -m gpu -p no:cacheprovider -o testpaths="tests $([ -d /tmp/site/gpubw_stream ] && echo plugins/gpubw-stream/tests)" 2>&1 | grep -v -i warn | tail -15 ;;
+    full) rm -rf "$GPUBW_CACHE_DIR"; suite full ;;
+    warm) suite warm ;;
+    plugin) pipi plugins/gpubw-stream || exit 3 ;;
+    stream)
+      s=$(date +%s)
+      timeout 400 python3 -m gpubw -p stream -b 1MiB:4GiB:x2 -j -o "$OUT/stream-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+      echo "stream rc=$? wall=$(( $(date +%s) - s ))s" | tee -a "$OUT/times-$tag.txt"; tail -3 "$OUT/log-$tag.txt" ;;
+    tune-*) python3 benchmarks/tune_copy.py "${step#tune-}" "$OUT/$step-$tag.json" 2>&1 | tail -14 ;;
+    nvbandwidth) [ -x .nvbw/nvbandwidth ] && bash .nvbw/run.sh "$OUT" 2>&1 | tail -60 ;;
   esac
 done
