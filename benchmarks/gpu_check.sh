@@ -5,6 +5,7 @@
 #   tests        the gpu-marked tests of gpubw (and of the stream plugin once installed)
 #   full         the default suite, kernel cache cold (emptied first): $OUT/full-<tag>.json
 #   warm         the default suite again, cache warm:                  $OUT/warm-<tag>.json
+#   full1/warm1  the same on device 0 alone (CUDA_VISIBLE_DEVICES=0):  $OUT/full1-<tag>.json
 #   plugin       install plugins/gpubw-stream
 #   stream       the stream plugin's sweep 1 MiB .. 4 GiB:              $OUT/stream-<tag>.json
 #   tune-MODE    benchmarks/tune_copy.py MODE (local, peer, host)
@@ -33,6 +34,8 @@ for step in "$@"; do
     tests) python3 -m pytest -q -m gpu -p no:cacheprovider -o testpaths="tests $([ -d /tmp/site/gpubw_stream ] && echo plugins/gpubw-stream/tests)" 2>&1 | grep -v -i warn | tail -15 ;;
     full) rm -rf "$GPUBW_CACHE_DIR"; suite full ;;
     warm) suite warm ;;
+    full1) rm -rf "$GPUBW_CACHE_DIR"; CUDA_VISIBLE_DEVICES=0 suite full1 ;;
+    warm1) CUDA_VISIBLE_DEVICES=0 suite warm1 ;;
     plugin) pipi plugins/gpubw-stream || exit 3 ;;
     stream)
       s=$(date +%s)
