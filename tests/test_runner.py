@@ -328,6 +328,7 @@ def test_plugin_errors_from_fixture_distribution(tmp_path):
     assert "ValueError: fixture: filter exploded" in got["fixture_filter_raises"][1]
     assert got["fixture_run_raises"] == (
         Status.ERROR,
+        "gpubw-fixture-broken fixture_run_raises: run() failed: "
         "ZeroDivisionError: fixture: run exploded",
     )
     assert got["fixture_garbage"][0] is Status.ERROR
@@ -338,7 +339,11 @@ def test_plugin_errors_from_fixture_distribution(tmp_path):
         "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY",
     )
     assert got["fixture_good"][0] is Status.PASSED
-    assert got["fixture_leak"] == (Status.ERROR, "RuntimeError: fixture: failed after allocating")
+    assert got["fixture_leak"] == (
+        Status.ERROR,
+        "gpubw-fixture-good fixture_leak: run() failed: "
+        "RuntimeError: fixture: failed after allocating",
+    )
     assert got["fixture_waived"] == (Status.WAIVED, "fixture: never runs here")
     assert report.testcases[5].plugin == GOOD_DIST
     assert f.backend.live == set()

@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -92,6 +93,42 @@ def _positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number")
     return value
+
+
+#: options whose value is a number or a size: "-b -1GiB" hands them "-1GiB" (so the message
+#: names the bad value) instead of argparse's "expected one argument"
+_NUMERIC_OPTIONS = frozenset(
+    {
+        "-b",
+        "--buffer-size",
+        "--bufferSize",
+        "-i",
+        "--samples",
+        "--testSamples",
+        "--loop-count",
+        "--loopCount",
+        "--gate-timeout",
+    }
+)
+_NEGATIVE = re.compile(r"-[0-9.]")
+
+
+def _attach_negative_values(argv: list[str]) -> list[str]:
+    """``-b -1GiB`` -> ``-b-1GiB``, ``--samples -2`` -> ``--samples=-2`` (up to ``--``)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return out + argv[i:]
+        if token in _NUMERIC_OPTIONS and i + 1 < len(argv) and _NEGATIVE.match(argv[i + 1]):
+            glue = "=" if token.startswith("--") else ""
+            out.append(f"{token}{glue}{argv[i + 1]}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -449,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    ns = build_parser().parse_args(argv)
+    ns = build_parser().parse_args(_attach_negative_values(argv))
     if ns.list:
         _list(Registry.discover(), ns.json, sys.stdout)
         return 0

@@ -26,10 +26,11 @@ from typing import Any
 import attrs
 
 import gpubw
-from gpubw.errors import GpubwError, InterruptedRun, NoDriverError
+from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, UsageError
 from gpubw.options import DEFAULT_BUFFER_SIZE, MIB, RunOptions
 from gpubw.registry import Entry, Selected, Unresolved
 from gpubw.results import Matrix, Report, Status, TestcaseResult
+from gpubw.sizes import format_size
 from gpubw.system import System
 
 #: nvbandwidth's warning for a buffer smaller than the default; its "(64MB)" is stale
@@ -92,6 +93,30 @@ def small_buffer_warnings(selection: Sequence[Selected], sizes: Sequence[int]) -
     return []
 
 
+def check_sizes(system: System, selection: Sequence[Selected], sizes: Sequence[int]) -> None:
+    """Refuse, before anything runs, a buffer size that cannot fit: larger than the total
+    memory of the smallest device, or than the host's physical memory (pinned buffers).
+    Only sizes that some selected testcase uses count. Raises :class:`UsageError`."""
+    sized = any(isinstance(s, Entry) and s.cls is not None and not s.fixed_size for s in selection)
+    if not sized or not sizes:
+        return
+    largest = max(sizes)
+    if system.devices:
+        small = min(system.devices, key=lambda d: d.memory_bytes)
+        if largest > small.memory_bytes:
+            raise UsageError(
+                f"buffer size {format_size(largest)} ({largest} bytes) is larger than the "
+                f"memory of device {small.ordinal} ({small.name}, {format_size(small.memory_bytes)}"
+                f"); -b/--buffer-size must be at most {small.memory_bytes} bytes"
+            )
+    host = system.backend.host_memory_bytes()
+    if host is not None and largest > host:
+        raise UsageError(
+            f"buffer size {format_size(largest)} ({largest} bytes) is larger than the host's "
+            f"memory ({format_size(host)}); -b/--buffer-size must be at most {host} bytes"
+        )
+
+
 def _steps(item: Selected, sizes: Sequence[int]) -> list[int | None]:
     """The sizes one selected item runs at (None: once, without a size)."""
     if isinstance(item, Entry) and item.cls is not None and not item.cls.fixed_size:
@@ -120,6 +145,16 @@ def _check_matrices(value: object) -> tuple[Matrix, ...] | str:
         )
     if not value:
         return "run() returned no Matrix results"
+    from gpubw.writers.json import MAX_ERRORS, matrix_errors
+
+    for m in value:
+        errors = matrix_errors(m)
+        if errors:
+            shown = "; ".join(errors[:MAX_ERRORS])
+            more = f"; ... and {len(errors) - MAX_ERRORS} more" if len(errors) > MAX_ERRORS else ""
+            return (
+                f"run() returned matrix {m.key!r:.60} that breaks the report schema: {shown}{more}"
+            )
     return tuple(value)
 
 
@@ -177,8 +212,10 @@ def _run_one(
         value = testcase.run(size if size is not None else DEFAULT_BUFFER_SIZE, loops)
     except InterruptedRun:
         raise
-    except Exception as exc:
-        return Status.ERROR, _describe(exc), ()
+    except GpubwError as exc:  # a CUDA error, a verification mismatch, ...: as it is
+        return Status.ERROR, str(exc), ()
+    except Exception as exc:  # a plugin bug: name the distribution and the testcase
+        return Status.ERROR, f"{entry.plugin} {entry.key}: run() failed: {_describe(exc)}", ()
     checked = _check_matrices(value)
     if isinstance(checked, str):
         return Status.ERROR, f"{entry.plugin} {entry.key}: {checked}", ()
@@ -200,7 +237,9 @@ def run(
 
     ``report_options`` are recorded in the Report (with the RunOptions and sizes); a failure
     to create the System becomes the Report's ``error`` (except :class:`NoDriverError`, which
-    is raised for the CLI to explain). The System is always closed.
+    is raised for the CLI to explain). A buffer size that cannot fit in a device's or the
+    host's memory raises :class:`UsageError` before anything runs (:func:`check_sizes`).
+    The System is always closed.
     """
     options = options or RunOptions()
     started, t0 = _now(), time.perf_counter()
@@ -242,6 +281,12 @@ def run(
             duration_s=time.perf_counter() - t0,
             **meta,
         )
+
+    try:
+        check_sizes(system, selection, sizes)
+    except UsageError:
+        system.close()
+        raise
 
     results: list[TestcaseResult] = []
     signals = _Signals()
@@ -336,6 +381,10 @@ def _step(
         status, message, matrices = Status.INTERRUPTED, f"interrupted by {name}", ()
     finally:
         _release(system)
+    if status is not Status.PASSED and status is not Status.WAIVED:
+        # a failed testcase's buffers may sit idle in the pool: give the memory back
+        with contextlib.suppress(Exception):
+            system.release_pool()
     if signals.signum is not None and status is not Status.INTERRUPTED:
         # the signal arrived while the plugin swallowed it (a broad except): still stop
         name = signal.Signals(signals.signum).name

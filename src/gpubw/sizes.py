@@ -33,6 +33,9 @@ ALLOWED = (
 )
 #: Longest list a range may expand to (a typo like 1B:1GiB:x2 stays reasonable anyway).
 MAX_SIZES = 1000
+#: Largest size accepted at all (1 PiB; the run also checks sizes against the devices' and
+#: the host's memory before anything runs).
+MAX_BYTES = 1 << 50
 
 _SIZE = re.compile(r"\s*(?P<num>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>[a-zA-Z]*)\s*")
 _FACTOR = re.compile(r"\s*[xX]?\s*(?P<factor>[0-9]+)\s*")
@@ -56,12 +59,17 @@ def parse_size(text: str, *, whole: str | None = None) -> int:
     if unit not in UNITS:
         raise _bad(shown, f"unknown unit {m['unit']!r}")
     try:
-        exact = Decimal(m["num"]) * UNITS[unit]
-    except InvalidOperation as exc:  # pragma: no cover - the regex only passes numbers
-        raise _bad(shown, f"{m['num']!r} is not a number") from exc
-    if exact <= 0:
+        number = Decimal(m["num"])
+        exact = number * UNITS[unit]
+    except InvalidOperation:  # an exponent beyond what decimal handles at all
+        raise _bad(shown, f"{text.strip()!r} is out of range") from None
+    except ArithmeticError:  # decimal.Overflow: an exponent beyond any size
+        raise _bad(shown, f"{text.strip()!r} is larger than {format_size(MAX_BYTES)}") from None
+    if number == 0:
         raise _bad(shown, f"{text.strip()!r} is zero")
-    if exact != exact.to_integral_value():
+    if exact > MAX_BYTES:
+        raise _bad(shown, f"{text.strip()!r} is larger than {format_size(MAX_BYTES)}")
+    if exact <= 0 or exact != exact.to_integral_value():
         raise _bad(shown, f"{text.strip()!r} is not a whole number of bytes")
     return int(exact)
 

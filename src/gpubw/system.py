@@ -175,6 +175,11 @@ class System:
             raise errors[0]
         return len(leaked)
 
+    def release_pool(self) -> None:
+        """Really free every idle pooled buffer (the runner calls this after a testcase that
+        failed, so that device and pinned memory are back where they were before it)."""
+        self._drop_pool()
+
     @property
     def live_buffers(self) -> int:
         """Buffers handed out and not closed (idle pooled buffers not counted)."""

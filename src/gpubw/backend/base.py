@@ -14,6 +14,7 @@ A stream belongs to one device; work enqueued on it runs in that device's primar
 from __future__ import annotations
 
 import abc
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -105,6 +106,14 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def memory_info(self, device: int) -> tuple[int, int]:
         """(free, total) bytes of device memory."""
+
+    def host_memory_bytes(self) -> int | None:
+        """Physical host memory in bytes (None where unknown): the largest pinned buffer
+        that could ever be allocated. The runner refuses larger buffer sizes up front."""
+        try:
+            return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        except (AttributeError, OSError, ValueError):
+            return None
 
     # -- memory ---------------------------------------------------------------------------
     @abc.abstractmethod

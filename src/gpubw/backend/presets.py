@@ -21,6 +21,7 @@ import attrs
 
 from gpubw.backend.base import DeviceInfo
 from gpubw.backend.simulated import (
+    Faults,
     HostLink,
     Latency,
     Overheads,
@@ -208,12 +209,16 @@ def load_system(name_or_path: str | os.PathLike[str]) -> SimSystem:
         raise UsageError(
             f"cannot read simulated system file {text}: {exc.strerror or exc}"
         ) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{text}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
         doc = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise UsageError(
             f"{text}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         ) from None
+    except RecursionError:
+        raise UsageError(f"{text}: not valid JSON: nested too deeply") from None
     try:
         return system_from_dict(doc, default_name=path.stem)
     except UsageError as exc:
@@ -241,7 +246,10 @@ _TOP_KEYS = {
     "real_bytes_limit",
     "driver_version",
     "cuda_driver",
+    "faults",
 }
+#: Most devices a system file may describe.
+MAX_DEVICES = 1024
 
 
 def _keys(where: str, obj: Any, allowed: set[str] | tuple[str, ...]) -> dict[str, Any]:
@@ -402,12 +410,44 @@ def _peers(
     return out, factor
 
 
+def _faults(where: str, obj: Any, n: int) -> Faults:
+    """The ``"faults"`` object: any field of :class:`Faults` (docs/simulate.md)."""
+    fields = {f.name for f in attrs.fields(Faults)}
+    d = _keys(where, obj, fields)
+    kw: dict[str, Any] = {}
+    for key, value in d.items():
+        at = f"{where}.{key}"
+        if key in ("corrupt_copy", "gate_never_opens", "sync_hang"):
+            if not isinstance(value, bool):
+                raise UsageError(f"{at} must be true or false, got {json.dumps(value)}")
+        elif key in ("kernel_error", "kernel_error_result"):
+            if not (isinstance(value, str) and value) and not (
+                key == "kernel_error" and value is None
+            ):
+                raise UsageError(f"{at} must be a kernel or CUresult name, got {json.dumps(value)}")
+        elif key == "refuse_peer":
+            if not isinstance(value, list):
+                raise UsageError(f"{at} must be a list of [a, b] device pairs")
+            value = [_pair(f"{at}[{k}]", v, n) for k, v in enumerate(value)]
+        elif key == "alloc_fail_on_device":
+            if value is not None:
+                _num(at, value, integer=True, positive=False)
+                if not 0 <= value < n:
+                    raise UsageError(f"{at} must be a device of 0..{n - 1}, got {value}")
+        elif value is not None or key == "corrupt_after":
+            _num(at, value, integer=True, positive=False)
+            if value < 0:
+                raise UsageError(f"{at} must not be negative, got {value}")
+        kw[key] = value
+    return Faults(**kw)
+
+
 def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
     """Build a :class:`SimSystem` from the JSON document format of docs/simulate.md."""
     d = _keys("the system", doc, _TOP_KEYS)
     base: SimSystem | None = None
     if "base" in d:
-        if d["base"] not in PRESETS:
+        if not isinstance(d["base"], str) or d["base"] not in PRESETS:
             raise UsageError(f"base {d['base']!r} is not a preset; presets: {', '.join(PRESETS)}")
         base = PRESETS[d["base"]]()
     name = d.get("name", default_name)
@@ -423,6 +463,8 @@ def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
     if "devices" in d:
         if not isinstance(d["devices"], list) or not d["devices"]:
             raise UsageError("devices must be a non-empty list of device objects")
+        if len(d["devices"]) > MAX_DEVICES:
+            raise UsageError(f"devices must list at most {MAX_DEVICES} devices")
         devices = tuple(
             _device(
                 f"devices[{i}]",
@@ -435,6 +477,8 @@ def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
         )
     else:
         count = _num("count", d.get("count", len(base.devices) if base else 1), integer=True)
+        if count > MAX_DEVICES:
+            raise UsageError(f"count must be at most {MAX_DEVICES}, got {count}")
         if template is None:
             raise UsageError("describe the devices: 'device' (with 'count') or 'devices'")
         devices = tuple(
@@ -523,6 +567,8 @@ def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
     for key in ("reserved_bytes", "host_memory_bytes", "real_bytes_limit", "cuda_driver"):
         if key in d:
             kw[key] = _num(key, d[key], integer=True, positive=key != "reserved_bytes")
+    if "faults" in d:
+        kw["faults"] = _faults("faults", d["faults"], n)
     if "driver_version" in d:
         if not isinstance(d["driver_version"], str):
             raise UsageError("driver_version must be a string")

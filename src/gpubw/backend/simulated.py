@@ -169,6 +169,9 @@ class SimSystem:
     real_bytes_limit: int = 8 * MIB
     driver_version: str = "580.159.04"
     cuda_driver: int = 13000
+    #: faults to inject by default (a system file's ``"faults"``); the backend's own
+    #: ``faults`` argument, when given, replaces them
+    faults: Faults | None = None
 
     def __attrs_post_init__(self) -> None:
         n = len(self.devices)
@@ -502,7 +505,7 @@ class SimulatedBackend(Backend):
 
     def __init__(self, system: SimSystem, faults: Faults | None = None) -> None:
         self.model = system
-        self.faults = faults or Faults()
+        self.faults = faults if faults is not None else (system.faults or Faults())
         self._rng = random.Random(system.seed)
         self._now = 0.0  # host clock
         self._t = 0.0  # device simulation has been run up to here
@@ -589,6 +592,9 @@ class SimulatedBackend(Backend):
         d = self._device(device)
         total = self.model.devices[d].memory_bytes
         return max(0, total - self.model.reserved_bytes - self._used[d]), total
+
+    def host_memory_bytes(self) -> int | None:
+        return self.model.host_memory_bytes
 
     # -- memory -----------------------------------------------------------------------------
     def _new_alloc(self, base: int, nbytes: int, device: int | None) -> _Alloc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -52,6 +53,56 @@ def validation_errors(doc: Any) -> list[str]:
     for e in errors:
         where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.path)
         out.append(f"{where}: {e.message}")
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _matrix_validator() -> jsonschema.Draft202012Validator:
+    sub = {"$defs": schema()["$defs"], "$ref": "#/$defs/matrix"}
+    return jsonschema.Draft202012Validator(sub)
+
+
+def _cell_problem(where: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{where} is {value!r:.40} ({type(value).__name__}), not a number or None"
+    if not math.isfinite(value):
+        return f"{where} is {value!r}, not a finite number (use None for N/A)"
+    return None
+
+
+def matrix_errors(m: Matrix) -> list[str]:
+    """What is wrong with a testcase's Matrix for the report schema: every value and sample
+    must be a finite number or None (a NaN or a string is a plugin bug, not N/A), and the
+    matrix must match the schema's ``matrix`` definition (unit, labels, ...). Empty if it is
+    fine. The runner turns a non-empty answer into an Error for that testcase only."""
+    out: list[str] = []
+    for r, row in enumerate(m.values):
+        for c, v in enumerate(row):
+            problem = _cell_problem(f"values[{r}][{c}]", v)
+            if problem:
+                out.append(problem)
+    for r, sample_row in enumerate(m.samples):
+        for c, cell in enumerate(sample_row):
+            if cell is None:
+                continue
+            if isinstance(cell, (str, bytes)) or not isinstance(cell, (list, tuple)):
+                out.append(f"samples[{r}][{c}] is {type(cell).__name__}, not a list or None")
+                continue
+            for k, v in enumerate(cell):
+                problem = _cell_problem(f"samples[{r}][{c}][{k}]", v)
+                if problem:
+                    out.append(problem)
+    if out:
+        return out
+    try:
+        doc = matrix_dict(m)
+    except Exception as exc:
+        return [f"cannot be written: {type(exc).__name__}: {exc}"]
+    for e in sorted(_matrix_validator().iter_errors(doc), key=lambda e: list(e.absolute_path)):
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.path)
+        out.append(f"{where.lstrip('.') or 'matrix'}: {e.message}")
     return out
 
 

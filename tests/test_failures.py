@@ -1,0 +1,831 @@
+"""Failure behaviour: every bad input and fault, as docs/failures.md lists them.
+
+Each test here is one row (or a few) of docs/failures.md: the input or fault, what gpubw does
+(message, status, exit code, what the report keeps) and nothing else. Runs use simulated
+systems with small buffers, one sample and one or two copies, so the whole file stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import string
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpubw
+from _plugin_fixtures import BROKEN, BROKEN_DIST, GOOD, copy_fixtures, installed, subprocess_env
+from gpubw import DeviceBuffer, HostBuffer, RunOptions, System, cli, runner
+from gpubw.backend.base import Backend
+from gpubw.backend.presets import load_system, system_from_dict
+from gpubw.backend.simulated import Faults, SimulatedBackend
+from gpubw.errors import UsageError
+from gpubw.registry import Entry, Registry
+from gpubw.results import Status
+from gpubw.writers.json import load_report, validate
+
+MIB = 1 << 20
+PRESET = "h200x2"
+FAST = ["-b", "1", "-i", "1", "--loop-count", "1"]
+FAST_OPTIONS = RunOptions(samples=1, loops=1, gate_timeout_s=0.05)
+
+
+# -- helpers ------------------------------------------------------------------------------
+def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+def usage_error(capsys: Any, *argv: str) -> str:
+    """Run argv, expect exit 2 with exactly one 'gpubw: error:' line and nothing on stdout."""
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpubw: error: "), err
+    assert out == ""
+    return lines[0]
+
+
+def json_run(capsys: Any, *argv: str) -> tuple[int, dict[str, Any], str]:
+    """Run argv with -j; the output must be a schema-valid report."""
+    code, out, err = run_cli(capsys, *argv, "-j")
+    doc = json.loads(out)
+    validate(doc)
+    return code, doc, err
+
+
+def statuses(doc: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {t["key"]: (t["status"], t["message"]) for t in doc["testcases"]}
+
+
+def system_file(tmp_path: Path, doc: Any, name: str = "system.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def must_not_run(monkeypatch: Any) -> None:
+    def boom(*a: Any, **k: Any) -> None:
+        raise AssertionError("a testcase ran")
+
+    monkeypatch.setattr(runner, "_run_one", boom)
+
+
+@pytest.fixture
+def plugins(tmp_path):
+    with installed(tmp_path / "site", GOOD, BROKEN) as paths:
+        yield paths
+
+
+# == 1. Bad input ==========================================================================
+def test_unknown_testcase_key_is_not_found(capsys):
+    """-t with an unknown key: Not Found (nvbandwidth's message), the others still run."""
+    code, doc, _ = json_run(capsys, "--simulate", PRESET, *FAST, "-t", "nope", "0")
+    assert code == 1
+    assert [(t["key"], t["status"]) for t in doc["testcases"]] == [
+        ("nope", "Not Found"),
+        ("host_to_device_memcpy_ce", "Passed"),
+    ]
+    assert doc["testcases"][0]["message"] == "Testcase nope not found"
+
+
+def test_testcase_index_out_of_range(capsys):
+    """-t 999: Not Found with 'Testcase index 999 out of bound', exit 1 (text output)."""
+    code, out, _ = run_cli(capsys, "--simulate", PRESET, *FAST, "-t", "999")
+    assert code == 1
+    assert "Testcase index 999 out of bound" in out
+
+
+def test_testcase_with_prefix_is_a_usage_error(capsys, monkeypatch):
+    must_not_run(monkeypatch)
+    line = usage_error(capsys, "--simulate", PRESET, "-t", "0", "-p", "host")
+    assert "-t/--testcase and -p/--testcase-prefixes cannot be used together" in line
+
+
+def test_prefix_matching_nothing_exits_1(capsys, monkeypatch):
+    must_not_run(monkeypatch)
+    code, out, err = run_cli(capsys, "--simulate", PRESET, "-p", "zzz_nothing")
+    assert code == 1 and out == ""
+    assert err.strip() == (
+        "gpubw: error: the testcase prefixes 'zzz_nothing' match no testcase (see gpubw -l)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("0", "is zero"),
+        ("0.0GiB", "is zero"),
+        ("-5", "is negative"),
+        ("-1GiB", "is negative"),
+        ("-0.5", "is negative"),
+    ],
+)
+def test_buffer_size_zero_or_negative(capsys, value, why):
+    line = usage_error(capsys, "--simulate", PRESET, "-b", value)
+    assert f"invalid buffer size {value!r}" in line and why in line
+    assert "expected a positive number of MiB" in line
+
+
+@pytest.mark.parametrize("value", ["abc", "12XB", "0x10", "nan", "inf", "1,,2"])
+def test_buffer_size_not_a_number(capsys, value):
+    line = usage_error(capsys, "--simulate", PRESET, "-b", value)
+    assert f"invalid buffer size {value!r}" in line
+    assert "a number with a unit B, KiB, MiB, GiB" in line
+
+
+@pytest.mark.parametrize("value", ["1e400", "9e999999999GiB", "1e99999999999999999999"])
+def test_buffer_size_absurdly_large(capsys, value):
+    """Sizes beyond any memory are refused while parsing (once they were a traceback)."""
+    line = usage_error(capsys, "--simulate", PRESET, "-b", value)
+    assert f"invalid buffer size {value!r}" in line
+    assert "larger than" in line or "out of range" in line
+
+
+def test_buffer_size_larger_than_device_memory(capsys, monkeypatch, tmp_path):
+    """A size above the smallest device's memory: usage error before anything runs, and
+    no -o file (nor temporary file) is left."""
+    must_not_run(monkeypatch)
+    target = tmp_path / "r.json"
+    line = usage_error(capsys, "--simulate", PRESET, "-b", "200GiB", "-t", "0", "-o", str(target))
+    assert "buffer size 200 GiB (214748364800 bytes) is larger than the memory of device 0" in line
+    assert "(NVIDIA H200, 143771 MiB)" in line and "must be at most 150754820096 bytes" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_buffer_size_larger_than_host_memory(capsys, monkeypatch, tmp_path):
+    """A size above the host's memory (the simulated system's host_memory_bytes; the real
+    backend's is SC_PHYS_PAGES x SC_PAGE_SIZE): usage error before anything runs."""
+    must_not_run(monkeypatch)
+    path = system_file(tmp_path, {"base": "h200x1", "host_memory_bytes": 1 << 30})
+    line = usage_error(capsys, "--simulate", path, "-b", "2GiB", "-t", "0")
+    assert "buffer size 2 GiB (2147483648 bytes) is larger than the host's memory (1 GiB)" in line
+
+
+def test_host_memory_of_a_real_backend_is_physical_memory():
+    """The check's figure for real hardware: the host's physical memory."""
+    expected = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert Backend.host_memory_bytes(SimulatedBackend.__new__(SimulatedBackend)) == expected
+
+
+def test_fixed_size_testcases_ignore_the_size_check(capsys):
+    """Only testcases that use the size are checked: latency testcases run at any -b."""
+    code, doc, _ = json_run(
+        capsys, "--simulate", "h200x1", "-b", "200GiB", "-i", "1", "-t", "host_device_latency_sm"
+    )
+    assert code == 0
+    assert doc["testcases"][0]["status"] == "Passed"
+
+
+@pytest.mark.parametrize("option", ["-i", "--samples", "--testSamples", "--loop-count"])
+@pytest.mark.parametrize("value", ["0", "-1", "-20"])
+def test_samples_or_loop_count_zero_or_negative(capsys, option, value):
+    line = usage_error(capsys, "--simulate", PRESET, option, value)
+    assert f"{value!r} must be at least 1" in line
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "inf", "nan"])
+def test_gate_timeout_not_positive(capsys, value):
+    line = usage_error(capsys, "--simulate", PRESET, "--gate-timeout", value)
+    assert "--gate-timeout" in line and repr(value) in line
+
+
+def test_unknown_writer(capsys, monkeypatch):
+    must_not_run(monkeypatch)
+    line = usage_error(capsys, "--simulate", PRESET, "--format", "yaml", "-t", "0")
+    assert line == "gpubw: error: unknown output format 'yaml'; allowed: csv, json, text"
+
+
+@pytest.mark.parametrize("where", ["missing_dir", "is_dir", "proc"])
+def test_unwritable_output_path(capsys, monkeypatch, tmp_path, where):
+    must_not_run(monkeypatch)
+    target = {
+        "missing_dir": str(tmp_path / "no" / "report.json"),
+        "is_dir": str(tmp_path),
+        "proc": "/proc/gpubw-report.json",
+    }[where]
+    line = usage_error(capsys, "--simulate", PRESET, "-t", "0", "-o", target)
+    assert f"-o/--output {target!r}" in line
+
+
+def test_missing_simulate_file(capsys, monkeypatch, tmp_path):
+    must_not_run(monkeypatch)
+    path = str(tmp_path / "nowhere.json")
+    line = usage_error(capsys, "--simulate", path, "-t", "0")
+    assert f"cannot read simulated system file {path}: No such file or directory" in line
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("{ not json", ["not valid JSON", "line 1, column 3"]),
+        ('{"base": "h200x1", "colour": 1}', ["unknown key 'colour' in the system"]),
+        ('{"base": "h200x9"}', ["base 'h200x9' is not a preset"]),
+        ('{"base": "h200x1", "count": 0}', ["count must be positive, got 0"]),
+        ('{"base": "h200x1", "count": 100000}', ["count must be at most 1024"]),
+        ('{"base": "h200x1", "faults": {"gate": 1}}', ["unknown key 'gate' in faults"]),
+        ('{"base": "h200x1", "faults": {"corrupt_copy": 1}}', ["faults.corrupt_copy"]),
+        ("[1, 2]", ["the system must be an object, got list"]),
+    ],
+)
+def test_malformed_simulate_file(capsys, monkeypatch, tmp_path, content, words):
+    """A --simulate file that is not a valid system: exit 2, the file and the key named."""
+    must_not_run(monkeypatch)
+    path = tmp_path / "sys.json"
+    path.write_text(content)
+    line = usage_error(capsys, "--simulate", str(path), "-t", "0")
+    assert str(path) in line
+    for word in words:
+        assert word in line
+
+
+def test_simulate_file_not_utf8(capsys, tmp_path):
+    path = tmp_path / "sys.json"
+    path.write_bytes(b'{"name": "\xff\xfe"}')
+    line = usage_error(capsys, "--simulate", str(path), "-t", "0")
+    assert "not UTF-8 text" in line
+
+
+def test_unknown_simulate_preset(capsys):
+    line = usage_error(capsys, "--simulate", "h300x4", "-t", "0")
+    assert "unknown simulated system 'h300x4'; presets: h200x1, h200x2, h200x8, pcie4" in line
+
+
+@pytest.mark.parametrize("argv", [["--bogus"], ["-x"], ["stray"]])
+def test_unknown_option(capsys, argv):
+    line = usage_error(capsys, *argv)
+    assert f"unrecognized arguments: {argv[0]}" in line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-b", "1", "-b", "2"],
+        ["-i", "1", "--samples", "2"],
+        ["--loop-count", "1", "--loopCount", "1"],
+        ["-o", "a.json", "-o", "b.json"],
+        ["--format", "json", "--format", "text"],
+        ["--simulate", "h200x1", "--simulate", "h200x2"],
+        ["--gate-timeout", "1", "--gate-timeout", "2"],
+    ],
+)
+def test_repeated_scalar_option(capsys, argv):
+    line = usage_error(capsys, *argv)
+    assert "given more than once" in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["-b", "abc"], "invalid buffer size 'abc'"),
+        (["--simulate", "/nonexistent/sys.json"], "cannot read simulated system file"),
+        (["-b", "1e400", "-t", "0"], "larger than"),
+        (["-t", "0", "-p", "host"], "cannot be used together"),
+    ],
+)
+def test_no_traceback_in_a_real_process(argv, words):
+    """The same errors from a real `python -m gpubw`: one line on stderr, exit 2."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpubw", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpubw: error: ") and words in lines[0]
+
+
+# == 2. Misbehaving plugins ================================================================
+def plugin_run(capsys: Any, *keys: str) -> tuple[int, dict[str, tuple[str, str]]]:
+    code, doc, _ = json_run(capsys, "--simulate", "h200x1", *FAST, "-t", *keys, "fixture_good")
+    got = statuses(doc)
+    assert got["fixture_good"] == ("Passed", "")  # the others still ran and were written
+    for t in doc["testcases"]:
+        if t["key"].startswith("fixture_") and t["key"] != "fixture_good":
+            assert t["plugin"] == BROKEN_DIST and t["matrices"] == []
+    return code, got
+
+
+def test_plugin_that_fails_to_import(capsys, plugins):
+    code, got = plugin_run(capsys, "fixture_import_raises")
+    assert code == 1
+    status, message = got["fixture_import_raises"]
+    assert status == "Error"
+    assert message.startswith(f"plugin {BROKEN_DIST!r} could not be loaded: ")
+
+
+def test_plugin_that_raises_in_filter(capsys, plugins):
+    code, got = plugin_run(capsys, "fixture_filter_raises")
+    assert code == 1
+    assert got["fixture_filter_raises"] == (
+        "Error",
+        f"{BROKEN_DIST} fixture_filter_raises: filter() failed: "
+        "ValueError: fixture: filter exploded",
+    )
+
+
+def test_plugin_that_raises_in_run(capsys, plugins):
+    code, got = plugin_run(capsys, "fixture_run_raises")
+    assert code == 1
+    assert got["fixture_run_raises"] == (
+        "Error",
+        f"{BROKEN_DIST} fixture_run_raises: run() failed: ZeroDivisionError: fixture: run exploded",
+    )
+
+
+def test_plugin_that_returns_no_result(capsys, plugins):
+    code, got = plugin_run(capsys, "fixture_garbage", "fixture_garbage_list")
+    assert code == 1
+    assert got["fixture_garbage"] == (
+        "Error",
+        f"{BROKEN_DIST} fixture_garbage: run() returned str 'garbage', not Matrix results",
+    )
+    assert "holding int 42, not Matrix results" in got["fixture_garbage_list"][1]
+
+
+@pytest.mark.parametrize(
+    ("key", "words"),
+    [
+        ("fixture_nan", "values[0][0] is nan, not a finite number (use None for N/A)"),
+        ("fixture_string_cell", "values[0][0] is 'fast' (str), not a number or None"),
+        ("fixture_bad_unit", "unit: 'furlongs/fortnight' is not one of ['bytes/s', 's']"),
+    ],
+)
+def test_plugin_result_that_breaks_the_schema(capsys, plugins, key, words):
+    """A Matrix with a NaN or string cell or an unknown unit: Error for that testcase only
+    (the report of the others still validates and is written)."""
+    code, got = plugin_run(capsys, key, "0")
+    assert code == 1
+    status, message = got[key]
+    assert status == "Error"
+    assert message.startswith(
+        f"{BROKEN_DIST} {key}: run() returned matrix 'fixture_bad_matrix' that breaks the "
+        "report schema: "
+    )
+    assert words in message
+    assert got["host_to_device_memcpy_ce"][0] == "Passed"
+
+
+def test_plugin_errors_in_text_output(capsys, plugins):
+    """The text writer shows the same Errors, and the passing testcase's matrix."""
+    code, out, _ = run_cli(
+        capsys, "--simulate", "h200x1", *FAST, "-t", "fixture_string_cell", "fixture_good"
+    )
+    assert code == 1
+    assert "ERROR: gpubw-fixture-broken fixture_string_cell: run() returned matrix" in out
+    assert "fixture fixture_good (GB/s)" in out
+
+
+# == 3. Faults during a run ================================================================
+def sim_run(
+    keys: list[str], faults: Faults, preset: str = PRESET, **kw: Any
+) -> tuple[Any, SimulatedBackend]:
+    backend = SimulatedBackend(load_system(preset), faults)
+    selection = Registry.discover().select(keys)
+    report = runner.run(lambda: System(backend, FAST_OPTIONS), selection, [MIB], FAST_OPTIONS, **kw)
+    assert backend.live_allocations() == [] and backend.live_streams() == 0
+    assert backend.live_events() == 0
+    return report, backend
+
+
+def test_allocation_failure_mid_testcase_frees_and_goes_on():
+    """cuMemAlloc fails partway through a testcase: Error naming the call and CUresult, every
+    buffer it had is freed (live allocations back to what the System owned before it) and
+    later testcases still run (and pass, once the fault is gone)."""
+    key = "device_to_device_bidirectional_memcpy_read_ce"  # needs 2 new buffers after h2d
+    backend = SimulatedBackend(load_system(PRESET))
+    seen: dict[str, Any] = {}
+
+    def progress(event: runner.Progress) -> None:
+        if event.done == 1 and event.phase == "start":  # the second testcase starts
+            seen["before"] = set(backend.live_allocations())
+            made = backend._device_allocs_made
+            backend.faults = Faults(alloc_fail_after=made + 1)  # one more succeeds, then fail
+        if event.done == 2 and event.phase == "end":
+            seen["after"] = set(backend.live_allocations())
+            backend.faults = Faults()
+
+    report = runner.run(
+        lambda: System(backend, FAST_OPTIONS),
+        Registry.discover().select(["host_to_device_memcpy_ce", key, key]),
+        [MIB],
+        FAST_OPTIONS,
+        progress=progress,
+    )
+    first, failed, later = report.testcases
+    assert first.status is Status.PASSED
+    assert failed.status is Status.ERROR
+    assert failed.message == "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (injected fault)"
+    assert seen["after"] <= seen["before"]  # nothing of the failed testcase is kept
+    assert later.status is Status.PASSED and later.matrices
+    assert backend.live_allocations() == []
+    assert report.exit_code == 1
+
+
+def test_pinned_host_allocation_failure():
+    report, _ = sim_run(
+        ["host_to_device_memcpy_ce", "device_local_copy"], Faults(host_alloc_fail_after=2)
+    )
+    for t in report.testcases:
+        assert (t.status, t.message) == (
+            Status.ERROR,
+            "cuMemHostAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (injected fault)",
+        )
+
+
+def test_device_allocation_failure_on_one_device_only():
+    """Every allocation on device 1 fails: testcases touching device 1 are Errors."""
+    report, _ = sim_run(
+        ["device_local_copy", "host_to_device_memcpy_ce"], Faults(alloc_fail_on_device=1)
+    )
+    assert all(t.status is Status.ERROR for t in report.testcases)
+    assert "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY" in report.testcases[0].message
+
+
+def test_verification_mismatch(capsys, tmp_path):
+    """A corrupted copy: Error naming the device, the copy and the first bad offset; via a
+    --simulate file's "faults" key, exit 1."""
+    path = system_file(tmp_path, {"base": PRESET, "faults": {"corrupt_copy": True}})
+    code, doc, _ = json_run(capsys, "--simulate", path, *FAST, "-t", "0", "device_local_copy")
+    assert code == 1
+    got = statuses(doc)
+    assert got["host_to_device_memcpy_ce"] == (
+        "Error",
+        "verification failed on Device 0 after the copy Host -> Device 0 issued by device 0: "
+        "first bad 32-bit word at byte offset 524288",
+    )
+    assert got["device_local_copy"][0] == "Error"
+    assert "first bad 32-bit word at byte offset" in got["device_local_copy"][1]
+
+
+def test_verification_skipped_with_s(capsys, tmp_path):
+    """The same corruption with -s: not checked, so the testcase Passes."""
+    path = system_file(tmp_path, {"base": PRESET, "faults": {"corrupt_copy": True}})
+    code, doc, _ = json_run(capsys, "--simulate", path, *FAST, "-s", "-t", "0")
+    assert code == 0 and doc["testcases"][0]["status"] == "Passed"
+
+
+def test_peer_access_refused_both_ways_on_two_devices_waives():
+    report, _ = sim_run(["device_to_device_memcpy_read_ce"], Faults(refuse_peer={(0, 1), (1, 0)}))
+    (t,) = report.testcases
+    assert t.status is Status.WAIVED
+    assert t.message == "needs 2 devices with peer access; none of the 2 devices can access another"
+    assert report.exit_code == 0
+
+
+def test_peer_access_refused_for_one_pair_gives_na_cells():
+    report, _ = sim_run(
+        ["device_to_device_memcpy_read_ce"], Faults(refuse_peer={(0, 1), (1, 0)}), preset="h200x8"
+    )
+    (t,) = report.testcases
+    assert t.status is Status.PASSED
+    values = t.matrices[0].values
+    assert values[0][1] is None and values[1][0] is None
+    assert values[0][2] is not None and values[2][0] is not None
+
+
+def test_peer_access_refused_one_way_is_an_error():
+    """can_access_peer says yes one way but enabling fails: Error with the call and
+    CUresult, the next testcase still runs."""
+    report, _ = sim_run(
+        ["device_to_device_memcpy_read_ce", "device_local_copy"], Faults(refuse_peer={(0, 1)})
+    )
+    d2d, local = report.testcases
+    assert (d2d.status, d2d.message) == (
+        Status.ERROR,
+        "cuCtxEnablePeerAccess failed: CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+    )
+    assert local.status is Status.PASSED
+
+
+def test_cuda_error_in_a_kernel():
+    report, _ = sim_run(
+        ["host_to_device_memcpy_sm", "host_to_device_memcpy_ce"],
+        Faults(kernel_error="gpubw_copy", kernel_error_result="CUDA_ERROR_ILLEGAL_ADDRESS"),
+    )
+    sm, ce = report.testcases
+    assert (sm.status, sm.message) == (
+        Status.ERROR,
+        "cuStreamSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS (gpubw_copy failed "
+        "(injected fault))",
+    )
+    assert ce.status is Status.PASSED
+
+
+def test_spin_gate_that_never_opens(capsys, tmp_path):
+    """A gate that is never released: bounded wait, Error naming the gate timeout, no hang."""
+    path = system_file(tmp_path, {"base": PRESET, "faults": {"gate_never_opens": True}})
+    t0 = time.monotonic()
+    code, doc, _ = json_run(
+        capsys, "--simulate", path, *FAST, "--gate-timeout", "0.05", "-t", "0", "34"
+    )
+    assert time.monotonic() - t0 < 30
+    assert code == 1
+    for status, message in statuses(doc).values():
+        assert status == "Error"
+        assert message.startswith("the spin gate timed out after 0.05 s before gpubw released it")
+
+
+def test_stream_that_never_finishes():
+    report, _ = sim_run(["host_to_device_memcpy_ce"], Faults(sync_hang=True))
+    (t,) = report.testcases
+    assert t.status is Status.ERROR
+    assert t.message.startswith("a stream on device 0 did not finish within")
+
+
+# == 4. Interrupts =========================================================================
+def start_slow_run(tmp_path: Path, target: Path) -> tuple[subprocess.Popen[str], Path]:
+    paths = copy_fixtures(tmp_path / "site", GOOD)
+    marker = tmp_path / "started"
+    env = subprocess_env(paths, GPUBW_FIXTURE_MARKER=str(marker), GPUBW_FIXTURE_SLOW_S="60")
+    argv = ["--simulate", PRESET, *FAST, "-j", "-o", str(target),
+            "-t", "fixture_fixed", "0", "fixture_slow", "fixture_fixed"]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpubw", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        if proc.poll() is not None:
+            raise AssertionError(proc.communicate())
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("the slow testcase never started")
+        time.sleep(0.02)
+    return proc, marker
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "name"),
+    [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")],
+)
+def test_interrupt_writes_what_finished(tmp_path, signum, code, name):
+    """SIGINT/SIGTERM mid-run with -j -o FILE: exit 130/143, FILE is a valid report marked
+    interrupted, holding the finished testcases and the interrupted one."""
+    target = tmp_path / "report.json"
+    proc, _ = start_slow_run(tmp_path, target)
+    try:
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err
+    assert out == "" and "Traceback" not in err
+    doc = load_report(target)  # valid JSON, valid against the schema
+    assert doc["interrupted"] is True and doc["exit_code"] == code
+    assert doc["options"]["signal"] == name
+    assert [(t["key"], t["status"]) for t in doc["testcases"]] == [
+        ("fixture_fixed", "Passed"),
+        ("host_to_device_memcpy_ce", "Passed"),
+        ("fixture_slow", "Interrupted"),
+    ]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".report")] == []
+
+
+@pytest.mark.parametrize("previous", [True, False])
+def test_kill_9_never_leaves_a_half_written_file(tmp_path, previous):
+    """kill -9 mid-run: FILE is the previous file, intact, or does not exist."""
+    target = tmp_path / "report.json"
+    if previous:
+        target.write_text('{"previous": true}\n')
+    proc, _ = start_slow_run(tmp_path, target)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    if previous:
+        assert target.read_text() == '{"previous": true}\n'
+    else:
+        assert not target.exists()
+
+
+# == 5. No leaks ===========================================================================
+def builtin_selection() -> list[Any]:
+    return [e for e in Registry.discover().entries if e.builtin]
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        Faults(),
+        Faults(corrupt_copy=True, corrupt_after=5, kernel_error="gpubw_copy_split_warp"),
+        Faults(alloc_fail_after=9),
+        Faults(host_alloc_fail_after=5),
+    ],
+    ids=["clean", "corrupt+kernel-error", "alloc-fail", "host-alloc-fail"],
+)
+def test_full_suite_leaves_nothing_allocated(faults):
+    """The whole default suite on h200x2 (1 MiB, one sample, one copy), clean and with
+    injected errors: no allocation, stream or event is left after the run."""
+    selection = builtin_selection()
+    report, backend = sim_run([e.key for e in selection], faults)  # sim_run asserts no leaks
+    assert len(report.testcases) == len(selection)
+    assert backend.closed
+    assert not [w for w in report.warnings if "freeing" in w]
+    if faults == Faults():
+        assert report.exit_code == 0
+    else:
+        assert any(t.status is Status.ERROR for t in report.testcases)
+
+
+class AllocatesThenRaises(gpubw.Testcase):
+    """Allocates device and pinned memory, never frees it, then fails."""
+
+    key = "allocates_then_raises"
+
+    def run(self, size: int, loops: int) -> list[Any]:
+        DeviceBuffer.allocate(self.system, 0, size)
+        HostBuffer.allocate(self.system, size, 0)
+        raise RuntimeError("injected: failed after allocating")
+
+
+def _pinned_kib() -> int:
+    """VmLck + VmPin of this process (kB), where /proc/self/status has them."""
+    total = 0
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(("VmLck:", "VmPin:")):
+                total += int(line.split()[1])
+    except OSError:
+        pass
+    return total
+
+
+def _have_gpu() -> str | None:
+    try:
+        from gpubw.backend.cuda import CudaBackend
+
+        CudaBackend().close()
+    except Exception as exc:
+        return f"no NVIDIA GPU/driver ({type(exc).__name__}: {exc})"
+    return None
+
+
+@pytest.mark.gpu
+def test_real_gpu_runs_leave_device_and_pinned_memory_as_they_were():
+    """On real GPUs: the default suite (64 MiB, 1 sample, 2 copies) and a run whose testcase
+    allocates then raises leave device memory in use and the process's pinned memory at
+    the baseline once the System is closed."""
+    why = _have_gpu()
+    if why:
+        pytest.skip(why)
+    from gpubw.backend.cuda import CudaBackend
+
+    options = RunOptions(samples=1, loops=2)
+    probe = CudaBackend()  # holds the primary contexts, so memory_info stays comparable
+    try:
+        n = len(probe.devices())
+
+        def used() -> list[int]:
+            return [total - free for free, total in map(probe.memory_info, range(n))]
+
+        def run_once(selection: list[Any]) -> tuple[Any, CudaBackend]:
+            made: list[CudaBackend] = []
+
+            def factory() -> System:
+                made.append(CudaBackend())
+                return System(made[0], options)
+
+            report = runner.run(factory, selection, [64 * MIB], options)
+            backend = made[0]
+            assert backend._device_memory == {} and backend._host_memory == {}
+            assert backend._streams == set() and backend._events == set()
+            assert not [w for w in report.warnings if "freeing" in w], report.warnings
+            return report, backend
+
+        with System(CudaBackend(), options) as warm:  # contexts and modules, once
+            warm.load_kernels()
+        base_used, base_pinned = used(), _pinned_kib()
+
+        report, _ = run_once(builtin_selection())
+        assert all(t.status in (Status.PASSED, Status.WAIVED) for t in report.testcases), [
+            (t.key, t.message) for t in report.testcases if not t.ok
+        ]
+        slack = 16 * MIB
+        assert all(abs(a - b) <= slack for a, b in zip(used(), base_used, strict=True)), (
+            used(),
+            base_used,
+        )
+        assert _pinned_kib() <= base_pinned + slack // 1024
+
+        bad = Entry(0, AllocatesThenRaises.key, "tests", cls=AllocatesThenRaises)
+        local = Registry.discover().select(["device_local_copy"])
+        report, _ = run_once([bad, *local])
+        assert report.testcases[0].status is Status.ERROR
+        assert "injected: failed after allocating" in report.testcases[0].message
+        assert report.testcases[1].status is Status.PASSED
+        assert all(abs(a - b) <= slack for a, b in zip(used(), base_used, strict=True))
+        assert _pinned_kib() <= base_pinned + slack // 1024
+    finally:
+        probe.close()
+
+
+# == 6. Fuzzing ============================================================================
+OPTIONS = ["-b", "-l", "-t", "-p", "-v", "-s", "-d", "-i", "-m", "-j", "--loop-count",
+           "-o", "--format", "--gate-timeout", "--bufferSize", "--testSamples", "--useMean",
+           "--json", "--list", "--perf-formatter", "--simulate", "--", "-",
+           "--version"]  # fmt: skip
+VALUES = ["0", "1", "-1", "2", "34", "35", "99", "1KiB", "1B", "4096B", "1:4:x2", "1,2",
+          "abc", "", " ", "nan", "1e400", "0.5", "x", "json", "text", "csv", "h200x1",
+          "host", "device_local_copy", "fixture", "out.json", "/proc/x", "1e-3", "-5GiB",
+          "\u00e9", "--b", "-bb", "-t0", "-i0", "--loop=1", "0.01"]  # fmt: skip
+TOKENS = st.one_of(
+    st.sampled_from(OPTIONS),
+    st.sampled_from(VALUES),
+    st.text(alphabet=string.printable, max_size=8),
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.lists(TOKENS, max_size=8))
+def test_fuzz_cli_arguments(capsys, tmp_path, monkeypatch, tokens):
+    """Random argument lists (on a simulated h200x1, cheap testcase): never a traceback,
+    always a clean exit 0, 1 or 2 with at most one error line."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["--simulate", "h200x1", "-i", "1", "--loop-count", "1", "-t", "device_local_copy",
+            *tokens]  # fmt: skip
+    code = cli.main(argv)
+    _, err = capsys.readouterr()
+    assert code in (0, 1, 2), (argv, code, err)
+    assert "Traceback" not in err
+    if code == 2:
+        assert err.startswith("gpubw: error: ") or "usage" not in err
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**20), 10**20) | st.floats() | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+SYSTEM_KEYS = ["name", "base", "count", "device", "devices", "host_link", "host_links", "peers",
+               "local_copy", "host_memory_bandwidth", "latency", "overheads", "jitter", "seed",
+               "reserved_bytes", "host_memory_bytes", "real_bytes_limit", "driver_version",
+               "cuda_driver", "faults"]  # fmt: skip
+SYSTEM_DOCS = st.one_of(
+    JSON,
+    st.dictionaries(st.sampled_from(SYSTEM_KEYS), JSON, max_size=5),
+    st.dictionaries(st.sampled_from(SYSTEM_KEYS), JSON, max_size=4).map(
+        lambda d: {**d, "base": "h200x2"}
+    ),
+    st.dictionaries(
+        st.sampled_from([f.name for f in __import__("attrs").fields(Faults)]), JSON, max_size=3
+    ).map(lambda f: {"base": "h200x2", "faults": f}),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(SYSTEM_DOCS)
+def test_fuzz_simulated_system_loader(doc):
+    """Random JSON given as a system description: a SimSystem or a UsageError, nothing else
+    (no TypeError, KeyError, ... and no hang)."""
+    try:
+        system = system_from_dict(doc)
+    except UsageError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    assert 1 <= len(system.devices) <= 1024
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(st.binary(max_size=64) | JSON.map(lambda d: json.dumps(d).encode()))
+def test_fuzz_simulated_system_file(tmp_path, content):
+    """Random bytes as a --simulate file: a system or a UsageError naming the file."""
+    path = tmp_path / "fuzz.json"
+    path.write_bytes(content)
+    try:
+        load_system(path)
+    except UsageError as exc:
+        assert str(path) in str(exc)
+
+
+def test_nan_and_inf_in_a_system_file_are_refused():
+    """JSON's NaN/Infinity extensions (Python's json accepts them) are not valid figures."""
+    for bad in (math.nan, -1.0):
+        with pytest.raises(UsageError, match="jitter"):
+            system_from_dict({"base": "h200x1", "jitter": bad})
