@@ -83,6 +83,13 @@ def child(mode: str, name: str, grid: int | None) -> dict[str, float]:
                 rd = MemcpyOperation(s, SM, prefer=Prefer.DST)
                 out["peer_read"] = rd.measure([Copy(b, a)]).pair_value(0)
                 out["peer_write"] = op.measure([Copy(a, b)]).pair_value(0)
+        elif mode == "split":
+            hs = [HostBuffer.allocate(s, size, d) for d in range(n)]
+            ds = [DeviceBuffer.allocate(s, d, size) for d in range(n)]
+            out["bidir"] = sw.measure([Copy(hs[0], ds[0])]).pair_value(0)
+            out["bidir_all"] = sw.measure([Copy(h, d) for h, d in zip(hs, ds)]).pair_value(0)
+            for b in hs + ds:
+                b.close()
         else:
             hs = [HostBuffer.allocate(s, size, d) for d in range(n)]
             ds = [DeviceBuffer.allocate(s, d, size) for d in range(n)]
@@ -106,7 +113,9 @@ def main() -> int:
         return 0
     mode = sys.argv[1]
     jobs = (
-        [(n, 0) for n in VARIANTS]
+        [("default", 0)]
+        if mode == "split"
+        else [(n, 0) for n in VARIANTS]
         if mode != "host"
         else [(n, g) for n in ("u8-stride-cg", "u8-tiled-cs") for g in GRIDS]
     )
