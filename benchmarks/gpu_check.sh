@@ -9,7 +9,8 @@
 #   plugin       install plugins/gpubw-stream
 #   stream       the stream plugin's sweep 1 MiB .. 4 GiB:              $OUT/stream-<tag>.json
 #   tune-MODE    benchmarks/tune_copy.py MODE (local, peer, host)
-#   nvbandwidth  run NVIDIA's nvbandwidth from .nvbw/ if carried (never committed)
+#   nvbandwidth  NVIDIA's nvbandwidth -j (whole suite), if carried in .nvbw/ (never committed);
+#                nvbandwidth1 the same on device 0 alone
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
 tag=$1; shift
@@ -41,7 +42,12 @@ for step in "$@"; do
       s=$(date +%s)
       timeout 400 python3 -m gpubw -p stream -b 1MiB:4GiB:x2 -j -o "$OUT/stream-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
       echo "stream rc=$? wall=$(( $(date +%s) - s ))s" | tee -a "$OUT/times-$tag.txt"; tail -3 "$OUT/log-$tag.txt" ;;
-    tune-*) python3 benchmarks/tune_copy.py "${step#tune-}" "$OUT/$step-$tag.json" 2>&1 | tail -14 ;;
-    nvbandwidth) [ -x .nvbw/nvbandwidth ] && bash .nvbw/run.sh "$OUT" 2>&1 | tail -60 ;;
+    tune-*) python3 benchmarks/tune_copy.py "${step#tune-}" "${TUNE_OUT:-$OUT}/$step-$tag.json" 2>&1 | tail -14 ;;
+    nvbandwidth|nvbandwidth1)  # the whole default suite of NVIDIA's nvbandwidth, if carried
+      [ -x .nvbw/nvbandwidth ] || { echo "no .nvbw/nvbandwidth"; continue; }
+      [ "$step" = nvbandwidth1 ] && export CUDA_VISIBLE_DEVICES=0
+      s=$(date +%s.%N); ./.nvbw/nvbandwidth -j > "$OUT/$step-$tag.json" 2>> "$OUT/log-$tag.txt"
+      echo "$step rc=$? wall=$(python3 -c "print(round($(date +%s.%N)-$s,1))")s" | tee -a "$OUT/times-$tag.txt"
+      unset CUDA_VISIBLE_DEVICES ;;
   esac
 done

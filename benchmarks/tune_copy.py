@@ -5,6 +5,7 @@ warm-up, events, median as the testcases), printing GB/s per path.
     python3 benchmarks/tune_copy.py local   # kernel variants on device-local copies
     python3 benchmarks/tune_copy.py host    # grid sizes on host paths, one GPU and all at once
     python3 benchmarks/tune_copy.py peer    # kernel variants on NVLink peer read / write
+    python3 benchmarks/tune_copy.py split   # the split-warp kernel, one GPU and all at once
 
 Each variant runs in a child process that recompiles the kernel with GPUBW_KERNEL_DEFINES
 (unroll, tiled layout, cache hints, launch bounds) and fixes the launch shape to match.
@@ -32,6 +33,7 @@ VARIANTS = {
         1,
         None,
     ),
+    "u8-tiled-cgcs-4": ("GPUBW_COPY_UNROLL=8,GPUBW_COPY_MIN_BLOCKS=2", 512, 4, None),
     "u4-tiled-cs-4": (
         "GPUBW_COPY_UNROLL=4,GPUBW_COPY_TILED=1,GPUBW_COPY_HINT=1,GPUBW_COPY_MIN_BLOCKS=4",
         512,

@@ -463,16 +463,18 @@ def test_compile_load_and_launch(
 
 @pytest.mark.gpu
 def test_copy_kernels_fit_the_launch_shape(backend: CudaBackend) -> None:
-    """The copy kernels do not spill and COPY_BLOCKS_PER_SM blocks of 512 threads fit per SM,
-    so copy_launch_shape's grid runs in one wave."""
-    from gpubw.initiators import COPY_BLOCK, COPY_BLOCKS_PER_SM
+    """The copy kernels do not spill, COPY_BLOCKS_PER_SM blocks of 512 threads fit per SM (so
+    copy_launch_shape's grid runs in one wave) and the split-warp kernel takes its block."""
+    from gpubw.initiators import COPY_BLOCK, COPY_BLOCKS_PER_SM, SPLIT_WARP_BLOCK
 
     backend.load_kernels(0)
-    for name in ("gpubw_copy", "gpubw_copy_split_warp"):
-        info = backend.kernel_attributes(0, name)
-        assert info["local_bytes"] == 0, info
-        assert info["max_threads_per_block"] >= COPY_BLOCK
-        assert info["blocks_per_sm_at_512"] >= COPY_BLOCKS_PER_SM, info
+    info = backend.kernel_attributes(0, "gpubw_copy")
+    assert info["local_bytes"] == 0, info
+    assert info["max_threads_per_block"] >= COPY_BLOCK
+    assert info["blocks_per_sm_at_512"] >= COPY_BLOCKS_PER_SM, info
+    info = backend.kernel_attributes(0, "gpubw_copy_split_warp")
+    assert info["local_bytes"] == 0, info
+    assert info["max_threads_per_block"] >= SPLIT_WARP_BLOCK, info
 
 
 @pytest.mark.gpu

@@ -115,11 +115,24 @@ def copy_launch_shape(device: DeviceInfo, elements: int) -> tuple[int, int]:
     return grid, block
 
 
+#: Threads per block of the split-warp kernel (its __launch_bounds__ in kernels/gpubw.cu).
+SPLIT_WARP_BLOCK = 1024
+
+
+def split_warp_launch_shape(device: DeviceInfo, elements: int) -> tuple[int, int]:
+    """One thread per 16-byte element (each thread copies its element ``loops`` times in a
+    row, as nvbandwidth's split-warp kernel; see gpubw_copy_split_warp)."""
+    return max(1, min(2**31 - 1, -(-elements // SPLIT_WARP_BLOCK))), SPLIT_WARP_BLOCK
+
+
 class KernelCopy(Initiator):
     """Copies made by a copy kernel on the executing device's SMs (one launch loops)."""
 
     name = "SM"
     kernel = "gpubw_copy"
+
+    def launch_shape(self, device: DeviceInfo, elements: int) -> tuple[int, int]:
+        return copy_launch_shape(device, elements)
 
     def counted_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
         return sm_truncated_bytes(nbytes, exec_device.sm_count)
@@ -143,7 +156,7 @@ class KernelCopy(Initiator):
         elements = self.copied_elements(nbytes, exec_device)
         if elements == 0:
             return
-        grid, block = copy_launch_shape(exec_device, elements)
+        grid, block = self.launch_shape(exec_device, elements)
         system.backend.launch(
             self.kernel,
             grid,
@@ -162,6 +175,9 @@ class SplitWarpCopy(KernelCopy):
 
     name = "SM split-warp"
     kernel = "gpubw_copy_split_warp"
+
+    def launch_shape(self, device: DeviceInfo, elements: int) -> tuple[int, int]:
+        return split_warp_launch_shape(device, elements)
 
     def copied_elements(self, nbytes: int, exec_device: DeviceInfo) -> int:
         return nbytes // ELEMENT_BYTES  # not SM-truncated, as nvbandwidth

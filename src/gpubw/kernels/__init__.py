@@ -50,8 +50,8 @@ KERNELS: dict[str, KernelSpec] = {
             ("ptr", "ptr", "u64", "u32"),
             "(dst, src, elements, loops): element e belongs to group e / 32; elements of odd "
             "groups move src->dst and those of even groups dst->src (so half the bytes go each "
-            "way), `loops` times. With a grid-stride launch whose thread count is a multiple of "
-            "64 every warp moves one way (nvbandwidth's w = global thread index / 32).",
+            "way); each thread copies each of its elements `loops` times in a row (launched "
+            "with one thread per element, nvbandwidth's order).",
         ),
         KernelSpec(
             "gpubw_fill",

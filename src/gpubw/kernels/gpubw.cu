@@ -144,31 +144,34 @@ extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK, GPUBW_COPY_MIN_BL
     }
 }
 
+// A 16-byte load that stays a load: `volatile`, so repeating it on one address is never merged.
+__device__ __forceinline__ uint4 load_cg_volatile(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
 // (dst, src, elements, loops): element e moves src -> dst when its 32-element group e / 32 is
-// odd and dst -> src when it is even; no element is both read and written.
-// When T is a multiple of 64 (any block that is a multiple of 64 threads), every element a
-// thread touches (t + mT) has the same group parity as t, so each thread copies in one fixed
-// direction with the unrolled pass (and each warp moves one way). Otherwise a plain per-element
-// walk keeps the kernel correct for any launch shape.
-extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK, GPUBW_COPY_MIN_BLOCKS)
+// odd and dst -> src when it is even; no element is both read and written. Each thread copies
+// each of its elements `loops` times in a row before the next (launched with one thread per
+// element: gpubw.initiators.split_warp_launch_shape), the order of nvbandwidth's split-warp
+// copy. Measured on 2 x H200 (benchmarks/tune_copy.py split): 42.1 GB/s each way on one GPU
+// and 42.0 with both GPUs at once, as nvbandwidth (42.3 / 42.1); a pass-by-pass order over the
+// whole buffer gave 40.9 and 33-37, because under two GPUs it streams all of host memory where
+// this order keeps the host-side working set to the resident threads' elements. Loads bypass
+// L1 (.cg): with an L1-cached load the repeats are served from L1 and the figure doubles
+// (85 GB/s measured), which is not a transfer over the link.
+extern "C" __global__ void __launch_bounds__(1024)
     gpubw_copy_split_warp(uint4 *dst, uint4 *src, u64 elements, u32 loops) {
     const u64 stride = grid_threads();
-    if ((stride & 63ULL) == 0ULL) {
-        const bool forward = group_is_odd(first_index());
-        uint4 *to = forward ? dst : src;
-        const uint4 *from = forward ? src : dst;
+    for (u64 e = first_index(); e < elements; e += stride) {
+        const bool forward = group_is_odd(e);
+        uint4 *to = forward ? dst + e : src + e;
+        const uint4 *from = forward ? src + e : dst + e;
         for (u32 l = 0; l < loops; ++l) {
-            copy_pass(to, from, elements);
-        }
-        return;
-    }
-    for (u32 l = 0; l < loops; ++l) {
-        for (u64 e = first_index(); e < elements; e += stride) {
-            if (group_is_odd(e)) {
-                __stcg(dst + e, __ldcg(src + e));
-            } else {
-                __stcg(src + e, __ldcg(dst + e));
-            }
+            __stcs(to, load_cg_volatile(from));
         }
     }
 }
