@@ -20,11 +20,30 @@ Minimal example (a third-party package)::
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from gpubw.results import Matrix
 from gpubw.system import System
+
+#: Environment settings under which NVLink multicast must never be used (creating multicast
+#: objects on shared machines can take their GPUs out of service).
+MULTICAST_OFF = (
+    ("NCCL_NVLS_ENABLE", "0"),
+    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+    ("GPUBW_DISABLE_MULTICAST", "1"),
+)
+
+
+def multicast_disabled(environ: Mapping[str, str] | None = None) -> str:
+    """The setting that disables NVLink multicast here (e.g. ``"NCCL_NVLS_ENABLE=0"``), or
+    "" if none does."""
+    env = os.environ if environ is None else environ
+    for name, value in MULTICAST_OFF:
+        if env.get(name, "").strip() == value:
+            return f"{name}={value}"
+    return ""
 
 
 class Testcase:
@@ -61,6 +80,25 @@ class Testcase:
     @property
     def device_count(self) -> int:
         return self.system.device_count
+
+    def needs_multicast(self) -> bool:
+        """The filter of any testcase that would create NVLink multicast objects: waived when
+        the environment disables multicast (NCCL_NVLS_ENABLE=0,
+        TORCH_SYMM_MEM_DISABLE_MULTICAST=1 or GPUBW_DISABLE_MULTICAST=1), checked before
+        anything touches a device, or when a device does not support it."""
+        setting = multicast_disabled()
+        if setting:
+            return self.waive(
+                f"NVLink multicast is disabled here ({setting}); gpubw never "
+                "creates multicast objects then"
+            )
+        lacking = [d.ordinal for d in self.system.devices if not d.multicast_supported]
+        if lacking:
+            return self.waive(
+                "needs devices with NVLink multicast support; device(s) "
+                f"{', '.join(map(str, lacking))} have none"
+            )
+        return True
 
     def needs_peers(self) -> bool:
         """The common filter of peer testcases (nvbandwidth's): at least one ordered pair of

@@ -1,0 +1,74 @@
+"""Tests of the Testcase base class: description, waive, the shared filters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gpubw.system import System
+from gpubw.testcase import Testcase, multicast_disabled
+
+
+class _Multicast(Testcase):
+    """A testcase that would use NVLink multicast.
+
+    Second paragraph."""
+
+    def filter(self) -> bool:
+        return self.needs_multicast()
+
+
+def test_description_is_the_dedented_docstring() -> None:
+    """description() is the class docstring, dedented and stripped."""
+    assert _Multicast.description() == (
+        "A testcase that would use NVLink multicast.\n\nSecond paragraph."
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"NCCL_NVLS_ENABLE": "0"}, "NCCL_NVLS_ENABLE=0"),
+        ({"NCCL_NVLS_ENABLE": "1"}, ""),
+        ({"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}, "TORCH_SYMM_MEM_DISABLE_MULTICAST=1"),
+        ({"GPUBW_DISABLE_MULTICAST": "1"}, "GPUBW_DISABLE_MULTICAST=1"),
+        ({}, ""),
+    ],
+)
+def test_multicast_disabled_names_the_setting(env: dict[str, str], expected: str) -> None:
+    """multicast_disabled() names the variable that turns multicast off, or gives ""."""
+    assert multicast_disabled(env) == expected
+
+
+def test_multicast_testcase_waived_when_nccl_disables_it(
+    sim_system: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NCCL_NVLS_ENABLE=0 waives a multicast testcase, even on devices that support it."""
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
+    system: System = sim_system("h200x8")
+    assert all(d.multicast_supported for d in system.devices)
+    tc = _Multicast(system)
+    assert tc.filter() is False
+    assert "NCCL_NVLS_ENABLE=0" in tc.waive_reason
+
+
+def test_multicast_testcase_needs_device_support(
+    sim_system: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the variables, a device lacking multicast support waives the testcase; with
+    support everywhere it may run."""
+    for name in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "GPUBW_DISABLE_MULTICAST"):
+        monkeypatch.delenv(name, raising=False)
+    tc = _Multicast(sim_system("h200x2"))
+    assert tc.filter() is False
+    assert "device(s) 0, 1 have none" in tc.waive_reason
+    assert _Multicast(sim_system("h200x8")).filter() is True
+
+
+def test_needs_peers_waives_one_device(sim_system: Callable[..., Any]) -> None:
+    """needs_peers() waives with an actionable reason on a single device."""
+    tc = Testcase(sim_system("h200x1"))
+    assert tc.needs_peers() is False
+    assert tc.waive_reason == "needs 2 devices with peer access; found 1 device"
