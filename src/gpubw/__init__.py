@@ -25,7 +25,7 @@ from gpubw.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Pref
 from gpubw.options import RunOptions
 from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
 from gpubw.system import System
-from gpubw.testcase import Testcase
+from gpubw.testcase import Testcase, multicast_disabled
 
 __all__ = [
     "BANDWIDTH",
@@ -67,6 +67,7 @@ __all__ = [
     "VerificationError",
     "__version__",
     "i32",
+    "multicast_disabled",
     "ptr",
     "register_kernel_module",
     "u32",

@@ -49,6 +49,8 @@ def multicast_disabled(environ: Mapping[str, str] | None = None) -> str:
 class Testcase:
     """Base class of every testcase."""
 
+    __test__ = False  # not a pytest class, whatever the test module imports
+
     #: the entry-point name; set by the registry (a class may also set it itself)
     key: ClassVar[str] = ""
     #: True for testcases that ignore the buffer size (latency): the runner runs them once
