@@ -47,6 +47,7 @@ exit codes:
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
 
 Plot a JSON report: gpubw plot REPORT.json -o FILE.png (needs: pip install 'gpubw[plot]')
+Compare two reports (gpubw JSON or nvbandwidth -j): gpubw compare CANDIDATE BASELINE
 """
 
 
@@ -451,6 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args and args[0] == "plot":
             return _plot(args[1:])
+        if args and args[0] == "compare":
+            return _compare(args[1:])
         return _main(args)
     except SystemExit as exc:  # -h, --version, and plot's own argparse
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -553,6 +556,15 @@ def _write(writer_cls: Any, name: str, report: Any, output: _Output) -> None:
         raise
     except Exception as exc:
         raise PluginError(f"writer {name!r} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _compare(argv: list[str]) -> int:
+    """``gpubw compare CANDIDATE BASELINE``: 1 if any figure is flagged, else 0."""
+    from gpubw.compare import compare_files
+
+    lines, flagged = compare_files(argv)
+    print("\n".join(lines))
+    return 1 if flagged else 0
 
 
 def _plot(argv: list[str]) -> int:
