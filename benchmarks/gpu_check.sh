@@ -9,6 +9,7 @@
 #   plugin       install plugins/gpubw-stream
 #   stream       the stream plugin's sweep 1 MiB .. 4 GiB:              $OUT/stream-<tag>.json
 #   tune-MODE    benchmarks/tune_copy.py MODE (local, peer, host)
+#   interrupt    SIGINT and SIGTERM sent 12 s into a default run: exit code, report, leftovers
 #   nvbandwidth  NVIDIA's nvbandwidth -j (whole suite), if carried in .nvbw/ (never committed);
 #                nvbandwidth1 the same on device 0 alone
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
@@ -42,6 +43,14 @@ for step in "$@"; do
       s=$(date +%s)
       timeout 400 python3 -m gpubw -p stream -b 1MiB:4GiB:x2 -j -o "$OUT/stream-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
       echo "stream rc=$? wall=$(( $(date +%s) - s ))s" | tee -a "$OUT/times-$tag.txt"; tail -3 "$OUT/log-$tag.txt" ;;
+    interrupt)  # SIGINT, then SIGTERM, mid-run: exit 130/143, a valid interrupted report, no hang
+      for sig in INT TERM; do
+        s=$(date +%s); python3 -m gpubw -j -o "$OUT/interrupt-$sig-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" &
+        pid=$!; sleep 12; kill -$sig $pid; wait $pid; rc=$?
+        echo "SIG$sig rc=$rc after $(( $(date +%s) - s ))s"
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' interrupted:', d['interrupted'], '; statuses:', [t['status'] for t in d['testcases']])" "$OUT/interrupt-$sig-$tag.json"
+      done
+      nvidia-smi --query-compute-apps=pid,used_memory --format=csv ;;
     tune-*) python3 benchmarks/tune_copy.py "${step#tune-}" "${TUNE_OUT:-$OUT}/$step-$tag.json" 2>&1 | tail -14 ;;
     nvbandwidth|nvbandwidth1)  # the whole default suite of NVIDIA's nvbandwidth, if carried
       [ -x .nvbw/nvbandwidth ] || { echo "no .nvbw/nvbandwidth"; continue; }
