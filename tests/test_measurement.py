@@ -214,3 +214,27 @@ def test_no_streams_or_events_left(sim_system: SimSystemFactory) -> None:
     backend = system.backend
     assert isinstance(backend, SimulatedBackend)
     assert backend.live_streams() == 0 and backend.live_events() == 0
+
+
+def test_failing_event_create_frees_the_events_made(
+    sim_system: SimSystemFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cuEventCreate failing half-way frees the events and streams created before it."""
+    system = sim_system("h200x2", samples=1)
+    backend = system.backend
+    assert isinstance(backend, SimulatedBackend)
+    copies = [_h2d(system), _h2d(system)]
+    real_create = backend.create_event
+    made = []
+
+    def create_event(device: int) -> object:
+        if len(made) == 3:
+            raise CudaError("cuEventCreate", "CUDA_ERROR_OUT_OF_MEMORY", "injected")
+        made.append(real_create(device))
+        return made[-1]
+
+    monkeypatch.setattr(backend, "create_event", create_event)
+    with pytest.raises(CudaError, match="cuEventCreate"):
+        MemcpyOperation(system, CE).measure(copies)
+    assert len(made) == 3
+    assert backend.live_streams() == 0 and backend.live_events() == 0

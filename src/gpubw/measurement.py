@@ -166,14 +166,13 @@ class MemcpyOperation:
         pair_samples: list[list[float]] = [[] for _ in copies]
         total_samples: list[float] = []
         try:
+            # One at a time, each owned as soon as it exists: a failing create frees the
+            # ones made before it.
             for e in execs:
                 streams.append(backend.create_stream(e))
-            starts = [backend.create_event(e) for e in execs]
-            events.extend(starts)
-            ends = [backend.create_event(e) for e in execs]
-            events.extend(ends)
-            total_end = backend.create_event(execs[0])
-            events.append(total_end)
+            for e in [*execs, *execs, execs[0]]:
+                events.append(backend.create_event(e))
+            starts, ends, total_end = events[: len(execs)], events[len(execs) : -1], events[-1]
             for _ in range(options.samples):
                 self._one_sample(
                     copies,
