@@ -259,3 +259,14 @@ def test_third_party_and_broken_writers(plugins):
     with pytest.raises(PluginError, match="ModuleNotFoundError"):
         writers.get("fixture_broken_writer")
     assert "fixture_broken_writer" not in writers.names
+
+
+def test_registry_is_the_only_entry_point_reader() -> None:
+    """No module of gpubw but the registry reads entry points (one way to find plugins)."""
+    src = Path(gpubw.__file__).parent
+    readers = sorted(
+        str(p.relative_to(src))
+        for p in src.rglob("*.py")
+        if re.search(r"\bentry_points\(|\bstevedore\b", p.read_text("utf-8"))
+    )
+    assert readers == ["registry.py"]

@@ -21,8 +21,9 @@ from _writer_reports import (
     sweep_results,
 )
 from gpubw.errors import UsageError
+from gpubw.registry import Writers, writer
 from gpubw.results import BANDWIDTH, Matrix, Status, TestcaseResult
-from gpubw.writers import get_writer, human_size, writer_names
+from gpubw.writers import human_size
 from gpubw.writers.csv import CsvWriter
 from gpubw.writers.json import dumps, report_from_dict
 from gpubw.writers.text import TextWriter, matrix_lines
@@ -177,10 +178,10 @@ def test_csv_long_format() -> None:
 
 def test_registry_lists_builtin_writers() -> None:
     """text, json and csv are registered in gpubw.writers and load by name."""
-    assert {"text", "json", "csv"} <= set(writer_names())
-    assert isinstance(get_writer("text"), TextWriter)
+    assert {"text", "json", "csv"} <= set(Writers.discover().names)
+    assert writer("text") is TextWriter
     with pytest.raises(UsageError, match="unknown output format"):
-        get_writer("nope")
+        writer("nope")
 
 
 @pytest.mark.parametrize(

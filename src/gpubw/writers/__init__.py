@@ -2,6 +2,8 @@
 
 A writer is a plugin of the entry-point group ``gpubw.writers``: a subclass of :class:`Writer`
 with a ``name`` and ``write(report, stream)``. Writers only format; they never measure.
+:func:`gpubw.registry.writer` finds one by name (the registry is the only place that reads
+entry points).
 
 Helpers shared by the built-in writers (and the plot command) live here: display units,
 human sizes, size-sweep grouping and the device record that goes into a Report.
@@ -12,16 +14,12 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Mapping
-from importlib.metadata import entry_points
 from typing import Any, TextIO
 
 import attrs
 
 from gpubw.backend.base import DeviceInfo
-from gpubw.errors import PluginError, UsageError
 from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
-
-GROUP = "gpubw.writers"
 
 
 class Writer(abc.ABC):
@@ -31,7 +29,7 @@ class Writer(abc.ABC):
     report's ``options`` unless given to the constructor.
     """
 
-    #: the entry-point name (``gpubw -o NAME``)
+    #: the entry-point name (``gpubw --format NAME``)
     name: str = ""
 
     def __init__(self, **options: Any) -> None:
@@ -46,25 +44,6 @@ class Writer(abc.ABC):
     @abc.abstractmethod
     def write(self, report: Report, stream: TextIO) -> None:
         """Write ``report`` to ``stream`` (a text stream)."""
-
-
-def writer_names() -> list[str]:
-    """Names of the installed writers, sorted."""
-    return sorted({ep.name for ep in entry_points(group=GROUP)})
-
-
-def get_writer(name: str, **options: Any) -> Writer:
-    """An instance of the writer registered as ``name``; UsageError if none is."""
-    for ep in entry_points(group=GROUP):
-        if ep.name == name:
-            try:
-                cls = ep.load()
-            except Exception as exc:  # a broken plugin must not be a traceback
-                raise PluginError(f"writer {name!r} could not be loaded: {exc}") from exc
-            if not (isinstance(cls, type) and issubclass(cls, Writer)):
-                raise PluginError(f"writer {name!r} ({ep.value}) is not a gpubw Writer")
-            return cls(**options)
-    raise UsageError(f"unknown output format {name!r}; available: {', '.join(writer_names())}")
 
 
 # -- units ------------------------------------------------------------------------------
@@ -163,18 +142,15 @@ def simulated_banner(report: Report) -> str:
 
 __all__ = [
     "DISPLAY",
-    "GROUP",
     "Writer",
     "device_dict",
     "device_pci_short",
     "display_scale",
     "display_unit",
-    "get_writer",
     "human_size",
     "json_safe",
     "notes_dict",
     "simulated_banner",
     "sweeps",
     "to_display",
-    "writer_names",
 ]
