@@ -72,3 +72,15 @@ def test_needs_peers_waives_one_device(sim_system: Callable[..., Any]) -> None:
     tc = Testcase(sim_system("h200x1"))
     assert tc.needs_peers() is False
     assert tc.waive_reason == "needs 2 devices with peer access; found 1 device"
+
+
+def test_docstring_example_imports_public_names() -> None:
+    """The plugin example in gpubw.testcase's docstring imports only names gpubw exports."""
+    import re
+
+    import gpubw
+    import gpubw.testcase
+
+    lines = re.findall(r"from gpubw import ([^\n]+)", gpubw.testcase.__doc__ or "")
+    names = {n.strip() for line in lines for n in line.split(",")}
+    assert names and names <= set(gpubw.__all__), names - set(gpubw.__all__)

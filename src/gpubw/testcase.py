@@ -7,7 +7,7 @@ prints.
 
 Minimal example (a third-party package)::
 
-    from gpubw import Testcase, Matrix, CE, MemcpyOperation, Copy, DeviceBuffer, one_by_n
+    from gpubw import BANDWIDTH, CE, Copy, DeviceBuffer, Kind, Matrix, MemcpyOperation, Testcase
 
     class LocalCopy(Testcase):
         \"\"\"Copy engine copy inside each device.\"\"\"
