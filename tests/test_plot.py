@@ -88,3 +88,24 @@ def test_plot_without_matplotlib(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     monkeypatch.setattr(builtins, "__import__", no_mpl)
     with pytest.raises(UsageError, match=r"pip install 'gpubw\[plot\]'"):
         main([str(_write(tmp_path, full_report())), "-o", str(tmp_path / "x.png")])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--dpi", "0"], "--dpi: '0' must be at least 1"),
+        (["--dpi", "x"], "--dpi: 'x' is not a whole number"),
+        (["-o", "plot.xyz"], "the format 'xyz' is not supported; allowed: .*png"),
+    ],
+)
+def test_plot_bad_dpi_or_format_is_a_usage_error(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """A bad --dpi or an image format matplotlib cannot write is a one-line usage error."""
+    pytest.importorskip("matplotlib")
+    from gpubw.plot import main
+
+    path = _write(tmp_path, report(sweep_results()))
+    argv = [str(path), "-o", str(tmp_path / "plot.png"), *args]
+    with pytest.raises(UsageError, match=message):
+        main(argv)

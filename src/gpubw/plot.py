@@ -37,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpubw plot", description="Draw a gpubw JSON report as a PNG (or SVG, PDF).")
-    p.add_argument("report", help="a gpubw JSON report (gpubw -o json)")
+    p.add_argument("report", help="a gpubw JSON report (gpubw -j -o FILE)")
     p.add_argument("-o", "--output", required=True, help="the image to write, e.g. plot.png")
     p.add_argument(
         "-t",
@@ -47,8 +47,34 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PREFIX",
         help="only testcases whose key starts with PREFIX (repeatable)",
     )
-    p.add_argument("--dpi", type=int, default=120, help="resolution (default 120)")
+    p.add_argument("--dpi", type=_dpi, default=120, help="resolution (default 120)")
     return p
+
+
+def _dpi(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def check_output(plt: Any, output: str) -> None:
+    """UsageError if matplotlib cannot write the format ``output``'s suffix names (no suffix:
+    PNG)."""
+    suffix = output.rpartition(".")[2].lower() if "." in output.rpartition("/")[2] else ""
+    fig = plt.figure()
+    try:
+        allowed = sorted(fig.canvas.get_supported_filetypes())
+    finally:
+        plt.close(fig)
+    if suffix and suffix not in allowed:
+        raise UsageError(
+            f"gpubw plot: -o {output!r}: the format {suffix!r} is not supported; "
+            f"allowed: {', '.join(allowed)}"
+        )
 
 
 def _pyplot() -> Any:
@@ -372,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    _pyplot()  # fail early, before reading, if matplotlib is missing
+    check_output(_pyplot(), args.output)  # fail early, before reading: no matplotlib, bad -o
     report = _select(report_from_dict(load_report(args.report)), args.testcase)
     render(report, args.output, dpi=args.dpi)
     return 0
