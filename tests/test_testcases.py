@@ -585,3 +585,15 @@ def test_sm_copies_from_64_mib_on_are_truncated(run: Callable[..., Ran]) -> None
     _, ce, _ = run("h200x1", "host_to_device_memcpy_ce", size=size)
     assert ce is not None
     assert ce[0].bytes_per_copy == size
+
+
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [(1, "1 B per copy"), (3 << 19, "1536 KiB per copy"), (1 << 30, "1 GiB per copy")],
+)
+def test_copy_text_names_sizes_as_the_cli_does(size: int, text: str) -> None:
+    """bytes_counted names a copy's exact size in the same words as -b and the CLI."""
+    from gpubw.initiators import CE
+    from gpubw.testcases.shapes import copy_text
+
+    assert copy_text(CE, size, size, 16) == f"{text} x 16 copies per sample"

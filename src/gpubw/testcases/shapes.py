@@ -30,6 +30,7 @@ from gpubw.initiators import Initiator, SplitWarpCopy
 from gpubw.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
 from gpubw.options import MIB
 from gpubw.results import BANDWIDTH, Matrix
+from gpubw.sizes import format_size
 from gpubw.testcase import Testcase
 
 Grid = list[list[CellMeasurement | None]]
@@ -112,11 +113,6 @@ def _measure_grid(
 # -- words for Matrix.bytes_counted ---------------------------------------------------------
 
 
-def size_text(nbytes: int) -> str:
-    """``512 MiB`` for whole MiB, else ``12345 bytes``."""
-    return f"{nbytes // MIB} MiB" if nbytes % MIB == 0 and nbytes else f"{nbytes} bytes"
-
-
 def copy_text(initiator: Initiator, size: int, counted: int | None, loops: int) -> str:
     """What one copy moves and how often, e.g. ``512 MiB per copy x 16 copies per sample``."""
     if initiator.name == "CE":
@@ -125,13 +121,13 @@ def copy_text(initiator: Initiator, size: int, counted: int | None, loops: int) 
         repeat = f"{loops} loops of one kernel per sample"
     if counted is None:
         return (
-            f"{size_text(size)} buffers, the counted bytes per copy varying with the executing "
+            f"{format_size(size)} buffers, the counted bytes per copy varying with the executing "
             f"device's SM count, x {repeat}"
         )
     if isinstance(initiator, SplitWarpCopy):
         return (
-            f"{size_text(counted)} per kernel pass x {repeat}: one split-warp kernel moves half "
-            f"of the {size_text(size)} buffers each way, and nvbandwidth reports bytes/time "
+            f"{format_size(counted)} per kernel pass x {repeat}: one split-warp kernel moves half "
+            f"of the {format_size(size)} buffers each way, and nvbandwidth reports bytes/time "
             "halved"
         )
     if initiator.name == "SM":
@@ -139,10 +135,10 @@ def copy_text(initiator: Initiator, size: int, counted: int | None, loops: int) 
         if size >= 64 * MIB:
             rule += ", a multiple of 16 x SMs x 512 bytes"
         return (
-            f"{size_text(counted)} per copy x {repeat}; the {size_text(size)} buffer is "
+            f"{format_size(counted)} per copy x {repeat}; the {format_size(size)} buffer is "
             f"truncated by nvbandwidth's SM rule to {rule}"
         )
-    return f"{size_text(counted)} per copy x {repeat}"
+    return f"{format_size(counted)} per copy x {repeat}"
 
 
 def _unique(values: Sequence[int]) -> int | None:
@@ -289,7 +285,7 @@ def host_traffic(
         twice = ", twice the measured size" if extra == 2 * size else ""
         interference = (
             f"the simultaneous interference copies ({'; '.join(parts)}; "
-            f"{size_text(extra)} each{twice}) not counted"
+            f"{format_size(extra)} each{twice}) not counted"
         )
     return one_by_n(testcase, size, loops, initiator, header, flow, interference=interference)
 
@@ -483,5 +479,4 @@ __all__ = [
     "n_by_n",
     "one_by_n",
     "one_to_all",
-    "size_text",
 ]
