@@ -8,6 +8,7 @@ import math
 import os
 from pathlib import Path
 
+import attrs
 import pytest
 
 from _writer_reports import (
@@ -202,3 +203,12 @@ def test_error_with_partial_results() -> None:
     )
     text = render(report([t]))
     assert text.index("Running device_to") < text.index("SUM ") < text.index("ERROR: verif")
+
+
+def test_text_sweep_states_sizes_exactly() -> None:
+    """A size that is not a whole binary unit (-b 1GB) is printed exactly, not rounded."""
+    results = sweep_results()
+    odd = attrs.evolve(results[-1], size=10**9)
+    text = render(report([*results[:-1], odd]))
+    assert "Buffer size: 1000000000 B" in text
+    assert "954 MiB" not in text

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from gpubw.results import LATENCY, Matrix, Report, Status, TestcaseResult
+from gpubw.sizes import format_size
 from gpubw.writers import (
     Writer,
     device_pci_short,
     display_scale,
     display_unit,
-    human_size,
     simulated_banner,
     sweeps,
 )
@@ -105,7 +105,7 @@ class TextWriter(Writer):
             return [f"ERROR: {t.message or f'Testcase {t.key} not found!'}"]
         out = [f"Running {t.key}."]
         if swept and t.size is not None:
-            out.append(f"Buffer size: {human_size(t.size)}")
+            out.append(f"Buffer size: {format_size(t.size)}")
         for m in t.matrices:
             if verbose:
                 out += sample_lines(m)
@@ -242,7 +242,7 @@ def sweep_table(key: str, results: Sequence[TestcaseResult]) -> list[str]:
             notes = "; ".join(
                 s for s in (_note_text(k, v, m.column_labels) for k, v in m.notes) if s
             )
-            line = f"{human_size(size):>10}" + "".join(f"{v:>10}" for v in vals)
+            line = f"{format_size(size):>10}" + "".join(f"{v:>10}" for v in vals)
             out.append((line + "  " + notes).rstrip())
         out.append("")
     return out
