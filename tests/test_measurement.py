@@ -238,3 +238,28 @@ def test_failing_event_create_frees_the_events_made(
         MemcpyOperation(system, CE).measure(copies)
     assert len(made) == 3
     assert backend.live_streams() == 0 and backend.live_events() == 0
+
+
+def test_failing_destroy_still_destroys_the_rest(
+    sim_system: SimSystemFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failing cuEventDestroy does not stop the other events and streams being destroyed."""
+    system = sim_system("h200x1", samples=1, loops=1)
+    backend = system.backend
+    real = backend.destroy_event
+    calls = {"n": 0}
+
+    def flaky(event: object) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            real(event)
+            raise CudaError("cuEventDestroy", "CUDA_ERROR_INVALID_HANDLE")
+        real(event)
+
+    monkeypatch.setattr(backend, "destroy_event", flaky)
+    with DeviceBuffer.allocate(system, 0, MIB) as a, DeviceBuffer.allocate(system, 0, MIB) as b:
+        with pytest.raises(CudaError, match="cuEventDestroy"):
+            MemcpyOperation(system, CE).measure([Copy(a, b)])
+    assert calls["n"] == 3  # start, end and total-end events all destroyed
+    assert backend.live_events() == 0
+    assert backend.live_streams() == 0

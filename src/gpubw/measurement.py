@@ -187,18 +187,12 @@ class MemcpyOperation:
                     pair_samples,
                     total_samples,
                 )
-        finally:
-            # Never leave a stream held by the gate, whatever happened.
-            try:
-                backend.host_write(gate.ptr, _FLAG_OPEN)
-            finally:
-                for s in streams:
-                    with contextlib.suppress(GpubwError):
-                        backend.synchronize(s, options.sync_timeout_s)
-                for ev in events:
-                    backend.destroy_event(ev)
-                for s in streams:
-                    backend.destroy_stream(s)
+        except BaseException:
+            self._release(gate, streams, events)  # the original error is the one to report
+            raise
+        failures = self._release(gate, streams, events)
+        if failures:
+            raise failures[0]
         return CellMeasurement(
             counted_bytes=counted,
             loops=self.loops,
@@ -207,6 +201,27 @@ class MemcpyOperation:
             statistic=options.statistic,
             pair_labels=tuple(f"{c.src.label} -> {c.dst.label}" for c in copies),
         )
+
+    def _release(self, gate: Buffer, streams: list[Any], events: list[Any]) -> list[GpubwError]:
+        """Open the gate (never leave a stream held by it), wait for the streams (bounded) and
+        destroy every event and stream, each step tried even if another failed. Returns the
+        failures of the destroys."""
+        backend = self.system.backend
+        failures: list[GpubwError] = []
+        with contextlib.suppress(GpubwError):
+            backend.host_write(gate.ptr, _FLAG_OPEN)
+        for s in streams:
+            with contextlib.suppress(GpubwError):
+                backend.synchronize(s, self.system.options.sync_timeout_s)
+        for handle, destroy in [
+            *((ev, backend.destroy_event) for ev in events),
+            *((s, backend.destroy_stream) for s in streams),
+        ]:
+            try:
+                destroy(handle)
+            except GpubwError as exc:
+                failures.append(exc)
+        return failures
 
     def _one_sample(
         self,
