@@ -257,9 +257,12 @@ def test_failing_destroy_still_destroys_the_rest(
         real(event)
 
     monkeypatch.setattr(backend, "destroy_event", flaky)
-    with DeviceBuffer.allocate(system, 0, MIB) as a, DeviceBuffer.allocate(system, 0, MIB) as b:
-        with pytest.raises(CudaError, match="cuEventDestroy"):
-            MemcpyOperation(system, CE).measure([Copy(a, b)])
+    with (
+        DeviceBuffer.allocate(system, 0, MIB) as a,
+        DeviceBuffer.allocate(system, 0, MIB) as b,
+        pytest.raises(CudaError, match="cuEventDestroy"),
+    ):
+        MemcpyOperation(system, CE).measure([Copy(a, b)])
     assert calls["n"] == 3  # start, end and total-end events all destroyed
     assert backend.live_events() == 0
     assert backend.live_streams() == 0
