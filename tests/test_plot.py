@@ -109,3 +109,26 @@ def test_plot_bad_dpi_or_format_is_a_usage_error(
     argv = [str(path), "-o", str(tmp_path / "plot.png"), *args]
     with pytest.raises(UsageError, match=message):
         main(argv)
+
+
+@pytest.mark.parametrize(("notes", "drawn"), [((), False), ((("percent_of_nominal", 1.0),), True)])
+def test_nominal_line_only_for_read_write_figures(notes: tuple, drawn: bool) -> None:
+    """The read+write nominal bandwidth line is drawn only on a matrix counted read + write."""
+    pytest.importorskip("matplotlib")
+    from gpubw.plot import _draw_sweep, _pyplot
+
+    results = [
+        attrs.evolve(t, matrices=[attrs.evolve(m, notes=notes) for m in t.matrices])
+        for t in sweep_results()
+    ]
+    rep = report(results)
+    per_size = [(t.size, t.matrices[0]) for t in results]
+    plt = _pyplot()
+    fig, ax = plt.subplots()
+    try:
+        _draw_sweep(ax, "device_local_copy", "device_local_copy", per_size, rep)
+        labels = [line.get_label() for line in ax.get_lines()]
+    finally:
+        plt.close(fig)
+    assert any(label.startswith("nominal memory bandwidth") for label in labels) is drawn
+    assert any(label.startswith("L2 cache") for label in labels)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -184,7 +185,10 @@ def _draw_sweep(
             ax.fill_between(sizes, band[0], band[1], alpha=0.2, color=line.get_color())
     results = [t for t in report.testcases if t.key == key]
     if results and is_device_memory(results[0]) and first.unit == BANDWIDTH:
-        nominals = _distinct([_nominal(dict(d)) for d in report.devices])
+        # The nominal figure is read + write: only a matrix counted that way is drawn against
+        # it (not device_local_copy's counted-once matrix, which notes percent_..._read_write).
+        comparable = "percent_of_nominal" in dict(first.notes) or mkey.endswith("_read_write")
+        nominals = _distinct([_nominal(dict(d)) for d in report.devices]) if comparable else []
         for i, nom in enumerate(nominals):
             ax.axhline(
                 nom * display_scale(BANDWIDTH),
@@ -371,7 +375,11 @@ def render(report: Report, output: str, dpi: int = 120) -> int:
     else:
         fig.suptitle(head, fontsize=12)
     try:
-        fig.savefig(output, dpi=dpi)
+        with warnings.catch_warnings():
+            # matplotlib warns when constrained layout gives up on a very tall figure; the
+            # figure is still written, and a library must not print to stderr.
+            warnings.simplefilter("ignore", UserWarning)
+            fig.savefig(output, dpi=dpi)
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from exc
     finally:
