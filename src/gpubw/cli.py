@@ -363,17 +363,10 @@ def _list(registry: Registry, as_json: bool, out: TextIO) -> None:
 
 # -- systems -------------------------------------------------------------------------------
 def preset_names() -> list[str]:
-    """Names of the simulated presets (empty if the simulated backend is not installed)."""
-    try:
-        from gpubw.backend import presets
-    except ImportError:
-        return []
-    for attr in ("names", "preset_names", "list_presets"):
-        fn = getattr(presets, attr, None)
-        if callable(fn):
-            return sorted(fn())
-    table = getattr(presets, "PRESETS", None)
-    return sorted(table) if table else []
+    """Names of the simulated presets."""
+    from gpubw.backend import presets
+
+    return sorted(presets.names())
 
 
 def _system_factory(simulate: str | None, options: RunOptions) -> Callable[[], Any]:
