@@ -212,3 +212,14 @@ def test_text_sweep_states_sizes_exactly() -> None:
     text = render(report([*results[:-1], odd]))
     assert "Buffer size: 1000000000 B" in text
     assert "954 MiB" not in text
+
+
+def test_bandwidth_notes_are_shown_in_gb_per_s() -> None:
+    """A note holding a bandwidth (bytes/s) is shown in GB/s, as the table around it."""
+    from gpubw.writers.text import _note_text
+
+    assert _note_text("nominal_memory_bandwidth", (4.8143e12, 320e9)) == (
+        "nominal_memory_bandwidth=[4814,320] GB/s"
+    )
+    assert _note_text("nominal_memory_bandwidth", 4.8143e12) == "nominal_memory_bandwidth=4814 GB/s"
+    assert _note_text("percent_of_nominal", 82.25) == "percent_of_nominal=82.25"

@@ -184,6 +184,12 @@ def sample_lines(m: Matrix) -> list[str]:
 
 
 def _note_text(key: str, value: Any, columns: Sequence[str] = ()) -> str:
+    if key.endswith("bandwidth") and not isinstance(value, bool):
+        # notes carry base units (bytes/s); the tables around them are in GB/s
+        if isinstance(value, (int, float)):
+            return f"{key}={value / 1e9:.0f} GB/s"
+        if isinstance(value, (list, tuple)) and all(isinstance(x, (int, float)) for x in value):
+            return f"{key}=[{','.join(f'{x / 1e9:.0f}' for x in value)}] GB/s"
     if isinstance(value, bool):
         return key if value else ""
     if isinstance(value, float):
