@@ -420,8 +420,7 @@ def test_events_and_elapsed(backend: CudaBackend) -> None:
 def test_compile_load_and_launch(
     backend: CudaBackend, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Kernels compile once per cache; a second backend (a second run) compiles nothing; a
-    launched copy kernel copies."""
+    """Kernels compile once per cache (a second backend compiles nothing); a copy kernel copies."""
     from gpubw.kernels import cache as kcache
 
     monkeypatch.setenv("GPUBW_CACHE_DIR", str(tmp_path))
@@ -463,8 +462,9 @@ def test_compile_load_and_launch(
 
 @pytest.mark.gpu
 def test_copy_kernels_fit_the_launch_shape(backend: CudaBackend) -> None:
-    """The copy kernels do not spill, COPY_BLOCKS_PER_SM blocks of 512 threads fit per SM (so
-    copy_launch_shape's grid runs in one wave) and the split-warp kernel takes its block."""
+    """The copy kernels do not spill and fit the blocks per SM and block sizes launches assume."""
+    # COPY_BLOCKS_PER_SM blocks of 512 threads per SM, so copy_launch_shape's grid is one
+    # wave; the split-warp kernel takes SPLIT_WARP_BLOCK threads.
     from gpubw.initiators import COPY_BLOCK, COPY_BLOCKS_PER_SM, SPLIT_WARP_BLOCK
 
     backend.load_kernels(0)
@@ -526,8 +526,8 @@ def test_copies_verify_through_memcpy_operation(
 
 @pytest.mark.gpu
 def test_gate_never_released_times_out(backend: CudaBackend) -> None:
-    """A spin gate that is never released makes synchronize raise GateTimeoutError, and the
-    kernel's own timeout sets the status word; nothing hangs."""
+    """An unreleased spin gate raises GateTimeoutError; the kernel's own timeout sets the status."""
+    # Nothing hangs.
     backend.load_kernels(0)
     gate = backend.alloc_host(4096, 0)
     backend.host_write(gate, bytes(8))
@@ -585,8 +585,7 @@ def test_pointer_chase_follows_the_chain(backend: CudaBackend) -> None:
 
 @pytest.mark.gpu
 def test_peer_access_and_peer_copy(backend: CudaBackend) -> None:
-    """With two peer-capable GPUs, access enables both ways (twice is fine) and an SM copy
-    between them verifies."""
+    """Two peer GPUs enable access both ways (twice is fine); an SM copy between them verifies."""
     if len(backend.devices()) < 2:
         pytest.skip("needs 2 GPUs")
     if not backend.can_access_peer(0, 1):

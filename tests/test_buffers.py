@@ -137,8 +137,8 @@ def test_refused_peer_is_not_usable(sim_system: SimSystemFactory) -> None:
 
 
 def test_one_way_refusal_fails_enabling(sim_system: SimSystemFactory) -> None:
-    """Refusing one direction only: probing the other succeeds, but enabling both ways
-    fails with PEER_ACCESS_UNSUPPORTED, as the driver would."""
+    """A one-way peer refusal makes enabling fail with PEER_ACCESS_UNSUPPORTED, as in the driver."""
+    # Probing the other direction succeeds.
     system = sim_system("h200x2", faults=Faults(refuse_peer={(0, 1)}))
     d0, d1 = DeviceBuffer.allocate(system, 0, MIB), DeviceBuffer.allocate(system, 1, MIB)
     with pytest.raises(CudaError, match="PEER_ACCESS_UNSUPPORTED"):

@@ -108,12 +108,14 @@ def test_testcase_index_out_of_range(capsys):
 
 
 def test_testcase_with_prefix_is_a_usage_error(capsys, monkeypatch):
+    """-t together with -p is a usage error saying so, before any testcase runs."""
     must_not_run(monkeypatch)
     line = usage_error(capsys, "--simulate", PRESET, "-t", "0", "-p", "host")
     assert "-t/--testcase and -p/--testcase-prefixes cannot be used together" in line
 
 
 def test_prefix_matching_nothing_exits_1(capsys, monkeypatch):
+    """-p matching no testcase: exit 1, nothing on stdout, one error line pointing to gpubw -l."""
     must_not_run(monkeypatch)
     code, out, err = run_cli(capsys, "--simulate", PRESET, "-p", "zzz_nothing")
     assert code == 1 and out == ""
@@ -133,6 +135,7 @@ def test_prefix_matching_nothing_exits_1(capsys, monkeypatch):
     ],
 )
 def test_buffer_size_zero_or_negative(capsys, value, why):
+    """A zero or negative -b is a usage error saying which, asking for a positive number of MiB."""
     line = usage_error(capsys, "--simulate", PRESET, "-b", value)
     assert f"invalid buffer size {value!r}" in line and why in line
     assert "expected a positive number of MiB" in line
@@ -140,6 +143,7 @@ def test_buffer_size_zero_or_negative(capsys, value, why):
 
 @pytest.mark.parametrize("value", ["abc", "12XB", "0x10", "nan", "inf", "1,,2"])
 def test_buffer_size_not_a_number(capsys, value):
+    """A -b that is not a finite number with a unit is a usage error listing the accepted units."""
     line = usage_error(capsys, "--simulate", PRESET, "-b", value)
     assert f"invalid buffer size {value!r}" in line
     assert "a number with a unit B, KiB, MiB, GiB" in line
@@ -154,8 +158,7 @@ def test_buffer_size_absurdly_large(capsys, value):
 
 
 def test_buffer_size_larger_than_device_memory(capsys, monkeypatch, tmp_path):
-    """A size above the smallest device's memory: usage error before anything runs, and
-    no -o file (nor temporary file) is left."""
+    """-b above the smallest device's memory: usage error before any run, no -o or temp file."""
     must_not_run(monkeypatch)
     target = tmp_path / "r.json"
     line = usage_error(capsys, "--simulate", PRESET, "-b", "200GiB", "-t", "0", "-o", str(target))
@@ -165,8 +168,8 @@ def test_buffer_size_larger_than_device_memory(capsys, monkeypatch, tmp_path):
 
 
 def test_buffer_size_larger_than_host_memory(capsys, monkeypatch, tmp_path):
-    """A size above the host's memory (the simulated system's host_memory_bytes; the real
-    backend's is SC_PHYS_PAGES x SC_PAGE_SIZE): usage error before anything runs."""
+    """-b above the host's memory: usage error naming both sizes, before anything runs."""
+    # Simulated: the system's host_memory_bytes; real: SC_PHYS_PAGES x SC_PAGE_SIZE.
     must_not_run(monkeypatch)
     path = system_file(tmp_path, {"base": "h200x1", "host_memory_bytes": 1 << 30})
     line = usage_error(capsys, "--simulate", path, "-b", "2GiB", "-t", "0")
@@ -191,17 +194,20 @@ def test_fixed_size_testcases_ignore_the_size_check(capsys):
 @pytest.mark.parametrize("option", ["-i", "--samples", "--testSamples", "--loop-count"])
 @pytest.mark.parametrize("value", ["0", "-1", "-20"])
 def test_samples_or_loop_count_zero_or_negative(capsys, option, value):
+    """A sample or loop count below 1, under any of its option names, is a usage error."""
     line = usage_error(capsys, "--simulate", PRESET, option, value)
     assert f"{value!r} must be at least 1" in line
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "soon", "inf", "nan"])
 def test_gate_timeout_not_positive(capsys, value):
+    """A --gate-timeout that is not a finite positive number is a usage error naming the value."""
     line = usage_error(capsys, "--simulate", PRESET, "--gate-timeout", value)
     assert "--gate-timeout" in line and repr(value) in line
 
 
 def test_unknown_writer(capsys, monkeypatch):
+    """An unknown --format is a usage error listing the allowed formats, before anything runs."""
     must_not_run(monkeypatch)
     line = usage_error(capsys, "--simulate", PRESET, "--format", "yaml", "-t", "0")
     assert line == "gpubw: error: unknown output format 'yaml'; allowed: csv, json, text"
@@ -209,6 +215,7 @@ def test_unknown_writer(capsys, monkeypatch):
 
 @pytest.mark.parametrize("where", ["missing_dir", "is_dir", "proc"])
 def test_unwritable_output_path(capsys, monkeypatch, tmp_path, where):
+    """An -o path that cannot be written (no such dir, a dir, /proc) is a usage error up front."""
     must_not_run(monkeypatch)
     target = {
         "missing_dir": str(tmp_path / "no" / "report.json"),
@@ -220,6 +227,7 @@ def test_unwritable_output_path(capsys, monkeypatch, tmp_path, where):
 
 
 def test_missing_simulate_file(capsys, monkeypatch, tmp_path):
+    """A missing --simulate file is a usage error naming the path and the OS error."""
     must_not_run(monkeypatch)
     path = str(tmp_path / "nowhere.json")
     line = usage_error(capsys, "--simulate", path, "-t", "0")
@@ -251,6 +259,7 @@ def test_malformed_simulate_file(capsys, monkeypatch, tmp_path, content, words):
 
 
 def test_simulate_file_not_utf8(capsys, tmp_path):
+    """A --simulate file that is not UTF-8 text is a usage error saying so."""
     path = tmp_path / "sys.json"
     path.write_bytes(b'{"name": "\xff\xfe"}')
     line = usage_error(capsys, "--simulate", str(path), "-t", "0")
@@ -258,12 +267,14 @@ def test_simulate_file_not_utf8(capsys, tmp_path):
 
 
 def test_unknown_simulate_preset(capsys):
+    """An unknown --simulate preset is a usage error listing the presets."""
     line = usage_error(capsys, "--simulate", "h300x4", "-t", "0")
     assert "unknown simulated system 'h300x4'; presets: h200x1, h200x2, h200x8, pcie4" in line
 
 
 @pytest.mark.parametrize("argv", [["--bogus"], ["-x"], ["stray"]])
 def test_unknown_option(capsys, argv):
+    """An unknown option or a stray argument is a usage error naming it."""
     line = usage_error(capsys, *argv)
     assert f"unrecognized arguments: {argv[0]}" in line
 
@@ -281,6 +292,7 @@ def test_unknown_option(capsys, argv):
     ],
 )
 def test_repeated_scalar_option(capsys, argv):
+    """A single-valued option given twice, under any of its names, is a usage error."""
     line = usage_error(capsys, *argv)
     assert "given more than once" in line
 
@@ -320,6 +332,7 @@ def plugin_run(capsys: Any, *keys: str) -> tuple[int, dict[str, tuple[str, str]]
 
 
 def test_plugin_that_fails_to_import(capsys, plugins):
+    """A plugin that fails to import: Error for its testcase, exit 1, the others still pass."""
     code, got = plugin_run(capsys, "fixture_import_raises")
     assert code == 1
     status, message = got["fixture_import_raises"]
@@ -328,6 +341,7 @@ def test_plugin_that_fails_to_import(capsys, plugins):
 
 
 def test_plugin_that_raises_in_filter(capsys, plugins):
+    """A plugin whose filter() raises: Error naming plugin, testcase and exception; exit 1."""
     code, got = plugin_run(capsys, "fixture_filter_raises")
     assert code == 1
     assert got["fixture_filter_raises"] == (
@@ -338,6 +352,7 @@ def test_plugin_that_raises_in_filter(capsys, plugins):
 
 
 def test_plugin_that_raises_in_run(capsys, plugins):
+    """A plugin whose run() raises: Error naming plugin, testcase and exception; exit 1."""
     code, got = plugin_run(capsys, "fixture_run_raises")
     assert code == 1
     assert got["fixture_run_raises"] == (
@@ -347,6 +362,7 @@ def test_plugin_that_raises_in_run(capsys, plugins):
 
 
 def test_plugin_that_returns_no_result(capsys, plugins):
+    """A plugin's run() returning no Matrix results (or a list of other things): Error naming it."""
     code, got = plugin_run(capsys, "fixture_garbage", "fixture_garbage_list")
     assert code == 1
     assert got["fixture_garbage"] == (
@@ -365,8 +381,8 @@ def test_plugin_that_returns_no_result(capsys, plugins):
     ],
 )
 def test_plugin_result_that_breaks_the_schema(capsys, plugins, key, words):
-    """A Matrix with a NaN or string cell or an unknown unit: Error for that testcase only
-    (the report of the others still validates and is written)."""
+    """A Matrix with a NaN or string cell or an unknown unit: Error for that testcase only."""
+    # The report of the other testcases still validates and is written.
     code, got = plugin_run(capsys, key, "0")
     assert code == 1
     status, message = got[key]
@@ -402,9 +418,9 @@ def sim_run(
 
 
 def test_allocation_failure_mid_testcase_frees_and_goes_on():
-    """cuMemAlloc fails partway through a testcase: Error naming the call and CUresult, every
-    buffer it had is freed (live allocations back to what the System owned before it) and
-    later testcases still run (and pass, once the fault is gone)."""
+    """cuMemAlloc failing mid-testcase: Error with CUresult, its buffers freed, later ones run."""
+    # Live allocations go back to what the System owned before it; later testcases pass
+    # once the fault is gone.
     key = "device_to_device_bidirectional_memcpy_read_ce"  # needs 2 new buffers after h2d
     backend = SimulatedBackend(load_system(PRESET))
     seen: dict[str, Any] = {}
@@ -436,6 +452,7 @@ def test_allocation_failure_mid_testcase_frees_and_goes_on():
 
 
 def test_pinned_host_allocation_failure():
+    """cuMemHostAlloc failing: each testcase needing pinned memory is an Error naming the call."""
     report, _ = sim_run(
         ["host_to_device_memcpy_ce", "device_local_copy"], Faults(host_alloc_fail_after=2)
     )
@@ -456,8 +473,8 @@ def test_device_allocation_failure_on_one_device_only():
 
 
 def test_verification_mismatch(capsys, tmp_path):
-    """A corrupted copy: Error naming the device, the copy and the first bad offset; via a
-    --simulate file's "faults" key, exit 1."""
+    """A corrupted copy: Error naming the device, the copy and the first bad offset; exit 1."""
+    # The corruption is injected through a --simulate file's "faults" key.
     path = system_file(tmp_path, {"base": PRESET, "faults": {"corrupt_copy": True}})
     code, doc, _ = json_run(capsys, "--simulate", path, *FAST, "-t", "0", "device_local_copy")
     assert code == 1
@@ -479,6 +496,7 @@ def test_verification_skipped_with_s(capsys, tmp_path):
 
 
 def test_peer_access_refused_both_ways_on_two_devices_waives():
+    """Two devices refusing peer access both ways: the testcase is Waived with a reason, exit 0."""
     report, _ = sim_run(["device_to_device_memcpy_read_ce"], Faults(refuse_peer={(0, 1), (1, 0)}))
     (t,) = report.testcases
     assert t.status is Status.WAIVED
@@ -487,6 +505,7 @@ def test_peer_access_refused_both_ways_on_two_devices_waives():
 
 
 def test_peer_access_refused_for_one_pair_gives_na_cells():
+    """On h200x8, one pair refusing peer access makes only its cells N/A; the testcase Passes."""
     report, _ = sim_run(
         ["device_to_device_memcpy_read_ce"], Faults(refuse_peer={(0, 1), (1, 0)}), preset="h200x8"
     )
@@ -498,8 +517,8 @@ def test_peer_access_refused_for_one_pair_gives_na_cells():
 
 
 def test_peer_access_refused_one_way_is_an_error():
-    """can_access_peer says yes one way but enabling fails: Error with the call and
-    CUresult, the next testcase still runs."""
+    """Peer access probed yes but failing to enable: Error with call and CUresult; next one runs."""
+    # can_access_peer says yes one way, but enabling both ways fails.
     report, _ = sim_run(
         ["device_to_device_memcpy_read_ce", "device_local_copy"], Faults(refuse_peer={(0, 1)})
     )
@@ -512,6 +531,7 @@ def test_peer_access_refused_one_way_is_an_error():
 
 
 def test_cuda_error_in_a_kernel():
+    """A kernel failing with a CUDA error: Error naming the sync call, CUresult and kernel."""
     report, _ = sim_run(
         ["host_to_device_memcpy_sm", "host_to_device_memcpy_ce"],
         Faults(kernel_error="gpubw_copy", kernel_error_result="CUDA_ERROR_ILLEGAL_ADDRESS"),
@@ -540,6 +560,7 @@ def test_spin_gate_that_never_opens(capsys, tmp_path):
 
 
 def test_stream_that_never_finishes():
+    """A stream that never finishes: Error saying which device's stream timed out, no hang."""
     report, _ = sim_run(["host_to_device_memcpy_ce"], Faults(sync_hang=True))
     (t,) = report.testcases
     assert t.status is Status.ERROR
@@ -576,8 +597,8 @@ def start_slow_run(tmp_path: Path, target: Path) -> tuple[subprocess.Popen[str],
     [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")],
 )
 def test_interrupt_writes_what_finished(tmp_path, signum, code, name):
-    """SIGINT/SIGTERM mid-run with -j -o FILE: exit 130/143, FILE is a valid report marked
-    interrupted, holding the finished testcases and the interrupted one."""
+    """SIGINT/SIGTERM mid-run with -j -o FILE: exit 130/143, FILE a valid, interrupted report."""
+    # FILE holds the finished testcases and the interrupted one; no temporary file is left.
     target = tmp_path / "report.json"
     proc, _ = start_slow_run(tmp_path, target)
     try:
@@ -631,8 +652,8 @@ def builtin_selection() -> list[Any]:
     ids=["clean", "corrupt+kernel-error", "alloc-fail", "host-alloc-fail"],
 )
 def test_full_suite_leaves_nothing_allocated(faults):
-    """The whole default suite on h200x2 (1 MiB, one sample, one copy), clean and with
-    injected errors: no allocation, stream or event is left after the run."""
+    """The default suite, clean or with injected faults, leaves no allocation, stream or event."""
+    # On h200x2 at 1 MiB, one sample, one copy.
     selection = builtin_selection()
     report, backend = sim_run([e.key for e in selection], faults)  # sim_run asserts no leaks
     assert len(report.testcases) == len(selection)
@@ -679,9 +700,9 @@ def _have_gpu() -> str | None:
 
 @pytest.mark.gpu
 def test_real_gpu_runs_leave_device_and_pinned_memory_as_they_were():
-    """On real GPUs: the default suite (64 MiB, 1 sample, 2 copies) and a run whose testcase
-    allocates then raises leave device memory in use and the process's pinned memory at
-    the baseline once the System is closed."""
+    """On real GPUs, runs leave device memory in use and pinned memory at their baseline."""
+    # Both the default suite (64 MiB, 1 sample, 2 copies) and a testcase that allocates
+    # then raises, measured once the System is closed.
     why = _have_gpu()
     if why:
         pytest.skip(why)
@@ -759,8 +780,8 @@ TOKENS = st.one_of(
 )
 @given(st.lists(TOKENS, max_size=8))
 def test_fuzz_cli_arguments(capsys, tmp_path, monkeypatch, tokens):
-    """Random argument lists (on a simulated h200x1, cheap testcase): never a traceback,
-    always a clean exit 0, 1 or 2 with at most one error line."""
+    """Random argument lists never give a traceback: the exit is always 0, 1 or 2."""
+    # On a simulated h200x1, with a cheap testcase.
     monkeypatch.chdir(tmp_path)
     argv = ["--simulate", "h200x1", "-i", "1", "--loop-count", "1", "-t", "device_local_copy",
             *tokens]  # fmt: skip
@@ -798,8 +819,8 @@ SYSTEM_DOCS = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(SYSTEM_DOCS)
 def test_fuzz_simulated_system_loader(doc):
-    """Random JSON given as a system description: a SimSystem or a UsageError, nothing else
-    (no TypeError, KeyError, ... and no hang)."""
+    """Random JSON as a system description gives a SimSystem or a one-line UsageError only."""
+    # No TypeError, KeyError, ... and no hang.
     try:
         system = system_from_dict(doc)
     except UsageError as exc:

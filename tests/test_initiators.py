@@ -37,8 +37,7 @@ def test_sm_truncation_below_threshold() -> None:
 
 @given(nbytes=st.integers(min_value=0, max_value=1 << 36), sms=st.integers(1, 200))
 def test_sm_truncation_properties(nbytes: int, sms: int) -> None:
-    """The truncated size never exceeds the size, is a multiple of 16, and of 16 x SMs x 512
-    from 64 MiB on."""
+    """The SM-truncated size is a multiple of 16 <= size, and of 16 x SMs x 512 from 64 MiB on."""
     out = sm_truncated_bytes(nbytes, sms)
     assert 0 <= out <= nbytes and out % 16 == 0
     if nbytes >= SM_TRUNCATION_THRESHOLD:
@@ -47,8 +46,8 @@ def test_sm_truncation_properties(nbytes: int, sms: int) -> None:
 
 
 def test_counted_and_checked_bytes() -> None:
-    """CE counts all; SM counts and checks the truncated size; split-warp counts half and
-    checks whole elements (not SM-truncated)."""
+    """CE counts all; SM counts and checks the truncated size; split-warp counts half."""
+    # Split-warp checks whole 16-byte elements (not the SM-truncated size).
     n = 64 * MIB + 100
     assert CE.counted_bytes(n, H200) == n and CE.checked_bytes(n, H200) == n
     assert SM.counted_bytes(n, H200) == SM.checked_bytes(n, H200) == sm_truncated_bytes(n, 132)

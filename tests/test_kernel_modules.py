@@ -47,6 +47,7 @@ def clean() -> Iterator[None]:
 
 
 def test_public_names() -> None:
+    """gpubw exports the kernel-module API, the very objects of gpubw.kernels."""
     for name in ("KernelModule", "KernelSpec", "register_kernel_module", "SimulatedLaunch"):
         assert name in gpubw.__all__
         assert hasattr(gpubw, name)
@@ -56,6 +57,7 @@ def test_public_names() -> None:
 
 
 def test_builtin_module_is_first_and_is_gpubws_own() -> None:
+    """The first module is gpubw's own: gpubw.cu, the KERNELS catalogue and no simulations."""
     first = km.kernel_modules()[0]
     assert first.name == km.BUILTIN == "gpubw"
     assert first.names == tuple(KERNELS)
@@ -67,6 +69,7 @@ def test_builtin_module_is_first_and_is_gpubws_own() -> None:
 
 
 def test_register_find_and_unregister(clean: None) -> None:
+    """A registered module's kernels are found (generation bumped); unregistered, they are gone."""
     gen = km.generation()
     module = make()
     assert gpubw.register_kernel_module(module) is module
@@ -82,6 +85,7 @@ def test_register_find_and_unregister(clean: None) -> None:
 
 
 def test_registering_the_same_code_twice_is_a_no_op(clean: None) -> None:
+    """Registering an equal module again keeps a single entry under its name and raises nothing."""
     km.register_kernel_module(make())
     gen = km.generation()
     again = make()  # a module body that ran twice builds an equal module
@@ -92,12 +96,14 @@ def test_registering_the_same_code_twice_is_a_no_op(clean: None) -> None:
 
 
 def test_a_different_module_under_a_taken_name_is_refused(clean: None) -> None:
+    """A module with different code under a taken name is refused with a PluginError."""
     km.register_kernel_module(make())
     with pytest.raises(PluginError, match="different kernel module named 'kmtest'"):
         km.register_kernel_module(make(source=TWICE_SRC + "\n// changed\n"))
 
 
 def test_kernel_names_are_global(clean: None) -> None:
+    """A kernel name another module (gpubw's included) already defines is refused."""
     km.register_kernel_module(make())
     with pytest.raises(PluginError, match="already defines"):
         km.register_kernel_module(make(name="other"))
@@ -107,6 +113,7 @@ def test_kernel_names_are_global(clean: None) -> None:
 
 
 def test_the_builtin_name_is_reserved() -> None:
+    """The module name 'gpubw' can be neither registered nor unregistered."""
     with pytest.raises(PluginError, match="gpubw's own"):
         km.register_kernel_module(make(name="gpubw"))
     with pytest.raises(PluginError):
@@ -126,22 +133,26 @@ def test_the_builtin_name_is_reserved() -> None:
     ],
 )
 def test_invalid_modules_are_refused(kw: dict[str, Any], message: str) -> None:
+    """Malformed modules (bad name, kernels, parameter types or simulations) raise a PluginError."""
     with pytest.raises(PluginError, match=message):
         make(**kw)
 
 
 def test_register_needs_a_kernel_module() -> None:
+    """register_kernel_module refuses anything that is not a KernelModule."""
     with pytest.raises(PluginError):
         km.register_kernel_module("not a module")  # type: ignore[arg-type]
 
 
 def test_simulate_mapping_is_read_only() -> None:
+    """A module's simulate mapping cannot be changed after construction."""
     module = make()
     with pytest.raises(TypeError):
         module.simulate["x"] = sim_twice  # type: ignore[index]
 
 
 def test_module_spec_lookup() -> None:
+    """KernelModule.spec returns a declared kernel's spec and raises KeyError for any other."""
     module = make()
     assert module.spec("kmtest_twice") is TWICE
     with pytest.raises(KeyError):
@@ -149,6 +160,7 @@ def test_module_spec_lookup() -> None:
 
 
 def test_nvrtc_compiles_a_plugin_module_for_sm90() -> None:
+    """NVRTC compiles a plugin module's source to an sm_90 cubin (skipped without NVRTC)."""
     cache = pytest.importorskip("gpubw.kernels.cache")
     try:
         cache.nvrtc_version()
@@ -177,6 +189,7 @@ def _simulated(preset: str = "h200x1") -> Any:
 
 
 def test_simulated_backend_runs_a_plugin_kernel_through_its_simulation(clean: None) -> None:
+    """The simulated backend runs a plugin kernel via its simulation: data doubled, time taken."""
     import struct
 
     from gpubw.backend.base import ptr, u64
@@ -207,6 +220,7 @@ def test_simulated_backend_runs_a_plugin_kernel_through_its_simulation(clean: No
 
 
 def test_simulated_time_follows_the_reported_traffic(clean: None) -> None:
+    """A plugin kernel's simulated time scales with the traffic its simulation reports."""
     from gpubw.backend.base import ptr, u64
 
     km.register_kernel_module(make())
@@ -231,6 +245,7 @@ def test_simulated_time_follows_the_reported_traffic(clean: None) -> None:
 
 
 def test_a_plugin_kernel_without_a_simulation_cannot_run_simulated(clean: None) -> None:
+    """Launching a plugin kernel that has no simulation on the simulated backend raises an error."""
     from gpubw.backend.base import ptr, u64
 
     km.register_kernel_module(make(simulate={}))
@@ -246,6 +261,7 @@ def test_a_plugin_kernel_without_a_simulation_cannot_run_simulated(clean: None) 
 
 
 def test_system_loads_again_when_a_module_is_registered_later(clean: None) -> None:
+    """System.load_kernels loads once per device, and again after a new module is registered."""
     backend = _simulated("h200x2")
     calls: list[int] = []
     original = backend.load_kernels
@@ -265,6 +281,7 @@ def test_system_loads_again_when_a_module_is_registered_later(clean: None) -> No
 
 
 def test_buffer_enqueue_check_reports_a_plugin_checks_first_bad_word(clean: None) -> None:
+    """enqueue_check with a plugin's check kernel passes good data, reports the first bad word."""
     from gpubw.backend.base import u64
 
     def sim_find(launch: Any, buf: int, n: int, bad: int, first_bad: int) -> None:

@@ -57,8 +57,7 @@ def test_multicast_testcase_waived_when_nccl_disables_it(
 def test_multicast_testcase_needs_device_support(
     sim_system: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without the variables, a device lacking multicast support waives the testcase; with
-    support everywhere it may run."""
+    """Without the opt-out variables, multicast is waived unless every device supports it."""
     for name in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "GPUBW_DISABLE_MULTICAST"):
         monkeypatch.delenv(name, raising=False)
     tc = _Multicast(sim_system("h200x2"))

@@ -136,6 +136,7 @@ NEEDS_PEERS = {*PEER_NxN, *BIDIRECTIONAL, *FAN, "device_to_device_latency_sm"}
 
 
 def test_the_table_covers_every_builtin() -> None:
+    """The expectation tables here cover exactly the 36 built-in testcases."""
     table = {**HOST_1xN, **PEER_NxN, **BIDIRECTIONAL, **FAN, **LATENCY_TESTS, **LOCAL}
     assert set(table) == set(TESTCASES)
     assert len(TESTCASES) == 36
@@ -143,6 +144,7 @@ def test_the_table_covers_every_builtin() -> None:
 
 @pytest.mark.parametrize("key", sorted(TESTCASES))
 def test_class_key_and_description(key: str) -> None:
+    """Each built-in has its entry-point key, a 1-3 line description, fixed_size only if latency."""
     cls = TESTCASES[key]
     assert cls.key == key
     lines = cls.description().splitlines()
@@ -204,6 +206,7 @@ def cases(keys: Any) -> list[Any]:
 
 @pytest.mark.parametrize(("preset", "key"), cases(HOST_1xN))
 def test_host_testcases(run: Callable[..., Ran], preset: str, key: str) -> None:
+    """Host testcases: header, initiator, 1 x N shape, bytes per copy and interference."""
     n, _ = PRESETS[preset]
     header, initiator = HOST_1xN[key]
     _, matrices, _ = run(preset, key)
@@ -229,6 +232,7 @@ def test_host_testcases(run: Callable[..., Ran], preset: str, key: str) -> None:
 
 @pytest.mark.parametrize(("preset", "key"), cases(PEER_NxN))
 def test_peer_testcases(run: Callable[..., Ran], preset: str, key: str) -> None:
+    """Peer N x N testcases: waived on one device, else N/A exactly where peer access is missing."""
     n, _ = PRESETS[preset]
     header, initiator = PEER_NxN[key]
     tc, matrices, _ = run(preset, key)
@@ -246,6 +250,7 @@ def test_peer_testcases(run: Callable[..., Ran], preset: str, key: str) -> None:
 
 @pytest.mark.parametrize(("preset", "key"), cases(BIDIRECTIONAL))
 def test_bidirectional_testcases(run: Callable[..., Ran], preset: str, key: str) -> None:
+    """Bidirectional peer testcases give two direction matrices and a total equal to their sum."""
     n, _ = PRESETS[preset]
     engine, word = BIDIRECTIONAL[key]
     _, matrices, _ = run(preset, key)
@@ -271,6 +276,7 @@ def test_bidirectional_testcases(run: Callable[..., Ran], preset: str, key: str)
 
 @pytest.mark.parametrize(("preset", "key"), cases(FAN))
 def test_all_to_one_and_one_to_all(run: Callable[..., Ran], preset: str, key: str) -> None:
+    """All-to-one and one-to-all testcases: waived on one device, else a 1 x N total matrix."""
     n, _ = PRESETS[preset]
     header, initiator = FAN[key]
     tc, matrices, _ = run(preset, key)
@@ -289,6 +295,7 @@ def test_all_to_one_and_one_to_all(run: Callable[..., Ran], preset: str, key: st
 
 @pytest.mark.parametrize(("preset", "key"), cases(LATENCY_TESTS))
 def test_latency_testcases(run: Callable[..., Ran], preset: str, key: str) -> None:
+    """Latency testcases give plausible seconds per access, each the mean of its samples."""
     n, _ = PRESETS[preset]
     _, matrices, _ = run(preset, key)
     if key == "device_to_device_latency_sm" and n == 1:
@@ -315,6 +322,7 @@ def test_latency_testcases(run: Callable[..., Ran], preset: str, key: str) -> No
 
 @pytest.mark.parametrize(("preset", "key"), cases(LOCAL))
 def test_device_local_copy(run: Callable[..., Ran], preset: str, key: str) -> None:
+    """Local copies give a copy matrix and a read + write one at twice it, with % of nominal."""
     n, _ = PRESETS[preset]
     header, initiator = LOCAL[key]
     _, matrices, system = run(preset, key)
@@ -470,6 +478,7 @@ BANDWIDTH_KEYS = sorted(k for k in TESTCASES if k not in LATENCY_TESTS)
 def test_data_flow_of_every_cell(
     run: Callable[..., Ran], recorded: list[Flow], preset: str, key: str
 ) -> None:
+    """Every cell's copies (source, destination, size, executing device) are nvbandwidth's."""
     _, matrices, _ = run(preset, key)
     assert matrices is not None
     assert recorded == expected_flows(key, preset, SIZE)
@@ -494,6 +503,7 @@ def test_interference_buffers_are_allocated_at_twice_the_size(
 
 
 def test_split_warp_18_is_19(run: Callable[..., Ran], recorded: list[Flow]) -> None:
+    """Testcases #18 and #19 (bidirectional SM host copies) make the same copies and matrix."""
     _, a, _ = run("h200x2", "host_to_device_bidirectional_memcpy_sm")
     first = list(recorded)
     recorded.clear()
@@ -511,6 +521,7 @@ def test_split_warp_18_is_19(run: Callable[..., Ran], recorded: list[Flow]) -> N
 def test_latency_ignores_the_buffer_size(
     run: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Latency testcases chase the same fixed-size ring whatever the buffer size."""
     rings: list[int] = []
     chase = latency_module.pointer_chase
 
@@ -529,6 +540,7 @@ def test_latency_ignores_the_buffer_size(
 
 
 def test_ring_points_sixteen_nodes_on() -> None:
+    """ring_bytes builds a 262144-node ring in which each node points 16 nodes further on."""
     import numpy as np
 
     base = 0x7F00_0000_0000
@@ -544,6 +556,7 @@ def test_ring_points_sixteen_nodes_on() -> None:
 
 
 def test_no_peer_pair_waives_with_a_reason(run: Callable[..., Ran]) -> None:
+    """With no peer pair at all, every testcase that needs peers is waived with the same reason."""
     isolated = attrs.evolve(load_system("h200x2"), peers={})
     for key in sorted(NEEDS_PEERS):
         tc, matrices, _ = run(isolated, key)
@@ -560,8 +573,8 @@ PARTIAL_PEERS = {(0, 1), (1, 0)}
     "key", ["device_to_device_memcpy_read_ce", "device_to_device_latency_sm", *sorted(FAN)]
 )
 def test_a_device_without_peers_is_na(run: Callable[..., Ran], key: str) -> None:
-    """On pcie4 with only 0 <-> 1 peers, devices 2 and 3 have no peer: their all-to-one and
-    one-to-all columns are N/A, as are all their N x N cells."""
+    """Devices without any peer get N/A columns (1 x N) and N/A cells (N x N)."""
+    # pcie4 with only 0 <-> 1 peers: devices 2 and 3 have none.
     model = load_system("pcie4")
     partial = attrs.evolve(model, peers={p: model.peers[p] for p in PARTIAL_PEERS})
     _, matrices, _ = run(partial, key)
@@ -574,6 +587,7 @@ def test_a_device_without_peers_is_na(run: Callable[..., Ran], key: str) -> None
 
 
 def test_sm_copies_from_64_mib_on_are_truncated(run: Callable[..., Ran]) -> None:
+    """SM copies from 64 MiB on count the SM-truncated size and say so; CE copies the full size."""
     size = 65 * MIB
     _, matrices, system = run("h200x1", "host_to_device_memcpy_sm", size=size)
     assert matrices is not None

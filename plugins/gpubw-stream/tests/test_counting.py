@@ -36,6 +36,7 @@ TRAFFIC = [
 def test_counted_bytes_are_read_plus_write(
     kernel: type[StreamKernel], arrays: int, working: int
 ) -> None:
+    """Each kernel counts arrays read + written x whole 16-byte vectors, and its working set."""
     for size in (MIB, 512 * MIB, 4096 * MIB):
         assert kernel.counted(size, FP32) == arrays * size
         assert kernel.working_set(size, FP32) == working * size
@@ -48,12 +49,14 @@ def test_counted_bytes_are_read_plus_write(
 def test_counted_bytes_do_not_depend_on_the_element_type(
     kernel: type[StreamKernel], arrays: int, working: int
 ) -> None:
+    """A kernel's counted bytes for a given array size are the same in every element type."""
     for size in (MIB, 3 * MIB + 48, 1 << 32):
         counts = {kernel.counted(size, t) for t in DTYPES.values()}
         assert len(counts) == 1
 
 
 def test_strided_bytes_do_not_depend_on_the_element_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Strided-read useful and moved bytes are the same in fp16 and fp32, and right for k = 2."""
     monkeypatch.delenv("GPUBW_STREAM_STRIDE", raising=False)
     tc = StreamStridedRead.__new__(StreamStridedRead)
     for k in (1, 2, 4):
@@ -69,12 +72,14 @@ def test_strided_bytes_do_not_depend_on_the_element_type(monkeypatch: pytest.Mon
 
 
 def test_the_read_scratch_is_one_double_per_block() -> None:
+    """The read kernel's scratch is one double per block; the copy kernel needs none."""
     assert ReadKernel.scratch_bytes(H200, 512 * MIB) == 8 * 132 * 4
     assert ReadKernel.scratch_bytes(H200, 4096) == 8  # 256 vectors: one block
     assert CopyKernel.scratch_bytes(H200, 512 * MIB) == 0
 
 
 def test_expected_results_are_exact_in_every_type() -> None:
+    """Each kernel's expected value is exact in every element type, with the right bit patterns."""
     import struct
 
     for kernel in (CopyKernel, ScaleKernel, AddKernel, TriadKernel, WriteKernel):
@@ -87,6 +92,7 @@ def test_expected_results_are_exact_in_every_type() -> None:
 
 
 def test_dtype_names_and_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Element types resolve by alias; a class attribute beats the environment beats fp32."""
     assert dtype("float16") is FP16
     assert dtype("HALF") is FP16
     assert dtype("double") is FP64
@@ -106,6 +112,7 @@ def test_dtype_names_and_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_stride_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stride is a class attribute, else a valid GPUBW_STREAM_STRIDE, else 2."""
     tc = StreamStridedRead.__new__(StreamStridedRead)
     monkeypatch.delenv("GPUBW_STREAM_STRIDE", raising=False)
     assert tc.element_stride() == 2

@@ -70,6 +70,7 @@ def need_memory(system: System, nbytes: int) -> None:
 
 
 def test_every_testcase_compiles_runs_and_verifies(gpu: System) -> None:
+    """On a GPU every STREAM testcase compiles, runs, verifies and stays under 105 % of nominal."""
     need_memory(gpu, 3 * 256 * MIB)
     assert TESTCASES
     for cls in TESTCASES:
@@ -83,6 +84,7 @@ def test_every_testcase_compiles_runs_and_verifies(gpu: System) -> None:
 
 
 def test_triad_plateau_is_a_plausible_share_of_nominal(gpu: System) -> None:
+    """On a GPU, triad on 1 GiB arrays is beyond the L2 and reaches 50-100 % of nominal."""
     need_memory(gpu, 3 * 1024 * MIB)
     (m,) = keyed(StreamTriad)(gpu).run(1024 * MIB, 8)
     n = notes(m)
@@ -92,12 +94,14 @@ def test_triad_plateau_is_a_plausible_share_of_nominal(gpu: System) -> None:
 
 
 def test_small_arrays_are_flagged_below_the_l2_knee(gpu: System) -> None:
+    """On a GPU, 1 MiB arrays are flagged as fitting in the L2."""
     (m,) = keyed(StreamCopy)(gpu).run(MIB, 8)
     assert all(notes(m)["l2_fits"])
 
 
 @pytest.mark.parametrize("cls", [StreamCopy, StreamScale, StreamAdd, StreamTriad, StreamRead])
 def test_fp16_and_fp32_figures_agree(gpu: System, cls: type[StreamTestcase]) -> None:
+    """On a GPU, fp16 and fp32 runs count the same bytes and agree within 5 %."""
     need_memory(gpu, 3 * 1024 * MIB)
     f32 = keyed(cls, dtype="fp32")(gpu).run(1024 * MIB, 8)[0]
     f16 = keyed(cls, dtype="fp16")(gpu).run(1024 * MIB, 8)[0]
@@ -108,6 +112,7 @@ def test_fp16_and_fp32_figures_agree(gpu: System, cls: type[StreamTestcase]) -> 
 
 
 def test_strided_read_moves_whole_sectors(gpu: System) -> None:
+    """On a GPU, strided read moves 1.5x its useful bytes, and its useful figure is below copy's."""
     need_memory(gpu, 2 * 1024 * MIB)
     useful, moved = keyed(StreamStridedRead)(gpu).run(1024 * MIB, 8)
     (copy,) = keyed(StreamCopy)(gpu).run(1024 * MIB, 8)

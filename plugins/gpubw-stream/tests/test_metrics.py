@@ -18,6 +18,7 @@ GB = 1e9
 
 
 def test_nominal_bandwidth_is_bus_width_times_clock_times_two() -> None:
+    """Nominal bandwidth is bus width x memory clock x 2: 4815 GB/s on an H200, 320 GB/s on a T4."""
     # H200: 6016 / 8 bytes x 3201e6 Hz x 2 = 4814.3 GB/s (the "4815 GB/s" of the spec sheet)
     assert H200.nominal_memory_bandwidth == pytest.approx(4815 * GB, rel=2e-4)
     # T4: 256 / 8 bytes x 5000e6 Hz x 2 = 320 GB/s (the seed's denominator)
@@ -25,6 +26,7 @@ def test_nominal_bandwidth_is_bus_width_times_clock_times_two() -> None:
 
 
 def test_percent_of_nominal() -> None:
+    """percent_of_nominal gives the seed's T4 and the reference H200 figures; None stays None."""
     # the seed's self-test: 256 MiB fp16 y = x + 1 in 1.8 ms on a T4 is 298 GB/s, 93 %
     moved = 2 * 256 * 2**20
     assert percent_of_nominal(moved / 1.8e-3, T4) == pytest.approx(93.2, abs=0.1)
@@ -36,6 +38,7 @@ def test_percent_of_nominal() -> None:
 
 
 def test_percent_of_nominal_unknown_without_a_memory_clock() -> None:
+    """Without a memory clock the percent of nominal is unknown (None)."""
     import attrs
 
     assert percent_of_nominal(1e12, attrs.evolve(T4, memory_clock_khz=0)) is None
@@ -55,6 +58,7 @@ def test_percent_of_nominal_unknown_without_a_memory_clock() -> None:
     ],
 )
 def test_l2_knee(device: object, working_set: int, fits: bool) -> None:
+    """A working set fits the L2 when it is positive and at most the L2's size."""
     assert l2_fits(working_set, device) is fits  # type: ignore[arg-type]
 
 
@@ -74,10 +78,12 @@ def test_l2_knee(device: object, working_set: int, fits: bool) -> None:
     ],
 )
 def test_sectors_touched(count: int, stride: int, itemsize: int, sectors: int) -> None:
+    """sectors_touched counts the 32-byte sectors a strided read of count elements touches."""
     assert sectors_touched(count, stride, itemsize) == sectors
 
 
 def test_strided_traffic_and_count() -> None:
+    """A strided read's element count and traffic are right, and the same bytes in fp16 and fp32."""
     # 1 MiB of fp32, k = 2: 131072 elements read and written; all 32768 sectors of x read
     m = strided_count(2**20, 2, 4)
     assert m == 131072

@@ -22,6 +22,7 @@ KEYS = (
 
 
 def test_entry_points_name_every_testcase() -> None:
+    """gpubw-stream's entry points name exactly its seven testcases, each a described Testcase."""
     eps = {
         ep.name: ep
         for ep in importlib.metadata.entry_points(group="gpubw.testcases")
@@ -37,6 +38,7 @@ def test_entry_points_name_every_testcase() -> None:
 
 
 def test_registry_lists_them_after_the_builtins_and_prefix_selects_them() -> None:
+    """The registry lists the STREAM testcases after the built-ins, and -p stream selects them."""
     registry = pytest.importorskip("gpubw.registry")
     reg = registry.Registry.discover()
     entries = {e.key: e for e in reg}
@@ -52,6 +54,7 @@ def test_registry_lists_them_after_the_builtins_and_prefix_selects_them() -> Non
 
 
 def test_importing_the_testcases_registers_the_kernel_module() -> None:
+    """Importing the plugin registers its kernel module, every kernel findable and simulated."""
     from gpubw.kernels.modules import find_kernel, kernel_modules
 
     from gpubw_stream import kernels
@@ -66,6 +69,7 @@ def test_importing_the_testcases_registers_the_kernel_module() -> None:
 
 
 def test_the_plugin_uses_only_gpubws_public_api() -> None:
+    """The plugin imports only names in gpubw.__all__, never a gpubw submodule."""
     import ast
     import pathlib
 
@@ -98,6 +102,7 @@ def _nvrtc_or_skip() -> None:
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80", "sm_75"])
 def test_kernels_compile_with_nvrtc(arch: str) -> None:
+    """The plugin's kernels compile with NVRTC for sm_90, sm_80 and sm_75, every kernel present."""
     _nvrtc_or_skip()
     from cuda.core import Program, ProgramOptions
 
@@ -116,8 +121,8 @@ def test_kernels_compile_with_nvrtc(arch: str) -> None:
 
 
 def test_gpubws_compile_path_builds_and_caches_the_module(tmp_path: object) -> None:
-    """The real backend compiles a registered module through gpubw's NVRTC cache: do the
-    same here (CPU only), for an H200 (compute capability 9.0)."""
+    """gpubw's NVRTC cache compiles the plugin module for sm_90, then returns the same image."""
+    # What the real backend does for a registered module; CPU only, for an H200 (cc 9.0).
     _nvrtc_or_skip()
     cache = pytest.importorskip("gpubw.kernels.cache")
     from gpubw_stream import kernels

@@ -85,6 +85,7 @@ def _defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("preset", ["h200x1", "h200x2"])
 @pytest.mark.parametrize("size", [1 * MIB, 64 * MIB])
 def test_every_testcase_runs_verified_with_read_plus_write_bytes(preset: str, size: int) -> None:
+    """Every STREAM testcase runs verified, counts read + write bytes and frees its buffers."""
     with make_system(preset) as system:
         for cls in map(keyed, TESTCASES):
             matrices = cls(system).run(size, 4)
@@ -112,6 +113,7 @@ def test_every_testcase_runs_verified_with_read_plus_write_bytes(preset: str, si
 
 
 def test_plateau_is_a_plausible_share_of_nominal(h200: System) -> None:
+    """Simulated triad on 256 MiB arrays is beyond the L2 and reaches 60-100 % of nominal."""
     (m,) = keyed(StreamTriad)(h200).run(256 * MIB, 4)
     (pct,) = notes(m)["percent_of_nominal"]
     assert 60 < pct < 100  # the model's local memory is below the 4815 GB/s roof
@@ -120,6 +122,7 @@ def test_plateau_is_a_plausible_share_of_nominal(h200: System) -> None:
 
 
 def test_l2_knee_follows_the_working_set(h200: System) -> None:
+    """l2_fits follows each testcase's working set: a size can fit for read but not for triad."""
     l2 = h200.devices[0].l2_bytes
     # triad touches three arrays: fits while 3 x size <= L2
     fits = 3 * (l2 // 3 // (16 * MIB) * 16 * MIB)
@@ -138,6 +141,7 @@ def test_l2_knee_follows_the_working_set(h200: System) -> None:
 def test_counted_bytes_and_figures_do_not_depend_on_the_element_type(
     cls: type[StreamTestcase],
 ) -> None:
+    """fp16, fp32 and fp64 runs count the same bytes and give figures within 3 %."""
     results = {}
     for t in ("fp16", "fp32", "fp64"):
         typed = type(f"{cls.__name__}_{t}", (keyed(cls),), {"dtype": t})
@@ -151,6 +155,7 @@ def test_counted_bytes_and_figures_do_not_depend_on_the_element_type(
 
 
 def test_environment_picks_the_element_type(monkeypatch: pytest.MonkeyPatch, h200: System) -> None:
+    """GPUBW_STREAM_DTYPE picks the element type, shown in the notes and the description."""
     monkeypatch.setenv("GPUBW_STREAM_DTYPE", "fp16")
     (m,) = keyed(StreamTriad)(h200).run(MIB, 4)
     assert notes(m)["dtype"] == "fp16"
@@ -160,6 +165,7 @@ def test_environment_picks_the_element_type(monkeypatch: pytest.MonkeyPatch, h20
 def test_strided_read_reports_useful_and_moved_bytes(
     monkeypatch: pytest.MonkeyPatch, h200: System
 ) -> None:
+    """Strided read reports useful and moved bytes for strides 2 and 16; moved is near copy's."""
     tc = keyed(StreamStridedRead)(h200)
     useful, moved = tc.run(64 * MIB, 4)
     assert (useful.key, moved.key) == ("stream_strided_read", "stream_strided_read_moved")
@@ -182,6 +188,7 @@ def test_strided_read_reports_useful_and_moved_bytes(
 
 
 def test_strided_read_stride_from_a_subclass(h200: System) -> None:
+    """A subclass's stride attribute sets the strided read's stride."""
     every4 = type("Every4", (keyed(StreamStridedRead),), {"stride": 4})
     useful, _ = every4(h200).run(MIB, 4)  # held bytes: y really checked
     assert notes(useful)["stride"] == 4
@@ -189,6 +196,7 @@ def test_strided_read_stride_from_a_subclass(h200: System) -> None:
 
 
 def test_verification_catches_a_wrong_result(monkeypatch: pytest.MonkeyPatch, h200: System) -> None:
+    """A kernel result other than the expected value fails verification naming the device."""
     # the simulated triad computes b + 3c = 3.5; expecting 4.0 must fail on the first sample
     monkeypatch.setattr(TriadKernel, "expected", 4.0)
     with pytest.raises(VerificationError, match="Device 0"):
@@ -198,6 +206,7 @@ def test_verification_catches_a_wrong_result(monkeypatch: pytest.MonkeyPatch, h2
 def test_verification_of_the_read_checks_the_partial_sums(
     monkeypatch: pytest.MonkeyPatch, h200: System
 ) -> None:
+    """The read kernel's verification catches partial sums that differ from the expected ones."""
     from gpubw_stream import initiators
 
     monkeypatch.setattr(initiators, "A0", 1.0)
@@ -207,6 +216,7 @@ def test_verification_of_the_read_checks_the_partial_sums(
 
 
 def test_eight_devices_and_pcie(tmp_path: Any) -> None:
+    """On h200x8 and pcie4, STREAM gives one figure and one L2 flag per device."""
     for preset in ("h200x8", "pcie4"):
         with make_system(preset, samples=1) as system:
             (m,) = keyed(StreamCopy)(system).run(16 * MIB, 2)
@@ -215,6 +225,7 @@ def test_eight_devices_and_pcie(tmp_path: Any) -> None:
 
 
 def test_too_small_arrays_are_a_usage_error(h200: System) -> None:
+    """Arrays of a few bytes are refused with a UsageError."""
     from gpubw import UsageError
 
     with pytest.raises(UsageError):
@@ -222,6 +233,7 @@ def test_too_small_arrays_are_a_usage_error(h200: System) -> None:
 
 
 def test_cli_prefix_sweep_to_json(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """gpubw -p stream over a -b sweep writes a JSON report with every STREAM testcase Passed."""
     cli = pytest.importorskip("gpubw.cli")
     out = tmp_path / "stream.json"
     code = cli.main(
