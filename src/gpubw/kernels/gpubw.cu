@@ -144,6 +144,98 @@ extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK, GPUBW_COPY_MIN_BL
     }
 }
 
+// (dst, src, elements, loops): the same copy as gpubw_copy, made by the SM's bulk-copy (TMA)
+// unit on compute capability 9.0+: one thread per block streams 8 KiB chunks global -> shared
+// -> global through GPUBW_BULK_STAGES shared-memory stages (cp.async.bulk with an mbarrier per
+// stage), so each block keeps up to STAGES x 8 KiB in flight with no register traffic. Blocks
+// own chunks c = blockIdx.x, + gridDim.x, ...; every pass over the buffer is one `loops` step.
+// Below 9.0 it falls back to the register copy.
+#ifndef GPUBW_BULK_STAGES
+#define GPUBW_BULK_STAGES 4
+#endif
+#define GPUBW_BULK_CHUNK 8192u
+
+extern "C" __global__ void __launch_bounds__(32)
+    gpubw_copy_bulk(uint4 *__restrict__ dst, const uint4 *__restrict__ src, u64 elements,
+                    u32 loops) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ alignas(128) unsigned char stage_buf[GPUBW_BULK_STAGES][GPUBW_BULK_CHUNK];
+    __shared__ alignas(8) u64 stage_bar[GPUBW_BULK_STAGES];
+    if (threadIdx.x != 0) {
+        return;
+    }
+    const u64 bytes = elements * 16ULL;
+    const u64 chunks = (bytes + GPUBW_BULK_CHUNK - 1) / GPUBW_BULK_CHUNK;
+    if ((u64)blockIdx.x >= chunks) {
+        return;
+    }
+    const u64 mine = (chunks - (u64)blockIdx.x + (u64)gridDim.x - 1) / (u64)gridDim.x;
+    const u64 items = mine * (u64)loops;
+    for (int s = 0; s < GPUBW_BULK_STAGES; ++s) {
+        const u32 bar = (u32)__cvta_generic_to_shared(&stage_bar[s]);
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    // item k: chunk blockIdx.x + (k % mine) * gridDim.x, in pass k / mine
+    auto offset = [&](u64 k) -> u64 {
+        return ((u64)blockIdx.x + (k % mine) * (u64)gridDim.x) * (u64)GPUBW_BULK_CHUNK;
+    };
+    auto size_of = [&](u64 off) -> u32 {
+        const u64 left = bytes - off;
+        return left < GPUBW_BULK_CHUNK ? (u32)left : GPUBW_BULK_CHUNK;
+    };
+    auto load = [&](u64 k) {
+        const int s = (int)(k % GPUBW_BULK_STAGES);
+        const u64 off = offset(k);
+        const u32 n = size_of(off);
+        const u32 bar = (u32)__cvta_generic_to_shared(&stage_bar[s]);
+        const u32 buf = (u32)__cvta_generic_to_shared(&stage_buf[s][0]);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(n)
+                     : "memory");
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+            "[%3];" ::"r"(buf),
+            "l"((const unsigned char *)src + off), "r"(n), "r"(bar)
+            : "memory");
+    };
+    const u64 ahead = items < (u64)GPUBW_BULK_STAGES ? items : (u64)GPUBW_BULK_STAGES;
+    for (u64 k = 0; k < ahead; ++k) {
+        load(k);
+    }
+    for (u64 k = 0; k < items; ++k) {
+        const int s = (int)(k % GPUBW_BULK_STAGES);
+        const u32 parity = (u32)((k / GPUBW_BULK_STAGES) & 1ULL);
+        const u32 bar = (u32)__cvta_generic_to_shared(&stage_bar[s]);
+        const u32 buf = (u32)__cvta_generic_to_shared(&stage_buf[s][0]);
+        u32 done = 0;
+        while (!done) {
+            asm volatile(
+                "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                "selp.u32 %0, 1, 0, p; }"
+                : "=r"(done)
+                : "r"(bar), "r"(parity)
+                : "memory");
+        }
+        const u64 off = offset(k);
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
+                         (unsigned char *)dst + off),
+                     "r"(buf), "r"(size_of(off))
+                     : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        if (k + GPUBW_BULK_STAGES < items) {
+            // the stage is reused: its store must have read the shared memory first
+            asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            load(k + GPUBW_BULK_STAGES);
+        }
+    }
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#else
+    for (u32 l = 0; l < loops; ++l) {
+        copy_pass(dst, src, elements);
+    }
+#endif
+}
+
 // A 16-byte load that stays a load: `volatile`, so repeating it on one address is never merged.
 __device__ __forceinline__ uint4 load_cg_volatile(const uint4 *p) {
     uint4 v;
