@@ -129,17 +129,21 @@ def main() -> int:
     )
     rows = []
     for name, grid in jobs:
-        r = subprocess.run(
-            [sys.executable, __file__, "--child", mode, name, str(grid)],
-            capture_output=True,
-            text=True,
-            timeout=150,
-        )
-        res = (
-            json.loads(r.stdout.strip().splitlines()[-1])
-            if r.returncode == 0
-            else {"error": (r.stderr.strip().splitlines() or ["?"])[-1][:200]}
-        )
+        try:
+            r = subprocess.run(
+                [sys.executable, __file__, "--child", mode, name, str(grid)],
+                capture_output=True,
+                text=True,
+                timeout=150,
+            )
+        except subprocess.TimeoutExpired:
+            res: dict[str, object] = {"error": "timed out after 150 s"}
+        else:
+            res = (
+                json.loads(r.stdout.strip().splitlines()[-1])
+                if r.returncode == 0
+                else {"error": (r.stderr.strip().splitlines() or ["?"])[-1][:200]}
+            )
         rows.append({"mode": mode, "variant": name, "grid": grid, **res})
         print(f"{mode:5} {name:15} grid {grid or 'auto':>4}: {res}", flush=True)
     if len(sys.argv) > 2:
