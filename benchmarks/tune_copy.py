@@ -34,9 +34,6 @@ VARIANTS = {
         None,
     ),
     "u8-tiled-cgcs-4": ("GPUBW_COPY_UNROLL=8,GPUBW_COPY_MIN_BLOCKS=2", 512, 4, None),
-    "bulk-s4-b4": ("GPUBW_BULK_STAGES=4", 32, 4, None),
-    "bulk-s4-b6": ("GPUBW_BULK_STAGES=4", 32, 6, None),
-    "bulk-s2-b8": ("GPUBW_BULK_STAGES=2", 32, 8, None),
     "u4-tiled-cs-4": (
         "GPUBW_COPY_UNROLL=4,GPUBW_COPY_TILED=1,GPUBW_COPY_HINT=1,GPUBW_COPY_MIN_BLOCKS=4",
         512,
@@ -72,9 +69,6 @@ def child(mode: str, name: str, grid: int | None) -> dict[str, float]:
         return min(n, max(1, -(-elements // block))), block
 
     ini.copy_launch_shape = shape
-    if name.startswith("bulk"):
-        ini.KernelCopy.kernel = "gpubw_copy_bulk"
-        ini.KernelCopy.launch_shape = lambda self, device, elements: shape(device, elements)
     out: dict[str, float] = {}
     size = 512 * MIB
     with System(CudaBackend(), RunOptions(samples=3, loops=16, sync_timeout_s=20)) as s:
@@ -125,7 +119,7 @@ def main() -> int:
         if mode == "split"
         else [(n, 0) for n in VARIANTS]
         if mode != "host"
-        else [("default", 0), ("bulk-s4-b4", 0), ("bulk-s4-b6", 0)]
+        else [("default", 0)]
     )
     rows = []
     for name, grid in jobs:

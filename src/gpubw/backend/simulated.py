@@ -1068,11 +1068,6 @@ class SimulatedBackend(Backend):
     ) -> _Op:
         return self._copy_kernel(s, dst, src, elements, loops, split=False)
 
-    def _k_copy_bulk(
-        self, s: _Stream, grid: int, block: int, dst: int, src: int, elements: int, loops: int
-    ) -> _Op:
-        return self._copy_kernel(s, dst, src, elements, loops, split=False)
-
     def _k_copy_split_warp(
         self, s: _Stream, grid: int, block: int, dst: int, src: int, elements: int, loops: int
     ) -> _Op:

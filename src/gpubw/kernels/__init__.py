@@ -46,13 +46,6 @@ KERNELS: dict[str, KernelSpec] = {
             "correct; blocks of at most 512 threads (see initiators.copy_launch_shape).",
         ),
         KernelSpec(
-            "gpubw_copy_bulk",
-            ("ptr", "ptr", "u64", "u32"),
-            "(dst, src, elements, loops): the same copy as gpubw_copy, made with the bulk-copy "
-            "(TMA) unit through shared memory on compute capability 9.0+; block 32, one "
-            "thread per block issues 8 KiB chunks.",
-        ),
-        KernelSpec(
             "gpubw_copy_split_warp",
             ("ptr", "ptr", "u64", "u32"),
             "(dst, src, elements, loops): element e belongs to group e / 32; elements of odd "
