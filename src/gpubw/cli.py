@@ -76,7 +76,8 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (used by -i, --loop-count and plot's --dpi)."""
     try:
         value = int(text, 10)
     except ValueError:
@@ -198,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--testSamples",
         dest="samples",
         metavar="N",
-        type=_positive_int,
+        type=positive_int,
         action=_Once,
         default=DEFAULT_SAMPLES,
         help=f"samples (iterations) of each measurement (default {DEFAULT_SAMPLES})",
@@ -217,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--loopCount",
         dest="loops",
         metavar="N",
-        type=_positive_int,
+        type=positive_int,
         action=_Once,
         default=DEFAULT_LOOPS,
         help=f"copies per sample (default {DEFAULT_LOOPS})",

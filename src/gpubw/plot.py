@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from gpubw.cli import positive_int
 from gpubw.errors import UsageError
 from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
 from gpubw.writers import display_scale, display_unit, human_size, sweeps
@@ -48,18 +49,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PREFIX",
         help="only testcases whose key starts with PREFIX (repeatable)",
     )
-    p.add_argument("--dpi", type=_dpi, default=120, help="resolution (default 120)")
+    p.add_argument("--dpi", type=positive_int, default=120, help="resolution (default 120)")
     return p
-
-
-def _dpi(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
 
 
 def check_output(plt: Any, output: str) -> None:
