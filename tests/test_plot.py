@@ -132,3 +132,36 @@ def test_nominal_line_only_for_read_write_figures(notes: tuple, drawn: bool) -> 
         plt.close(fig)
     assert any(label.startswith("nominal memory bandwidth") for label in labels) is drawn
     assert any(label.startswith("L2 cache") for label in labels)
+
+
+def test_l2_line_sits_where_the_working_set_fills_l2() -> None:
+    """With working_set_bytes = 3 x the buffer, the L2 line is drawn at L2 / 3."""
+    pytest.importorskip("matplotlib")
+    from gpubw.plot import _draw_sweep, _pyplot
+
+    results = [
+        attrs.evolve(
+            t,
+            matrices=[
+                attrs.evolve(m, notes=(("working_set_bytes", 3 * (t.size or 0)),))
+                for m in t.matrices
+            ],
+        )
+        for t in sweep_results()
+    ]
+    rep = report(results)
+    plt = _pyplot()
+    fig, ax = plt.subplots()
+    try:
+        _draw_sweep(
+            ax,
+            "device_local_copy",
+            "device_local_copy",
+            [(t.size, t.matrices[0]) for t in results],
+            rep,
+        )
+        l2 = [line for line in ax.get_lines() if line.get_label().startswith("L2 cache")]
+        assert l2 and l2[0].get_xdata()[0] == pytest.approx(rep.devices[0]["l2_bytes"] / 3)
+        assert "working set 3 x buffer" in l2[0].get_label()
+    finally:
+        plt.close(fig)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -190,22 +191,31 @@ def _draw_sweep(
                 if i == 0
                 else None,
             )
+        # The x axis is one buffer's size; a kernel's working set may be several buffers
+        # (STREAM's copy: 2, triad: 3), so the L2 line goes where the working set fills L2.
+        working = dict(first.notes).get("working_set_bytes")
+        arrays = working / per_size[0][0] if working and per_size[0][0] else 1.0
         l2s = _distinct([d.get("l2_bytes") for d in report.devices])
         for i, l2 in enumerate(l2s):
+            where = f" (working set {arrays:g} x buffer)" if arrays != 1 else ""
             ax.axvline(
-                l2,
+                l2 / arrays,
                 color="gray",
                 linestyle=":",
                 linewidth=1.4,
-                label=f"L2 cache {human_size(l2)}" if i == 0 else None,
+                label=f"L2 cache {human_size(l2)}{where}" if i == 0 else None,
             )
     _size_axis(ax, all_sizes)
     ax.set_ylabel(f"{'bandwidth' if first.unit == BANDWIDTH else 'latency'} ({unit})")
     ax.set_ylim(0, ax.get_ylim()[1] * 1.18)  # headroom for the legend
     ax.grid(True, which="major", alpha=0.3)
     ax.set_title(f"{mkey}\n{first.description}", fontsize=9)
-    counting = first.statistic + (f"; {first.bytes_counted}" if first.bytes_counted else "")
-    ax.text(0.01, 0.01, counting, transform=ax.transAxes, fontsize=7, color="dimgray", va="bottom")
+    counted = first.bytes_counted
+    if counted and len(per_size) > 1:
+        counted = f"at {human_size(per_size[0][0])}: {counted}"
+    counting = first.statistic + (f"; {counted}" if counted else "")
+    counting = textwrap.fill(counting, width=100)  # stays inside its own panel
+    ax.text(0.01, 0.01, counting, transform=ax.transAxes, fontsize=6, color="dimgray", va="bottom")
     ax.legend(fontsize=7, loc="best", title="row→column" if len(first.row_labels) > 1 else None)
 
 
@@ -270,7 +280,10 @@ def _draw_bars(ax: Any, items: list[tuple[str, Matrix]], unit: str) -> None:
     ax.set_yticklabels([name for name, _ in items], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(f"{'bandwidth' if unit == BANDWIDTH else 'latency'} ({display_unit(unit)})")
-    ax.grid(True, axis="x", alpha=0.3)
+    shown = [v for _, m in items for row in m.values for v in row if v]
+    if shown and max(shown) > 20 * min(shown):
+        ax.set_xscale("log")  # PCIe (tens of GB/s) and HBM (thousands) in one readable chart
+    ax.grid(True, axis="x", which="both", alpha=0.3)
     ax.set_title(f"1×N results ({display_unit(unit)}), one bar per device", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
 
