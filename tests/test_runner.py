@@ -6,7 +6,7 @@ import datetime
 import os
 import signal
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -200,6 +200,36 @@ class Swallows(gpubw.Testcase):
         return [row(self.key, 1.0)]
 
 
+class CarriesOn(gpubw.Testcase):
+    """Catches Exception around its work and would carry on after it (records if it did)."""
+
+    carried_on: ClassVar[list[str]] = []
+
+    def run(self, size, loops):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except Exception:
+            pass
+        CarriesOn.carried_on.append(self.key)
+        return [row(self.key, 1.0)]
+
+
+class SwallowsEverything(gpubw.Testcase):
+    """Swallows even BaseException once, then loops until a second signal stops it."""
+
+    def run(self, size, loops):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except BaseException:
+            pass
+        os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C again
+        time.sleep(5)
+        CarriesOn.carried_on.append(self.key)  # not reached: the second signal raised
+        return [row(self.key, 1.0)]
+
+
 class ProcessInterrupt(gpubw.Testcase):
     """Raises KeyboardInterrupt itself (not through the runner's handler)."""
 
@@ -387,6 +417,23 @@ def test_swallowed_interrupt_still_stops_the_run():
     report = run(Factory(), [entry(Swallows, "swallows"), entry(Sized, "never")], [MIB])
     assert [(t.key, t.status) for t in report.testcases] == [("swallows", Status.INTERRUPTED)]
     assert report.exit_code == 130
+
+
+def test_interrupt_is_not_swallowed_by_except_exception():
+    """The interrupt is not an Exception: a plugin's `except Exception` cannot catch it."""
+    CarriesOn.carried_on.clear()
+    report = run(Factory(), [entry(CarriesOn, "carries_on")], [MIB])
+    assert [t.status for t in report.testcases] == [Status.INTERRUPTED]
+    assert CarriesOn.carried_on == []
+
+
+def test_second_signal_stops_a_plugin_that_swallowed_the_first():
+    """A second Ctrl-C raises again while testcases run, so a stubborn plugin still stops."""
+    CarriesOn.carried_on.clear()
+    report = run(Factory(), [entry(SwallowsEverything, "stubborn")], [MIB])
+    assert [(t.key, t.status) for t in report.testcases] == [("stubborn", Status.INTERRUPTED)]
+    assert report.exit_code == 130
+    assert CarriesOn.carried_on == []
 
 
 def test_system_closed_when_something_escapes():

@@ -69,8 +69,11 @@ class SimulationError(GpubwError):
     """A simulated fault, or a request the simulated system cannot model."""
 
 
-class InterruptedRun(GpubwError):
-    """Raised inside a run when SIGINT/SIGTERM arrives; carries the signal number."""
+class InterruptedRun(KeyboardInterrupt):
+    """Raised inside a run when SIGINT/SIGTERM arrives; carries the signal number.
+
+    Like KeyboardInterrupt (which it is), not an Exception: a plugin's ``except Exception``
+    or gpubw's own ``except GpubwError`` clean-up cannot swallow it."""
 
     def __init__(self, signum: int) -> None:
         self.signum = signum

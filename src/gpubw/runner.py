@@ -159,9 +159,9 @@ def _check_matrices(value: object) -> tuple[Matrix, ...] | str:
 
 
 class _Signals:
-    """SIGINT/SIGTERM handlers for the duration of a run: the first signal raises
-    :class:`InterruptedRun` in the main thread; later ones are only recorded, so that clean-up
-    already under way is not interrupted again."""
+    """SIGINT/SIGTERM handlers for the duration of a run: while testcases run, every signal
+    raises :class:`InterruptedRun` in the main thread (a second Ctrl-C still stops a plugin
+    that swallowed the first); once clean-up has begun they are only recorded."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -172,8 +172,8 @@ class _Signals:
     def _handler(self, signum: int, _frame: object) -> None:
         if self.signum is None:
             self.signum = signum
-            if self.raising:
-                raise InterruptedRun(signum)
+        if self.raising:
+            raise InterruptedRun(self.signum)
 
     def install(self) -> None:
         """Install the handlers (only possible in the main thread; elsewhere a no-op)."""
