@@ -23,9 +23,8 @@ import os
 import re
 import signal
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn, TextIO
+from typing import IO, Any, NoReturn, TextIO
 
 import gpubw
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, PluginError, UsageError
@@ -235,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output",
         metavar="FILE",
         action=_Once,
-        help="write the report to FILE (atomically) instead of standard output",
+        help="write the report to FILE (atomically; a device or FIFO in place; - is stdout)",
     )
     add(
         "--format",
@@ -265,52 +264,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -- output --------------------------------------------------------------------------------
 class _Output:
-    """Where the report goes: stdout, or a file written atomically (a temporary file in the
-    same directory, renamed over FILE once complete). The temporary file is created up front,
-    so an unwritable FILE is a usage error before anything runs."""
+    """Where the report goes: stdout, or ``-o FILE`` by :class:`gpubw.outfile.OutputTarget`'s
+    rules (atomic for a regular file, in place for a device or FIFO, checked up front so
+    that an unwritable FILE is a usage error before anything runs)."""
 
     def __init__(self, path: str | None) -> None:
+        from gpubw.outfile import OutputTarget
+
         self.path = path
-        self._tmp: str | None = None
-        if path is None:
-            return
-        target = os.path.abspath(path)
-        if os.path.isdir(target):
-            raise UsageError(f"-o/--output {path!r} is a directory; give a file name")
-        folder = os.path.dirname(target)
-        if not os.path.isdir(folder):
-            raise UsageError(f"-o/--output {path!r}: the folder {folder!r} does not exist")
-        try:
-            fd, self._tmp = tempfile.mkstemp(
-                prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder
-            )
-        except OSError as exc:
-            raise UsageError(f"-o/--output {path!r} cannot be written: {exc.strerror}") from None
-        os.close(fd)
-        self._target = target
+        self._target = None if path is None else OutputTarget(path).check()
 
     @contextlib.contextmanager
-    def stream(self) -> Iterator[TextIO]:
-        if self._tmp is None:
+    def stream(self) -> Iterator[IO[str]]:
+        if self._target is None:
             yield sys.stdout
             sys.stdout.flush()
             return
-        with open(self._tmp, "w", encoding="utf-8") as f:
+        with self._target.open("w") as f:
             yield f
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self._tmp, 0o666 & ~umask)
-        os.replace(self._tmp, self._target)
-        self._tmp = None
 
     def discard(self) -> None:
-        """Remove the temporary file if the report was never written."""
-        if self._tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self._tmp)
-            self._tmp = None
+        """Nothing to clean: an unfinished atomic write removes its own temporary file."""
 
 
 def _error(message: str) -> None:

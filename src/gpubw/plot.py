@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 from gpubw.cli import positive_int
 from gpubw.errors import UsageError
+from gpubw.outfile import OutputTarget
 from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
 from gpubw.writers import display_scale, display_unit, human_size, sweeps
 
@@ -68,6 +69,7 @@ def check_output(plt: Any, output: str) -> None:
             f"gpubw plot: -o {output!r}: the format {suffix!r} is not supported; "
             f"allowed: {', '.join(allowed)}"
         )
+    OutputTarget(output, label="gpubw plot: -o").check()
 
 
 def _pyplot() -> Any:
@@ -383,7 +385,9 @@ def render(report: Report, output: str, dpi: int = 120) -> int:
             # matplotlib warns when constrained layout gives up on a very tall figure; the
             # figure is still written, and a library must not print to stderr.
             warnings.simplefilter("ignore", UserWarning)
-            fig.savefig(output, dpi=dpi)
+            suffix = output.rpartition(".")[2].lower() if "." in output.rpartition("/")[2] else ""
+            with OutputTarget(output, label="gpubw plot: -o").open("wb") as f:
+                fig.savefig(f, dpi=dpi, format=suffix or "png")
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from exc
     finally:

@@ -12,19 +12,18 @@ Nothing here needs a GPU: NVRTC runs on the CPU, which is how CI compiles every 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import logging
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 
-from gpubw.errors import KernelCompileError
+from gpubw.errors import KernelCompileError, UsageError
 from gpubw.kernels import PATTERN_WORDS, source
+from gpubw.outfile import replace_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -197,20 +196,12 @@ class KernelCache:
     def put(self, key: str, payload: bytes) -> None:
         """Store atomically; silently give up if the directory is not writable."""
         blob = _MAGIC + hashlib.sha256(payload).digest() + payload
-        tmp: str | None = None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.directory)
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-            os.replace(tmp, self.path(key))
-            tmp = None
-        except OSError as exc:
+            if not replace_regular_file(str(self.path(key)), blob):
+                log.debug("kernel cache entry %s is not a regular file; left alone", key)
+        except (OSError, UsageError) as exc:
             log.debug("kernel cache %s not writable: %s", self.directory, exc)
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
 
 
 def load_or_compile(

@@ -1,0 +1,203 @@
+"""Output files: atomic for regular files, in place for devices and FIFOs, never replacing
+what gpubw does not own. No test here points at a real /dev node: special files are made
+in a temporary folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from gpubw.cli import main
+from gpubw.errors import UsageError
+from gpubw.outfile import OutputTarget, atomic_file, replace_regular_file
+
+RUN = ["--simulate", "h200x1", "-t", "0", "-b", "1MiB", "-i", "1", "-j"]
+
+
+def _null_device(tmp_path: Path) -> Path:
+    """A character device with /dev/null's numbers, made in tmp_path (skip without rights)."""
+    node = tmp_path / "null"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, OSError) as exc:
+        pytest.skip(f"cannot make a character device here: {exc}")
+    return node
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_regular_file_is_replaced_atomically_keeping_its_mode(tmp_path: Path) -> None:
+    """An existing regular file gets the new content and keeps its mode; no .tmp is left."""
+    target = tmp_path / "r.json"
+    target.write_text("old")
+    target.chmod(0o640)
+    with OutputTarget(str(target)).check().open() as f:
+        f.write("new")
+    assert target.read_text() == "new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert _leftovers(tmp_path) == []
+
+
+def test_failed_write_keeps_old_content_and_leaves_no_tmp(tmp_path: Path) -> None:
+    """An exception inside the block leaves the old file as it was and no temporary file."""
+    target = tmp_path / "r.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), OutputTarget(str(target)).open() as f:
+        f.write("half")
+        raise RuntimeError("writer broke")
+    assert target.read_text() == "old"
+    assert _leftovers(tmp_path) == []
+
+
+def test_long_target_name_gets_a_short_temporary_name(tmp_path: Path) -> None:
+    """A 255-byte file name (the limit) can still be written: the temporary name is short."""
+    target = tmp_path / ("x" * 250 + ".json")
+    with OutputTarget(str(target)).check().open() as f:
+        f.write("ok")
+    assert target.read_text() == "ok"
+
+
+def test_symlink_is_written_through_and_stays_a_link(tmp_path: Path) -> None:
+    """A symlink's target gets the content; the link itself is not replaced."""
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    with OutputTarget(str(link)).check().open() as f:
+        f.write("new")
+    assert link.is_symlink()
+    assert real.read_text() == "new"
+
+
+def test_dangling_symlink_creates_its_target(tmp_path: Path) -> None:
+    """A link to a file not yet there creates that file; the link stays."""
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "later.json")
+    with OutputTarget(str(link)).check().open() as f:
+        f.write("new")
+    assert link.is_symlink()
+    assert (tmp_path / "later.json").read_text() == "new"
+
+
+def test_character_device_is_written_in_place_not_replaced(tmp_path: Path) -> None:
+    """A character device stays a character device (the /dev/null bug)."""
+    node = _null_device(tmp_path)
+    before = node.stat()
+    with OutputTarget(str(node)).check().open() as f:
+        f.write("discarded")
+    after = node.stat()
+    assert stat.S_ISCHR(after.st_mode)
+    assert (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
+    assert _leftovers(tmp_path) == []
+
+
+def test_fifo_is_written_in_place(tmp_path: Path) -> None:
+    """A named pipe is opened and written, and a reader gets the content."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    with OutputTarget(str(fifo)).check().open() as f:
+        f.write("through the pipe")
+    reader.join(timeout=10)
+    assert got == ["through the pipe"]
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_symlink_to_a_device_writes_the_device(tmp_path: Path) -> None:
+    """A link to a device (like /dev/stdout) is followed to the device, written in place."""
+    node = _null_device(tmp_path)
+    link = tmp_path / "out"
+    link.symlink_to(node)
+    with OutputTarget(str(link)).check().open() as f:
+        f.write("x")
+    assert link.is_symlink() and stat.S_ISCHR(node.stat().st_mode)
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("folder", "is a directory"),
+        ("folder/", "ends with"),
+        ("missing/r.json", "does not exist"),
+        ("", "empty file name"),
+    ],
+)
+def test_unusable_paths_are_usage_errors(tmp_path: Path, name: str, words: str) -> None:
+    """A folder, a trailing slash, a missing parent and an empty name are refused up front."""
+    (tmp_path / "folder").mkdir()
+    path = str(tmp_path / name) if name else ""
+    if name.endswith("/"):
+        path += "/"
+    with pytest.raises(UsageError, match=words):
+        OutputTarget(path).check()
+
+
+def test_dash_means_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    """``-`` writes to standard output."""
+    with OutputTarget("-").check().open() as f:
+        f.write("to stdout")
+    assert capsys.readouterr().out == "to stdout"
+
+
+def test_atomic_file_refuses_a_non_regular_target(tmp_path: Path) -> None:
+    """The low-level atomic writer never renames over a FIFO."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="not a regular file"), atomic_file(str(fifo)) as f:
+        f.write("x")
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_kernel_cache_store_leaves_special_files_alone(tmp_path: Path) -> None:
+    """replace_regular_file (the kernel cache's store) skips a FIFO or a link in its place."""
+    fifo = tmp_path / "entry"
+    os.mkfifo(fifo)
+    assert replace_regular_file(str(fifo), b"x") is False
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    plain = tmp_path / "plain"
+    assert replace_regular_file(str(plain), b"abc") is True
+    assert plain.read_bytes() == b"abc"
+
+
+def test_cli_o_on_a_character_device_keeps_the_device(tmp_path: Path) -> None:
+    """``gpubw -j -o <char device>`` writes into the device and leaves it a device."""
+    node = _null_device(tmp_path)
+    assert main([*RUN, "-o", str(node)]) == 0
+    assert stat.S_ISCHR(node.stat().st_mode)
+    assert _leftovers(tmp_path) == []
+
+
+def test_cli_o_dash_writes_json_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    """``-o -`` is standard output: the JSON report parses."""
+    assert main([*RUN, "-o", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["simulated"] is True
+
+
+def test_cli_o_missing_parent_is_exit_2(tmp_path: Path) -> None:
+    """A missing parent folder is a usage error before anything runs."""
+    assert main([*RUN, "-o", str(tmp_path / "no" / "r.json")]) == 2
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs Linux /proc")
+def test_cli_o_through_proc_fd_symlink_writes_in_place(tmp_path: Path) -> None:
+    """A link into /proc/self/fd (what /dev/stdout is) is written through, not replaced."""
+    out = tmp_path / "captured.json"
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        link = tmp_path / "stdout"
+        link.symlink_to(f"/proc/self/fd/{fd}")
+        assert main([*RUN, "-o", str(link)]) == 0
+        assert link.is_symlink()
+    finally:
+        os.close(fd)
+    assert json.loads(out.read_text())["simulated"] is True
