@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import MIB, SimSystemFactory
-from gpubw.backend.simulated import Faults, SimulatedBackend
+from gpubw.backend.sim import Faults, SimulatedBackend
 from gpubw.buffers import DeviceBuffer, HostBuffer
 from gpubw.errors import CudaError, VerificationError
 from gpubw.system import DST_SEED, SRC_SEED, pattern_bytes
