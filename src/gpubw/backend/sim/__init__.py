@@ -86,6 +86,10 @@ class SimulatedBackend(Backend):
         """(pointer, bytes, device or None for host) of every allocation not yet freed."""
         return [(a.base, a.size, a.device) for a in self._memory.allocs.values()]
 
+    def peer_access_enabled(self) -> frozenset[tuple[int, int]]:
+        """Ordered pairs (a, b) for which enable_peer_access(a, b) succeeded."""
+        return frozenset(self._memory.peer_enabled)
+
     def live_streams(self) -> int:
         return sum(1 for s in self._engine.streams if not s.destroyed)
 

@@ -87,7 +87,6 @@ class Op:
         "effect",
         "end",
         "event",
-        "flag",
         "flows",
         "kind",
         "name",
@@ -97,7 +96,6 @@ class Op:
         "prepare",
         "probe",
         "record",
-        "status",
         "submit",
     )
 
@@ -116,8 +114,6 @@ class Op:
         self.prepare: Callable[[], float] | None = None
         self.event: Event | None = None
         self.record: Op | None = None
-        self.flag = 0
-        self.status = 0
         #: a gate's flag: None if not allocated, else whether it is released
         self.probe: Callable[[], bool | None] | None = None
         #: a gate that timed out reports it (writes its status word)

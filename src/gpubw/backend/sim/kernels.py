@@ -140,8 +140,6 @@ def gate_wait(c: Launch, flag: int, timeout_ns: int, status: int) -> Op:
     up and writes 1 to ``*status``, like the real kernel."""
     memory = c.memory
     op = Op("gate", c.now, "gpubw_gate_wait")
-    op.flag = flag
-    op.status = status
     op.duration = timeout_ns * 1e-9
 
     def probe() -> bool | None:
