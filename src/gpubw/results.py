@@ -16,6 +16,18 @@ import attrs
 BANDWIDTH = "bytes/s"
 LATENCY = "s"
 
+#: What a Matrix measures (``Matrix.kind``): higher is better for bandwidth, lower for latency.
+KIND_BANDWIDTH = "bandwidth"
+KIND_LATENCY = "latency"
+KINDS = (KIND_BANDWIDTH, KIND_LATENCY)
+#: How the bytes behind a bandwidth figure were counted (``Matrix.bytes_counting``): once per
+#: byte copied (nvbandwidth's way), or every byte read and every byte written (a memory
+#: datasheet's way: comparable with the nominal memory bandwidth); "none" for latency.
+COUNTED_ONCE = "once"
+COUNTED_READ_WRITE = "read+write"
+COUNTED_NONE = "none"
+BYTES_COUNTINGS = (COUNTED_ONCE, COUNTED_READ_WRITE, COUNTED_NONE)
+
 
 def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
     """``tuple`` as a typed converter (mypy cannot infer attrs' ``converter=tuple``)."""
@@ -23,7 +35,55 @@ def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
 
 
 def _tuple2(rows: Sequence[Sequence[Any]]) -> tuple[tuple[Any, ...], ...]:
-    return tuple(tuple(r) for r in rows)
+    """Rows as tuples; a numpy array (or anything with ``tolist``) becomes Python numbers."""
+    if hasattr(rows, "tolist"):
+        rows = rows.tolist()
+    return tuple(tuple(r.tolist() if hasattr(r, "tolist") else r) for r in rows)
+
+
+def _samples(rows: Sequence[Sequence[Any]]) -> tuple[tuple[Any, ...], ...]:
+    """Sample rows as tuples; a cell that is a numpy array becomes a tuple of floats."""
+    if hasattr(rows, "tolist"):
+        rows = rows.tolist()
+    return tuple(
+        tuple(tuple(c.tolist()) if hasattr(c, "tolist") else c for c in row) for row in rows
+    )
+
+
+def _default_kind(m: Matrix) -> str:
+    return KIND_LATENCY if m.unit == LATENCY else KIND_BANDWIDTH
+
+
+def _default_counting(m: Matrix) -> str:
+    """For a Matrix built without ``bytes_counting``: none for latency; read + write where the
+    testcase compares the figure with the nominal memory bandwidth (its ``percent_of_nominal``
+    note, the documented name); else once, as nvbandwidth counts."""
+    if m.kind == KIND_LATENCY:
+        return COUNTED_NONE
+    if any(name == "percent_of_nominal" for name, _ in m.notes):
+        return COUNTED_READ_WRITE
+    return COUNTED_ONCE
+
+
+def _check_kind(m: Matrix, _attr: Any, kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"matrix {m.key}: kind {kind!r} is not one of {', '.join(KINDS)}")
+    expected = {BANDWIDTH: KIND_BANDWIDTH, LATENCY: KIND_LATENCY}.get(m.unit)
+    if expected is not None and kind != expected:
+        raise ValueError(f"matrix {m.key}: kind {kind!r} does not match unit {m.unit!r}")
+
+
+def _check_counting(m: Matrix, _attr: Any, counting: str) -> None:
+    if counting not in BYTES_COUNTINGS:
+        raise ValueError(
+            f"matrix {m.key}: bytes_counting {counting!r} is not one of "
+            f"{', '.join(BYTES_COUNTINGS)}"
+        )
+    if (counting == COUNTED_NONE) != (m.kind == KIND_LATENCY):
+        raise ValueError(
+            f"matrix {m.key}: bytes_counting {counting!r} does not fit a {m.kind} matrix "
+            f"({COUNTED_NONE!r} is for latency, and only for latency)"
+        )
 
 
 @attrs.frozen
@@ -42,7 +102,7 @@ class Matrix:
     column_labels: tuple[str, ...] = attrs.field(converter=_tuple)
     values: tuple[tuple[float | None, ...], ...] = attrs.field(converter=_tuple2)
     samples: tuple[tuple[tuple[float, ...] | None, ...], ...] = attrs.field(
-        converter=_tuple2, default=()
+        converter=_samples, default=()
     )
     #: how the bytes behind the figure were counted, in words
     bytes_counted: str = ""
@@ -56,6 +116,15 @@ class Matrix:
     bytes_per_copy: int | None = None
     #: extra, free-form facts (e.g. percent of nominal, l2_fits per column)
     notes: tuple[tuple[str, Any], ...] = ()
+    #: KIND_BANDWIDTH or KIND_LATENCY (default: from ``unit``), so consumers need not guess
+    kind: str = attrs.field(
+        default=attrs.Factory(_default_kind, takes_self=True), validator=_check_kind
+    )
+    #: COUNTED_ONCE, COUNTED_READ_WRITE or COUNTED_NONE (latency); default: see
+    #: ``_default_counting``. Only a read + write figure compares with nominal bandwidth.
+    bytes_counting: str = attrs.field(
+        default=attrs.Factory(_default_counting, takes_self=True), validator=_check_counting
+    )
 
     def __attrs_post_init__(self) -> None:
         if len(self.values) != len(self.row_labels):
