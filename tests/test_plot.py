@@ -173,7 +173,11 @@ def test_l2_line_sits_where_the_working_set_fills_l2() -> None:
         attrs.evolve(
             t,
             matrices=[
-                attrs.evolve(m, notes=(("working_set_bytes", 3 * (t.size or 0)),))
+                attrs.evolve(
+                    m,
+                    notes=(("working_set_bytes", 3 * (t.size or 0)),),
+                    bytes_counting="read+write",
+                )
                 for m in t.matrices
             ],
         )

@@ -116,3 +116,15 @@ def test_format_size():
 def test_format_size_short(n: int, text: str) -> None:
     """Plot labels: the largest binary unit, at most 3 significant digits."""
     assert format_size_short(n) == text
+
+
+def test_errors_name_the_parameter_not_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """The library's error carries param="sizes" and no flag; the CLI puts the flag first."""
+    with pytest.raises(UsageError) as info:
+        parse_sizes("abc")
+    assert info.value.param == "sizes" and "-b" not in str(info.value)
+    from gpubw.cli import main
+
+    assert main(["--simulate", "h200x2", "-b", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert "error: -b/--buffer-size: invalid buffer size 'abc'" in err

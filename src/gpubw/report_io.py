@@ -380,8 +380,7 @@ def matrix_from_dict(d: Mapping[str, Any]) -> Matrix:
     """A Matrix from its JSON data; ``kind`` and ``bytes_counting`` are inferred where an
     older report lacks them."""
     samples = d.get("samples") or ()
-    explicit = {k: d[k] for k in ("kind", "bytes_counting") if d.get(k) is not None}
-    return Matrix(
+    m = Matrix(
         key=d["key"],
         description=d["description"],
         unit=d["unit"],
@@ -398,8 +397,13 @@ def matrix_from_dict(d: Mapping[str, Any]) -> Matrix:
         bandwidth_kind=d["bandwidth_kind"],
         bytes_per_copy=d["bytes_per_copy"],
         notes=tuple(d["notes"].items()),
-        **explicit,
     )
+    # Given explicitly only where the document says something inference would not (so a
+    # report read back equals the one written, and evolve() keeps inferring otherwise).
+    explicit = {
+        k: d[k] for k in ("kind", "bytes_counting") if d.get(k) not in (None, getattr(m, k))
+    }
+    return attrs.evolve(m, **explicit) if explicit else m
 
 
 def report_from_dict(doc: Mapping[str, Any]) -> Report:

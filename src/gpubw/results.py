@@ -65,27 +65,6 @@ def _default_counting(m: Matrix) -> str:
     return COUNTED_ONCE
 
 
-def _check_kind(m: Matrix, _attr: Any, kind: str) -> None:
-    if kind not in KINDS:
-        raise ValueError(f"matrix {m.key}: kind {kind!r} is not one of {', '.join(KINDS)}")
-    expected = {BANDWIDTH: KIND_BANDWIDTH, LATENCY: KIND_LATENCY}.get(m.unit)
-    if expected is not None and kind != expected:
-        raise ValueError(f"matrix {m.key}: kind {kind!r} does not match unit {m.unit!r}")
-
-
-def _check_counting(m: Matrix, _attr: Any, counting: str) -> None:
-    if counting not in BYTES_COUNTINGS:
-        raise ValueError(
-            f"matrix {m.key}: bytes_counting {counting!r} is not one of "
-            f"{', '.join(BYTES_COUNTINGS)}"
-        )
-    if (counting == COUNTED_NONE) != (m.kind == KIND_LATENCY):
-        raise ValueError(
-            f"matrix {m.key}: bytes_counting {counting!r} does not fit a {m.kind} matrix "
-            f"({COUNTED_NONE!r} is for latency, and only for latency)"
-        )
-
-
 @attrs.frozen
 class Matrix:
     """One result matrix of a testcase.
@@ -116,15 +95,26 @@ class Matrix:
     bytes_per_copy: int | None = None
     #: extra, free-form facts (e.g. percent of nominal, l2_fits per column)
     notes: tuple[tuple[str, Any], ...] = ()
-    #: KIND_BANDWIDTH or KIND_LATENCY (default: from ``unit``), so consumers need not guess
-    kind: str = attrs.field(
-        default=attrs.Factory(_default_kind, takes_self=True), validator=_check_kind
-    )
-    #: COUNTED_ONCE, COUNTED_READ_WRITE or COUNTED_NONE (latency); default: see
-    #: ``_default_counting``. Only a read + write figure compares with nominal bandwidth.
-    bytes_counting: str = attrs.field(
-        default=attrs.Factory(_default_counting, takes_self=True), validator=_check_counting
-    )
+    #: KIND_BANDWIDTH or KIND_LATENCY; None (the default): inferred from ``unit``. Read it
+    #: through the ``kind`` property. Kept None until given, so ``attrs.evolve`` re-infers.
+    _kind: str | None = None
+    #: COUNTED_ONCE, COUNTED_READ_WRITE or COUNTED_NONE (latency); None: inferred (see
+    #: ``_default_counting``). Read it through ``bytes_counting``.
+    _bytes_counting: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """What the figures measure: KIND_BANDWIDTH (higher is better) or KIND_LATENCY."""
+        return self._kind if self._kind is not None else _default_kind(self)
+
+    @property
+    def bytes_counting(self) -> str:
+        """How the bytes behind a bandwidth figure were counted: COUNTED_ONCE (as
+        nvbandwidth), COUNTED_READ_WRITE (as a memory datasheet: comparable with the nominal
+        memory bandwidth) or COUNTED_NONE (latency)."""
+        if self._bytes_counting is not None:
+            return self._bytes_counting
+        return _default_counting(self)
 
     def __attrs_post_init__(self) -> None:
         if len(self.values) != len(self.row_labels):
@@ -140,6 +130,22 @@ class Matrix:
                 )
         if self.samples and len(self.samples) != len(self.values):
             raise ValueError(f"matrix {self.key}: samples do not match values' shape")
+        kind, counting = self.kind, self.bytes_counting
+        if kind not in KINDS:
+            raise ValueError(f"matrix {self.key}: kind {kind!r} is not one of {', '.join(KINDS)}")
+        expected = {BANDWIDTH: KIND_BANDWIDTH, LATENCY: KIND_LATENCY}.get(self.unit)
+        if expected is not None and kind != expected:
+            raise ValueError(f"matrix {self.key}: kind {kind!r} does not match unit {self.unit!r}")
+        if counting not in BYTES_COUNTINGS:
+            raise ValueError(
+                f"matrix {self.key}: bytes_counting {counting!r} is not one of "
+                f"{', '.join(BYTES_COUNTINGS)}"
+            )
+        if (counting == COUNTED_NONE) != (kind == KIND_LATENCY):
+            raise ValueError(
+                f"matrix {self.key}: bytes_counting {counting!r} does not fit a {kind} matrix "
+                f"({COUNTED_NONE!r} is for latency, and only for latency)"
+            )
 
     @property
     def cells(self) -> list[float]:
