@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpubw.backend.base import DeviceInfo
+from gpubw.report_io import device_record as device_dict
 from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
-from gpubw.writers import device_dict
 
 MIB = 1 << 20
 GB = 1e9

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpubw.cli import main
-from gpubw.compare import compare, figures_from
+from gpubw.compare import Figure, compare, figures_from
 
 
 def _gpubw(**cells: float | None) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def _nvbandwidth(name: str, cells: list[str]) -> dict[str, Any]:
 def test_gpubw_figure_is_the_mean_of_applicable_cells() -> None:
     """A gpubw matrix's figure is the mean of its non-null cells, in display units."""
     _, figs = figures_from(_gpubw(a=50e9))
-    assert figs["a"] == pytest.approx((100.0, 100.0, "GB/s"))
+    assert figs["a"] == Figure(pytest.approx(100.0), pytest.approx(100.0), "GB/s", "bandwidth")
 
 
 def test_nvbandwidth_figures_are_read_from_string_cells() -> None:
@@ -70,19 +70,19 @@ def test_nvbandwidth_figures_are_read_from_string_cells() -> None:
 def test_flags_low_high_slower_and_missing() -> None:
     """Figures outside the threshold are flagged by direction; latency only when slower."""
     base = {
-        "bw_low": (100.0, 100.0, "GB/s"),
-        "bw_high": (100.0, 100.0, "GB/s"),
-        "bw_ok": (100.0, 100.0, "GB/s"),
-        "lat_slow": (800.0, 800.0, "ns"),
-        "lat_fast": (800.0, 800.0, "ns"),
-        "gone": (1.0, 1.0, "GB/s"),
+        "bw_low": Figure(100.0, 100.0, "GB/s"),
+        "bw_high": Figure(100.0, 100.0, "GB/s"),
+        "bw_ok": Figure(100.0, 100.0, "GB/s"),
+        "lat_slow": Figure(800.0, 800.0, "ns", "latency"),
+        "lat_fast": Figure(800.0, 800.0, "ns", "latency"),
+        "gone": Figure(1.0, 1.0, "GB/s"),
     }
     cand = {
-        "bw_low": (96.0, 96.0, "GB/s"),
-        "bw_high": (104.0, 104.0, "GB/s"),
-        "bw_ok": (102.0, 102.0, "GB/s"),
-        "lat_slow": (830.0, 830.0, "ns"),
-        "lat_fast": (700.0, 700.0, "ns"),
+        "bw_low": Figure(96.0, 96.0, "GB/s"),
+        "bw_high": Figure(104.0, 104.0, "GB/s"),
+        "bw_ok": Figure(102.0, 102.0, "GB/s"),
+        "lat_slow": Figure(830.0, 830.0, "ns", "latency"),
+        "lat_fast": Figure(700.0, 700.0, "ns", "latency"),
     }
     lines, flagged = compare(cand, base, 3.0)
     flags = {line.split()[0]: line.split()[-1] for line in lines[1:]}
@@ -95,12 +95,32 @@ def test_flags_low_high_slower_and_missing() -> None:
     assert flagged == 4
 
 
+def test_latency_comes_from_kind_not_the_key() -> None:
+    """A matrix's kind decides lower-is-better, whatever its key says; an older report
+    without kind is read by its unit; nvbandwidth's ns matrices are latency."""
+    doc = _gpubw(latency_named_bandwidth=50e9, plain=1e-6)
+    doc["testcases"][0]["matrices"][0]["kind"] = "bandwidth"
+    m = doc["testcases"][1]["matrices"][0]
+    m.update(unit="s", display_unit="ns", scale=1e9)  # no "kind": an older report
+    _, figs = figures_from(doc)
+    assert figs["latency_named_bandwidth"].kind == "bandwidth"
+    assert figs["plain"].kind == "latency" and figs["plain"].unit == "ns"
+    nv = _nvbandwidth("host_device_latency_sm", ["800", "810"])
+    nv["nvbandwidth"]["testcases"][0]["bandwidth_description"] = "latency (ns)"
+    _, nv_figs = figures_from(nv)
+    assert nv_figs["host_device_latency_sm"].kind == "latency"
+    assert nv_figs["host_device_latency_sm"].low == pytest.approx(805.0)
+    base = {"plain": figs["plain"]}  # 2000 ns: the mean of 1 and 3 us
+    lines, flagged = compare({"plain": Figure(2100.0, 2100.0, "ns", "latency")}, base, 3.0)
+    assert flagged == 1 and lines[1].split()[-1] == "SLOWER"
+
+
 def test_reference_ranges_accept_values_inside() -> None:
     """A reference given as a range flags only values outside the range +/- threshold."""
     ref = {"testcases": [{"key": "x", "unit": "GB/s", "figures": {"x": [48.7, 50.5]}}]}
     _, base = figures_from(ref)
-    assert compare({"x": (50.5, 50.5, "GB/s")}, base, 0.0)[1] == 0
-    assert compare({"x": (48.0, 48.0, "GB/s")}, base, 1.0)[1] == 1
+    assert compare({"x": Figure(50.5, 50.5, "GB/s")}, base, 0.0)[1] == 0
+    assert compare({"x": Figure(48.0, 48.0, "GB/s")}, base, 1.0)[1] == 1
 
 
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

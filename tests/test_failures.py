@@ -30,8 +30,8 @@ from gpubw.backend.presets import load_system, system_from_dict
 from gpubw.backend.sim import Faults, SimulatedBackend
 from gpubw.errors import UsageError
 from gpubw.registry import Entry, Registry
+from gpubw.report_io import load_report, validate
 from gpubw.results import Status
-from gpubw.writers.json import load_report, validate
 
 MIB = 1 << 20
 PRESET = "h200x2"

@@ -65,6 +65,7 @@ def test_spec_example() -> None:
     (m,) = h2d["matrices"]
     assert m["key"] == "host_to_device_memcpy_ce"
     assert m["unit"] == "bytes/s"
+    assert (m["kind"], m["bytes_counting"]) == ("bandwidth", "once")
     assert m["values"] == [[pytest.approx(54.8731e9), pytest.approx(55.0212e9)]]
     assert m["sum"] == pytest.approx(109.894303644e9)
     assert m["description"] == "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)"
@@ -140,6 +141,7 @@ def test_latency_in_seconds_and_special_numbers() -> None:
     (t,) = nvj.loads(text)["testcases"]
     (m,) = t["matrices"]
     assert m["unit"] == "s"
+    assert (m["kind"], m["bytes_counting"]) == ("latency", "none")
     assert m["values"] == [[pytest.approx(1.2e-6), None]]
     assert m["sum"] == float("inf")
 

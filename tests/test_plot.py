@@ -10,7 +10,8 @@ import pytest
 
 from _writer_reports import full_report, report, sweep_results
 from gpubw.errors import UsageError
-from gpubw.writers.json import dumps
+from gpubw.report_io import dumps
+from gpubw.results import Matrix
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -38,7 +39,7 @@ def test_plot_simulated_title(tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
 
     from gpubw import plot
-    from gpubw.writers.json import load_report, report_from_dict
+    from gpubw.report_io import load_report, report_from_dict
 
     rep = report_from_dict(load_report(_write(tmp_path, report(sweep_results(), simulated=True))))
     titles: list[str] = []
@@ -111,27 +112,56 @@ def test_plot_bad_dpi_or_format_is_a_usage_error(
         main(argv)
 
 
-@pytest.mark.parametrize(("notes", "drawn"), [((), False), ((("percent_of_nominal", 1.0),), True)])
-def test_nominal_line_only_for_read_write_figures(notes: tuple, drawn: bool) -> None:
-    """The read+write nominal bandwidth line is drawn only on a matrix counted read + write."""
+@pytest.mark.parametrize(("mkey", "drawn"), [("device_local_copy", False), ("rw", True)])
+def test_nominal_line_only_for_read_write_figures(mkey: str, drawn: bool) -> None:
+    """The read+write nominal bandwidth line is drawn only on a matrix counted read + write
+    (Matrix.bytes_counting, not its key or notes); the L2 line on every matrix of a testcase
+    that measures device memory (one of its matrices is counted read + write)."""
     pytest.importorskip("matplotlib")
     from gpubw.plot import _draw_sweep, _pyplot
 
-    results = [
-        attrs.evolve(t, matrices=[attrs.evolve(m, notes=notes) for m in t.matrices])
-        for t in sweep_results()
-    ]
+    def pair(m: Matrix) -> list[Matrix]:
+        once = attrs.evolve(m, notes=(), bytes_counting="once")
+        return [once, attrs.evolve(once, key="rw", bytes_counting="read+write")]
+
+    results = [attrs.evolve(t, matrices=pair(t.matrices[0])) for t in sweep_results()]
     rep = report(results)
-    per_size = [(t.size, t.matrices[0]) for t in results]
+    per_size = [(t.size, m) for t in results for m in t.matrices if m.key == mkey]
     plt = _pyplot()
     fig, ax = plt.subplots()
     try:
-        _draw_sweep(ax, "device_local_copy", "device_local_copy", per_size, rep)
+        _draw_sweep(ax, "device_local_copy", mkey, per_size, rep)
         labels = [line.get_label() for line in ax.get_lines()]
     finally:
         plt.close(fig)
     assert any(label.startswith("nominal memory bandwidth") for label in labels) is drawn
     assert any(label.startswith("L2 cache") for label in labels)
+
+
+def test_no_reference_lines_without_a_read_write_matrix() -> None:
+    """A sweep with no read + write matrix (e.g. a host copy) gets no nominal or L2 line,
+    whatever its key."""
+    pytest.importorskip("matplotlib")
+    from gpubw.plot import _draw_sweep, _pyplot
+
+    results = [
+        attrs.evolve(t, matrices=[attrs.evolve(m, bytes_counting="once") for m in t.matrices])
+        for t in sweep_results()
+    ]
+    plt = _pyplot()
+    fig, ax = plt.subplots()
+    try:
+        _draw_sweep(
+            ax,
+            "device_local_copy",
+            "device_local_copy",
+            [(t.size, t.matrices[0]) for t in results],
+            report(results),
+        )
+        labels = [str(line.get_label()) for line in ax.get_lines()]
+    finally:
+        plt.close(fig)
+    assert not [lb for lb in labels if lb.startswith(("nominal memory", "L2 cache"))]
 
 
 def test_l2_line_sits_where_the_working_set_fills_l2() -> None:
@@ -143,7 +173,11 @@ def test_l2_line_sits_where_the_working_set_fills_l2() -> None:
         attrs.evolve(
             t,
             matrices=[
-                attrs.evolve(m, notes=(("working_set_bytes", 3 * (t.size or 0)),))
+                attrs.evolve(
+                    m,
+                    notes=(("working_set_bytes", 3 * (t.size or 0)),),
+                    bytes_counting="read+write",
+                )
                 for m in t.matrices
             ],
         )

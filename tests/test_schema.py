@@ -12,16 +12,16 @@ import pytest
 
 from _writer_reports import full_report, one_by_n, passed, report, sweep_results
 from gpubw.errors import GpubwError, UsageError
-from gpubw.results import BANDWIDTH, Matrix, Status, TestcaseResult
-from gpubw.writers.json import (
-    JsonWriter,
+from gpubw.report_io import (
     dumps,
     load_report,
-    report_dict,
+    report_to_dict,
     schema,
     validate,
     validation_errors,
 )
+from gpubw.results import BANDWIDTH, Matrix, Status, TestcaseResult
+from gpubw.writers.json import JsonWriter
 
 SOURCE_SCHEMA = Path(__file__).parents[1] / "schemas" / "report-v1.schema.json"
 
@@ -97,7 +97,7 @@ def test_simulated_flag_always_present() -> None:
     assert real["simulated"] is False and "notice" not in real
     assert sim["simulated"] is True
     assert sim["notice"] == "SIMULATED SYSTEM dgx-h200-2: these figures are modelled, not measured"
-    doc = report_dict(full_report())
+    doc = report_to_dict(full_report())
     del doc["simulated"]
     assert any("simulated" in e for e in validation_errors(doc))
 
@@ -131,7 +131,7 @@ def test_nan_and_inf_become_null() -> None:
 
 def test_wrong_status_is_rejected_clearly() -> None:
     """A document with an unknown status fails validation with a readable path and reason."""
-    doc = report_dict(full_report())
+    doc = report_to_dict(full_report())
     doc["testcases"][0]["status"] = "Running"
     with pytest.raises(GpubwError) as info:
         validate(doc)
@@ -143,16 +143,16 @@ def test_wrong_status_is_rejected_clearly() -> None:
 
 def test_writer_validates_before_writing(monkeypatch: pytest.MonkeyPatch) -> None:
     """An invalid report raises GpubwError and writes nothing."""
-    import gpubw.writers.json as jw
+    import gpubw.report_io as jw
 
-    real = jw.testcase_dict
+    real = jw.testcase_to_dict
 
     def broken(t: TestcaseResult) -> dict:
         d = real(t)
         d["status"] = "Bogus"
         return d
 
-    monkeypatch.setattr(jw, "testcase_dict", broken)
+    monkeypatch.setattr(jw, "testcase_to_dict", broken)
     buf = io.StringIO()
     with pytest.raises(GpubwError, match="does not match the gpubw report schema"):
         JsonWriter().write(report([passed("k", [one_by_n()])]), buf)
@@ -161,7 +161,7 @@ def test_writer_validates_before_writing(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_many_violations_are_summarised() -> None:
     """Only the first few violations are listed, with a count of the rest."""
-    doc = report_dict(full_report())
+    doc = report_to_dict(full_report())
     for t in doc["testcases"]:
         t["status"] = "Nope"
     with pytest.raises(GpubwError, match=r"(?s)7 problems.*and 2 more"):
@@ -170,7 +170,7 @@ def test_many_violations_are_summarised() -> None:
 
 def test_unit_and_display_unit_agree() -> None:
     """The schema rejects a bandwidth matrix whose display unit is ns."""
-    doc = report_dict(full_report())
+    doc = report_to_dict(full_report())
     doc["testcases"][0]["matrices"][0]["display_unit"] = "ns"
     assert validation_errors(doc)
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpubw.errors import UsageError
-from gpubw.sizes import format_size, parse_size, parse_sizes
+from gpubw.sizes import format_size, format_size_short, parse_size, parse_sizes
 
 MIB = 1 << 20
 
@@ -107,3 +107,24 @@ def test_format_size():
     assert format_size(1536) == "1536 B"
     assert format_size(3000) == "3000 B"
     assert format_size(4096) == "4 KiB"
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [(512, "512 B"), (4096, "4 KiB"), (3 << 19, "1.5 MiB"), (1 << 30, "1 GiB"), (3000, "2.93 KiB")],
+)
+def test_format_size_short(n: int, text: str) -> None:
+    """Plot labels: the largest binary unit, at most 3 significant digits."""
+    assert format_size_short(n) == text
+
+
+def test_errors_name_the_parameter_not_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """The library's error carries param="sizes" and no flag; the CLI puts the flag first."""
+    with pytest.raises(UsageError) as info:
+        parse_sizes("abc")
+    assert info.value.param == "sizes" and "-b" not in str(info.value)
+    from gpubw.cli import main
+
+    assert main(["--simulate", "h200x2", "-b", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert "error: -b/--buffer-size: invalid buffer size 'abc'" in err

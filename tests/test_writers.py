@@ -23,10 +23,9 @@ from _writer_reports import (
 )
 from gpubw.errors import UsageError
 from gpubw.registry import Writers, writer
+from gpubw.report_io import dumps, report_from_dict
 from gpubw.results import BANDWIDTH, Matrix, Status, TestcaseResult
-from gpubw.writers import human_size
 from gpubw.writers.csv import CsvWriter
-from gpubw.writers.json import dumps, report_from_dict
 from gpubw.writers.text import TextWriter, matrix_lines
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -183,14 +182,6 @@ def test_registry_lists_builtin_writers() -> None:
     assert writer("text") is TextWriter
     with pytest.raises(UsageError, match="unknown output format"):
         writer("nope")
-
-
-@pytest.mark.parametrize(
-    ("n", "text"), [(512, "512 B"), (4096, "4 KiB"), (3 << 19, "1.5 MiB"), (1 << 30, "1 GiB")]
-)
-def test_human_size(n: int, text: str) -> None:
-    """Sizes print in binary units."""
-    assert human_size(n) == text
 
 
 def test_error_with_partial_results() -> None:

@@ -291,6 +291,23 @@ def _error(message: str) -> None:
     print(f"{PROG}: error: {message}", file=sys.stderr)
 
 
+# -- library parameters -> flags (the library never quotes flags; see UsageError.param) ---
+#: the library parameter a UsageError names -> the flag that sets it
+PARAM_FLAGS: dict[str, str] = {
+    "sizes": "-b/--buffer-size",
+    "testcases": "-t/--testcase",
+    "testcase_prefixes": "-p/--testcase-prefixes",
+    "samples": "-i/--samples",
+    "loops": "--loop-count",
+}
+
+
+def usage_message(exc: UsageError) -> str:
+    """A UsageError's message, led by the flag of the parameter it names (if any)."""
+    flag = PARAM_FLAGS.get(exc.param or "")
+    return f"{flag}: {exc}" if flag else str(exc)
+
+
 # -- -l ------------------------------------------------------------------------------------
 def _list(registry: Registry, as_json: bool, out: TextIO) -> None:
     if as_json:
@@ -426,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # -h, --version, and plot's own argparse
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except UsageError as exc:
-        _error(str(exc))
+        _error(usage_message(exc))
         return 2
     except NoDriverError as exc:
         _error(str(exc))

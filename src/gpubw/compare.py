@@ -9,6 +9,9 @@ or per pair, in GB/s or ns), so reports from machines with different device coun
 
 One line per matrix: both figures, the ratio candidate / baseline and a flag where the
 candidate is outside the baseline by more than the threshold (LOW / HIGH; latency: SLOWER).
+Whether a figure is a latency (lower is better) comes from the matrix's ``kind`` (a gpubw
+report, nvbandwidth's JSON as :mod:`gpubw.nvbandwidth_json` reads it), or a reference
+file's ``kind`` or unit (ns); an older gpubw report without ``kind`` is read by its unit.
 The command exits 1 if any line is flagged, 0 otherwise, 2 on bad input.
 """
 
@@ -16,11 +19,30 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpubw.errors import UsageError
+from gpubw.results import KIND_BANDWIDTH, KIND_LATENCY, LATENCY
 
-Figures = dict[str, tuple[float, float, str]]  # matrix key -> (low, high, display unit)
+
+class Figure(NamedTuple):
+    """One matrix's figure: a range (low == high for a measured figure), in ``unit``."""
+
+    low: float
+    high: float
+    unit: str  # the display unit: "GB/s" or "ns"
+    kind: str = KIND_BANDWIDTH  # KIND_BANDWIDTH or KIND_LATENCY (lower is better)
+
+
+Figures = dict[str, Figure]  # matrix key -> its figure
+
+
+def _kind(m: dict[str, Any]) -> str:
+    """A gpubw matrix's kind; a report written before ``kind`` existed: from its unit."""
+    kind = m.get("kind")
+    if kind in (KIND_BANDWIDTH, KIND_LATENCY):
+        return str(kind)
+    return KIND_LATENCY if m.get("unit") == LATENCY else KIND_BANDWIDTH
 
 
 def _mean(values: list[list[float | None]]) -> float | None:
@@ -39,14 +61,15 @@ def figures_from(doc: dict[str, Any], size: int | None = None) -> tuple[str, Fig
             for m in tc.get("matrices", []):
                 v = _mean(m["values"])
                 if v is not None:
-                    lat = "latency" in tc["key"]
+                    lat = _kind(m) == KIND_LATENCY
                     shown = v * 1e9 if lat else v / 1e9
-                    out[m["key"]] = (shown, shown, "ns" if lat else "GB/s")
+                    out[m["key"]] = Figure(shown, shown, "ns" if lat else "GB/s", _kind(m))
         return "nvbandwidth", out
     if "figures" in json.dumps(doc.get("testcases", [{}])[:1]):  # reference file
         for tc in doc["testcases"]:
+            kind = tc.get("kind") or (KIND_LATENCY if tc["unit"] == "ns" else KIND_BANDWIDTH)
             for key, (lo, hi) in tc["figures"].items():
-                out[key] = (lo, hi, tc["unit"])
+                out[key] = Figure(lo, hi, tc["unit"], kind)
         return "reference", out
     label = "gpubw" + (" (SIMULATED)" if doc.get("simulated") else "")
     for tc in doc.get("testcases", []):
@@ -59,14 +82,14 @@ def figures_from(doc: dict[str, Any], size: int | None = None) -> tuple[str, Fig
             if v is None:
                 continue
             shown = v * m.get("scale", 1.0)
-            out[m["key"]] = (shown, shown, m.get("display_unit", m["unit"]))
+            out[m["key"]] = Figure(shown, shown, m.get("display_unit", m["unit"]), _kind(m))
     return label, out
 
 
 def compare(cand: Figures, base: Figures, threshold: float) -> tuple[list[str], int]:
     lines = [f"{'matrix':<52} {'candidate':>11} {'baseline':>15} {'ratio':>7}  flag"]
     flagged = 0
-    for key, (lo, hi, unit) in base.items():
+    for key, (lo, hi, unit, kind) in base.items():
         if key not in cand:
             lines.append(f"{key:<52} {'missing':>11} {_fmt(lo, hi):>15} {'':>7}  MISSING")
             flagged += 1
@@ -74,7 +97,7 @@ def compare(cand: Figures, base: Figures, threshold: float) -> tuple[list[str], 
         c = cand[key][0]
         mid = (lo + hi) / 2
         ratio = c / mid if mid else float("nan")
-        if unit == "ns":  # lower is better
+        if kind == KIND_LATENCY:  # lower is better
             flag = "SLOWER" if c > hi * (1 + threshold / 100) else ""
         elif c < lo * (1 - threshold / 100):
             flag = "LOW"
@@ -87,7 +110,7 @@ def compare(cand: Figures, base: Figures, threshold: float) -> tuple[list[str], 
         lines.append(f"{key:<52} {c:>8.1f} {unit:<4}{_fmt(lo, hi):>13} {ratio:>7.3f}  {flag}")
     for key in cand:
         if key not in base:
-            c, _, unit = cand[key]
+            c, _, unit, _ = cand[key]
             lines.append(f"{key:<52} {c:>8.1f} {unit:<4}{'(none)':>13} {'':>7}")
     return lines, flagged
 

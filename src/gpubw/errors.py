@@ -11,7 +11,15 @@ class GpubwError(Exception):
 
 
 class UsageError(GpubwError):
-    """Bad input from the user: an option value, a file, a name. Exit code 2."""
+    """Bad input from the user: an option value, a file, a name. Exit code 2.
+
+    ``param`` names the library parameter at fault (e.g. ``"sizes"``, as in ``runner.run``),
+    or None. The library never quotes command-line flags; :func:`gpubw.cli.main` maps
+    ``param`` to the flag and puts it in front of the message."""
+
+    def __init__(self, message: str = "", *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class NoDriverError(GpubwError):

@@ -9,8 +9,13 @@ turns it into gpubw's report-like shape, in gpubw's base units (bytes/s, seconds
      "versions": {"cuda_driver": 12080, "driver": "570.124.06"}, "devices": [...],
      "host": "gpu-node-17", "warnings": [...], "error": "",
      "testcases": [{"key", "status", "message",
-                    "matrices": [{"key", "description", "unit", "row_labels",
-                                  "column_labels", "values", "sum"}]}]}
+                    "matrices": [{"key", "description", "unit", "kind",
+                                  "bytes_counting", "row_labels", "column_labels",
+                                  "values", "sum"}]}]}
+
+``kind`` is ``"latency"`` for a matrix in ns (nvbandwidth's header says ``(ns)``; a latency
+testcase's name says so), else ``"bandwidth"``; nvbandwidth counts each byte copied once, so
+``bytes_counting`` is ``"once"`` (``"none"`` for latency), as in :class:`gpubw.results.Matrix`.
 
 Statuses are mapped to gpubw's: ``Passed``/``Waived`` as they are, ``ERROR`` (an unknown
 testcase) to ``Not Found``, ``Running`` (nvbandwidth stopped inside it) to ``Error``.
@@ -25,7 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from gpubw.errors import UsageError
-from gpubw.results import BANDWIDTH, LATENCY
+from gpubw.results import (
+    BANDWIDTH,
+    COUNTED_NONE,
+    COUNTED_ONCE,
+    KIND_BANDWIDTH,
+    KIND_LATENCY,
+    LATENCY,
+)
 
 _DEVICE = re.compile(
     r"^\s*(\d+):\s*(.*?)\s*\(([0-9a-fA-F]+:[0-9a-fA-F]+:[0-9a-fA-F]+)\)"
@@ -100,6 +112,11 @@ def _testcase(tc: Mapping[str, Any]) -> dict[str, Any]:
     description = str(tc.get("bandwidth_description", ""))
     unit = _unit(key, description)
     scale = _scale(unit)
+    kinds = (
+        {"kind": KIND_LATENCY, "bytes_counting": COUNTED_NONE}
+        if unit == LATENCY
+        else {"kind": KIND_BANDWIDTH, "bytes_counting": COUNTED_ONCE}
+    )
     values = [[_cell(c, scale) for c in row] for row in rows]
     ncols = max((len(r) for r in values), default=0)
     words = _bidirectional_words(key)
@@ -118,6 +135,7 @@ def _testcase(tc: Mapping[str, Any]) -> dict[str, Any]:
                     "key": f"{key}_{suffix}",
                     "description": desc,
                     "unit": unit,
+                    **kinds,
                     "row_labels": [str(r) for r in range(n)],
                     "column_labels": [str(c) for c in range(n)],
                     "values": part,
@@ -130,6 +148,7 @@ def _testcase(tc: Mapping[str, Any]) -> dict[str, Any]:
         "key": key,
         "description": description,
         "unit": unit,
+        **kinds,
         "row_labels": [str(r) for r in range(len(values))],
         "column_labels": [str(c) for c in range(ncols)],
         "values": values,

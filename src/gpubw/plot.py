@@ -4,8 +4,10 @@ What is drawn, one panel each:
 
 * every testcase run at several buffer sizes (a sweep): bandwidth (GB/s) or latency (ns)
   against size on a log2 axis, one line per cell (or the mean with a min–max band when a
-  matrix has more than 8 cells); for device-memory testcases a horizontal line at each
-  device's nominal memory bandwidth and a vertical line at its L2 size;
+  matrix has more than 8 cells); for device-memory testcases (those with a matrix whose
+  bytes are counted read + write, ``Matrix.bytes_counting``) a vertical line at each
+  device's L2 size, and on the read + write matrices a horizontal line at each device's
+  nominal memory bandwidth;
 * every N×N matrix (peer tests): a heatmap with the values written in the cells;
 * the 1×N results that are not part of a sweep: one bar chart per unit, a bar per device.
 
@@ -25,13 +27,21 @@ from typing import Any, NoReturn
 from gpubw.cli import positive_int
 from gpubw.errors import UsageError
 from gpubw.outfile import OutputTarget
-from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
-from gpubw.writers import display_scale, display_unit, human_size, sweeps
+from gpubw.report_io import display_scale, display_unit
+from gpubw.results import (
+    COUNTED_READ_WRITE,
+    KIND_BANDWIDTH,
+    KIND_LATENCY,
+    Matrix,
+    Report,
+    Status,
+    TestcaseResult,
+)
+from gpubw.sizes import format_size_short
+from gpubw.writers import sweeps
 
 #: a matrix with more applicable cells than this is drawn as mean + min–max band
 MAX_LINES = 8
-#: prefixes of testcases that measure device memory (nominal and L2 lines are drawn)
-DEVICE_MEMORY_PREFIXES = ("stream_", "device_local")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,9 +97,9 @@ def _pyplot() -> Any:
 
 
 def is_device_memory(t: TestcaseResult) -> bool:
-    return t.key.startswith(DEVICE_MEMORY_PREFIXES) or any(
-        "percent_of_nominal" in dict(m.notes) for m in t.matrices
-    )
+    """Whether ``t`` measures a device's own memory: some matrix of it counts bytes read +
+    write, the way the memory's nominal bandwidth is counted."""
+    return any(m.bytes_counting == COUNTED_READ_WRITE for m in t.matrices)
 
 
 def _nominal(device: dict[str, Any]) -> float | None:
@@ -159,7 +169,7 @@ def _size_axis(ax: Any, sizes: Sequence[float]) -> None:
     step = max(1, math.ceil(len(ticks) / 10))
     shown = ticks[::step]
     ax.set_xticks(shown)
-    ax.set_xticklabels([human_size(s) for s in shown], rotation=35, ha="right", fontsize=8)
+    ax.set_xticklabels([format_size_short(s) for s in shown], rotation=35, ha="right", fontsize=8)
     ax.minorticks_off()
     ax.set_xlabel("buffer size")
 
@@ -178,14 +188,14 @@ def _draw_sweep(
         if band is not None:
             ax.fill_between(sizes, band[0], band[1], alpha=0.2, color=line.get_color())
     results = [t for t in report.testcases if t.key == key]
-    if results and is_device_memory(results[0]) and first.unit == BANDWIDTH:
+    if results and is_device_memory(results[0]) and first.kind == KIND_BANDWIDTH:
         # The nominal figure is read + write: only a matrix counted that way is drawn against
-        # it (not device_local_copy's counted-once matrix, which notes percent_..._read_write).
-        comparable = "percent_of_nominal" in dict(first.notes) or mkey.endswith("_read_write")
+        # it (not device_local_copy's counted-once matrix).
+        comparable = first.bytes_counting == COUNTED_READ_WRITE
         nominals = _distinct([_nominal(dict(d)) for d in report.devices]) if comparable else []
         for i, nom in enumerate(nominals):
             ax.axhline(
-                nom * display_scale(BANDWIDTH),
+                nom * display_scale(first.unit),
                 color="crimson",
                 linestyle="--",
                 linewidth=1.2,
@@ -205,16 +215,16 @@ def _draw_sweep(
                 color="gray",
                 linestyle=":",
                 linewidth=1.4,
-                label=f"L2 cache {human_size(l2)}{where}" if i == 0 else None,
+                label=f"L2 cache {format_size_short(l2)}{where}" if i == 0 else None,
             )
     _size_axis(ax, all_sizes)
-    ax.set_ylabel(f"{'bandwidth' if first.unit == BANDWIDTH else 'latency'} ({unit})")
+    ax.set_ylabel(f"{first.kind} ({unit})")
     ax.set_ylim(0, ax.get_ylim()[1] * 1.18)  # headroom for the legend
     ax.grid(True, which="major", alpha=0.3)
     ax.set_title(f"{mkey}\n{first.description}", fontsize=9)
     counted = first.bytes_counted
     if counted and len(per_size) > 1:
-        counted = f"at {human_size(per_size[0][0])}: {counted}"
+        counted = f"at {format_size_short(per_size[0][0])}: {counted}"
     counting = first.statistic + (f"; {counted}" if counted else "")
     counting = textwrap.fill(counting, width=100)  # stays inside its own panel
     ax.text(0.01, 0.01, counting, transform=ax.transAxes, fontsize=6, color="dimgray", va="bottom")
@@ -251,15 +261,16 @@ def _draw_heatmap(ax: Any, fig: Any, t: TestcaseResult, m: Matrix, swept: bool) 
     ax.set_yticklabels(m.row_labels)
     ax.set_xlabel("column (GPU)")
     ax.set_ylabel("row")
-    size = f" @ {human_size(t.size)}" if swept and t.size else ""
+    size = f" @ {format_size_short(t.size)}" if swept and t.size else ""
     ax.set_title(f"{m.key}{size}\n{m.description}", fontsize=9)
     bar = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     bar.set_label(display_unit(m.unit))
 
 
-def _draw_bars(ax: Any, items: list[tuple[str, Matrix]], unit: str) -> None:
+def _draw_bars(ax: Any, items: list[tuple[str, Matrix]], kind: str) -> None:
     import numpy as np
 
+    unit = items[0][1].unit
     scale = display_scale(unit)
     columns: list[str] = []
     for _, m in items:
@@ -281,7 +292,7 @@ def _draw_bars(ax: Any, items: list[tuple[str, Matrix]], unit: str) -> None:
     ax.set_yticks(y)
     ax.set_yticklabels([name for name, _ in items], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel(f"{'bandwidth' if unit == BANDWIDTH else 'latency'} ({display_unit(unit)})")
+    ax.set_xlabel(f"{kind} ({display_unit(unit)})")
     shown = [v for _, m in items for row in m.values for v in row if v]
     if shown and max(shown) > 20 * min(shown):
         ax.set_xscale("log")  # PCIe (tens of GB/s) and HBM (thousands) in one readable chart
@@ -310,7 +321,7 @@ def _panels(report: Report) -> list[Panel]:
 
             panels.append((False, 4.6, draw))
     seen: set[str] = set()
-    bars: dict[str, list[tuple[str, Matrix]]] = {BANDWIDTH: [], LATENCY: []}
+    bars: dict[str, list[tuple[str, Matrix]]] = {KIND_BANDWIDTH: [], KIND_LATENCY: []}
     for t in report.testcases:
         if t.status is not Status.PASSED:
             continue
@@ -325,15 +336,15 @@ def _panels(report: Report) -> list[Panel]:
                     _draw_heatmap(ax, fig, tt, mm, tt.key in swept)
 
                 panels.append((False, 4.6, draw_h))
-            elif len(m.row_labels) == 1 and t.key not in swept and m.unit in bars:
-                bars[m.unit].append((m.key, m))
-    for unit, items in bars.items():
+            elif len(m.row_labels) == 1 and t.key not in swept and m.kind in bars:
+                bars[m.kind].append((m.key, m))
+    for kind, items in bars.items():
         if items:
             ncols = max(len(m.column_labels) for _, m in items)
             height = max(2.0, 0.9 + len(items) * 0.25 * ncols)
 
-            def draw_b(ax: Any, fig: Any, it: Any = items, u: str = unit) -> None:
-                _draw_bars(ax, it, u)
+            def draw_b(ax: Any, fig: Any, it: Any = items, k: str = kind) -> None:
+                _draw_bars(ax, it, k)
 
             panels.append((True, height, draw_b))
     return panels
@@ -408,7 +419,7 @@ def _select(report: Report, prefixes: Sequence[str]) -> Report:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``gpubw plot REPORT.json -o FILE.png [-t PREFIX] [--dpi N]``; returns 0."""
-    from gpubw.writers.json import load_report, report_from_dict
+    from gpubw.report_io import load_report, report_from_dict
 
     try:
         args = _parser().parse_args(argv)

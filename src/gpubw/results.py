@@ -16,6 +16,18 @@ import attrs
 BANDWIDTH = "bytes/s"
 LATENCY = "s"
 
+#: What a Matrix measures (``Matrix.kind``): higher is better for bandwidth, lower for latency.
+KIND_BANDWIDTH = "bandwidth"
+KIND_LATENCY = "latency"
+KINDS = (KIND_BANDWIDTH, KIND_LATENCY)
+#: How the bytes behind a bandwidth figure were counted (``Matrix.bytes_counting``): once per
+#: byte copied (nvbandwidth's way), or every byte read and every byte written (a memory
+#: datasheet's way: comparable with the nominal memory bandwidth); "none" for latency.
+COUNTED_ONCE = "once"
+COUNTED_READ_WRITE = "read+write"
+COUNTED_NONE = "none"
+BYTES_COUNTINGS = (COUNTED_ONCE, COUNTED_READ_WRITE, COUNTED_NONE)
+
 
 def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
     """``tuple`` as a typed converter (mypy cannot infer attrs' ``converter=tuple``)."""
@@ -23,7 +35,34 @@ def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
 
 
 def _tuple2(rows: Sequence[Sequence[Any]]) -> tuple[tuple[Any, ...], ...]:
-    return tuple(tuple(r) for r in rows)
+    """Rows as tuples; a numpy array (or anything with ``tolist``) becomes Python numbers."""
+    if hasattr(rows, "tolist"):
+        rows = rows.tolist()
+    return tuple(tuple(r.tolist() if hasattr(r, "tolist") else r) for r in rows)
+
+
+def _samples(rows: Sequence[Sequence[Any]]) -> tuple[tuple[Any, ...], ...]:
+    """Sample rows as tuples; a cell that is a numpy array becomes a tuple of floats."""
+    if hasattr(rows, "tolist"):
+        rows = rows.tolist()
+    return tuple(
+        tuple(tuple(c.tolist()) if hasattr(c, "tolist") else c for c in row) for row in rows
+    )
+
+
+def _default_kind(m: Matrix) -> str:
+    return KIND_LATENCY if m.unit == LATENCY else KIND_BANDWIDTH
+
+
+def _default_counting(m: Matrix) -> str:
+    """For a Matrix built without ``bytes_counting``: none for latency; read + write where the
+    testcase compares the figure with the nominal memory bandwidth (its ``percent_of_nominal``
+    note, the documented name); else once, as nvbandwidth counts."""
+    if m.kind == KIND_LATENCY:
+        return COUNTED_NONE
+    if any(name == "percent_of_nominal" for name, _ in m.notes):
+        return COUNTED_READ_WRITE
+    return COUNTED_ONCE
 
 
 @attrs.frozen
@@ -42,7 +81,7 @@ class Matrix:
     column_labels: tuple[str, ...] = attrs.field(converter=_tuple)
     values: tuple[tuple[float | None, ...], ...] = attrs.field(converter=_tuple2)
     samples: tuple[tuple[tuple[float, ...] | None, ...], ...] = attrs.field(
-        converter=_tuple2, default=()
+        converter=_samples, default=()
     )
     #: how the bytes behind the figure were counted, in words
     bytes_counted: str = ""
@@ -56,6 +95,26 @@ class Matrix:
     bytes_per_copy: int | None = None
     #: extra, free-form facts (e.g. percent of nominal, l2_fits per column)
     notes: tuple[tuple[str, Any], ...] = ()
+    #: KIND_BANDWIDTH or KIND_LATENCY; None (the default): inferred from ``unit``. Read it
+    #: through the ``kind`` property. Kept None until given, so ``attrs.evolve`` re-infers.
+    _kind: str | None = None
+    #: COUNTED_ONCE, COUNTED_READ_WRITE or COUNTED_NONE (latency); None: inferred (see
+    #: ``_default_counting``). Read it through ``bytes_counting``.
+    _bytes_counting: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """What the figures measure: KIND_BANDWIDTH (higher is better) or KIND_LATENCY."""
+        return self._kind if self._kind is not None else _default_kind(self)
+
+    @property
+    def bytes_counting(self) -> str:
+        """How the bytes behind a bandwidth figure were counted: COUNTED_ONCE (as
+        nvbandwidth), COUNTED_READ_WRITE (as a memory datasheet: comparable with the nominal
+        memory bandwidth) or COUNTED_NONE (latency)."""
+        if self._bytes_counting is not None:
+            return self._bytes_counting
+        return _default_counting(self)
 
     def __attrs_post_init__(self) -> None:
         if len(self.values) != len(self.row_labels):
@@ -71,6 +130,22 @@ class Matrix:
                 )
         if self.samples and len(self.samples) != len(self.values):
             raise ValueError(f"matrix {self.key}: samples do not match values' shape")
+        kind, counting = self.kind, self.bytes_counting
+        if kind not in KINDS:
+            raise ValueError(f"matrix {self.key}: kind {kind!r} is not one of {', '.join(KINDS)}")
+        expected = {BANDWIDTH: KIND_BANDWIDTH, LATENCY: KIND_LATENCY}.get(self.unit)
+        if expected is not None and kind != expected:
+            raise ValueError(f"matrix {self.key}: kind {kind!r} does not match unit {self.unit!r}")
+        if counting not in BYTES_COUNTINGS:
+            raise ValueError(
+                f"matrix {self.key}: bytes_counting {counting!r} is not one of "
+                f"{', '.join(BYTES_COUNTINGS)}"
+            )
+        if (counting == COUNTED_NONE) != (kind == KIND_LATENCY):
+            raise ValueError(
+                f"matrix {self.key}: bytes_counting {counting!r} does not fit a {kind} matrix "
+                f"({COUNTED_NONE!r} is for latency, and only for latency)"
+            )
 
     @property
     def cells(self) -> list[float]:

@@ -29,6 +29,7 @@ import gpubw
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, UsageError
 from gpubw.options import DEFAULT_BUFFER_SIZE, MIB, RunOptions
 from gpubw.registry import Entry, Selected, Unresolved
+from gpubw.report_io import device_record, matrix_problem
 from gpubw.results import Matrix, Report, Status, TestcaseResult
 from gpubw.sizes import format_size
 from gpubw.system import System
@@ -107,13 +108,15 @@ def check_sizes(system: System, selection: Sequence[Selected], sizes: Sequence[i
             raise UsageError(
                 f"buffer size {format_size(largest)} ({largest} bytes) is larger than the "
                 f"memory of device {small.ordinal} ({small.name}, {format_size(small.memory_bytes)}"
-                f"); -b/--buffer-size must be at most {small.memory_bytes} bytes"
+                f"); it must be at most {small.memory_bytes} bytes",
+                param="sizes",
             )
     host = system.backend.host_memory_bytes()
     if host is not None and largest > host:
         raise UsageError(
             f"buffer size {format_size(largest)} ({largest} bytes) is larger than the host's "
-            f"memory ({format_size(host)}); -b/--buffer-size must be at most {host} bytes"
+            f"memory ({format_size(host)}); it must be at most {host} bytes",
+            param="sizes",
         )
 
 
@@ -145,16 +148,10 @@ def _check_matrices(value: object) -> tuple[Matrix, ...] | str:
         )
     if not value:
         return "run() returned no Matrix results"
-    from gpubw.writers.json import MAX_ERRORS, matrix_errors
-
     for m in value:
-        errors = matrix_errors(m)
-        if errors:
-            shown = "; ".join(errors[:MAX_ERRORS])
-            more = f"; ... and {len(errors) - MAX_ERRORS} more" if len(errors) > MAX_ERRORS else ""
-            return (
-                f"run() returned matrix {m.key!r:.60} that breaks the report schema: {shown}{more}"
-            )
+        problem = matrix_problem(m)
+        if problem:
+            return f"run() returned matrix {m.key!r:.60} that breaks the report schema: {problem}"
     return tuple(value)
 
 
@@ -294,11 +291,9 @@ def run(
     meta.update(backend=backend.name, simulated=bool(backend.simulated), versions={}, devices=())
     try:
         signals.install()
-        from gpubw.writers import device_dict
-
         meta.update(
             versions=software_versions(backend.versions()),
-            devices=tuple(device_dict(d) for d in system.devices),
+            devices=tuple(device_record(d) for d in system.devices),
         )
         _run_all(system, selection, sizes, options, signals, results, progress)
     except InterruptedRun:

@@ -1,4 +1,7 @@
-"""Parse the ``-b/--buffer-size`` value into a list of sizes in bytes.
+"""Buffer sizes: parse a size list into bytes, and format a size for people.
+
+Formatting lives only here: :func:`format_size` is exact (text reports, messages),
+:func:`format_size_short` rounds to 3 significant digits (plot ticks and legends).
 
 Accepted forms (see :func:`parse_sizes`):
 
@@ -42,7 +45,7 @@ _FACTOR = re.compile(r"\s*[xX]?\s*(?P<factor>[0-9]+)\s*")
 
 
 def _bad(value: str, why: str) -> UsageError:
-    return UsageError(f"invalid buffer size {value!r}: {why}; expected {ALLOWED}")
+    return UsageError(f"invalid buffer size {value!r}: {why}; expected {ALLOWED}", param="sizes")
 
 
 def parse_size(text: str, *, whole: str | None = None) -> int:
@@ -121,3 +124,14 @@ def format_size(nbytes: int) -> str:
         if nbytes >= scale and nbytes % scale == 0:
             return f"{nbytes // scale} {unit}"
     return f"{nbytes} B"
+
+
+def format_size_short(nbytes: float) -> str:
+    """The largest binary unit, at most 3 significant digits (not exact: for plot ticks
+    and legends): ``512 B``, ``4 KiB``, ``1.5 MiB``, ``2.93 KiB``, ``2 GiB``."""
+    n = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if n == int(n) else f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.0f} TiB" if n == int(n) else f"{n:.3g} TiB"

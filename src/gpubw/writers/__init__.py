@@ -5,21 +5,20 @@ with a ``name`` and ``write(report, stream)``. Writers only format; they never m
 :func:`gpubw.registry.writer` finds one by name (the registry is the only place that reads
 entry points).
 
-Helpers shared by the built-in writers (and the plot command) live here: display units,
-human sizes, size-sweep grouping and the device record that goes into a Report.
+Helpers shared by the built-in writers (and the plot command) live here: size-sweep grouping
+and the nvbandwidth form of a device's PCI address. Display units, the simulated notice and
+JSON-safe data come from :mod:`gpubw.report_io` (re-exported here); sizes are formatted by
+:mod:`gpubw.sizes`.
 """
 
 from __future__ import annotations
 
 import abc
-import math
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-import attrs
-
-from gpubw.backend.base import DeviceInfo
-from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
+from gpubw.report_io import DISPLAY, display_scale, display_unit, json_safe, simulated_banner
+from gpubw.results import Report, Status, TestcaseResult
 
 
 class Writer(abc.ABC):
@@ -46,52 +45,6 @@ class Writer(abc.ABC):
         """Write ``report`` to ``stream`` (a text stream)."""
 
 
-# -- units ------------------------------------------------------------------------------
-
-#: base unit -> (display unit, factor from base to display)
-DISPLAY: dict[str, tuple[str, float]] = {BANDWIDTH: ("GB/s", 1e-9), LATENCY: ("ns", 1e9)}
-
-
-def display_unit(unit: str) -> str:
-    return DISPLAY.get(unit, (unit, 1.0))[0]
-
-
-def display_scale(unit: str) -> float:
-    """Factor that turns a value in ``unit`` (base) into its display unit."""
-    return DISPLAY.get(unit, (unit, 1.0))[1]
-
-
-def to_display(value: float | None, unit: str) -> float | None:
-    return None if value is None else value * display_scale(unit)
-
-
-def human_size(nbytes: int | float) -> str:
-    """Binary units, as nvbandwidth's MiB: ``512 B``, ``4 KiB``, ``1.5 MiB``, ``2 GiB``."""
-    n = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if n == int(n) else f"{n:.3g} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
-def json_safe(value: Any) -> Any:
-    """Plain JSON data: tuples to lists, NaN/inf to None, unknown objects to strings."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, Status):
-        return value.value
-    if attrs.has(type(value)):
-        return json_safe(attrs.asdict(value, recurse=False))
-    return str(value)
-
-
 # -- report shapes ----------------------------------------------------------------------
 
 
@@ -108,21 +61,6 @@ def sweeps(report: Report) -> dict[str, list[TestcaseResult]]:
     }
 
 
-def notes_dict(matrix: Matrix) -> dict[str, Any]:
-    return dict(matrix.notes)
-
-
-def device_dict(info: DeviceInfo) -> dict[str, Any]:
-    """The record of one device in a Report (``Report.devices``): every DeviceInfo field,
-    plus ``pci_short`` and ``nominal_memory_bandwidth`` (bytes/s)."""
-    d = attrs.asdict(info)
-    d["compute_capability"] = list(info.compute_capability)
-    d["local_cpus"] = list(info.local_cpus)
-    d["pci_short"] = info.pci_short
-    d["nominal_memory_bandwidth"] = info.nominal_memory_bandwidth
-    return d
-
-
 def device_pci_short(device: Mapping[str, Any]) -> str:
     """nvbandwidth's ``dddddddd:bb:dd`` form for a device record."""
     if device.get("pci_short"):
@@ -135,22 +73,13 @@ def device_pci_short(device: Mapping[str, Any]) -> str:
         return bus_id or "unknown"
 
 
-def simulated_banner(report: Report) -> str:
-    name = report.system_name or "model"
-    return f"SIMULATED SYSTEM {name}: these figures are modelled, not measured"
-
-
 __all__ = [
     "DISPLAY",
     "Writer",
-    "device_dict",
     "device_pci_short",
     "display_scale",
     "display_unit",
-    "human_size",
     "json_safe",
-    "notes_dict",
     "simulated_banner",
     "sweeps",
-    "to_display",
 ]

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from gpubw.results import LATENCY, Matrix, Report, Status, TestcaseResult
+from gpubw.results import KIND_LATENCY, Matrix, Report, Status, TestcaseResult
 from gpubw.sizes import format_size
 from gpubw.writers import (
     Writer,
@@ -129,7 +129,7 @@ def matrix_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[s
     flat = [(v or 0.0) * scale for row in m.values for v in row]
     total = sum(flat)
     if perf:
-        sign = "-ns" if m.unit == LATENCY else "+GB/s"
+        sign = "-ns" if m.kind == KIND_LATENCY else "+GB/s"
         out.append(f"&&&& PERF {m.key} {_f(total)} {sign}")
     else:
         out.append(f"SUM {m.key} {_f(total)}")

@@ -1,0 +1,170 @@
+"""Tests of gpubw.report_io: matrix validation, Matrix kind/bytes_counting, dict round trips."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import attrs
+import numpy as np
+import pytest
+
+from _writer_reports import full_report, passed, report, sweep_results
+from gpubw.errors import UsageError
+from gpubw.report_io import (
+    dumps,
+    load_report,
+    matrix_errors,
+    matrix_from_dict,
+    matrix_to_dict,
+    report_from_dict,
+    report_to_dict,
+)
+from gpubw.results import BANDWIDTH, LATENCY, Matrix
+
+
+def _matrix(values, samples=(), **kw) -> Matrix:
+    rows = len(values)
+    cols = len(values[0]) if rows else 0
+    return Matrix(
+        key="k",
+        description="d",
+        unit=kw.pop("unit", BANDWIDTH),
+        row_labels=[str(r) for r in range(rows)],
+        column_labels=[str(c) for c in range(cols)],
+        values=values,
+        samples=samples,
+        **kw,
+    )
+
+
+def test_large_matrix_validates_fast() -> None:
+    """A 2000 x 2000 matrix (numpy or tuples, a None in it) validates in < 1 s of CPU."""
+    values = np.random.default_rng(0).random((2000, 2000)) * 1e9
+    m = _matrix(values)
+    assert isinstance(m.values[0][0], float)  # numpy arrays become Python floats
+    rows = [list(r) for r in m.values]
+    rows[7][7] = None
+    for matrix in (m, _matrix(rows)):
+        t0 = time.process_time()  # CPU time: the test machine's cores are shared
+        assert matrix_errors(matrix) == []
+        assert time.process_time() - t0 < 1.0
+
+
+@pytest.mark.parametrize(
+    ("cell", "why"),
+    [
+        (float("nan"), "not a finite number"),
+        (float("inf"), "not a finite number"),
+        (-1.0, "negative"),
+        (np.float32(-2.0), "negative"),
+        ("12", "not a number or None"),
+        (True, "not a number or None"),
+        (10**400, "integer too large for a float"),
+    ],
+)
+def test_bad_cells_are_named(cell: object, why: str) -> None:
+    """A bad value or sample is reported with its position and what is wrong."""
+    errors = matrix_errors(_matrix([[1.0, cell]]))
+    assert len(errors) == 1 and errors[0].startswith("values[0][1] is") and why in errors[0]
+    errors = matrix_errors(_matrix([[1.0, 2.0]], samples=[[(1.0, cell), None]]))
+    assert len(errors) == 1 and errors[0].startswith("samples[0][0][1] is") and why in errors[0]
+
+
+def test_numpy_scalars_and_arrays_are_accepted() -> None:
+    """numpy scalars in values and numpy arrays as sample cells are valid and written."""
+    m = _matrix(
+        [[np.float32(1.5), np.int64(3), None]], samples=[[np.array([1.0, 2.0]), None, None]]
+    )
+    assert matrix_errors(m) == []
+    doc = matrix_to_dict(m)
+    assert doc["values"] == [[1.5, 3.0, None]] and doc["samples"][0][0] == [1.0, 2.0]
+    json.dumps(doc, allow_nan=False)
+
+
+def test_kind_and_bytes_counting_defaults() -> None:
+    """Without the fields, kind follows the unit and bytes_counting is none for latency,
+    read+write where the matrix notes percent_of_nominal, else once."""
+    assert (_matrix([[1.0]]).kind, _matrix([[1.0]]).bytes_counting) == ("bandwidth", "once")
+    lat = _matrix([[1e-6]], unit=LATENCY)
+    assert (lat.kind, lat.bytes_counting) == ("latency", "none")
+    rw = _matrix([[1.0]], notes=(("percent_of_nominal", (50.0,)),))
+    assert rw.bytes_counting == "read+write"
+    assert _matrix([[1.0]], bytes_counting="read+write").bytes_counting == "read+write"
+
+
+@pytest.mark.parametrize(
+    ("kw", "why"),
+    [
+        ({"kind": "speed"}, "kind 'speed' is not one of"),
+        ({"kind": "latency"}, "does not match unit"),
+        ({"bytes_counting": "twice"}, "bytes_counting 'twice' is not one of"),
+        ({"bytes_counting": "none"}, "does not fit a bandwidth matrix"),
+        ({"unit": LATENCY, "bytes_counting": "once"}, "does not fit a latency matrix"),
+    ],
+)
+def test_kind_and_bytes_counting_are_validated(kw: dict, why: str) -> None:
+    """Unknown or inconsistent kind / bytes_counting values are refused when built."""
+    with pytest.raises(ValueError, match=why):
+        _matrix([[1.0]], **kw)
+
+
+def test_fields_are_written_and_read_back(tmp_path: Path) -> None:
+    """kind and bytes_counting go into the JSON and come back; a report written without
+    them (older gpubw) still loads, with both inferred."""
+    rep = report(sweep_results())
+    path = tmp_path / "r.json"
+    path.write_text(dumps(rep))
+    doc = load_report(path)
+    m = doc["testcases"][0]["matrices"][0]
+    assert (m["kind"], m["bytes_counting"]) == ("bandwidth", "read+write")
+
+    def fields(r):
+        return [(m.key, m.kind, m.bytes_counting) for t in r.testcases for m in t.matrices]
+
+    assert fields(report_from_dict(doc)) == fields(rep)
+    for t in doc["testcases"]:
+        for md in t["matrices"]:
+            del md["kind"], md["bytes_counting"]
+    path.write_text(json.dumps(doc))
+    again = report_from_dict(load_report(path))
+    assert again.testcases[0].matrices[0].bytes_counting == "read+write"
+    assert fields(again) == fields(rep)
+
+
+def test_full_report_round_trip() -> None:
+    """report_to_dict -> JSON -> report_from_dict -> report_to_dict gives the same data."""
+    doc = json.loads(json.dumps(report_to_dict(full_report())))
+    assert report_to_dict(report_from_dict(doc)) == doc
+
+
+def test_schema_refuses_inconsistent_kind() -> None:
+    """The schema ties the optional kind to the unit."""
+    m = _matrix([[1.0]])
+    doc = json.loads(dumps(report([passed("k", [m])])))
+    doc["testcases"][0]["matrices"][0]["kind"] = "latency"
+    from gpubw.report_io import validation_errors
+
+    assert any("kind" in e for e in validation_errors(doc))
+    with pytest.raises(ValueError):
+        matrix_from_dict(doc["testcases"][0]["matrices"][0])
+
+
+def test_load_report_errors(tmp_path: Path) -> None:
+    """Unreadable, non-JSON or nvbandwidth files are usage errors naming the file."""
+    with pytest.raises(UsageError, match="cannot read report"):
+        load_report(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(UsageError, match="is not JSON"):
+        load_report(bad)
+    bad.write_text('{"nvbandwidth": {}}')
+    with pytest.raises(UsageError, match="nvbandwidth's own JSON"):
+        load_report(bad)
+
+
+def test_evolve_keeps_explicit_fields() -> None:
+    """attrs.evolve keeps kind and bytes_counting (a plugin may derive matrices)."""
+    m = _matrix([[1.0]], bytes_counting="read+write")
+    assert attrs.evolve(m, key="x").bytes_counting == "read+write"
