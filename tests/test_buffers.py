@@ -28,10 +28,10 @@ def test_context_manager_returns_to_pool(sim_system: SimSystemFactory) -> None:
     assert again.ptr == first
     other = DeviceBuffer.allocate(system, 0, 4 * MIB)
     assert other.ptr != first
-    h1 = HostBuffer.allocate(system, MIB, 0)
+    h1 = HostBuffer.allocate(system, 0, MIB)
     h1.close()
-    assert HostBuffer.allocate(system, MIB, 0).ptr == h1.ptr
-    assert HostBuffer.allocate(system, MIB, None).ptr != h1.ptr  # near another device: new
+    assert HostBuffer.allocate(system, 0, MIB).ptr == h1.ptr
+    assert HostBuffer.allocate(system, None, MIB).ptr != h1.ptr  # near another device: new
 
 
 def test_pool_not_reused_across_shapes(sim_system: SimSystemFactory) -> None:
@@ -58,7 +58,7 @@ def test_pool_dropped_on_out_of_memory(sim_system: SimSystemFactory) -> None:
 def test_close_twice_is_harmless(sim_system: SimSystemFactory) -> None:
     """close() is idempotent."""
     system = sim_system("h200x1")
-    buf = HostBuffer.allocate(system, MIB, 0)
+    buf = HostBuffer.allocate(system, 0, MIB)
     buf.close()
     buf.close()
     assert system.live_buffers == 0
@@ -67,7 +67,7 @@ def test_close_twice_is_harmless(sim_system: SimSystemFactory) -> None:
 def test_host_buffer_read_write(sim_system: SimSystemFactory) -> None:
     """HostBuffer.write/read go through host memory."""
     system = sim_system("h200x1")
-    buf = HostBuffer.allocate(system, 4096, 0)
+    buf = HostBuffer.allocate(system, 0, 4096)
     buf.write(b"abc", offset=100)
     assert buf.read(5, offset=99) == b"\0abc\0"
 
@@ -79,7 +79,7 @@ def test_fill_then_verify(sim_system: SimSystemFactory, size: int) -> None:
     system.load_kernels()
     stream = system.backend.create_stream(0)
     try:
-        for buf in (DeviceBuffer.allocate(system, 0, size), HostBuffer.allocate(system, size, 0)):
+        for buf in (DeviceBuffer.allocate(system, 0, size), HostBuffer.allocate(system, 0, size)):
             buf.fill(SRC_SEED, size, stream=stream, exec_device=0)
             buf.verify(SRC_SEED, size, stream=stream, exec_device=0)
             with pytest.raises(VerificationError) as info:
@@ -94,7 +94,7 @@ def test_fill_writes_the_pattern(sim_system: SimSystemFactory) -> None:
     system = sim_system("h200x1")
     system.load_kernels()
     stream = system.backend.create_stream(0)
-    buf = HostBuffer.allocate(system, 5 * MIB, 0)
+    buf = HostBuffer.allocate(system, 0, 5 * MIB)
     buf.fill(DST_SEED, 5 * MIB, stream=stream, exec_device=0)
     system.backend.synchronize(stream, 1.0)
     pattern = pattern_bytes(DST_SEED)
@@ -108,7 +108,7 @@ def test_verify_reports_offset_of_corruption(sim_system: SimSystemFactory) -> No
     system = sim_system("h200x1")
     system.load_kernels()
     stream = system.backend.create_stream(0)
-    buf = HostBuffer.allocate(system, 4 * MIB, 0)
+    buf = HostBuffer.allocate(system, 0, 4 * MIB)
     buf.fill(SRC_SEED, 4 * MIB, stream=stream, exec_device=0)
     system.backend.synchronize(stream, 1.0)
     buf.write(b"\0\0\0\0", offset=12344)
@@ -125,7 +125,7 @@ def test_peer_access_enable(sim_system: SimSystemFactory) -> None:
     assert d0.enable_peer_access(d1)
     assert (0, 1) in _backend(system)._peer_enabled and (1, 0) in _backend(system)._peer_enabled
     assert not d0.enable_peer_access(d2)
-    assert d0.enable_peer_access(HostBuffer.allocate(system, MIB, 0))
+    assert d0.enable_peer_access(HostBuffer.allocate(system, 0, MIB))
 
 
 def test_refused_peer_is_not_usable(sim_system: SimSystemFactory) -> None:
@@ -157,5 +157,5 @@ def test_allocation_failure_raises_cuda_error(sim_system: SimSystemFactory) -> N
 def test_labels(sim_system: SimSystemFactory) -> None:
     """Buffer labels are nvbandwidth's: Host and Device <i>."""
     system = sim_system("h200x2")
-    assert HostBuffer.allocate(system, MIB, 1).label == "Host"
+    assert HostBuffer.allocate(system, 1, MIB).label == "Host"
     assert DeviceBuffer.allocate(system, 1, MIB).label == "Device 1"
