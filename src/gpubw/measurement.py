@@ -158,19 +158,17 @@ class MemcpyOperation:
                 f"buffer of {copies[0].nbytes} bytes is too small for a {self.initiator.name} "
                 "copy (nothing would be copied)"
             )
-        streams: list[Any] = []
-        events: list[Any] = []
         gate = system.gate
         gate.page  # noqa: B018 - the page exists before any stream is held by it
         pair_samples: list[list[float]] = [[] for _ in copies]
         total_samples: list[float] = []
-        try:
-            # One at a time, each owned as soon as it exists: a failing create frees the
-            # ones made before it.
-            for e in execs:
-                streams.append(backend.create_stream(e))
-            for e in [*execs, *execs, execs[0]]:
-                events.append(backend.create_event(e))
+        # Each stream and event is owned as soon as it exists: whatever fails (a create, a
+        # sample, Ctrl-C), the gate is opened, the streams drained (bounded) and every handle
+        # destroyed, each tried; the first error is the one raised.
+        with contextlib.ExitStack() as stack:
+            streams = [stack.enter_context(backend.stream(e)) for e in execs]
+            events = [stack.enter_context(backend.event(e)) for e in [*execs, *execs, execs[0]]]
+            stack.callback(self._drain, gate, streams)
             starts, ends, total_end = events[: len(execs)], events[len(execs) : -1], events[-1]
             for _ in range(options.samples):
                 self._one_sample(
@@ -185,12 +183,6 @@ class MemcpyOperation:
                     pair_samples,
                     total_samples,
                 )
-        except BaseException:
-            self._release(gate, streams, events)  # the original error is the one to report
-            raise
-        failures = self._release(gate, streams, events)
-        if failures:
-            raise failures[0]
         return CellMeasurement(
             counted_bytes=counted,
             loops=self.loops,
@@ -200,26 +192,14 @@ class MemcpyOperation:
             pair_labels=tuple(f"{c.src.label} -> {c.dst.label}" for c in copies),
         )
 
-    def _release(self, gate: Gate, streams: list[Any], events: list[Any]) -> list[GpubwError]:
-        """Open the gate (never leave a stream held by it), wait for the streams (bounded) and
-        destroy every event and stream, each step tried even if another failed. Returns the
-        failures of the destroys."""
-        backend = self.system.backend
-        failures: list[GpubwError] = []
+    def _drain(self, gate: Gate, streams: list[Any]) -> None:
+        """Open the gate (never leave a stream held by it) and wait for the streams (bounded),
+        each step tried even if another failed, before the streams are destroyed."""
         with contextlib.suppress(GpubwError):
             gate.open()
         for s in streams:
             with contextlib.suppress(GpubwError):
-                backend.synchronize(s, self.system.options.sync_timeout_s)
-        for handle, destroy in [
-            *((ev, backend.destroy_event) for ev in events),
-            *((s, backend.destroy_stream) for s in streams),
-        ]:
-            try:
-                destroy(handle)
-            except GpubwError as exc:
-                failures.append(exc)
-        return failures
+                self.system.backend.synchronize(s, self.system.options.sync_timeout_s)
 
     def _one_sample(
         self,
