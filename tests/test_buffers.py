@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 from conftest import MIB, SimSystemFactory
-from gpubw.backend.simulated import Faults, SimulatedBackend
+from gpubw.backend.sim import Faults, SimulatedBackend
 from gpubw.buffers import DST_SEED, SRC_SEED, DeviceBuffer, HostBuffer, pattern_bytes
 from gpubw.errors import CudaError, VerificationError
 
@@ -126,7 +126,7 @@ def test_peer_access_enable(sim_system: SimSystemFactory) -> None:
     system = sim_system("pcie4")
     d0, d1, d2 = (DeviceBuffer.allocate(system, i, MIB) for i in range(3))
     assert d0.enable_peer_access(d1)
-    assert (0, 1) in _backend(system)._peer_enabled and (1, 0) in _backend(system)._peer_enabled
+    assert {(0, 1), (1, 0)} <= _backend(system).peer_access_enabled()
     assert not d0.enable_peer_access(d2)
     assert d0.enable_peer_access(HostBuffer.allocate(system, 0, MIB))
 

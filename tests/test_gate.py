@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import SimSystemFactory
-from gpubw.backend.simulated import Faults, SimulatedBackend
+from gpubw.backend.sim import Faults, SimulatedBackend
 from gpubw.errors import GateTimeoutError
 from gpubw.gate import Gate
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from conftest import SimSystemFactory
-from gpubw.backend.simulated import SimulatedBackend
+from gpubw.backend.sim import SimulatedBackend
 from gpubw.buffers import DeviceBuffer, HostBuffer
 from gpubw.errors import CudaError
 from gpubw.latency import (
