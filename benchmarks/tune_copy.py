@@ -73,8 +73,9 @@ def child(mode: str, name: str, grid: int | None) -> dict[str, float]:
     size = 512 * MIB
     with System(CudaBackend(), RunOptions(samples=3, loops=16, sync_timeout_s=20)) as s:
         n = s.device_count
-        op = MemcpyOperation(s, SM)
-        sw = MemcpyOperation(s, SPLIT_WARP)
+        loops = s.options.loops
+        op = MemcpyOperation(s, SM, loops=loops)
+        sw = MemcpyOperation(s, SPLIT_WARP, loops=loops)
         if mode == "local":
             for sz in (512 * MIB, 2048 * MIB):
                 with DeviceBuffer.allocate(s, 0, sz) as a, DeviceBuffer.allocate(s, 0, sz) as b:
@@ -82,24 +83,24 @@ def child(mode: str, name: str, grid: int | None) -> dict[str, float]:
         elif mode == "peer":
             with DeviceBuffer.allocate(s, 0, size) as a, DeviceBuffer.allocate(s, 1, size) as b:
                 a.enable_peer_access(b)
-                rd = MemcpyOperation(s, SM, prefer=Prefer.DST)
+                rd = MemcpyOperation(s, SM, prefer=Prefer.DST, loops=loops)
                 out["peer_read"] = rd.measure([Copy(b, a)]).pair_value(0)
                 out["peer_write"] = op.measure([Copy(a, b)]).pair_value(0)
         elif mode == "split":
-            hs = [HostBuffer.allocate(s, size, d) for d in range(n)]
+            hs = [HostBuffer.allocate(s, d, size) for d in range(n)]
             ds = [DeviceBuffer.allocate(s, d, size) for d in range(n)]
             out["bidir"] = sw.measure([Copy(hs[0], ds[0])]).pair_value(0)
             out["bidir_all"] = sw.measure([Copy(h, d) for h, d in zip(hs, ds)]).pair_value(0)
             for b in hs + ds:
                 b.close()
         else:
-            hs = [HostBuffer.allocate(s, size, d) for d in range(n)]
+            hs = [HostBuffer.allocate(s, d, size) for d in range(n)]
             ds = [DeviceBuffer.allocate(s, d, size) for d in range(n)]
             out["h2d"] = op.measure([Copy(hs[0], ds[0])]).pair_value(0)
             out["d2h"] = op.measure([Copy(ds[0], hs[0])]).pair_value(0)
             out["bidir"] = sw.measure([Copy(hs[0], ds[0])]).pair_value(0)
             if n > 1:
-                all_op = MemcpyOperation(s, SM, kind=Kind.FIRST)
+                all_op = MemcpyOperation(s, SM, kind=Kind.FIRST, loops=loops)
                 out["h2d_all"] = all_op.measure([Copy(h, d) for h, d in zip(hs, ds)]).pair_value(0)
                 out["d2h_all"] = all_op.measure([Copy(d, h) for h, d in zip(hs, ds)]).pair_value(0)
                 out["bidir_all"] = sw.measure([Copy(h, d) for h, d in zip(hs, ds)]).pair_value(0)

@@ -316,6 +316,28 @@ def test_synchronize_times_out(fake: tuple[FakeDriver, CudaBackend]) -> None:
     assert backend.elapsed_seconds(backend.create_event(1), backend.create_event(1)) == 0.0025
 
 
+def test_stream_context_destroys_and_keeps_the_first_error(
+    fake: tuple[FakeDriver, CudaBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """backend.stream(d) is a stream of d's context, destroyed after the body; when the body
+    fails and so does the destroy, the body's error is the one raised."""
+    driver, backend = fake
+    with backend.stream(1) as stream:
+        assert driver.live["stream"] == {stream.handle}
+    assert driver.live["stream"] == set()
+
+    def failing_destroy(h: Any) -> tuple[Any, ...]:
+        driver.live["stream"].remove(h)
+        return (R.CUDA_ERROR_INVALID_HANDLE,)
+
+    monkeypatch.setattr(driver, "cuStreamDestroy", failing_destroy, raising=False)
+    with pytest.raises(ValueError, match="the body's"), backend.stream(0):
+        raise ValueError("the body's")
+    assert driver.live["stream"] == set()
+    with pytest.raises(CudaError, match="cuStreamDestroy"), backend.stream(0):
+        pass
+
+
 def test_launch_rejects_bad_shapes_and_handles(fake: tuple[FakeDriver, CudaBackend]) -> None:
     """launch() refuses a zero grid, an oversized block and a foreign stream handle."""
     _, backend = fake
@@ -480,25 +502,20 @@ def test_copy_kernels_fit_the_launch_shape(backend: CudaBackend) -> None:
 @pytest.mark.gpu
 def test_fill_verify_detects_corruption(backend: CudaBackend) -> None:
     """gpubw_fill then gpubw_verify passes, and a planted bad word is found at its offset."""
-    from gpubw.buffers import DeviceBuffer
-    from gpubw.system import SRC_SEED
+    from gpubw.buffers import SRC_SEED, DeviceBuffer
 
     with _system(backend) as system:
         system.load_kernels()
         n = 5 * MIB + 12
-        stream = backend.create_stream(0)
-        try:
-            with DeviceBuffer.allocate(system, 0, n) as buf:
-                buf.fill(SRC_SEED, n, stream=stream, exec_device=0)
+        with backend.stream(0) as stream, DeviceBuffer.allocate(system, 0, n) as buf:
+            buf.fill(SRC_SEED, n, stream=stream, exec_device=0)
+            buf.verify(SRC_SEED, n, stream=stream, exec_device=0)
+            junk = system.pool.host_scratch("test junk", 4096)
+            junk.write(b"\x13\x37\x13\x37")
+            backend.memcpy_async(buf.ptr + 4 * 777_777, junk.ptr, 4, stream)
+            with pytest.raises(VerificationError) as info:
                 buf.verify(SRC_SEED, n, stream=stream, exec_device=0)
-                junk = system.host_scratch(4096)
-                junk.write(b"\x13\x37\x13\x37")
-                backend.memcpy_async(buf.ptr + 4 * 777_777, junk.ptr, 4, stream)
-                with pytest.raises(VerificationError) as info:
-                    buf.verify(SRC_SEED, n, stream=stream, exec_device=0)
-                assert info.value.offset == 4 * 777_777
-        finally:
-            backend.destroy_stream(stream)
+            assert info.value.offset == 4 * 777_777
 
 
 @pytest.mark.gpu
@@ -513,9 +530,9 @@ def test_copies_verify_through_memcpy_operation(
     from gpubw.measurement import Copy, Kind, MemcpyOperation
 
     with _system(backend) as system:
-        op = MemcpyOperation(system, getattr(initiators, initiator))
+        op = MemcpyOperation(system, getattr(initiators, initiator), loops=system.options.loops)
         with (
-            HostBuffer.allocate(system, nbytes, 0) as h,
+            HostBuffer.allocate(system, 0, nbytes) as h,
             DeviceBuffer.allocate(system, 0, nbytes) as a,
             DeviceBuffer.allocate(system, 0, nbytes) as b,
         ):
@@ -551,6 +568,33 @@ def test_gate_never_released_times_out(backend: CudaBackend) -> None:
         backend.synchronize(stream, 60)
         backend.destroy_stream(stream)
         backend.free_host(gate)
+
+
+@pytest.mark.gpu
+def test_gate_object_holds_times_out_and_releases(backend: CudaBackend) -> None:
+    """gpubw's Gate on its pool page: close holds a stream, open releases it, a wait that is
+    never released times out on the device and timed_out() says so; close clears it."""
+    with _system(backend) as system:
+        system.load_kernels()
+        gate = system.gate
+        with backend.stream(0) as stream:
+            try:
+                gate.close()
+                gate.enqueue_wait(stream, 30.0)
+                with pytest.raises(GateTimeoutError, match="device 0"):
+                    backend.synchronize(stream, 0.2)
+                gate.open()
+                backend.synchronize(stream, 10)
+                assert not gate.timed_out()
+                gate.close()
+                gate.enqueue_wait(stream, 0.02)  # never released
+                backend.synchronize(stream, 10)
+                assert gate.timed_out()
+                gate.close()
+                assert not gate.timed_out()
+            finally:
+                gate.open()
+                backend.synchronize(stream, 60)
 
 
 @pytest.mark.gpu
@@ -604,7 +648,8 @@ def test_peer_access_and_peer_copy(backend: CudaBackend) -> None:
     ):
         system.enable_peer_access(0, 1)
         for copy in (Copy(a, b), Copy(b, a)):
-            assert MemcpyOperation(system, SM).measure([copy]).value(Kind.FIRST) > 1e9
+            op = MemcpyOperation(system, SM, loops=system.options.loops)
+            assert op.measure([copy]).value(Kind.FIRST) > 1e9
 
 
 @pytest.mark.gpu
@@ -617,11 +662,11 @@ def test_system_close_leaks_nothing(backend: CudaBackend) -> None:
     def one_run() -> None:
         with (
             _system(CudaBackend()) as system,
-            HostBuffer.allocate(system, 64 * MIB, 0) as h,
+            HostBuffer.allocate(system, 0, 64 * MIB) as h,
         ):
             big = DeviceBuffer.allocate(system, 0, 256 * MIB)
             left_open = DeviceBuffer.allocate(system, 0, 64 * MIB)  # never closed
-            MemcpyOperation(system, SM).measure([Copy(h, left_open)])
+            MemcpyOperation(system, SM, loops=2).measure([Copy(h, left_open)])
             big.close()  # back to the run's pool, freed by System.close
 
     # `backend` holds the primary context, so free memory is comparable across the runs.

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import pathlib
+
 import pytest
 
 from conftest import MIB, SimSystemFactory
 from gpubw.backend.sim import Faults, SimulatedBackend
-from gpubw.buffers import DeviceBuffer, HostBuffer
+from gpubw.buffers import DST_SEED, SRC_SEED, DeviceBuffer, HostBuffer, pattern_bytes
 from gpubw.errors import CudaError, VerificationError
-from gpubw.system import DST_SEED, SRC_SEED, pattern_bytes
 
 
 def _backend(system: object) -> SimulatedBackend:
@@ -28,10 +31,10 @@ def test_context_manager_returns_to_pool(sim_system: SimSystemFactory) -> None:
     assert again.ptr == first
     other = DeviceBuffer.allocate(system, 0, 4 * MIB)
     assert other.ptr != first
-    h1 = HostBuffer.allocate(system, MIB, 0)
+    h1 = HostBuffer.allocate(system, 0, MIB)
     h1.close()
-    assert HostBuffer.allocate(system, MIB, 0).ptr == h1.ptr
-    assert HostBuffer.allocate(system, MIB, None).ptr != h1.ptr  # near another device: new
+    assert HostBuffer.allocate(system, 0, MIB).ptr == h1.ptr
+    assert HostBuffer.allocate(system, None, MIB).ptr != h1.ptr  # near another device: new
 
 
 def test_pool_not_reused_across_shapes(sim_system: SimSystemFactory) -> None:
@@ -58,7 +61,7 @@ def test_pool_dropped_on_out_of_memory(sim_system: SimSystemFactory) -> None:
 def test_close_twice_is_harmless(sim_system: SimSystemFactory) -> None:
     """close() is idempotent."""
     system = sim_system("h200x1")
-    buf = HostBuffer.allocate(system, MIB, 0)
+    buf = HostBuffer.allocate(system, 0, MIB)
     buf.close()
     buf.close()
     assert system.live_buffers == 0
@@ -67,7 +70,7 @@ def test_close_twice_is_harmless(sim_system: SimSystemFactory) -> None:
 def test_host_buffer_read_write(sim_system: SimSystemFactory) -> None:
     """HostBuffer.write/read go through host memory."""
     system = sim_system("h200x1")
-    buf = HostBuffer.allocate(system, 4096, 0)
+    buf = HostBuffer.allocate(system, 0, 4096)
     buf.write(b"abc", offset=100)
     assert buf.read(5, offset=99) == b"\0abc\0"
 
@@ -79,7 +82,7 @@ def test_fill_then_verify(sim_system: SimSystemFactory, size: int) -> None:
     system.load_kernels()
     stream = system.backend.create_stream(0)
     try:
-        for buf in (DeviceBuffer.allocate(system, 0, size), HostBuffer.allocate(system, size, 0)):
+        for buf in (DeviceBuffer.allocate(system, 0, size), HostBuffer.allocate(system, 0, size)):
             buf.fill(SRC_SEED, size, stream=stream, exec_device=0)
             buf.verify(SRC_SEED, size, stream=stream, exec_device=0)
             with pytest.raises(VerificationError) as info:
@@ -94,7 +97,7 @@ def test_fill_writes_the_pattern(sim_system: SimSystemFactory) -> None:
     system = sim_system("h200x1")
     system.load_kernels()
     stream = system.backend.create_stream(0)
-    buf = HostBuffer.allocate(system, 5 * MIB, 0)
+    buf = HostBuffer.allocate(system, 0, 5 * MIB)
     buf.fill(DST_SEED, 5 * MIB, stream=stream, exec_device=0)
     system.backend.synchronize(stream, 1.0)
     pattern = pattern_bytes(DST_SEED)
@@ -108,7 +111,7 @@ def test_verify_reports_offset_of_corruption(sim_system: SimSystemFactory) -> No
     system = sim_system("h200x1")
     system.load_kernels()
     stream = system.backend.create_stream(0)
-    buf = HostBuffer.allocate(system, 4 * MIB, 0)
+    buf = HostBuffer.allocate(system, 0, 4 * MIB)
     buf.fill(SRC_SEED, 4 * MIB, stream=stream, exec_device=0)
     system.backend.synchronize(stream, 1.0)
     buf.write(b"\0\0\0\0", offset=12344)
@@ -125,7 +128,7 @@ def test_peer_access_enable(sim_system: SimSystemFactory) -> None:
     assert d0.enable_peer_access(d1)
     assert {(0, 1), (1, 0)} <= _backend(system).peer_access_enabled()
     assert not d0.enable_peer_access(d2)
-    assert d0.enable_peer_access(HostBuffer.allocate(system, MIB, 0))
+    assert d0.enable_peer_access(HostBuffer.allocate(system, 0, MIB))
 
 
 def test_refused_peer_is_not_usable(sim_system: SimSystemFactory) -> None:
@@ -157,5 +160,138 @@ def test_allocation_failure_raises_cuda_error(sim_system: SimSystemFactory) -> N
 def test_labels(sim_system: SimSystemFactory) -> None:
     """Buffer labels are nvbandwidth's: Host and Device <i>."""
     system = sim_system("h200x2")
-    assert HostBuffer.allocate(system, MIB, 1).label == "Host"
+    assert HostBuffer.allocate(system, 1, MIB).label == "Host"
     assert DeviceBuffer.allocate(system, 1, MIB).label == "Device 1"
+
+
+def _gpubw_imports(module: str) -> set[str]:
+    """The gpubw modules ``module``'s source imports anywhere (module level, in functions,
+    under TYPE_CHECKING), as dotted names; ``from a import b`` counts ``a.b`` when that is
+    a module itself. Parent packages other than the root ``gpubw`` count too (importing
+    ``gpubw.backend.base`` runs ``gpubw/backend/__init__.py``)."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None, module
+    tree = ast.parse(pathlib.Path(spec.origin).read_text(), spec.origin)
+    package = module if spec.submodule_search_locations else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            found.add(base)
+            for alias in node.names:
+                name = f"{base}.{alias.name}"
+                if importlib.util.find_spec(base) and _is_module(name):
+                    found.add(name)
+    result = {name for name in found if name == "gpubw" or name.startswith("gpubw.")}
+    for name in list(result):
+        parts = name.split(".")
+        result.update(".".join(parts[:i]) for i in range(2, len(parts)))
+    return result
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def test_import_walker_sees_function_level_imports() -> None:
+    """The walker below finds lazy imports: gpubw.system imports the kernel registry in a
+    function, and gpubw.runner reaches gpubw.system."""
+    assert "gpubw.kernels.modules" in _gpubw_imports("gpubw.system")
+    assert "gpubw.system" in _gpubw_imports("gpubw.runner")
+
+
+def test_buffers_does_not_import_system() -> None:
+    """gpubw.buffers, and every gpubw module it imports (directly or inside a function), never
+    imports gpubw.system nor the gpubw package facade (which imports it): no import circle."""
+    seen: set[str] = set()
+    todo = ["gpubw.buffers"]
+    chains = {"gpubw.buffers": "gpubw.buffers"}
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        for imported in _gpubw_imports(module):
+            chains.setdefault(imported, f"{chains[module]} -> {imported}")
+            assert imported not in ("gpubw", "gpubw.system"), chains[imported]
+            todo.append(imported)
+    assert {"gpubw.gate", "gpubw.backend.base", "gpubw.kernels"} <= seen
+
+
+def test_allocate_refuses_swapped_or_impossible_requests(sim_system: SimSystemFactory) -> None:
+    """Device first, then size, for both kinds: a call with the two swapped (the old HostBuffer
+    order), a size that is not positive or a device that does not exist is refused, naming
+    the value, before anything is allocated."""
+    system = sim_system("h200x2")
+    with pytest.raises(ValueError, match="got 0"):
+        HostBuffer.allocate(system, MIB, 0)
+    with pytest.raises(ValueError, match=r"no device 1048576: devices are 0\.\.1"):
+        HostBuffer.allocate(system, MIB, 4096)
+    with pytest.raises(ValueError, match="no device 2"):
+        DeviceBuffer.allocate(system, 2, MIB)
+    with pytest.raises(ValueError, match="device ordinal, got None"):
+        DeviceBuffer.allocate(system, None, MIB)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"got 1\.5"):
+        DeviceBuffer.allocate(system, 0, 1.5)  # type: ignore[arg-type]
+    assert _backend(system).live_allocations() == [] and system.live_buffers == 0
+
+
+def test_allocate_from_the_pool_itself(sim_system: SimSystemFactory) -> None:
+    """allocate() takes the pool or anything holding one; both draw from the same pool, and
+    ``with ... as b`` gives the buffer's own type."""
+    system = sim_system("h200x1")
+    with DeviceBuffer.allocate(system.pool, 0, MIB) as buf:
+        assert type(buf) is DeviceBuffer and buf.pool is system.pool
+        first = buf.ptr
+    with DeviceBuffer.allocate(system, 0, MIB) as again:
+        assert again.ptr == first
+    with HostBuffer.allocate(system.pool, None, 64) as host:
+        host.write(b"x")  # a HostBuffer method, no isinstance needed
+        assert host.read(1) == b"x"
+
+
+def test_double_close_does_not_hand_a_buffer_out_twice(sim_system: SimSystemFactory) -> None:
+    """Closing a buffer twice keeps one idle copy: two later allocations get two buffers."""
+    system = sim_system("h200x1")
+    buf = DeviceBuffer.allocate(system, 0, MIB)
+    buf.close()
+    buf.close()
+    a, b = DeviceBuffer.allocate(system, 0, MIB), DeviceBuffer.allocate(system, 0, MIB)
+    assert a.ptr != b.ptr
+
+
+def test_scratch_is_keyed_by_purpose_and_freed_at_close(sim_system: SimSystemFactory) -> None:
+    """Pool scratch: the same purpose, place and size give the same buffer; another purpose
+    gives another; none is a handed-out buffer, and close() frees them all."""
+    system = sim_system("h200x2")
+    pool = system.pool
+    staging = pool.host_scratch("staging", 4096)
+    assert pool.host_scratch("staging", 4096) is staging
+    assert pool.host_scratch("flags", 4096) is not staging
+    assert pool.host_scratch("staging", 8192) is not staging
+    dev = pool.device_scratch("sums", 1, 4096)
+    assert pool.device_scratch("sums", 1, 4096) is dev and dev.device == 1
+    assert pool.device_scratch("sums", 0, 4096) is not dev
+    assert system.live_buffers == 0
+    assert len(_backend(system).live_allocations()) == 5
+    system.close()
+    assert _backend(system).live_allocations() == []
+
+
+def test_buffers_after_pool_close_are_freed_on_close(sim_system: SimSystemFactory) -> None:
+    """A buffer closed after its pool was closed is freed at once, not kept."""
+    system = sim_system("h200x1")
+    buf = DeviceBuffer.allocate(system, 0, MIB)
+    system.pool.close()
+    assert _backend(system).live_allocations() == []
+    buf.close()  # already freed by the pool: harmless
+    assert _backend(system).live_allocations() == []

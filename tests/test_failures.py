@@ -672,7 +672,7 @@ class AllocatesThenRaises(gpubw.Testcase):
 
     def run(self, size: int, loops: int) -> list[Any]:
         DeviceBuffer.allocate(self.system, 0, size)
-        HostBuffer.allocate(self.system, size, 0)
+        HostBuffer.allocate(self.system, 0, size)
         raise RuntimeError("injected: failed after allocating")
 
 

@@ -14,6 +14,7 @@ from gpubw.initiators import (
     SM,
     SM_TRUNCATION_THRESHOLD,
     SPLIT_WARP,
+    Initiator,
     copy_launch_shape,
     sm_truncated_bytes,
 )
@@ -71,13 +72,16 @@ def test_enqueue_and_prepare_make_a_correct_copy(
     system = sim_system("h200x2")
     system.load_kernels()
     backend = system.backend
-    src, dst = HostBuffer.allocate(system, 4 * MIB, 0), DeviceBuffer.allocate(system, 0, 4 * MIB)
+    src, dst = HostBuffer.allocate(system, 0, 4 * MIB), DeviceBuffer.allocate(system, 0, 4 * MIB)
     checked = initiator.checked_bytes(4 * MIB, H200)  # type: ignore[attr-defined]
     stream = backend.create_stream(0)
     try:
-        initiator.prepare(system, src, dst, checked, stream, 0)  # type: ignore[attr-defined]
-        initiator.enqueue(system, src, dst, 4 * MIB, 2, stream, H200)  # type: ignore[attr-defined]
-        checks = initiator.enqueue_checks(src, dst, checked, stream, 0, 0)  # type: ignore[attr-defined]
+        init: Initiator = initiator  # type: ignore[assignment]
+        init.prepare(system, src, dst, checked=checked, stream=stream, exec_device=H200)
+        init.enqueue(system, src, dst, nbytes=4 * MIB, loops=2, stream=stream, exec_device=H200)
+        checks = init.enqueue_checks(
+            src, dst, checked=checked, stream=stream, exec_device=H200, first_slot=0
+        )
         backend.synchronize(stream, 1.0)
         for slot, buf in checks:
             buf.check_verified(slot)
@@ -91,11 +95,24 @@ def test_prepare_fills_destination_with_other_pattern(sim_system: SimSystemFacto
     system = sim_system("h200x1")
     system.load_kernels()
     backend = system.backend
-    src, dst = HostBuffer.allocate(system, MIB, 0), DeviceBuffer.allocate(system, 0, MIB)
+    src, dst = HostBuffer.allocate(system, 0, MIB), DeviceBuffer.allocate(system, 0, MIB)
     stream = backend.create_stream(0)
-    CE.prepare(system, src, dst, MIB, stream, 0)
+    CE.prepare(system, src, dst, checked=MIB, stream=stream, exec_device=system.devices[0])
     backend.synchronize(stream, 1.0)
     src.verify(SRC_SEED, MIB, stream=stream, exec_device=0)
     with pytest.raises(Exception, match="verification failed on Device 0"):
         dst.verify(SRC_SEED, MIB, stream=stream, exec_device=0)
     backend.destroy_stream(stream)
+
+
+def test_enqueue_arguments_are_keyword_only(sim_system: SimSystemFactory) -> None:
+    """enqueue, prepare and enqueue_checks refuse positional sizes, loops and devices (so no
+    call can swap them silently)."""
+    system = sim_system("h200x1")
+    src, dst = HostBuffer.allocate(system, 0, MIB), DeviceBuffer.allocate(system, 0, MIB)
+    with pytest.raises(TypeError):
+        CE.enqueue(system, src, dst, MIB, 2, None, H200)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        CE.prepare(system, src, dst, MIB, None, H200)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        CE.enqueue_checks(src, dst, MIB, None, H200, 0)  # type: ignore[misc]

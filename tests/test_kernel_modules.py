@@ -199,7 +199,7 @@ def test_simulated_backend_runs_a_plugin_kernel_through_its_simulation(clean: No
     with gpubw.System(backend) as system:
         system.load_kernels()
         n = 1024
-        host = gpubw.HostBuffer.allocate(system, 4 * n)
+        host = gpubw.HostBuffer.allocate(system, None, 4 * n)
         dev = gpubw.DeviceBuffer.allocate(system, 0, 4 * n)
         host.write(struct.pack(f"<{n}f", *range(n)))
         stream = backend.create_stream(0)

@@ -17,6 +17,9 @@ from gpubw.measurement import Copy, MemcpyOperation
 from gpubw.options import RunOptions
 from gpubw.system import SRC_SEED, System, pattern_bytes
 
+#: The loop count every measurement here is given (callers always pass it).
+LOOPS = 16
+
 
 def _backend(system: System) -> SimulatedBackend:
     assert isinstance(system.backend, SimulatedBackend)
@@ -52,8 +55,10 @@ def test_close_frees_everything(sim_system: SimSystemFactory) -> None:
     """close() frees live, pooled, pattern, gate and scratch memory; twice is fine."""
     system = sim_system("h200x2", samples=1)
     a = DeviceBuffer.allocate(system, 0, 4 * MIB)  # leaked on purpose
-    HostBuffer.allocate(system, MIB, 1).close()  # pooled
-    MemcpyOperation(system, CE).measure([Copy(HostBuffer.allocate(system, 4 * MIB, 0), a)])
+    HostBuffer.allocate(system, 1, MIB).close()  # pooled
+    MemcpyOperation(system, CE, loops=LOOPS).measure(
+        [Copy(HostBuffer.allocate(system, 0, 4 * MIB), a)]
+    )
     assert _backend(system).live_allocations()
     system.close()
     system.close()
@@ -64,10 +69,10 @@ def test_close_after_exception_mid_measure(sim_system: SimSystemFactory) -> None
     """A measurement that fails (corrupted copy) still leaves nothing after close()."""
     system = sim_system("h200x2", samples=2, faults=Faults(corrupt_copy=True))
     with pytest.raises(VerificationError):
-        MemcpyOperation(system, CE).measure(
+        MemcpyOperation(system, CE, loops=LOOPS).measure(
             [
                 Copy(
-                    HostBuffer.allocate(system, 4 * MIB, 0),
+                    HostBuffer.allocate(system, 0, 4 * MIB),
                     DeviceBuffer.allocate(system, 1, 4 * MIB),
                 )
             ]
@@ -127,7 +132,7 @@ def test_affinity_set_and_restored() -> None:
         with pytest.raises(KeyError), system.near(0):
             raise KeyError("x")
         assert os.sched_getaffinity(0) == before
-        HostBuffer.allocate(system, MIB, 0)  # allocation goes through near()
+        HostBuffer.allocate(system, 0, MIB)  # allocation goes through near()
         assert os.sched_getaffinity(0) == before
 
 

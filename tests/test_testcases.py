@@ -21,6 +21,7 @@ from gpubw import BANDWIDTH, LATENCY, Matrix, MemcpyOperation, RunOptions, Syste
 from gpubw import Testcase as AnyTestcase  # (a Test* name would be collected by pytest)
 from gpubw.backend.presets import load_system
 from gpubw.backend.sim import SimSystem
+from gpubw.buffers import BufferPool
 from gpubw.initiators import sm_truncated_bytes
 from gpubw.latency import NODE_BYTES, RING_BYTES, STRIDE_NODES, ring_bytes
 from gpubw.testcases import latency as latency_module
@@ -489,13 +490,13 @@ def test_interference_buffers_are_allocated_at_twice_the_size(
 ) -> None:
     """#2: per cell, H(g) and D(g) of S for the measured copy and of 2S for the interference."""
     sizes: list[tuple[bool, int | None, int]] = []
-    allocate = System.allocate
+    allocate = BufferPool.allocate_memory
 
-    def spy(self: System, host: bool, device: int | None, nbytes: int) -> int:
+    def spy(self: BufferPool, host: bool, device: int | None, nbytes: int) -> int:
         sizes.append((host, device, nbytes))
         return allocate(self, host, device, nbytes)
 
-    monkeypatch.setattr(System, "allocate", spy)
+    monkeypatch.setattr(BufferPool, "allocate_memory", spy)
     run("h200x1", "host_to_device_bidirectional_memcpy_ce")
     big = [(h, d) for h, d, b in sizes if b == 2 * SIZE]
     assert sorted(big, key=str) == [(False, 0), (True, 0)]

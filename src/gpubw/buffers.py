@@ -1,49 +1,315 @@
-"""HostBuffer and DeviceBuffer: owned memory, freed on close, with fill and verify helpers.
+"""Buffers and the pool that owns their memory for a run.
 
-Buffers follow cuda.core's manners: allocation happens in classmethods, work takes an explicit
-``stream=``, and every buffer is a context manager whose exit frees (or returns to the run's
-pool) what it took, also on error and Ctrl-C.
+:class:`HostBuffer` and :class:`DeviceBuffer` follow cuda.core's manners: allocation happens in
+classmethods, work takes an explicit ``stream=``, and every buffer is a context manager whose
+exit gives what it took back to its :class:`BufferPool`, also on error and Ctrl-C.
+
+The :class:`BufferPool` is run-scoped: it keeps closed buffers for reuse (a testcase allocates
+the same sizes cell after cell), knows which buffers are handed out (so the runner can free
+what a failed testcase left), owns the run's scratch memory (verification patterns, result
+words, staging, the spin gate's page) and frees all of it in :meth:`BufferPool.close`.
+Buffers depend on the backend and their pool only; :class:`gpubw.system.System` holds a pool.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import contextlib
+import functools
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
-from gpubw.backend.base import KernelArg, ptr, u32, u64
-from gpubw.errors import VerificationError
-from gpubw.kernels import ELEMENT_BYTES
-from gpubw.system import System
+from gpubw.backend.base import Backend, DeviceInfo, KernelArg, ptr, u32, u64
+from gpubw.errors import CudaError, VerificationError
+from gpubw.gate import Gate
+from gpubw.kernels import ELEMENT_BYTES, PATTERN_WORDS
+from gpubw.options import RunOptions
+
+#: Seeds of the verification patterns (nvbandwidth's): destination, then source/expected.
+DST_SEED = 0xCAFEBABE
+SRC_SEED = 0xBAADF00D
 
 _BLOCK = 1024
-#: Offset of the verification result slots (u64 each) in the System's gate page.
-_RESULTS = 64
 _NONE = b"\xff" * 8
 #: How many verifications can be queued before one synchronize.
 MAX_VERIFY_SLOTS = 256
+#: Bytes of each device's verification result words (u64 slots).
+_VERIFY_BYTES = 4096
+
+_B = TypeVar("_B", bound="Buffer")
+
+
+@functools.lru_cache(maxsize=4)
+def pattern_bytes(seed: int) -> bytes:
+    """PATTERN_WORDS 32-bit words of xorshift32 from ``seed`` (first word = one step)."""
+    import numpy as np
+
+    out = np.empty(PATTERN_WORDS, dtype=np.uint32)
+    x = seed & 0xFFFFFFFF
+    m = 0xFFFFFFFF
+    for k in range(PATTERN_WORDS):
+        x ^= (x << 13) & m
+        x ^= x >> 17
+        x ^= (x << 5) & m
+        out[k] = x
+    return out.tobytes()
 
 
 def _grid_for(n: int, block: int = _BLOCK, cap: int = 65_535 * 16) -> int:
     return max(1, min(cap, -(-n // block)))
 
 
+class PeerAccess:
+    """Peer access between devices: one-way probes (cached) and enabling (both ways, once)."""
+
+    def __init__(self, backend: Backend, device_count: int) -> None:
+        self._backend = backend
+        self._device_count = device_count
+        self._probed: dict[tuple[int, int], bool] = {}
+        self._enabled: set[tuple[int, int]] = set()
+
+    def can_access(self, device: int, peer: int) -> bool:
+        """One-directional probe, cached (``device`` can read/write ``peer``'s memory)."""
+        if device == peer:
+            return False
+        key = (device, peer)
+        if key not in self._probed:
+            self._probed[key] = self._backend.can_access_peer(device, peer)
+        return self._probed[key]
+
+    def pairs(self) -> list[tuple[int, int]]:
+        """Every ordered pair (a, b), a != b, where a can access b."""
+        n = self._device_count
+        return [(a, b) for a in range(n) for b in range(n) if self.can_access(a, b)]
+
+    def enable(self, a: int, b: int) -> None:
+        """Enable access both ways between devices a and b (nvbandwidth probes one way and
+        enables both). Idempotent."""
+        for x, y in ((a, b), (b, a)):
+            if (x, y) not in self._enabled:
+                self._backend.enable_peer_access(x, y)
+                self._enabled.add((x, y))
+
+
+class BufferPool:
+    """Run-scoped owner of buffer memory. Use :meth:`close` (the System does) to free it all."""
+
+    def __init__(
+        self, backend: Backend, devices: Sequence[DeviceInfo], options: RunOptions
+    ) -> None:
+        self.backend = backend
+        self.devices = devices
+        self.options = options
+        self.peers = PeerAccess(backend, len(devices))
+        #: the spin gate; its page is pool scratch, allocated on first use
+        self.gate = Gate(backend, lambda: self.host_scratch("gate", Gate.PAGE_BYTES).ptr)
+        self._idle: dict[tuple[bool, int | None, int], list[Buffer]] = {}
+        self._live: set[Buffer] = set()
+        self._scratch: dict[tuple[str, bool, int | None, int], Buffer] = {}
+        self.closed = False
+
+    # -- placement ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def near(self, device: int | None) -> Iterator[None]:
+        """Run the body with the CPU affinity set to ``device``'s local CPUs (if known and not
+        disabled with ``-d``), then restore the previous affinity. Pinned pages are first
+        touched by this thread, so they land on the device's NUMA node."""
+        cpus: tuple[int, ...] = ()
+        if device is not None and self.options.affinity and hasattr(os, "sched_setaffinity"):
+            cpus = self.devices[device].local_cpus
+        if not cpus:
+            yield
+            return
+        before = os.sched_getaffinity(0)
+        allowed = set(cpus) & set(range(os.cpu_count() or 1))
+        try:
+            if allowed:
+                os.sched_setaffinity(0, allowed)
+            yield
+        finally:
+            os.sched_setaffinity(0, before)
+
+    def allocate_memory(self, host: bool, device: int | None, nbytes: int) -> int:
+        """Allocate raw memory, retrying once after freeing the idle buffers on out-of-memory."""
+        for attempt in (0, 1):
+            try:
+                if host:
+                    with self.near(device):
+                        return self.backend.alloc_host(nbytes, device)
+                assert device is not None
+                return self.backend.alloc_device(device, nbytes)
+            except CudaError as exc:
+                if attempt == 0 and exc.out_of_memory and self._idle:
+                    self.release_idle()
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def check_request(self, host: bool, device: int | None, nbytes: int) -> None:
+        """Refuse a buffer request that cannot be meant: a size that is not a positive int, a
+        device that does not exist (None is allowed for host memory only)."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+            raise ValueError(f"buffer size must be a positive number of bytes, got {nbytes!r}")
+        if device is None and host:
+            return
+        if isinstance(device, bool) or not isinstance(device, int):
+            raise ValueError(f"device must be a device ordinal, got {device!r}")
+        if not 0 <= device < len(self.devices):
+            raise ValueError(
+                f"no device {device}: devices are 0..{len(self.devices) - 1}"
+                if self.devices
+                else f"no device {device}: there are no devices"
+            )
+
+    # -- handed-out and idle buffers -------------------------------------------------------
+    def take(self, kind: type[_B], device: int | None, nbytes: int) -> _B:
+        """A handed-out buffer of ``kind``: an idle one of the same place and size, or new."""
+        self.check_request(kind.is_host, device, nbytes)
+        idle = self._idle.get((kind.is_host, device, nbytes))
+        if idle:
+            buf = idle.pop()
+            assert isinstance(buf, kind)
+        else:
+            buf = kind(self, self.allocate_memory(kind.is_host, device, nbytes), nbytes, device)
+        self._live.add(buf)
+        return buf
+
+    def give_back(self, buf: Buffer) -> None:
+        """Keep a handed-out buffer for reuse (after the run: free it)."""
+        if self.closed:
+            buf.free()
+        elif buf in self._live:
+            self._live.discard(buf)
+            self._idle.setdefault((buf.is_host, buf.device, buf.nbytes), []).append(buf)
+
+    def forget(self, buf: Buffer) -> None:
+        """``buf`` has been freed: it is no longer handed out."""
+        self._live.discard(buf)
+
+    def release_idle(self) -> None:
+        """Really free every idle buffer (on out-of-memory, and after a testcase that failed,
+        so that device and pinned memory are back where they were before it)."""
+        idle = [buf for lst in self._idle.values() for buf in lst]
+        self._idle.clear()
+        _free_all(idle)
+
+    def release_leaked(self) -> int:
+        """Really free every buffer still handed out (the runner calls this after each
+        testcase, so one that failed or leaked does not hold memory for the rest of the
+        run); returns how many there were."""
+        leaked = list(self._live)
+        self._live.clear()
+        _free_all(leaked)
+        return len(leaked)
+
+    @property
+    def live_buffers(self) -> int:
+        """Buffers handed out and not closed (idle buffers not counted)."""
+        return len(self._live)
+
+    # -- scratch owned by the pool ---------------------------------------------------------
+    def host_scratch(self, purpose: str, nbytes: int) -> HostBuffer:
+        """Pinned host memory of ``nbytes`` for ``purpose`` (staging, flags), made on first
+        use and freed by :meth:`close`; the same purpose and size give the same buffer."""
+        buf = self._scratch_buffer(HostBuffer, purpose, None, nbytes)
+        assert isinstance(buf, HostBuffer)
+        return buf
+
+    def device_scratch(self, purpose: str, device: int, nbytes: int) -> DeviceBuffer:
+        """Device memory of ``nbytes`` on ``device`` for ``purpose``, as :meth:`host_scratch`."""
+        buf = self._scratch_buffer(DeviceBuffer, purpose, device, nbytes)
+        assert isinstance(buf, DeviceBuffer)
+        return buf
+
+    def _scratch_buffer(
+        self, kind: type[Buffer], purpose: str, device: int | None, nbytes: int
+    ) -> Buffer:
+        key = (purpose, kind.is_host, device, nbytes)
+        if key not in self._scratch:
+            self.check_request(kind.is_host, device, nbytes)
+            pointer = self.allocate_memory(kind.is_host, device, nbytes)
+            self._scratch[key] = kind(self, pointer, nbytes, device)
+        return self._scratch[key]
+
+    def verify_slots(self, device: int) -> int:
+        """Device pointer to ``device``'s verification result words (u64 slots)."""
+        return self.device_scratch("verify", device, _VERIFY_BYTES).ptr
+
+    def pattern(self, device: int, seed: int) -> int:
+        """Device pointer to the 2 MiB verification pattern of ``seed`` on ``device``."""
+        purpose = f"pattern {seed:#010x}"
+        key = (purpose, DeviceBuffer.is_host, device, PATTERN_WORDS * 4)
+        if key not in self._scratch:
+            nbytes = PATTERN_WORDS * 4
+            self.check_request(False, device, nbytes)
+            buf = DeviceBuffer(self, self.allocate_memory(False, device, nbytes), nbytes, device)
+            try:
+                staging = self.host_scratch("staging", PATTERN_WORDS * 4)
+                self.backend.host_write(staging.ptr, pattern_bytes(seed))
+                with self.backend.stream(device) as stream:
+                    self.backend.memcpy_async(buf.ptr, staging.ptr, buf.nbytes, stream)
+                    self.backend.synchronize(stream, self.options.sync_timeout_s)
+            except BaseException:
+                with contextlib.suppress(Exception):  # the first error is the one to report
+                    buf.free()
+                raise
+            self._scratch[key] = buf
+        return self._scratch[key].ptr
+
+    # -- teardown -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free everything: handed-out, idle and scratch buffers (each tried; the first
+        failure is raised after all were tried). Safe to call twice."""
+        if self.closed:
+            return
+        self.closed = True
+        buffers = [*self._scratch.values(), *self._live]
+        buffers.extend(buf for lst in self._idle.values() for buf in lst)
+        self._scratch.clear()
+        self._live.clear()
+        self._idle.clear()
+        _free_all(buffers)
+
+
+def _free_all(buffers: Sequence[Buffer]) -> None:
+    """Free every buffer, also when some fail; then raise the first failure."""
+    errors: list[BaseException] = []
+    for buf in buffers:
+        try:
+            buf.free()
+        except BaseException as exc:  # keep freeing the rest
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+class HasPool(Protocol):
+    """Anything that carries a run's pool (a :class:`gpubw.system.System` does)."""
+
+    @property
+    def pool(self) -> BufferPool: ...
+
+
+def _pool_of(owner: BufferPool | HasPool) -> BufferPool:
+    return owner if isinstance(owner, BufferPool) else owner.pool
+
+
 class Buffer:
     """Memory of ``nbytes`` at ``ptr``: on ``device`` (DeviceBuffer) or pinned host memory
-    allocated near ``device`` (HostBuffer; ``device`` may be None)."""
+    allocated near ``device`` (HostBuffer; ``device`` may be None). Made by the pool only."""
 
     is_host: bool = False
 
-    def __init__(
-        self, system: System, ptr: int, nbytes: int, device: int | None, pooled: bool
-    ) -> None:
-        self.system = system
+    def __init__(self, pool: BufferPool, ptr: int, nbytes: int, device: int | None) -> None:
+        self.pool = pool
         self.ptr = ptr
         self.nbytes = nbytes
         self.device = device
-        self._pooled = pooled
         self._freed = False
-        if pooled:
-            system._register(self)
+
+    @property
+    def backend(self) -> Backend:
+        return self.pool.backend
 
     # -- identity used by the measurement engine ------------------------------------------
     @property
@@ -58,26 +324,22 @@ class Buffer:
 
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
-        """Give the memory back (to the run's pool, which frees it at the end of the run)."""
-        if self._freed:
-            return
-        if self._pooled and not self.system.closed:
-            self.system._unregister(self)
-            self.system._release_to_pool(self)
-        else:
-            self._really_free()
+        """Give the memory back to the pool (which frees it at the end of the run)."""
+        if not self._freed:
+            self.pool.give_back(self)
 
-    def _really_free(self) -> None:
+    def free(self) -> None:
+        """Really free the memory now (the pool does this; a buffer is closed, not freed)."""
         if self._freed:
             return
         self._freed = True
-        self.system._unregister(self)
+        self.pool.forget(self)
         if self.is_host:
-            self.system.backend.free_host(self.ptr)
+            self.backend.free_host(self.ptr)
         else:
-            self.system.backend.free_device(self.ptr)
+            self.backend.free_device(self.ptr)
 
-    def __enter__(self) -> Buffer:
+    def __enter__(self: _B) -> _B:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -93,8 +355,8 @@ class Buffer:
         words = nbytes // 4
         if words == 0:
             return
-        pattern = self.system.pattern(exec_device, seed)
-        self.system.backend.launch(
+        pattern = self.pool.pattern(exec_device, seed)
+        self.backend.launch(
             "gpubw_fill",
             _grid_for(words),
             _BLOCK,
@@ -106,7 +368,7 @@ class Buffer:
         """Zero the 16-byte elements of odd (parity 1) or even (0) 32-element groups."""
         elements = nbytes // ELEMENT_BYTES
         if elements:
-            self.system.backend.launch(
+            self.backend.launch(
                 "gpubw_clear_warp_parity",
                 _grid_for(elements),
                 _BLOCK,
@@ -122,7 +384,7 @@ class Buffer:
         ``slot`` selects one of the gate page's result words so several verifies can be
         queued before one synchronize (see :meth:`check_verified`)."""
         self.enqueue_verify(seed, nbytes, stream=stream, exec_device=exec_device, slot=slot)
-        self.system.backend.synchronize(stream, self.system.options.sync_timeout_s)
+        self.backend.synchronize(stream, self.pool.options.sync_timeout_s)
         self.check_verified(slot)
 
     def enqueue_verify(
@@ -131,9 +393,9 @@ class Buffer:
         """Queue the compare on ``stream``; its result lands in the gate page's ``slot``."""
         words = nbytes // 4
         if not words:
-            self.system.backend.host_write(self.system.gate.ptr + _RESULTS + 8 * slot, _NONE)
+            self.backend.host_write(self.pool.gate.slot(slot), _NONE)
             return
-        pattern = self.system.pattern(exec_device, seed)
+        pattern = self.pool.pattern(exec_device, seed)
         self.enqueue_check(
             "gpubw_verify",
             _grid_for(words),
@@ -163,17 +425,16 @@ class Buffer:
         ``atomicMin``). The word lands in the gate page's ``slot``; after synchronizing
         ``stream``, :meth:`check_verified` raises :class:`VerificationError` naming this
         buffer if the kernel found a bad word."""
-        system = self.system
-        backend = system.backend
-        host_slot = system.gate.ptr + _RESULTS + 8 * slot
-        dev_slot = system.verify_scratch(exec_device) + 8 * slot
+        backend = self.backend
+        host_slot = self.pool.gate.slot(slot)
+        dev_slot = self.pool.verify_slots(exec_device) + 8 * slot
         backend.host_write(host_slot, _NONE)
         backend.memcpy_async(dev_slot, host_slot, 8, stream)
         backend.launch(kernel, grid, block, (*args, ptr(dev_slot)), stream)
         backend.memcpy_async(host_slot, dev_slot, 8, stream)
 
     def check_verified(self, slot: int = 0) -> None:
-        raw = self.system.backend.host_read(self.system.gate.ptr + _RESULTS + 8 * slot, 8)
+        raw = self.backend.host_read(self.pool.gate.slot(slot), 8)
         first_bad = int.from_bytes(raw, "little")
         if first_bad != (1 << 64) - 1:
             raise VerificationError(self.label, first_bad * 4)
@@ -185,46 +446,28 @@ class HostBuffer(Buffer):
     is_host = True
 
     @classmethod
-    def allocate(cls, system: System, nbytes: int, near_device: int | None = None) -> HostBuffer:
-        """Pinned memory of ``nbytes``, reused from the run's pool where one is idle."""
-        reused = system._take_free(True, near_device, nbytes)
-        if reused is not None:
-            system._register(reused)
-            assert isinstance(reused, HostBuffer)
-            return reused
-        pointer = system.allocate(True, near_device, nbytes)
-        return cls(system, pointer, nbytes, near_device, pooled=True)
-
-    @classmethod
-    def _allocate_unpooled(cls, system: System, nbytes: int, near_device: int | None) -> HostBuffer:
-        pointer = system.allocate(True, near_device, nbytes)
-        return cls(system, pointer, nbytes, near_device, pooled=False)
+    def allocate(
+        cls, owner: BufferPool | HasPool, near_device: int | None, nbytes: int
+    ) -> HostBuffer:
+        """Pinned memory of ``nbytes`` near ``near_device``'s CPUs (None: anywhere), reused
+        from the pool where one is idle. ``owner`` is the pool or what holds it (a System)."""
+        return _pool_of(owner).take(cls, near_device, nbytes)
 
     def write(self, data: bytes, offset: int = 0) -> None:
-        self.system.backend.host_write(self.ptr + offset, data)
+        self.backend.host_write(self.ptr + offset, data)
 
     def read(self, nbytes: int, offset: int = 0) -> bytes:
-        return self.system.backend.host_read(self.ptr + offset, nbytes)
+        return self.backend.host_read(self.ptr + offset, nbytes)
 
 
 class DeviceBuffer(Buffer):
     """Device memory on one device, in that device's primary context."""
 
     @classmethod
-    def allocate(cls, system: System, device: int, nbytes: int) -> DeviceBuffer:
-        """Device memory of ``nbytes``, reused from the run's pool where one is idle."""
-        reused = system._take_free(False, device, nbytes)
-        if reused is not None:
-            system._register(reused)
-            assert isinstance(reused, DeviceBuffer)
-            return reused
-        pointer = system.allocate(False, device, nbytes)
-        return cls(system, pointer, nbytes, device, pooled=True)
-
-    @classmethod
-    def _allocate_unpooled(cls, system: System, device: int, nbytes: int) -> DeviceBuffer:
-        pointer = system.allocate(False, device, nbytes)
-        return cls(system, pointer, nbytes, device, pooled=False)
+    def allocate(cls, owner: BufferPool | HasPool, device: int, nbytes: int) -> DeviceBuffer:
+        """Device memory of ``nbytes`` on ``device``, reused from the pool where one is idle.
+        ``owner`` is the pool or what holds it (a System)."""
+        return _pool_of(owner).take(cls, device, nbytes)
 
     def enable_peer_access(self, other: Buffer) -> bool:
         """Enable access both ways between this buffer's device and ``other``'s, if this
@@ -233,7 +476,8 @@ class DeviceBuffer(Buffer):
         if other.is_host or other.device == self.device:
             return True
         assert self.device is not None and other.device is not None
-        if not self.system.can_access_peer(self.device, other.device):
+        peers = self.pool.peers
+        if not peers.can_access(self.device, other.device):
             return False
-        self.system.enable_peer_access(self.device, other.device)
+        peers.enable(self.device, other.device)
         return True

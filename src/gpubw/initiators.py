@@ -11,11 +11,11 @@ import abc
 from typing import Any
 
 from gpubw.backend.base import DeviceInfo, ptr, u32, u64
-from gpubw.buffers import Buffer
+from gpubw.buffers import DST_SEED, SRC_SEED, Buffer
 from gpubw.kernels import ELEMENT_BYTES
-from gpubw.system import DST_SEED, SRC_SEED, System
+from gpubw.options import MIB
+from gpubw.system import System
 
-MIB = 1 << 20
 #: nvbandwidth's SM truncation applies to kernel copies of this size or more.
 SM_TRUNCATION_THRESHOLD = 64 * MIB
 #: nvbandwidth's striding kernel: 512 threads per block, one block per SM.
@@ -52,6 +52,7 @@ class Initiator(abc.ABC):
         system: System,
         src: Buffer,
         dst: Buffer,
+        *,
         nbytes: int,
         loops: int,
         stream: Any,
@@ -60,18 +61,32 @@ class Initiator(abc.ABC):
         """Queue ``loops`` copies of the pair on ``stream``."""
 
     def prepare(
-        self, system: System, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int
+        self,
+        system: System,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        checked: int,
+        stream: Any,
+        exec_device: DeviceInfo,
     ) -> None:
         """Fill the destination with one pattern and the source with the expected one."""
-        dst.fill(DST_SEED, checked, stream=stream, exec_device=exec_device)
-        src.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device)
+        dst.fill(DST_SEED, checked, stream=stream, exec_device=exec_device.ordinal)
+        src.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal)
 
     def enqueue_checks(
-        self, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int, first_slot: int
+        self,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        checked: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+        first_slot: int,
     ) -> list[tuple[int, Buffer]]:
         """Queue the compares; return (slot, buffer) for each, to be checked after a sync."""
         dst.enqueue_verify(
-            SRC_SEED, checked, stream=stream, exec_device=exec_device, slot=first_slot
+            SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal, slot=first_slot
         )
         return [(first_slot, dst)]
 
@@ -89,6 +104,7 @@ class CopyEngine(Initiator):
         system: System,
         src: Buffer,
         dst: Buffer,
+        *,
         nbytes: int,
         loops: int,
         stream: Any,
@@ -148,6 +164,7 @@ class KernelCopy(Initiator):
         system: System,
         src: Buffer,
         dst: Buffer,
+        *,
         nbytes: int,
         loops: int,
         stream: Any,
@@ -189,21 +206,35 @@ class SplitWarpCopy(KernelCopy):
         return (nbytes // ELEMENT_BYTES) * ELEMENT_BYTES
 
     def prepare(
-        self, system: System, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int
+        self,
+        system: System,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        checked: int,
+        stream: Any,
+        exec_device: DeviceInfo,
     ) -> None:
-        dst.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device)
-        src.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device)
+        dst.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal)
+        src.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal)
         dst.clear_warp_parity(checked, 1, stream=stream)
         src.clear_warp_parity(checked, 0, stream=stream)
 
     def enqueue_checks(
-        self, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int, first_slot: int
+        self,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        checked: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+        first_slot: int,
     ) -> list[tuple[int, Buffer]]:
         dst.enqueue_verify(
-            SRC_SEED, checked, stream=stream, exec_device=exec_device, slot=first_slot
+            SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal, slot=first_slot
         )
         src.enqueue_verify(
-            SRC_SEED, checked, stream=stream, exec_device=exec_device, slot=first_slot + 1
+            SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal, slot=first_slot + 1
         )
         return [(first_slot, dst), (first_slot + 1, src)]
 

@@ -12,8 +12,6 @@ samples (``-i``, ``-m`` and the loop count do not apply).
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from gpubw.backend.base import ptr, u32, u64
@@ -50,15 +48,11 @@ def write_device_ring(system: System, buf: DeviceBuffer) -> None:
     and copy it with one memcpy (nvbandwidth makes one tiny copy per node; same contents)."""
     assert buf.device is not None
     backend = system.backend
-    with HostBuffer.allocate(system, buf.nbytes, near_device=buf.device) as staging:
-        assert isinstance(staging, HostBuffer)
+    with HostBuffer.allocate(system, buf.device, buf.nbytes) as staging:
         staging.write(ring_bytes(buf.ptr, buf.nbytes))
-        stream = backend.create_stream(buf.device)
-        try:
+        with backend.stream(buf.device) as stream:
             backend.memcpy_async(buf.ptr, staging.ptr, buf.nbytes, stream)
             backend.synchronize(stream, system.options.sync_timeout_s)
-        finally:
-            backend.destroy_stream(stream)
 
 
 @attrs.frozen
@@ -81,30 +75,26 @@ def pointer_chase(system: System, exec_device: int, ring: Buffer) -> LatencyMeas
     steps = ACCESSES // sms
     system.load_kernels()
     elapsed: list[float] = []
-    with DeviceBuffer.allocate(system, exec_device, NODE_BYTES) as sink:
-        stream = backend.create_stream(exec_device)
-        events: list[Any] = []
-        try:
-            start = backend.create_event(exec_device)
-            events.append(start)
-            end = backend.create_event(exec_device)
-            events.append(end)
-            for target in range(sms):
-                backend.record_event(start, stream)
-                backend.launch(
-                    "gpubw_pointer_chase",
-                    sms,
-                    1,
-                    (ptr(ring.ptr), u64(steps), u32(target), ptr(sink.ptr)),
-                    stream,
-                )
-                backend.record_event(end, stream)
-                backend.synchronize(stream, system.options.sync_timeout_s)
-                elapsed.append(backend.elapsed_seconds(start, end))
-        finally:
-            for ev in events:
-                backend.destroy_event(ev)
-            backend.destroy_stream(stream)
+    # Every handle is destroyed also when a launch, a sync or another destroy fails; the
+    # first error is the one that propagates.
+    with (
+        DeviceBuffer.allocate(system, exec_device, NODE_BYTES) as sink,
+        backend.stream(exec_device) as stream,
+        backend.event(exec_device) as start,
+        backend.event(exec_device) as end,
+    ):
+        for target in range(sms):
+            backend.record_event(start, stream)
+            backend.launch(
+                "gpubw_pointer_chase",
+                sms,
+                1,
+                (ptr(ring.ptr), u64(steps), u32(target), ptr(sink.ptr)),
+                stream,
+            )
+            backend.record_event(end, stream)
+            backend.synchronize(stream, system.options.sync_timeout_s)
+            elapsed.append(backend.elapsed_seconds(start, end))
     return LatencyMeasurement(
         seconds=sum(elapsed) / ACCESSES,
         launch_samples=tuple(e * sms / ACCESSES for e in elapsed),

@@ -14,15 +14,15 @@ import contextlib
 import enum
 import math
 import statistics
-import struct
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
-from gpubw.backend.base import DeviceInfo, ptr, u64
+from gpubw.backend.base import DeviceInfo
 from gpubw.buffers import MAX_VERIFY_SLOTS, Buffer
 from gpubw.errors import GateTimeoutError, GpubwError, UsageError, VerificationError
+from gpubw.gate import Gate
 from gpubw.initiators import Initiator
 from gpubw.options import WARMUP_ITERATIONS
 from gpubw.system import System
@@ -106,10 +106,6 @@ class CellMeasurement:
         return tuple(sum(col) for col in zip(*self.pair_samples))
 
 
-_FLAG_CLOSED = struct.pack("<ii", 0, 0)
-_FLAG_OPEN = struct.pack("<i", 1)
-
-
 class MemcpyOperation:
     """One way of measuring: initiator, context preference, bandwidth kind, loop count."""
 
@@ -120,13 +116,15 @@ class MemcpyOperation:
         *,
         prefer: Prefer = Prefer.SRC,
         kind: Kind = Kind.FIRST,
-        loops: int | None = None,
+        loops: int,
     ) -> None:
+        if isinstance(loops, bool) or not isinstance(loops, int) or loops < 1:
+            raise UsageError(f"loop count must be a positive integer, got {loops!r}")
         self.system = system
         self.initiator = initiator
         self.prefer = prefer
         self.kind = kind
-        self.loops = loops if loops is not None else system.options.loops
+        self.loops = loops
 
     def exec_device(self, copy: Copy) -> int:
         """The device whose context issues ``copy``."""
@@ -160,23 +158,21 @@ class MemcpyOperation:
                 f"buffer of {copies[0].nbytes} bytes is too small for a {self.initiator.name} "
                 "copy (nothing would be copied)"
             )
-        streams: list[Any] = []
-        events: list[Any] = []
         gate = system.gate
+        gate.page  # noqa: B018 - the page exists before any stream is held by it
         pair_samples: list[list[float]] = [[] for _ in copies]
         total_samples: list[float] = []
-        try:
-            # One at a time, each owned as soon as it exists: a failing create frees the
-            # ones made before it.
-            for e in execs:
-                streams.append(backend.create_stream(e))
-            for e in [*execs, *execs, execs[0]]:
-                events.append(backend.create_event(e))
+        # Each stream and event is owned as soon as it exists: whatever fails (a create, a
+        # sample, Ctrl-C), the gate is opened, the streams drained (bounded) and every handle
+        # destroyed, each tried; the first error is the one raised.
+        with contextlib.ExitStack() as stack:
+            streams = [stack.enter_context(backend.stream(e)) for e in execs]
+            events = [stack.enter_context(backend.event(e)) for e in [*execs, *execs, execs[0]]]
+            stack.callback(self._drain, gate, streams)
             starts, ends, total_end = events[: len(execs)], events[len(execs) : -1], events[-1]
             for _ in range(options.samples):
                 self._one_sample(
                     copies,
-                    execs,
                     infos,
                     counted,
                     checked,
@@ -187,12 +183,6 @@ class MemcpyOperation:
                     pair_samples,
                     total_samples,
                 )
-        except BaseException:
-            self._release(gate, streams, events)  # the original error is the one to report
-            raise
-        failures = self._release(gate, streams, events)
-        if failures:
-            raise failures[0]
         return CellMeasurement(
             counted_bytes=counted,
             loops=self.loops,
@@ -202,31 +192,18 @@ class MemcpyOperation:
             pair_labels=tuple(f"{c.src.label} -> {c.dst.label}" for c in copies),
         )
 
-    def _release(self, gate: Buffer, streams: list[Any], events: list[Any]) -> list[GpubwError]:
-        """Open the gate (never leave a stream held by it), wait for the streams (bounded) and
-        destroy every event and stream, each step tried even if another failed. Returns the
-        failures of the destroys."""
-        backend = self.system.backend
-        failures: list[GpubwError] = []
+    def _drain(self, gate: Gate, streams: list[Any]) -> None:
+        """Open the gate (never leave a stream held by it) and wait for the streams (bounded),
+        each step tried even if another failed, before the streams are destroyed."""
         with contextlib.suppress(GpubwError):
-            backend.host_write(gate.ptr, _FLAG_OPEN)
+            gate.open()
         for s in streams:
             with contextlib.suppress(GpubwError):
-                backend.synchronize(s, self.system.options.sync_timeout_s)
-        for handle, destroy in [
-            *((ev, backend.destroy_event) for ev in events),
-            *((s, backend.destroy_stream) for s in streams),
-        ]:
-            try:
-                destroy(handle)
-            except GpubwError as exc:
-                failures.append(exc)
-        return failures
+                self.system.backend.synchronize(s, self.system.options.sync_timeout_s)
 
     def _one_sample(
         self,
         copies: Sequence[Copy],
-        execs: list[int],
         infos: list[DeviceInfo],
         counted: tuple[int, ...],
         checked: list[int],
@@ -243,18 +220,23 @@ class MemcpyOperation:
         gate = system.gate
         init = self.initiator
         # 1. Fill (outside the timing), and wait for it, so no fill overlaps a timed copy.
-        for c, e, n, s in zip(copies, execs, checked, streams):
-            init.prepare(system, c.src, c.dst, n, s, e)
+        for c, info, n, s in zip(copies, infos, checked, streams):
+            init.prepare(system, c.src, c.dst, checked=n, stream=s, exec_device=info)
         for s in streams:
             backend.synchronize(s, options.sync_timeout_s)
         # 2. Close the gate; hold every stream behind it; warm up behind it.
-        backend.host_write(gate.ptr, _FLAG_CLOSED)
-        timeout_ns = int(options.gate_timeout_s * 1e9)
+        gate.close()
         for c, info, s in zip(copies, infos, streams):
-            backend.launch(
-                "gpubw_gate_wait", 1, 1, (ptr(gate.ptr), u64(timeout_ns), ptr(gate.ptr + 4)), s
+            gate.enqueue_wait(s, options.gate_timeout_s)
+            init.enqueue(
+                system,
+                c.src,
+                c.dst,
+                nbytes=c.nbytes,
+                loops=WARMUP_ITERATIONS,
+                stream=s,
+                exec_device=info,
             )
-            init.enqueue(system, c.src, c.dst, c.nbytes, WARMUP_ITERATIONS, s, info)
         # 3. Start events: every stream starts once stream 0 has started.
         backend.record_event(starts[0], streams[0])
         for i in range(1, len(copies)):
@@ -262,17 +244,18 @@ class MemcpyOperation:
             backend.record_event(starts[i], streams[i])
         # 4. Measured copies and end events.
         for i, (c, info, s) in enumerate(zip(copies, infos, streams)):
-            init.enqueue(system, c.src, c.dst, c.nbytes, self.loops, s, info)
+            init.enqueue(
+                system, c.src, c.dst, nbytes=c.nbytes, loops=self.loops, stream=s, exec_device=info
+            )
             backend.record_event(ends[i], s)
             if self.kind is Kind.TOTAL and i >= 1:
                 backend.wait_event(streams[0], ends[i])
         backend.record_event(total_end, streams[0])
         # 5. Release and wait (bounded).
-        backend.host_write(gate.ptr, _FLAG_OPEN)
+        gate.open()
         for s in streams:
             backend.synchronize(s, options.gate_timeout_s + options.sync_timeout_s)
-        status = struct.unpack("<i", backend.host_read(gate.ptr + 4, 4))[0]
-        if status != 0:
+        if gate.timed_out():
             raise GateTimeoutError(
                 f"the spin gate timed out after {options.gate_timeout_s:g} s before gpubw "
                 "released it (queuing the copies took too long); the sample would have started "
@@ -280,7 +263,7 @@ class MemcpyOperation:
             )
         # 6. Verify.
         if options.verify:
-            self._verify(copies, execs, checked, streams)
+            self._verify(copies, infos, checked, streams)
         # 7. Arithmetic.
         for i in range(len(copies)):
             seconds = backend.elapsed_seconds(starts[i], ends[i])
@@ -290,16 +273,23 @@ class MemcpyOperation:
             total_samples.append(_rate(sum(counted) * self.loops, seconds))
 
     def _verify(
-        self, copies: Sequence[Copy], execs: list[int], checked: list[int], streams: list[Any]
+        self,
+        copies: Sequence[Copy],
+        infos: list[DeviceInfo],
+        checked: list[int],
+        streams: list[Any],
     ) -> None:
         backend = self.system.backend
         pending: list[tuple[int, Buffer, Copy, int]] = []
         slot = 0
-        for c, e, n, s in zip(copies, execs, checked, streams):
+        for c, info, n, s in zip(copies, infos, checked, streams):
             if slot + 2 > MAX_VERIFY_SLOTS:
                 break
-            for sl, buf in self.initiator.enqueue_checks(c.src, c.dst, n, s, e, slot):
-                pending.append((sl, buf, c, e))
+            checks = self.initiator.enqueue_checks(
+                c.src, c.dst, checked=n, stream=s, exec_device=info, first_slot=slot
+            )
+            for sl, buf in checks:
+                pending.append((sl, buf, c, info.ordinal))
             slot += 2
         for s in streams:
             backend.synchronize(s, self.system.options.sync_timeout_s)

@@ -14,8 +14,9 @@ A stream belongs to one device; work enqueued on it runs in that device's primar
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -49,8 +50,14 @@ class DeviceInfo:
     @property
     def pci_short(self) -> str:
         """nvbandwidth's form: ``dddddddd:bb:dd`` (domain, bus, device; no function)."""
-        dom, bus, rest = self.pci_bus_id.split(":")
-        return f"{int(dom, 16):08x}:{int(bus, 16):02x}:{int(rest.split('.')[0], 16):02x}"
+        return pci_short(self.pci_bus_id)
+
+
+def pci_short(pci_bus_id: str) -> str:
+    """nvbandwidth's short form of a PCI bus id: ``0000:1b:00.0`` -> ``00000000:1b:00``
+    (domain, bus, device; no function). Raises ValueError for anything else."""
+    dom, bus, rest = pci_bus_id.split(":")
+    return f"{int(dom, 16):08x}:{int(bus, 16):02x}:{int(rest.split('.')[0], 16):02x}"
 
 
 @attrs.frozen
@@ -154,6 +161,22 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def destroy_event(self, event: Any) -> None: ...
 
+    @contextlib.contextmanager
+    def stream(self, device: int) -> Iterator[Any]:
+        """A stream of ``device`` (:meth:`create_stream`) for the body, destroyed after it. If
+        the body raised, a failing destroy is not reported: the body's error is the one."""
+        handle = self.create_stream(device)
+        with _destroyed_after(self.destroy_stream, handle):
+            yield handle
+
+    @contextlib.contextmanager
+    def event(self, device: int) -> Iterator[Any]:
+        """A timing event of ``device`` (:meth:`create_event`) for the body, destroyed after
+        it, with the same error rule as :meth:`stream`."""
+        handle = self.create_event(device)
+        with _destroyed_after(self.destroy_event, handle):
+            yield handle
+
     @abc.abstractmethod
     def record_event(self, event: Any, stream: Any) -> None: ...
 
@@ -190,3 +213,16 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release whatever the backend itself holds (modules, contexts)."""
+
+
+@contextlib.contextmanager
+def _destroyed_after(destroy: Callable[[Any], None], handle: Any) -> Iterator[None]:
+    """Call ``destroy(handle)`` after the body; when the body raised, a failure of the destroy
+    is dropped so that the first error (the body's) is the one that propagates."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            destroy(handle)
+        raise
+    destroy(handle)

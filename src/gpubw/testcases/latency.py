@@ -67,7 +67,7 @@ class HostDeviceLatencySM(Testcase):
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         row: list[LatencyMeasurement | None] = []
         for g in range(self.device_count):
-            with HostBuffer.allocate(self.system, RING_BYTES, near_device=g) as ring:
+            with HostBuffer.allocate(self.system, g, RING_BYTES) as ring:
                 assert isinstance(ring, HostBuffer)
                 write_host_ring(ring)
                 row.append(pointer_chase(self.system, g, ring))

@@ -55,7 +55,7 @@ class Cell:
 
     def host(self, near_device: int, nbytes: int | None = None) -> HostBuffer:
         """Pinned host memory near ``near_device`` (nvbandwidth's H(g)), ``size`` by default."""
-        buf = HostBuffer.allocate(self.system, nbytes or self.size, near_device=near_device)
+        buf = HostBuffer.allocate(self.system, near_device, nbytes or self.size)
         self._stack.callback(buf.close)
         return buf
 

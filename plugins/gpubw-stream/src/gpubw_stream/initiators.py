@@ -102,6 +102,7 @@ class StreamKernel(Initiator):
         system: System,
         src: Buffer,
         dst: Buffer,
+        *,
         nbytes: int,
         loops: int,
         stream: Any,
@@ -124,28 +125,42 @@ class StreamKernel(Initiator):
         )
 
     def prepare(
-        self, system: System, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int
+        self,
+        system: System,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        checked: int,
+        stream: Any,
+        exec_device: DeviceInfo,
     ) -> None:
-        sm_count = system.devices[exec_device].sm_count
+        sm_count = exec_device.sm_count
         for buf, value in zip(self.arrays, self.initial):
             self.fill(system, buf, value, stream, sm_count)
 
     def enqueue_checks(
-        self, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int, first_slot: int
+        self,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        checked: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+        first_slot: int,
     ) -> list[tuple[int, Buffer]]:
         buf = self.arrays[self.checked_array]
         vecs = vectors(checked)
         if vecs == 0:
             return []
         lo, hi = self.dtype.pattern(self.expected)
-        sm_count = buf.system.devices[exec_device].sm_count
+        sm_count = exec_device.sm_count
         buf.enqueue_check(
             "stream_check",
             launch_grid(sm_count, vecs),
             BLOCK,
             (ptr(buf.ptr), u64(vecs), u64(lo), u64(hi)),
             stream=stream,
-            exec_device=exec_device,
+            exec_device=exec_device.ordinal,
             slot=first_slot,
         )
         return [(first_slot, buf)]
@@ -256,7 +271,14 @@ class ReadKernel(StreamKernel):
         return (ptr(a.ptr), u64(vecs), ptr(self.scratch.ptr), u32(loops))
 
     def enqueue_checks(
-        self, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int, first_slot: int
+        self,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        checked: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+        first_slot: int,
     ) -> list[tuple[int, Buffer]]:
         # every element of a is 1.0, so the partial sums add up to the element count
         assert self.scratch is not None
@@ -271,7 +293,7 @@ class ReadKernel(StreamKernel):
             1,
             (ptr(self.scratch.ptr), u64(count), u64(elements)),
             stream=stream,
-            exec_device=exec_device,
+            exec_device=exec_device.ordinal,
             slot=first_slot,
         )
         return [(first_slot, self.scratch)]
@@ -323,6 +345,7 @@ class StridedReadKernel(StreamKernel):
         system: System,
         src: Buffer,
         dst: Buffer,
+        *,
         nbytes: int,
         loops: int,
         stream: Any,
@@ -339,8 +362,17 @@ class StridedReadKernel(StreamKernel):
         )
 
     def enqueue_checks(
-        self, src: Buffer, dst: Buffer, checked: int, stream: Any, exec_device: int, first_slot: int
+        self,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        checked: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+        first_slot: int,
     ) -> list[tuple[int, Buffer]]:
         # the whole vectors of y's written prefix (a last partial vector is not checked)
         written = self.count(checked) * self.dtype.itemsize
-        return super().enqueue_checks(src, dst, written, stream, exec_device, first_slot)
+        return super().enqueue_checks(
+            src, dst, checked=written, stream=stream, exec_device=exec_device, first_slot=first_slot
+        )

@@ -1,0 +1,80 @@
+"""Pointer-chase latency (gpubw.latency): the ring, and cleanup when something fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conftest import SimSystemFactory
+from gpubw.backend.sim import SimulatedBackend
+from gpubw.buffers import DeviceBuffer, HostBuffer
+from gpubw.errors import CudaError
+from gpubw.latency import (
+    RING_BYTES,
+    pointer_chase,
+    ring_bytes,
+    write_device_ring,
+    write_host_ring,
+)
+
+
+def test_ring_nodes_point_128_bytes_on() -> None:
+    """Node i holds base + 8 x ((i + 16) mod nodes)."""
+    raw = ring_bytes(0x1000, 4096)
+    nodes = [int.from_bytes(raw[i : i + 8], "little") for i in range(0, 4096, 8)]
+    assert nodes[0] == 0x1000 + 128 and nodes[-1] == 0x1000 + 8 * 15
+
+
+def test_pointer_chase_frees_everything_when_a_launch_and_a_destroy_fail(
+    sim_system: SimSystemFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failing launch is the error raised even when destroying an event fails too, and the
+    other event, the stream and the sink are still given back."""
+    system = sim_system("h200x1")
+    backend = system.backend
+    assert isinstance(backend, SimulatedBackend)
+    with HostBuffer.allocate(system, 0, RING_BYTES) as ring:
+        write_host_ring(ring)
+
+        def launch(*args: Any) -> None:
+            raise CudaError("cuLaunchKernel", "CUDA_ERROR_LAUNCH_FAILED", "planted")
+
+        real_destroy = backend.destroy_event
+        destroyed: list[Any] = []
+
+        def destroy_event(event: Any) -> None:
+            destroyed.append(event)
+            real_destroy(event)
+            if len(destroyed) == 1:
+                raise CudaError("cuEventDestroy", "CUDA_ERROR_INVALID_HANDLE", "planted")
+
+        monkeypatch.setattr(backend, "launch", launch)
+        monkeypatch.setattr(backend, "destroy_event", destroy_event)
+        with pytest.raises(CudaError, match="LAUNCH_FAILED"):
+            pointer_chase(system, 0, ring)
+    assert len(destroyed) == 2
+    assert backend.live_streams() == 0 and backend.live_events() == 0
+    assert system.live_buffers == 0
+
+
+def test_pointer_chase_raises_a_failing_destroy_after_success(
+    sim_system: SimSystemFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the walk succeeded, a failing destroy is reported, after every other handle was
+    destroyed."""
+    system = sim_system("h200x1")
+    backend = system.backend
+    assert isinstance(backend, SimulatedBackend)
+    real_destroy = backend.destroy_event
+
+    def destroy_event(event: Any) -> None:
+        real_destroy(event)
+        raise CudaError("cuEventDestroy", "CUDA_ERROR_INVALID_HANDLE", "planted")
+
+    with DeviceBuffer.allocate(system, 0, RING_BYTES) as ring:
+        write_device_ring(system, ring)
+        monkeypatch.setattr(backend, "destroy_event", destroy_event)
+        with pytest.raises(CudaError, match="cuEventDestroy"):
+            pointer_chase(system, 0, ring)
+    assert backend.live_streams() == 0 and backend.live_events() == 0
