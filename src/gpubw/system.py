@@ -11,12 +11,13 @@ import contextlib
 import functools
 import itertools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from gpubw.backend.base import Backend, DeviceInfo
 from gpubw.errors import CudaError
 from gpubw.kernels import PATTERN_WORDS
+from gpubw.kernels.modules import GPUBW, KernelModule, generation, register_kernel_module
 from gpubw.options import RunOptions
 
 if TYPE_CHECKING:
@@ -89,17 +90,23 @@ class System:
                 self.backend.enable_peer_access(x, y)
                 self._peer_enabled.add((x, y))
 
-    def load_kernels(self) -> None:
-        """Compile/load every kernel of every registered kernel module on every device,
-        before anything is gated: once, and again only when a plugin has registered a module
-        since (:func:`gpubw.register_kernel_module`; backends load each module once)."""
-        from gpubw.kernels.modules import generation
-
+    def load_kernel_modules(self, modules: Iterable[KernelModule]) -> None:
+        """Make the kernels of ``modules`` (what a testcase declares in ``kernel_modules``)
+        launchable on every device, before anything is gated: each is registered
+        (:func:`gpubw.kernels.modules.register_kernel_module`; PluginError on a clash) and
+        the backend loads, once per device, whatever it has not loaded yet."""
+        for module in modules:
+            register_kernel_module(module)
         current = generation()
         if self._kernels_loaded != current:
             for dev in self.devices:
                 self.backend.load_kernels(dev.ordinal)
             self._kernels_loaded = current
+
+    def load_kernels(self) -> None:
+        """Load gpubw's own kernels (the spin gate, fill, verify: every measurement needs
+        them) and whatever else is registered, once per device."""
+        self.load_kernel_modules((GPUBW,))
 
     # -- affinity ---------------------------------------------------------------------------
     @contextlib.contextmanager
