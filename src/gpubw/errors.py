@@ -11,7 +11,11 @@ class GpubwError(Exception):
 
 
 class UsageError(GpubwError):
-    """Bad input from the user: an option value, a file, a name. Exit code 2."""
+    """Bad input from the user: an option value, a file, a name. Exit code 2.
+
+    Only for what a user typed or pointed gpubw at. Code that calls gpubw's API wrongly (a
+    plugin, a test) gets a :class:`TypeError` or :class:`ValueError`, or a
+    :class:`PluginError` when a plugin's declaration is unusable."""
 
 
 class NoDriverError(GpubwError):
@@ -62,7 +66,8 @@ class GateTimeoutError(GpubwError):
 
 
 class PluginError(GpubwError):
-    """A testcase or writer plugin could not be loaded or misbehaved."""
+    """A testcase or writer plugin could not be loaded, declares something unusable (a
+    malformed or clashing kernel module, a class that sets its own key) or misbehaved."""
 
 
 class SimulationError(GpubwError):
