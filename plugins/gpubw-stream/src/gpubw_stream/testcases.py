@@ -245,16 +245,23 @@ class StreamStridedRead(StreamTestcase):
     stride: ClassVar[int | None] = None
 
     def element_stride(self) -> int:
+        """The class's ``stride`` (ValueError if not an integer >= 1: the testcase's own bug),
+        else ``$GPUBW_STREAM_STRIDE`` (UsageError if not one: the user's setting), else 2."""
         if self.stride is not None:
-            value: object = self.stride
-        else:
-            value = os.environ.get(STRIDE_ENV, "") or DEFAULT_STRIDE
+            if isinstance(self.stride, bool) or not isinstance(self.stride, int):
+                raise ValueError(
+                    f"{type(self).__name__}.stride must be an int, got {self.stride!r}"
+                )
+            if self.stride < 1:
+                raise ValueError(f"{type(self).__name__}.stride must be >= 1, got {self.stride}")
+            return self.stride
+        value = os.environ.get(STRIDE_ENV, "") or str(DEFAULT_STRIDE)
         try:
-            k = int(str(value))
+            k = int(value)
         except ValueError:
-            raise UsageError(f"{STRIDE_ENV} must be a positive integer, got {value!r}") from None
+            k = 0
         if k < 1:
-            raise UsageError(f"the strided read's stride must be >= 1, got {k}")
+            raise UsageError(f"{STRIDE_ENV} must be a positive integer, got {value!r}")
         return k
 
     def formula(self) -> str:
