@@ -73,9 +73,11 @@ class Entry:
         return bool(self.cls is not None and self.cls.fixed_size)
 
     def create(self, system: System) -> Testcase:
-        """A new instance of the testcase on ``system``, under this entry's key."""
+        """A new instance of the testcase on ``system``, under this entry's key; PluginError
+        with the reason if the plugin did not load."""
         if self.cls is None:
-            raise PluginError(f"testcase {self.key!r} from {self.plugin!r} did not load")
+            why = self.failure.message if self.failure is not None else "no class"
+            raise PluginError(f"testcase {self.key!r} from {self.plugin!r} did not load: {why}")
         return self.cls(system, self.key)
 
 
