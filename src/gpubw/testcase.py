@@ -3,7 +3,9 @@
 A testcase's key is its entry-point name: the registry passes it to the constructor (a class
 never states it; the same class may serve under several keys). Its description is its
 docstring; ``kernel_modules`` names the CUDA kernel modules it launches kernels of, which the
-System loads before it runs (:class:`gpubw.kernels.modules.KernelModule`). ``filter()``
+runner has the System load before ``run()`` (:class:`gpubw.kernels.modules.KernelModule`;
+code that runs a testcase itself calls ``system.load_kernel_modules(tc.kernel_modules)``
+first). ``filter()``
 says whether this system can run it (return ``self.waive("reason")`` to waive);
 ``run(size, loops)`` measures and returns :class:`gpubw.results.Matrix` objects. It never
 prints.
