@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from gpubw.backend.presets import load_system
-from gpubw.backend.simulated import Faults, SimSystem, SimulatedBackend
+from gpubw.backend.sim import Faults, SimSystem, SimulatedBackend
 from gpubw.options import RunOptions
 from gpubw.system import System
 

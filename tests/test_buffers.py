@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import MIB, SimSystemFactory
-from gpubw.backend.simulated import Faults, SimulatedBackend
+from gpubw.backend.sim import Faults, SimulatedBackend
 from gpubw.buffers import DeviceBuffer, HostBuffer
 from gpubw.errors import CudaError, VerificationError
 from gpubw.system import DST_SEED, SRC_SEED, pattern_bytes
@@ -123,7 +123,7 @@ def test_peer_access_enable(sim_system: SimSystemFactory) -> None:
     system = sim_system("pcie4")
     d0, d1, d2 = (DeviceBuffer.allocate(system, i, MIB) for i in range(3))
     assert d0.enable_peer_access(d1)
-    assert (0, 1) in _backend(system)._peer_enabled and (1, 0) in _backend(system)._peer_enabled
+    assert {(0, 1), (1, 0)} <= _backend(system).peer_access_enabled()
     assert not d0.enable_peer_access(d2)
     assert d0.enable_peer_access(HostBuffer.allocate(system, MIB, 0))
 

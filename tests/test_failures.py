@@ -27,7 +27,7 @@ from _plugin_fixtures import BROKEN, BROKEN_DIST, GOOD, copy_fixtures, installed
 from gpubw import DeviceBuffer, HostBuffer, RunOptions, System, cli, runner
 from gpubw.backend.base import Backend
 from gpubw.backend.presets import load_system, system_from_dict
-from gpubw.backend.simulated import Faults, SimulatedBackend
+from gpubw.backend.sim import Faults, SimulatedBackend
 from gpubw.errors import UsageError
 from gpubw.registry import Entry, Registry
 from gpubw.results import Status

@@ -186,8 +186,8 @@ def sim_twice_data(launch: Any, buf: int, n: int) -> None:
 
 
 def _simulated(preset: str = "h200x1") -> Any:
-    simulated = pytest.importorskip("gpubw.backend.simulated")
-    return simulated.SimulatedBackend.from_preset(preset)
+    presets = pytest.importorskip("gpubw.backend.presets")
+    return presets.from_preset(preset)
 
 
 def test_simulated_backend_runs_a_plugin_kernel_through_its_simulation(clean: None) -> None:

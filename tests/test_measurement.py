@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from conftest import MIB, SimSystemFactory
-from gpubw.backend.simulated import Faults, SimulatedBackend
+from gpubw.backend.sim import Faults, SimulatedBackend
 from gpubw.buffers import DeviceBuffer, HostBuffer
 from gpubw.errors import CudaError, GateTimeoutError, UsageError, VerificationError
 from gpubw.initiators import CE, SM, SPLIT_WARP, Initiator

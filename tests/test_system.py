@@ -9,7 +9,7 @@ import pytest
 
 from conftest import MIB, SimSystemFactory
 from gpubw.backend.presets import load_system
-from gpubw.backend.simulated import Faults, SimulatedBackend
+from gpubw.backend.sim import Faults, SimulatedBackend
 from gpubw.buffers import DeviceBuffer, HostBuffer
 from gpubw.errors import CudaError, VerificationError
 from gpubw.initiators import CE

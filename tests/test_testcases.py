@@ -20,7 +20,7 @@ import pytest
 from gpubw import BANDWIDTH, LATENCY, Matrix, MemcpyOperation, RunOptions, System
 from gpubw import Testcase as AnyTestcase  # (a Test* name would be collected by pytest)
 from gpubw.backend.presets import load_system
-from gpubw.backend.simulated import SimSystem
+from gpubw.backend.sim import SimSystem
 from gpubw.initiators import sm_truncated_bytes
 from gpubw.latency import NODE_BYTES, RING_BYTES, STRIDE_NODES, ring_bytes
 from gpubw.testcases import latency as latency_module

@@ -364,7 +364,7 @@ def _system_factory(simulate: str | None, options: RunOptions) -> Callable[[], A
             ) from None
 
         def simulated() -> System:
-            from gpubw.backend.simulated import SimulatedBackend
+            from gpubw.backend.sim import SimulatedBackend
 
             return System(SimulatedBackend(model), options)
 

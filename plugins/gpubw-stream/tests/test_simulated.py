@@ -24,7 +24,7 @@ from gpubw_stream.testcases import (
     StreamTriad,
 )
 
-simulated = pytest.importorskip("gpubw.backend.simulated")
+presets = pytest.importorskip("gpubw.backend.presets")
 
 MIB = 1 << 20
 GB = 1e9
@@ -40,7 +40,7 @@ ARRAYS = {
 
 
 def make_system(preset: str, samples: int = 3) -> System:
-    backend = simulated.SimulatedBackend.from_preset(preset)
+    backend = presets.from_preset(preset)
     return System(backend, RunOptions(samples=samples, loops=4))
 
 

@@ -2,7 +2,7 @@
 
 Two implementations exist: :class:`gpubw.backend.cuda.CudaBackend` (the real driver, through
 ``cuda.bindings.driver`` and NVRTC via ``cuda.core``) and
-:class:`gpubw.backend.simulated.SimulatedBackend` (a modelled system, for CI and ``--simulate``).
+:class:`gpubw.backend.sim.SimulatedBackend` (a modelled system, for CI and ``--simulate``).
 Everything above this layer (buffers, initiators, measurement, testcases) is written against
 :class:`Backend` only, so the same testcase code runs on both.
 

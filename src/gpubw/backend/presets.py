@@ -1,5 +1,9 @@
 """Built-in simulated systems, and loading a system from a JSON file (docs/simulate.md).
 
+:func:`load_system` gives the model (:class:`gpubw.backend.sim.model.SimSystem`),
+:func:`from_preset` a :class:`gpubw.backend.sim.SimulatedBackend` on it. This module builds on
+:mod:`gpubw.backend.sim`, never the other way round.
+
 Presets (figures from docs/simulate.md; the H200 ones follow the measured reference system):
 
 * ``h200x1`` - one NVIDIA H200 (SXM, 141 GB), PCIe Gen5 host link.
@@ -20,15 +24,9 @@ from typing import Any
 import attrs
 
 from gpubw.backend.base import DeviceInfo
-from gpubw.backend.simulated import (
-    Faults,
-    HostLink,
-    Latency,
-    Overheads,
-    Rate,
-    SimSystem,
-    iter_pairs,
-)
+from gpubw.backend.sim import SimulatedBackend
+from gpubw.backend.sim.faults import Faults
+from gpubw.backend.sim.model import HostLink, Latency, Overheads, Rate, SimSystem, iter_pairs
 from gpubw.errors import UsageError
 
 MIB = 1 << 20
@@ -185,6 +183,14 @@ PRESETS: dict[str, Callable[[], SimSystem]] = {
 def names() -> list[str]:
     """The preset names."""
     return list(PRESETS)
+
+
+def from_preset(
+    name_or_path: str | os.PathLike[str], faults: Faults | None = None
+) -> SimulatedBackend:
+    """A simulated backend on a preset or a JSON system file (see :func:`load_system`), with
+    ``faults`` injected (None: the system's own ``faults``, if any)."""
+    return SimulatedBackend(load_system(name_or_path), faults)
 
 
 def load_system(name_or_path: str | os.PathLike[str]) -> SimSystem:

@@ -1,0 +1,347 @@
+"""The simulated backend: a modelled GPU system in pure Python (CI, and ``gpubw --simulate``).
+
+:class:`SimulatedBackend` implements the whole :class:`gpubw.backend.base.Backend` facade over
+a :class:`SimSystem` model, so the measurement protocol, the buffers and every testcase run
+unchanged without a GPU. Nothing here is measured: every figure it produces comes from the
+model, and every report made with it says "simulated". Build one from a preset or a JSON
+system file with :func:`gpubw.backend.presets.from_preset`.
+
+The parts, each in its own module:
+
+* :mod:`~gpubw.backend.sim.model` - the system model (devices, links, latencies, overheads)
+  and the paths bytes take through it;
+* :mod:`~gpubw.backend.sim.memory` - the allocator, and allocation content: real bytes for
+  small allocations, exact symbolic content for large ones;
+* :mod:`~gpubw.backend.sim.engine` - the discrete-event device side: streams, events, flows
+  sharing links, the device clock (and where simulated ranks will go);
+* :mod:`~gpubw.backend.sim.kernels` - kernel emulation, a table keyed by kernel name, and
+  plugin kernels through their modules' simulate functions;
+* :mod:`~gpubw.backend.sim.faults` - fault injection (:class:`Faults`). Each fault surfaces the
+  way it does on real hardware.
+
+This facade owns the host side: the host's virtual clock (``now``, advanced a little by every
+call), argument checks, and which devices it shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from gpubw.backend.base import Backend, DeviceInfo, KernelArg
+from gpubw.backend.sim.engine import Engine, Event, Op, Stream
+from gpubw.backend.sim.faults import FaultInjector, Faults
+from gpubw.backend.sim.kernels import EMULATIONS, Launch, memcpy_op, plugin_kernel, plugin_op
+from gpubw.backend.sim.memory import Memory
+from gpubw.backend.sim.model import HostLink, Latency, Overheads, Rate, SimSystem, iter_pairs
+from gpubw.errors import CudaError, GateTimeoutError, SimulationError, UsageError
+from gpubw.kernels import KERNELS
+
+__all__ = [
+    "Faults",
+    "HostLink",
+    "Latency",
+    "Overheads",
+    "Rate",
+    "SimSystem",
+    "SimulatedBackend",
+    "iter_pairs",
+]
+
+_MAX_GRID = (1 << 31) - 1
+
+
+class SimulatedBackend(Backend):
+    """The facade over a :class:`SimSystem` (see the package docstring)."""
+
+    name = "simulated"
+    simulated = True
+
+    def __init__(self, system: SimSystem, faults: Faults | None = None) -> None:
+        self.model = system
+        self._injector = FaultInjector(
+            faults if faults is not None else (system.faults or Faults())
+        )
+        self._memory = Memory(system)
+        self._engine = Engine(system, self._injector)
+        self._now = 0.0  # host clock
+        self._device_allocs_made = 0
+        self._host_allocs_made = 0
+        self._loaded: set[int] = set()
+        self.closed = False
+
+    @property
+    def faults(self) -> Faults:
+        """The faults injected from now on (assignable, e.g. between testcases)."""
+        return self._injector.faults
+
+    @faults.setter
+    def faults(self, value: Faults) -> None:
+        self._injector.faults = value
+
+    # -- conveniences for tests -------------------------------------------------------------
+    def live_allocations(self) -> list[tuple[int, int, int | None]]:
+        """(pointer, bytes, device or None for host) of every allocation not yet freed."""
+        return [(a.base, a.size, a.device) for a in self._memory.allocs.values()]
+
+    def peer_access_enabled(self) -> frozenset[tuple[int, int]]:
+        """Ordered pairs (a, b) for which enable_peer_access(a, b) succeeded."""
+        return frozenset(self._memory.peer_enabled)
+
+    def live_streams(self) -> int:
+        return sum(1 for s in self._engine.streams if not s.destroyed)
+
+    def live_events(self) -> int:
+        return len(self._engine.events)
+
+    @property
+    def now(self) -> float:
+        """The host's virtual clock, in seconds since the backend was created."""
+        return self._now
+
+    # -- system -----------------------------------------------------------------------------
+    def versions(self) -> dict[str, Any]:
+        return {
+            "cuda_driver": self.model.cuda_driver,
+            "driver": f"{self.model.driver_version} (simulated)",
+            "simulated": True,
+            "system": self.model.name,
+        }
+
+    def devices(self) -> Sequence[DeviceInfo]:
+        return self.model.devices
+
+    def _device(self, device: int, call: str = "cuDeviceGet") -> int:
+        """``device`` if this facade shows it (a rank would show a subset of the model's)."""
+        if not isinstance(device, int) or not 0 <= device < len(self.model.devices):
+            raise UsageError(
+                f"no device {device!r}; devices are 0..{len(self.model.devices) - 1} ({call})"
+            )
+        return device
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        a, b = self._device(device), self._device(peer)
+        if a == b or self._injector.refuses_peer(a, b):
+            return False
+        return (a, b) in self.model.peers
+
+    def enable_peer_access(self, device: int, peer: int) -> None:
+        self._tick()
+        a, b = self._device(device), self._device(peer)
+        if a == b:
+            raise CudaError("cuCtxEnablePeerAccess", "CUDA_ERROR_INVALID_DEVICE")
+        if not self.can_access_peer(a, b):
+            raise CudaError("cuCtxEnablePeerAccess", "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED")
+        self._memory.peer_enabled.add((a, b))
+
+    def memory_info(self, device: int) -> tuple[int, int]:
+        d = self._device(device)
+        return self._memory.free_bytes(d), self.model.devices[d].memory_bytes
+
+    def host_memory_bytes(self) -> int | None:
+        return self.model.host_memory_bytes
+
+    # -- memory -----------------------------------------------------------------------------
+    def alloc_device(self, device: int, nbytes: int) -> int:
+        self._tick()
+        d = self._device(device)
+        if nbytes <= 0:
+            raise UsageError(f"device allocation size must be positive, got {nbytes}")
+        self._injector.check_device_alloc(d, self._device_allocs_made)
+        base = self._memory.alloc_device(d, nbytes)
+        self._device_allocs_made += 1
+        return base
+
+    def free_device(self, pointer: int) -> None:
+        self._tick()
+        self._free(pointer, False, "cuMemFree")
+
+    def alloc_host(self, nbytes: int, device: int | None) -> int:
+        self._tick()
+        if device is not None:
+            self._device(device)
+        if nbytes <= 0:
+            raise UsageError(f"host allocation size must be positive, got {nbytes}")
+        self._injector.check_host_alloc(self._host_allocs_made)
+        base = self._memory.alloc_host(nbytes)
+        self._host_allocs_made += 1
+        return base
+
+    def free_host(self, pointer: int) -> None:
+        self._tick()
+        self._free(pointer, True, "cuMemFreeHost")
+
+    def _free(self, pointer: int, host: bool, call: str) -> None:
+        alloc = self._memory.lookup(pointer, host, call)
+        self._engine.advance(self._now)  # work already finished may still read it
+        self._memory.remove(alloc)
+
+    def host_write(self, pointer: int, data: bytes) -> None:
+        self._tick()
+        self._engine.advance(self._now)
+        if not data:
+            return
+        alloc, off = self._memory.host_range(pointer, len(data), "host_write")
+        self._memory.write(alloc, off, np.frombuffer(bytes(data), dtype=np.uint8))
+        self._engine.release_gates()  # a released flag lets waiting gates go
+
+    def host_read(self, pointer: int, nbytes: int) -> bytes:
+        self._tick()
+        self._engine.advance(self._now)
+        if nbytes <= 0:
+            return b""
+        alloc, off = self._memory.host_range(pointer, nbytes, "host_read")
+        return self._memory.read(alloc, off, nbytes).tobytes()
+
+    # -- streams and events -----------------------------------------------------------------
+    def create_stream(self, device: int) -> Stream:
+        self._tick()
+        return self._engine.new_stream(self._device(device, "cuStreamCreate"), self._now)
+
+    def _stream(self, stream: Any, call: str) -> Stream:
+        if not isinstance(stream, Stream):
+            raise UsageError(f"not a stream of the simulated backend: {stream!r}")
+        if stream.destroyed:
+            raise CudaError(call, "CUDA_ERROR_INVALID_HANDLE", "the stream was destroyed")
+        return stream
+
+    def _event(self, event: Any, call: str) -> Event:
+        if not isinstance(event, Event):
+            raise UsageError(f"not an event of the simulated backend: {event!r}")
+        if event.destroyed:
+            raise CudaError(call, "CUDA_ERROR_INVALID_HANDLE", "the event was destroyed")
+        return event
+
+    def destroy_stream(self, stream: Any) -> None:
+        self._tick()
+        if isinstance(stream, Stream) and stream.destroyed:
+            return
+        s = self._stream(stream, "cuStreamDestroy")
+        s.destroyed = True  # pending work still runs, as with the driver
+        self._engine.advance(self._now)
+
+    def create_event(self, device: int) -> Event:
+        self._tick()
+        return self._engine.new_event(self._device(device, "cuEventCreate"))
+
+    def destroy_event(self, event: Any) -> None:
+        self._tick()
+        if isinstance(event, Event) and event.destroyed:
+            return
+        e = self._event(event, "cuEventDestroy")
+        e.destroyed = True
+        self._engine.events.discard(e)
+
+    def record_event(self, event: Any, stream: Any) -> None:
+        self._tick()
+        e = self._event(event, "cuEventRecord")
+        s = self._stream(stream, "cuEventRecord")
+        op = Op("record", self._now, "record")
+        op.event = e
+        e.last = op
+        self._engine.enqueue(s, op, self._now)
+
+    def wait_event(self, stream: Any, event: Any) -> None:
+        self._tick()
+        s = self._stream(stream, "cuStreamWaitEvent")
+        e = self._event(event, "cuStreamWaitEvent")
+        op = Op("wait", self._now, "wait")
+        op.record = e.last  # CUDA waits on the most recent record at the time of the call
+        self._engine.enqueue(s, op, self._now)
+
+    def elapsed_seconds(self, start: Any, end: Any) -> float:
+        self._tick()
+        self._engine.advance(self._now)
+        a = self._event(start, "cuEventElapsedTime")
+        b = self._event(end, "cuEventElapsedTime")
+        for e in (a, b):
+            if e.last is None:
+                raise CudaError("cuEventElapsedTime", "CUDA_ERROR_INVALID_HANDLE", "never recorded")
+            if not e.last.done:
+                raise CudaError("cuEventElapsedTime", "CUDA_ERROR_NOT_READY")
+        assert a.time is not None and b.time is not None
+        return b.time - a.time
+
+    def synchronize(self, stream: Any, timeout_s: float) -> None:
+        self._tick()
+        s = self._stream(stream, "cuStreamSynchronize")
+        limit = self._now + timeout_s
+        if not self._engine.advance(limit, until=s.idle):
+            self._now = max(self._now, limit)
+            raise GateTimeoutError(
+                f"a stream on device {s.device} did not finish within {timeout_s:g} s "
+                "(a spin gate never released, or the copies are far slower than expected)"
+                + (" [simulated hang]" if self.faults.sync_hang else "")
+            )
+        self._now = max(self._now, self._engine.t)
+        if s.error is not None:
+            err, s.error = s.error, None
+            raise err
+
+    # -- work -------------------------------------------------------------------------------
+    def _launch(self, s: Stream, grid: int = 1, block: int = 1) -> Launch:
+        return Launch(
+            self.model, self._memory, self._engine, self._injector, s, self._now, grid, block
+        )
+
+    def memcpy_async(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        self._tick()
+        s = self._stream(stream, "cuMemcpyAsync")
+        if nbytes <= 0:
+            return
+        op = memcpy_op(self._launch(s), dst, src, nbytes)
+        self._engine.enqueue(s, op, self._now)
+
+    def load_kernels(self, device: int) -> None:
+        self._tick()
+        self._loaded.add(self._device(device))
+
+    def launch(
+        self, kernel: str, grid: int, block: int, args: Sequence[KernelArg], stream: Any
+    ) -> None:
+        self._tick()
+        spec = KERNELS.get(kernel)
+        simulate = None
+        if spec is None:
+            module, spec = plugin_kernel(kernel)
+            simulate = module.simulate.get(kernel)
+            if simulate is None:
+                raise SimulationError(
+                    f"kernel {kernel!r} of module {module.name!r} has no simulation, so it "
+                    "cannot run on the simulated backend"
+                )
+        if len(args) != len(spec.params) or any(
+            not isinstance(a, KernelArg) or a.ctype != p for a, p in zip(args, spec.params)
+        ):
+            got = ", ".join(getattr(a, "ctype", type(a).__name__) for a in args)
+            raise UsageError(f"{kernel} takes ({', '.join(spec.params)}), got ({got})")
+        if not 1 <= int(grid) <= _MAX_GRID:
+            raise UsageError(f"grid of {kernel} must be in 1..{_MAX_GRID}, got {grid}")
+        if not 1 <= int(block) <= 1024:
+            raise UsageError(f"block of {kernel} must be in 1..1024, got {block}")
+        s = self._stream(stream, f"cuLaunchKernel({kernel})")
+        if s.device not in self._loaded:
+            raise UsageError(
+                f"kernels are not loaded on device {s.device}; call load_kernels({s.device}) first"
+            )
+        values = [a.value for a in args]
+        call = self._launch(s, int(grid), int(block))
+        if simulate is not None:
+            op = plugin_op(call, kernel, simulate, values)
+        else:
+            op = EMULATIONS[kernel](call, *values)
+        failing = self._injector.kernel_failure(kernel)
+        if failing is not None:
+            op.effect = failing
+        self._engine.enqueue(s, op, self._now)
+
+    # -- host clock and teardown ------------------------------------------------------------
+    def _tick(self) -> None:
+        self._now += self.model.overheads.host_call
+
+    def close(self) -> None:
+        """Nothing to release; streams and memory left behind stay visible to
+        :meth:`live_allocations` (System.close frees what it handed out)."""
+        self.closed = True

@@ -1,0 +1,360 @@
+"""The device side of the simulated system: a small discrete-event simulation of streams,
+events and the copies and kernels they run, on a virtual clock.
+
+Work enqueued on a stream is submitted at the host's virtual time; the engine runs lazily, as
+far as the host could have observed (:meth:`Engine.advance`): up to the host's time on every
+call, and further while the host waits in a synchronize. Events get virtual timestamps, so
+elapsed times are deterministic. Copies are fluid flows over resources (each host link
+direction, each device's peer-link send and receive side, each device's memory, host memory):
+flows that overlap on a resource share it equally, a link busy in both directions runs at its
+bidirectional factor, and rates are re-evaluated whenever a flow starts or ends.
+
+The engine knows devices only as numbers of the model, and nothing of memory, kernels or the
+host: an operation carries what it does (``effect``, ``prepare``, a gate's ``probe``), and the
+host clock belongs to the caller, which passes its time in. **Ranks go here**: to run N
+simulated ranks (processes) in one process, give each rank its own facade
+(:class:`gpubw.backend.sim.SimulatedBackend`, its own host clock and the devices it may see)
+and let all of them share one :class:`Engine` (one device clock, one set of links, one random
+stream), so that the ranks' copies compete for the same links. The engine needs no change
+for that; what a rank sees is chosen in the facade (its ``_device`` check and ``devices()``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+
+from gpubw.backend.sim.faults import FaultInjector
+from gpubw.backend.sim.model import HOSTMEM, Resource, SimSystem, reverse
+from gpubw.errors import CudaError, GpubwError, SimulationError
+
+
+class Stream:
+    __slots__ = ("cur", "destroyed", "device", "error", "free_at", "gated", "id", "queue")
+
+    def __init__(self, sid: int, device: int) -> None:
+        self.id = sid
+        self.device = device
+        self.queue: deque[Op] = deque()
+        self.cur: Op | None = None
+        self.free_at = 0.0
+        self.destroyed = False
+        self.gated = False  # a gate was ever enqueued here (copies after it are "measured")
+        self.error: GpubwError | None = None
+
+    def idle(self) -> bool:
+        return self.cur is None and not self.queue
+
+    def __repr__(self) -> str:
+        return f"<simulated stream {self.id} on device {self.device}>"
+
+
+class Event:
+    __slots__ = ("destroyed", "device", "id", "last", "time")
+
+    def __init__(self, eid: int, device: int) -> None:
+        self.id = eid
+        self.device = device
+        self.last: Op | None = None  # the most recent record op
+        self.time: float | None = None  # timestamp of the last completed record
+        self.destroyed = False
+
+    def __repr__(self) -> str:
+        return f"<simulated event {self.id} on device {self.device}>"
+
+
+class Flow:
+    __slots__ = ("jitter", "peak", "remaining", "resources", "total")
+
+    def __init__(
+        self, resources: tuple[Resource, ...], peak: float, nbytes: float, jitter: float = 1.0
+    ) -> None:
+        self.resources = resources
+        self.jitter = jitter
+        self.peak = peak * jitter
+        self.remaining = float(nbytes)
+        self.total = float(nbytes)
+
+
+class Op:
+    """One unit of stream work. ``kind``: gate, record, wait, fixed, plugin, xfer."""
+
+    __slots__ = (
+        "deadline",
+        "done",
+        "duration",
+        "effect",
+        "end",
+        "event",
+        "flows",
+        "kind",
+        "name",
+        "on_timeout",
+        "overhead",
+        "phase_end",
+        "prepare",
+        "probe",
+        "record",
+        "submit",
+    )
+
+    def __init__(self, kind: str, submit: float, name: str = "") -> None:
+        self.kind = kind
+        self.submit = submit
+        self.name = name
+        self.done = False
+        self.end: float | None = None
+        self.deadline = 0.0
+        self.duration = 0.0
+        self.overhead = 0.0
+        self.phase_end = 0.0
+        self.flows: list[Flow] = []
+        self.effect: Callable[[], None] | None = None
+        self.prepare: Callable[[], float] | None = None
+        self.event: Event | None = None
+        self.record: Op | None = None
+        #: a gate's flag: None if not allocated, else whether it is released
+        self.probe: Callable[[], bool | None] | None = None
+        #: a gate that timed out reports it (writes its status word)
+        self.on_timeout: Callable[[], None] | None = None
+
+
+class Engine:
+    """Streams, events and the device clock ``t`` of one modelled system."""
+
+    def __init__(self, model: SimSystem, injector: FaultInjector) -> None:
+        self.model = model
+        self.injector = injector
+        self.t = 0.0  # the device side has been run up to here
+        self.streams: list[Stream] = []
+        self.events: set[Event] = set()
+        self._rates: dict[int, float] = {}
+        self._ids = 0
+        self._rng = random.Random(model.seed)
+
+    # -- objects ----------------------------------------------------------------------------
+    def _next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def new_stream(self, device: int, now: float) -> Stream:
+        s = Stream(self._next_id(), device)
+        s.free_at = now
+        self.streams.append(s)
+        return s
+
+    def new_event(self, device: int) -> Event:
+        e = Event(self._next_id(), device)
+        self.events.add(e)
+        return e
+
+    def jitter(self) -> float:
+        """A copy's rate factor, drawn from [1 - jitter, 1 + jitter] (the model's seed)."""
+        j = self.model.jitter
+        return 1.0 + j * (2.0 * self._rng.random() - 1.0) if j else 1.0
+
+    def enqueue(self, s: Stream, op: Op, now: float) -> None:
+        s.queue.append(op)
+        self.advance(now)
+
+    def release_gates(self) -> None:
+        """The host wrote memory: running gates whose flag is now released end soon."""
+        for s in self.streams:
+            op = s.cur
+            if op is not None and op.kind == "gate" and op.end is None and self._gate_open(op):
+                op.end = self.t + self.model.overheads.gate_poll
+
+    # -- the simulation ---------------------------------------------------------------------
+    def _gate_open(self, op: Op) -> bool:
+        if self.injector.gate_never_opens:
+            return False
+        assert op.probe is not None
+        return bool(op.probe())
+
+    def _start(self, s: Stream, op: Op) -> None:
+        t = self.t
+        if op.kind == "gate":
+            op.deadline = t + op.duration
+            assert op.probe is not None
+            if op.probe() is None:
+                op.end = t
+                s.error = CudaError(
+                    "cuStreamSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS", "gate flag not allocated"
+                )
+            elif self._gate_open(op):
+                op.end = t + self.model.overheads.gate_poll
+        elif op.kind in ("record", "wait"):
+            op.end = t
+        elif op.kind == "fixed":
+            op.end = t + op.duration
+        elif op.kind == "plugin":
+            assert op.prepare is not None
+            try:
+                op.end = t + op.prepare()
+            except GpubwError as exc:
+                op.end = t
+                self._fail(s, exc)
+        else:
+            op.phase_end = t + op.overhead
+
+    def _op_end(self, op: Op) -> float | None:
+        """When ``op`` will end if nothing changes (flows at their current rate)."""
+        if op.kind == "gate":
+            return op.end if op.end is not None else op.deadline
+        if op.kind != "xfer":
+            return op.end
+        if self.t < op.phase_end:
+            return op.phase_end
+        live = [f for f in op.flows if f.remaining > 0]
+        if not live:
+            return self.t
+        return min(self.t + f.remaining / self._rates[id(f)] for f in live)
+
+    def _compute_rates(self, active: list[Flow]) -> None:
+        count: dict[Resource, int] = {}
+        for f in active:
+            for r in f.resources:
+                count[r] = count.get(r, 0) + 1
+        rates: dict[int, float] = {}
+        cap = self.model.host_memory_bandwidth
+        for f in active:
+            share = 1.0
+            limit = float("inf")
+            for r in f.resources:
+                if r == HOSTMEM:
+                    if cap is not None:
+                        limit = min(limit, cap * f.jitter / count[r])
+                    continue
+                factor = 1.0
+                rev = reverse(r)
+                if rev is not None and count.get(rev, 0):
+                    factor = (
+                        self.model.host_links[r[1]].bidirectional_factor
+                        if r[0] in ("h2d", "d2h")
+                        else self.model.peer_bidirectional_factor
+                    )
+                share = min(share, factor / count[r])
+            rates[id(f)] = min(f.peak * share, limit)
+        self._rates = rates
+
+    def _finish(self, s: Stream, op: Op) -> None:
+        op.done = True
+        s.cur = None
+        s.free_at = self.t
+        if op.kind == "gate" and (op.end is None or op.end > op.deadline):
+            # Timed out: the kernel reports it through *status, like the real one.
+            if op.on_timeout is not None:
+                op.on_timeout()
+        elif op.kind == "record":
+            assert op.event is not None
+            if op.event.last is op:
+                op.event.time = self.t
+        if op.effect is not None:
+            try:
+                op.effect()
+            except GpubwError as exc:
+                self._fail(s, exc)
+
+    @staticmethod
+    def _fail(s: Stream, exc: GpubwError) -> None:
+        """Record an asynchronous failure; the stream's next synchronize raises it."""
+        if s.error is None:
+            s.error = exc
+
+    def advance(self, limit: float, until: Callable[[], bool] | None = None) -> bool:
+        """Run the device side up to time ``limit``, or until ``until()`` holds (then stop
+        there); returns whether ``until()`` holds at the end."""
+        if self.injector.sync_hang:
+            return until() if until is not None else False
+        self._rates = {}
+        self.streams = [s for s in self.streams if not (s.destroyed and s.idle())]
+        stalls = 0
+        while True:
+            self._start_ready()
+            if until is not None and until():
+                return True
+            active = [
+                f
+                for s in self.streams
+                if s.cur is not None and s.cur.kind == "xfer" and self.t >= s.cur.phase_end
+                for f in s.cur.flows
+                if f.remaining > 0
+            ]
+            self._compute_rates(active)
+            candidates: list[float] = []
+            for s in self.streams:
+                if s.cur is not None:
+                    end = self._op_end(s.cur)
+                    if end is not None:
+                        candidates.append(end)
+                elif s.queue:
+                    head = s.queue[0]
+                    if head.kind != "wait" or head.record is None or head.record.done:
+                        candidates.append(max(s.free_at, head.submit))
+            nxt = min(candidates) if candidates else None
+            if nxt is None or nxt > limit:
+                self._progress(active, max(0.0, limit - self.t))
+                self.t = max(self.t, limit)
+                return until() if until is not None else False
+            if nxt <= self.t:
+                stalls += 1
+                if stalls > 10_000:  # pragma: no cover - a bug in the model, not in the user
+                    raise SimulationError("the simulated device made no progress")
+            else:
+                stalls = 0
+            nxt = max(nxt, self.t)
+            self._progress(active, nxt - self.t)
+            self.t = nxt
+            for s in self.streams:
+                op = s.cur
+                if op is None:
+                    continue
+                if op.kind == "xfer":
+                    if self.t >= op.phase_end and all(f.remaining <= 0 for f in op.flows):
+                        self._finish(s, op)
+                else:
+                    end = self._op_end(op)
+                    if end is not None and end <= self.t:
+                        self._finish(s, op)
+            self.streams = [s for s in self.streams if not (s.destroyed and s.idle())]
+
+    def _progress(self, active: list[Flow], dt: float) -> None:
+        if dt <= 0:
+            return
+        for f in active:
+            rate = self._rates[id(f)]
+            f.remaining -= rate * dt
+            # done when what is left is float noise (in bytes, or in time at this rate)
+            if f.remaining <= 1e-9 * f.total + 1e-6 or f.remaining <= rate * 1e-11:
+                f.remaining = 0.0
+
+    def _start_ready(self) -> None:
+        """Start every head op that can start at the current time (zero-length ops chain)."""
+        progressed = True
+        while progressed:
+            progressed = False
+            for s in self.streams:
+                if s.cur is None and s.queue:
+                    head = s.queue[0]
+                    if max(s.free_at, head.submit) > self.t:
+                        continue
+                    if head.kind == "wait" and head.record is not None and not head.record.done:
+                        continue
+                    s.queue.popleft()
+                    s.cur = head
+                    self._start(s, head)
+                    progressed = True
+                op = s.cur
+                if op is not None and self._finishes_now(op):
+                    self._finish(s, op)
+                    progressed = True
+
+    def _finishes_now(self, op: Op) -> bool:
+        if op.kind in ("record", "wait"):
+            return True
+        if op.kind in ("fixed", "plugin"):
+            return op.end is not None and op.end <= self.t
+        if op.kind == "xfer":
+            return self.t >= op.phase_end and all(f.remaining <= 0 for f in op.flows)
+        return False

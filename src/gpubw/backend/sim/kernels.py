@@ -1,0 +1,374 @@
+"""Kernel emulation for the simulated backend: what each kernel does to memory and how long
+it takes, as stream operations of :mod:`gpubw.backend.sim.engine`.
+
+:data:`EMULATIONS` maps each built-in kernel's name (:data:`gpubw.kernels.KERNELS`) to the
+function that builds its operation from the launch and the kernel's argument values. A plugin
+kernel (:mod:`gpubw.kernels.modules`) runs through its module's ``simulate`` function, which
+sees the launch as a :class:`gpubw.kernels.modules.SimulatedLaunch` (:class:`PluginLaunch`).
+Copies made with ``cuMemcpyAsync`` are built here too (:func:`memcpy_op`).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import numpy as np
+
+from gpubw.backend.sim.engine import Engine, Flow, Op, Stream
+from gpubw.backend.sim.faults import FaultInjector, corrupt_word
+from gpubw.backend.sim.memory import ZERO, Alloc, Memory, Pattern
+from gpubw.backend.sim.model import SimSystem, path, single_rate
+from gpubw.errors import GpubwError, PluginError, UsageError
+from gpubw.kernels import ELEMENT_BYTES, PATTERN_WORDS
+
+
+@attrs.frozen
+class Launch:
+    """One launch being emulated: the parts of the simulated system it works on, its stream,
+    the host time it was submitted at and its geometry."""
+
+    model: SimSystem
+    memory: Memory
+    engine: Engine
+    injector: FaultInjector
+    stream: Stream
+    now: float
+    grid: int = 1
+    block: int = 1
+
+    def kernel_op(self, name: str, duration: float = 0.0) -> Op:
+        """An operation of fixed length: the launch overhead plus ``duration``."""
+        op = Op("fixed", self.now, name)
+        op.duration = self.model.overheads.kernel_launch + duration
+        return op
+
+    def maybe_corrupt(self, alloc: Alloc, off: int, nbytes: int) -> None:
+        """A measured copy just wrote [off, +nbytes) of ``alloc``: corrupt it if injected."""
+        rel = self.injector.corruption_offset(nbytes)
+        if rel is None:
+            return
+        pos = off + rel
+        current = bytes(self.memory.read(alloc, pos, 4))
+        self.memory.poke_word(alloc, pos, corrupt_word(current))
+
+
+Emulation = Callable[..., Op]
+
+
+# -- copies ---------------------------------------------------------------------------------
+def memcpy_op(c: Launch, dst: int, src: int, nbytes: int) -> Op:
+    """A copy engine copy of ``nbytes`` (> 0) from ``src`` to ``dst``."""
+    memory = c.memory
+    d_alloc, d_off = memory.location(dst, nbytes, "cuMemcpyAsync")
+    s_alloc, s_off = memory.location(src, nbytes, "cuMemcpyAsync")
+    op = Op("xfer", c.now, "memcpy")
+    op.overhead = c.model.overheads.memcpy
+    jit = c.engine.jitter()
+    staged = False
+    if d_alloc.device is not None and s_alloc.device is not None:
+        a, b = s_alloc.device, d_alloc.device
+        staged = a != b and not (
+            c.model.peer_rate(a, b) is not None
+            and ((a, b) in memory.peer_enabled or (b, a) in memory.peer_enabled)
+        )
+    op.flows = [
+        Flow(res, peak, nbytes, jit)
+        for res, peak in [path(c.model, s_alloc.device, d_alloc.device, "ce", staged)]
+    ]
+    measured = c.stream.gated and nbytes >= 4096
+
+    def effect() -> None:
+        memory.check_live(d_alloc, s_alloc)
+        memory.copy(d_alloc, d_off, s_alloc, s_off, nbytes)
+        if measured:
+            c.maybe_corrupt(d_alloc, d_off, nbytes)
+
+    op.effect = effect
+    return op
+
+
+def _copy_kernel(c: Launch, dst: int, src: int, elements: int, loops: int, split: bool) -> Op:
+    memory = c.memory
+    device = c.stream.device
+    nbytes = elements * ELEMENT_BYTES
+    op = Op("xfer", c.now, "gpubw_copy_split_warp" if split else "gpubw_copy")
+    op.overhead = c.model.overheads.kernel_launch
+    src_loc, dst_loc = memory.loc(src), memory.loc(dst)
+    jit = c.engine.jitter()
+    if split:
+        odd_elems = (elements // 64) * 32 + max(0, elements % 64 - 32)
+        even_elems = elements - odd_elems
+        parts = [(src_loc, dst_loc, odd_elems), (dst_loc, src_loc, even_elems)]
+    else:
+        parts = [(src_loc, dst_loc, elements)]
+    for a, b, count in parts:
+        res, peak = path(c.model, a, b, "sm", False)
+        op.flows.append(Flow(res, peak, count * ELEMENT_BYTES * loops, jit))
+    measured = c.stream.gated and nbytes >= 4096
+
+    def effect() -> None:
+        if nbytes == 0 or loops == 0:
+            return
+        d_alloc, d_off = memory.device_view(device, dst, nbytes)
+        s_alloc, s_off = memory.device_view(device, src, nbytes)
+        if split:
+            memory.copy(d_alloc, d_off, s_alloc, s_off, nbytes, parity=1)
+            memory.copy(s_alloc, s_off, d_alloc, d_off, nbytes, parity=0)
+        else:
+            memory.copy(d_alloc, d_off, s_alloc, s_off, nbytes)
+        if measured:
+            c.maybe_corrupt(d_alloc, d_off, nbytes)
+
+    op.effect = effect
+    return op
+
+
+def copy(c: Launch, dst: int, src: int, elements: int, loops: int) -> Op:
+    return _copy_kernel(c, dst, src, elements, loops, split=False)
+
+
+def copy_split_warp(c: Launch, dst: int, src: int, elements: int, loops: int) -> Op:
+    return _copy_kernel(c, dst, src, elements, loops, split=True)
+
+
+# -- the spin gate --------------------------------------------------------------------------
+def gate_wait(c: Launch, flag: int, timeout_ns: int, status: int) -> Op:
+    """Holds its stream until the int at ``flag`` is non-zero; after ``timeout_ns`` it gives
+    up and writes 1 to ``*status``, like the real kernel."""
+    memory = c.memory
+    op = Op("gate", c.now, "gpubw_gate_wait")
+    op.duration = timeout_ns * 1e-9
+
+    def probe() -> bool | None:
+        found = memory.find(flag, 4)
+        if found is None:
+            return None
+        return struct.unpack("<i", memory.read(found[0], found[1], 4).tobytes())[0] != 0
+
+    def on_timeout() -> None:
+        found = memory.find(status, 4)
+        if found is not None:
+            memory.write(found[0], found[1], np.frombuffer(struct.pack("<i", 1), np.uint8))
+
+    op.probe = probe
+    op.on_timeout = on_timeout
+    c.stream.gated = True
+    return op
+
+
+# -- fill, verify, clear --------------------------------------------------------------------
+def fill(c: Launch, dst: int, pattern: int, words: int) -> Op:
+    memory = c.memory
+    device = c.stream.device
+    nbytes = words * 4
+    op = c.kernel_op("gpubw_fill", nbytes / single_rate(c.model, device, memory.loc(dst)))
+
+    def effect() -> None:
+        if words == 0:
+            return
+        d_alloc, d_off = memory.device_view(device, dst, nbytes)
+        p_alloc, p_off = memory.device_view(device, pattern, min(words, PATTERN_WORDS) * 4)
+        if words < PATTERN_WORDS:
+            memory.write(d_alloc, d_off, memory.read(p_alloc, p_off, nbytes))
+            return
+        key = memory.pattern_key(p_alloc, p_off)
+        if d_alloc.data is not None:
+            d_alloc.generation += 1
+            d_alloc.data[d_off : d_off + nbytes] = np.resize(memory.patterns[key], nbytes)
+        else:
+            assert d_alloc.sym is not None
+            d_alloc.generation += 1
+            for cls in (0, 1):
+                d_alloc.sym.cls[cls].assign(d_off, d_off + nbytes, Pattern(key, d_off))
+
+    op.effect = effect
+    return op
+
+
+def verify(c: Launch, buf: int, pattern: int, words: int, first_bad: int) -> Op:
+    memory = c.memory
+    device = c.stream.device
+    nbytes = words * 4
+    op = c.kernel_op("gpubw_verify", nbytes / single_rate(c.model, memory.loc(buf), device))
+
+    def effect() -> None:
+        r_alloc, r_off = memory.device_view(device, first_bad, 8)
+        if words == 0:
+            return
+        b_alloc, b_off = memory.device_view(device, buf, nbytes)
+        p_alloc, p_off = memory.device_view(device, pattern, min(words, PATTERN_WORDS) * 4)
+        bad: int | None
+        if words < PATTERN_WORDS or b_alloc.data is not None:
+            expected = np.resize(memory.read(p_alloc, p_off, min(words, PATTERN_WORDS) * 4), nbytes)
+            actual = memory.read(b_alloc, b_off, nbytes)
+            diff = np.flatnonzero(actual != expected)
+            bad = int(diff[0]) if diff.size else None
+        else:
+            assert b_alloc.sym is not None
+            key = memory.pattern_key(p_alloc, p_off)
+            bad = b_alloc.sym.first_mismatch(b_off, nbytes, key, memory.patterns)
+        if bad is None:
+            return
+        current = int.from_bytes(memory.read(r_alloc, r_off, 8).tobytes(), "little")
+        word = min(current, bad // 4)
+        memory.write(r_alloc, r_off, np.frombuffer(word.to_bytes(8, "little"), dtype=np.uint8))
+
+    op.effect = effect
+    return op
+
+
+def clear_warp_parity(c: Launch, buf: int, elements: int, parity: int) -> Op:
+    memory = c.memory
+    device = c.stream.device
+    nbytes = elements * ELEMENT_BYTES
+    op = c.kernel_op(
+        "gpubw_clear_warp_parity", nbytes / 2 / single_rate(c.model, device, memory.loc(buf))
+    )
+
+    def effect() -> None:
+        if nbytes == 0:
+            return
+        alloc, off = memory.device_view(device, buf, nbytes)
+        if alloc.sym is not None:
+            alloc.generation += 1
+            for cls in memory.classes(off, parity & 1):
+                alloc.sym.cls[cls].assign(off, off + nbytes, ZERO)
+        else:
+            memory.write(alloc, off, np.zeros(nbytes, dtype=np.uint8), parity=parity & 1)
+
+    op.effect = effect
+    return op
+
+
+# -- latency --------------------------------------------------------------------------------
+def pointer_chase(c: Launch, start: int, steps: int, target: int, sink: int) -> Op:
+    memory = c.memory
+    device = c.stream.device
+    active = target < c.grid
+    loc = memory.loc(start)
+    lat = c.model.latency
+    per_access = lat.host if loc is None else lat.local if loc == device else lat.peer
+    op = c.kernel_op("gpubw_pointer_chase", steps * per_access if active else 0.0)
+
+    def effect() -> None:
+        if not active:
+            return
+        p = start
+        if steps:
+            p = memory.chase(device, start, steps)
+        alloc, off = memory.device_view(device, sink, 8)
+        memory.write(alloc, off, np.frombuffer(p.to_bytes(8, "little"), dtype=np.uint8))
+
+    op.effect = effect
+    return op
+
+
+#: Built-in kernel name -> the function that builds its operation from the launch and the
+#: kernel's argument values (in the order of its KernelSpec's params).
+EMULATIONS: dict[str, Emulation] = {
+    "gpubw_gate_wait": gate_wait,
+    "gpubw_copy": copy,
+    "gpubw_copy_split_warp": copy_split_warp,
+    "gpubw_fill": fill,
+    "gpubw_verify": verify,
+    "gpubw_clear_warp_parity": clear_warp_parity,
+    "gpubw_pointer_chase": pointer_chase,
+}
+
+
+# -- plugin kernels -------------------------------------------------------------------------
+def plugin_kernel(kernel: str) -> tuple[Any, Any]:
+    """The registered plugin module and spec of ``kernel`` (UsageError if none)."""
+    try:
+        from gpubw.kernels.modules import find_kernel
+    except ImportError:  # pragma: no cover - core without plugin kernel modules
+        raise UsageError(f"unknown kernel {kernel!r}") from None
+    try:
+        return find_kernel(kernel)
+    except KeyError:
+        raise UsageError(f"unknown kernel {kernel!r}") from None
+
+
+def plugin_op(c: Launch, kernel: str, simulate: Callable[..., None], values: list[int]) -> Op:
+    """A plugin kernel: its simulate function runs when the launch starts (reading and
+    writing the memory the backend holds) and reports the launch's traffic, which sets its
+    duration."""
+    op = Op("plugin", c.now, kernel)
+    jit = c.engine.jitter()
+
+    def run() -> float:
+        launch = PluginLaunch(c.model, c.memory, c.stream, c.grid, c.block)
+        try:
+            simulate(launch, *values)
+        except GpubwError:
+            raise
+        except Exception as exc:
+            raise PluginError(f"the simulation of kernel {kernel!r} failed: {exc!r}") from exc
+        return c.model.overheads.kernel_launch + launch.seconds() / jit
+
+    op.effect = None
+    op.prepare = run
+    return op
+
+
+class PluginLaunch:
+    """One launch of a plugin kernel, as its simulate function sees it
+    (:class:`gpubw.kernels.modules.SimulatedLaunch`)."""
+
+    def __init__(
+        self, model: SimSystem, memory: Memory, stream: Stream, grid: int, block: int
+    ) -> None:
+        self._model = model
+        self._memory = memory
+        self.device = stream.device
+        self.grid = grid
+        self.block = block
+        self._traffic: dict[tuple[str, int | None], float] = {}
+
+    def read(self, pointer: int, nbytes: int) -> bytes | None:
+        alloc, off = self._memory.device_view(self.device, pointer, nbytes)
+        if alloc.data is None:
+            return None
+        return alloc.data[off : off + nbytes].tobytes()
+
+    def holds(self, pointer: int, nbytes: int) -> bool:
+        found = self._memory.find(pointer, nbytes)
+        return found is not None and found[0].data is not None
+
+    def write(self, pointer: int, data: bytes) -> None:
+        alloc, off = self._memory.device_view(self.device, pointer, len(data))
+        if alloc.data is not None and data:
+            self._memory.write(alloc, off, np.frombuffer(bytes(data), dtype=np.uint8))
+
+    def traffic(self, pointer: int, *, read: int = 0, written: int = 0) -> None:
+        alloc, _ = self._memory.device_view(self.device, pointer, 1)
+        where = alloc.device
+        for direction, nbytes in (("read", read), ("written", written)):
+            if nbytes:
+                key = (direction, where)
+                self._traffic[key] = self._traffic.get(key, 0.0) + nbytes
+
+    def seconds(self) -> float:
+        """How long the reported traffic takes: each path at its rate, paths in parallel;
+        this device's memory serves reads and writes together at twice its copy rate."""
+        model = self._model
+        d = self.device
+        per_path: dict[Any, float] = {}
+        for (direction, where), nbytes in self._traffic.items():
+            if where == d:
+                key: Any = ("mem", d)
+                rate = 2 * model.local_copy.sm
+            elif where is None:
+                key = (direction, None)
+                link = model.host_links[d]
+                rate = link.h2d.sm if direction == "read" else link.d2h.sm
+            else:
+                key = (direction, where)
+                src, dst = (where, d) if direction == "read" else (d, where)
+                peer = model.peer_rate(src, dst)
+                rate = peer.sm if peer is not None else model.host_links[d].h2d.sm
+            per_path[key] = per_path.get(key, 0.0) + nbytes / rate
+        return max(per_path.values(), default=0.0)

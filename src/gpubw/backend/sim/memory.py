@@ -1,0 +1,476 @@
+"""Memory of the simulated system: the allocator (addresses, sizes, what is free) and the
+content of every allocation.
+
+Allocations up to the model's ``real_bytes_limit`` hold real bytes (numpy). Larger ones hold
+their content symbolically: segments of "pattern P", "zero", "these bytes", kept separately for
+the even and odd 32-element groups the split-warp kernels use, so fill, copy and verify stay
+exact, corruption included, at any size.
+
+Address layout: host memory from 0x7f00_0000_0000, device d from (0x10 + d) << 40; an address
+is never reused.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import hashlib
+
+import attrs
+import numpy as np
+
+from gpubw.backend.sim.model import MIB, SimSystem
+from gpubw.errors import CudaError, SimulationError
+from gpubw.kernels import ELEMENT_BYTES, PATTERN_WORDS
+
+#: Bytes of one verification pattern period.
+PATTERN_BYTES = PATTERN_WORDS * 4
+#: Bytes of one 32-element group of the split-warp kernels.
+GROUP_BYTES = 32 * ELEMENT_BYTES
+
+_HOST_BASE = 0x7F00_0000_0000
+_DEVICE_STRIDE = 1 << 40
+_DEVICE_BASE = 0x10 << 40
+_ALIGN = 512
+
+
+# -- content --------------------------------------------------------------------------------
+class Zero:
+    """All bytes zero."""
+
+    periodic = True
+
+    def values(self, lo: int, hi: int, patterns: dict[int, np.ndarray]) -> np.ndarray:
+        return np.zeros(hi - lo, dtype=np.uint8)
+
+    def shifted(self, s: int) -> Zero:
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Zero)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+ZERO = Zero()
+
+
+@attrs.frozen
+class Pattern:
+    """Byte b (allocation offset) = pattern ``key``'s byte (b - shift) mod PATTERN_BYTES."""
+
+    key: int
+    shift: int
+    periodic = True
+
+    def values(self, lo: int, hi: int, patterns: dict[int, np.ndarray]) -> np.ndarray:
+        idx = (np.arange(lo, hi, dtype=np.int64) - self.shift) % PATTERN_BYTES
+        return patterns[self.key][idx]
+
+    def shifted(self, s: int) -> Pattern:
+        return Pattern(self.key, (self.shift + s) % PATTERN_BYTES)
+
+
+@attrs.frozen(eq=False)
+class Data:
+    """Byte b (allocation offset) = ``arr[b - shift]``: literal bytes."""
+
+    arr: np.ndarray
+    shift: int
+    periodic = False
+
+    def values(self, lo: int, hi: int, patterns: dict[int, np.ndarray]) -> np.ndarray:
+        return np.asarray(self.arr[lo - self.shift : hi - self.shift])
+
+    def shifted(self, s: int) -> Data:
+        return Data(self.arr, self.shift + s)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Data) and other.arr is self.arr and other.shift == self.shift
+
+    def __hash__(self) -> int:
+        return id(self.arr) ^ self.shift
+
+
+Desc = Zero | Pattern | Data
+Seg = tuple[int, int, Desc]
+
+
+class Segments:
+    """Sorted, non-overlapping (start, end, desc) covering [0, size)."""
+
+    def __init__(self, size: int) -> None:
+        self.segs: list[Seg] = [(0, size, ZERO)]
+
+    def extract(self, lo: int, hi: int) -> list[Seg]:
+        return [(max(a, lo), min(b, hi), d) for a, b, d in self.segs if a < hi and b > lo]
+
+    def assign(self, lo: int, hi: int, desc: Desc) -> None:
+        if hi <= lo:
+            return
+        out: list[Seg] = []
+        for a, b, d in self.segs:
+            if b <= lo or a >= hi:
+                out.append((a, b, d))
+                continue
+            if a < lo:
+                out.append((a, lo, d))
+            if b > hi:
+                out.append((hi, b, d))
+        out.append((lo, hi, desc))
+        out.sort(key=lambda seg: seg[0])
+        merged: list[Seg] = []
+        for a, b, d in out:
+            if merged and merged[-1][1] == a and merged[-1][2] == d:
+                merged[-1] = (merged[-1][0], b, d)
+            else:
+                merged.append((a, b, d))
+        self.segs = merged
+
+
+def class_of(positions: np.ndarray) -> np.ndarray:
+    """Group parity (0 even, 1 odd) of byte positions."""
+    return (positions // GROUP_BYTES) & 1
+
+
+class Symbolic:
+    """Content of a large allocation: one segment list per group parity (byte b belongs to
+    parity (b // 512) & 1, offsets from the allocation's start)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.cls = (Segments(size), Segments(size))
+
+    def materialize(self, lo: int, n: int, patterns: dict[int, np.ndarray]) -> np.ndarray:
+        out = np.zeros(n, dtype=np.uint8)
+        if n <= 0:
+            return out
+        parity = class_of(np.arange(lo, lo + n, dtype=np.int64))
+        for c in (0, 1):
+            for a, b, d in self.cls[c].extract(lo, lo + n):
+                vals = d.values(a, b, patterns)
+                sel = parity[a - lo : b - lo] == c
+                out[a - lo : b - lo][sel] = vals[sel]
+        return out
+
+    def first_mismatch(
+        self, lo: int, n: int, key: int, patterns: dict[int, np.ndarray]
+    ) -> int | None:
+        """First byte offset (from ``lo``) in [lo, lo + n) that differs from pattern ``key``
+        laid from ``lo`` on, or None."""
+        best: int | None = None
+        expected_all = patterns[key]
+        for c in (0, 1):
+            for a, b, d in self.cls[c].extract(lo, lo + n):
+                if isinstance(d, Pattern) and d.key == key and (d.shift - lo) % PATTERN_BYTES == 0:
+                    continue
+                # Zero and pattern content repeat every PATTERN_BYTES, as does the expected
+                # pattern and the parity classes: one period decides.
+                hi = min(b, a + PATTERN_BYTES + 2 * GROUP_BYTES) if d.periodic else b
+                pos = np.arange(a, hi, dtype=np.int64)
+                actual = d.values(a, hi, patterns)
+                expected = expected_all[(pos - lo) % PATTERN_BYTES]
+                bad = np.flatnonzero((actual != expected) & (class_of(pos) == c))
+                if bad.size:
+                    off = a + int(bad[0]) - lo
+                    best = off if best is None else min(best, off)
+        return best
+
+
+@attrs.define(eq=False)
+class Alloc:
+    base: int
+    size: int
+    device: int | None  # None: pinned host memory
+    data: np.ndarray | None  # real bytes, or None for symbolic content
+    sym: Symbolic | None
+    generation: int = 0
+    freed: bool = False
+
+    @property
+    def where(self) -> str:
+        return "host memory" if self.device is None else f"device {self.device} memory"
+
+
+@functools.lru_cache(maxsize=16)
+def parity_mask(n: int, parity: int) -> np.ndarray:
+    """Bytes of [0, n) (relative to a buffer pointer) in groups of the given parity."""
+    mask = class_of(np.arange(n, dtype=np.int64)) == parity
+    mask.flags.writeable = False
+    return mask
+
+
+# -- the allocator and content primitives ---------------------------------------------------
+class Memory:
+    """Every live allocation of the modelled system (device and pinned host memory), which
+    device may access which peer's memory, and the content primitives the kernels use."""
+
+    def __init__(self, model: SimSystem) -> None:
+        self.model = model
+        self.allocs: dict[int, Alloc] = {}
+        self._bases: list[int] = []  # sorted bases of live allocations
+        self._next_addr = {
+            d.ordinal: _DEVICE_BASE + d.ordinal * _DEVICE_STRIDE for d in model.devices
+        }
+        self._next_host = _HOST_BASE
+        self.used = dict.fromkeys(self._next_addr, 0)
+        self.host_used = 0
+        #: ordered pairs (a, b): device a's kernels may access device b's memory
+        self.peer_enabled: set[tuple[int, int]] = set()
+        #: verification patterns seen so far, by key (symbolic content refers to them)
+        self.patterns: dict[int, np.ndarray] = {}
+        self._pattern_keys: dict[bytes, int] = {}
+        self._pattern_cache: dict[tuple[int, int, int], int] = {}
+        self._chase_cache: dict[tuple[int, int, int, int], int] = {}
+
+    # -- allocation -------------------------------------------------------------------------
+    @staticmethod
+    def rounded(nbytes: int) -> int:
+        return -(-nbytes // _ALIGN) * _ALIGN
+
+    def free_bytes(self, device: int) -> int:
+        total = self.model.devices[device].memory_bytes
+        return max(0, total - self.model.reserved_bytes - self.used[device])
+
+    def _new_alloc(self, base: int, nbytes: int, device: int | None) -> Alloc:
+        real = nbytes <= self.model.real_bytes_limit
+        alloc = Alloc(
+            base=base,
+            size=nbytes,
+            device=device,
+            data=np.zeros(nbytes, dtype=np.uint8) if real else None,
+            sym=None if real else Symbolic(nbytes),
+        )
+        self.allocs[base] = alloc
+        bisect.insort(self._bases, base)
+        return alloc
+
+    def alloc_device(self, device: int, nbytes: int) -> int:
+        """A new allocation of ``nbytes`` (> 0) on ``device``; OUT_OF_MEMORY if it does not fit."""
+        size = self.rounded(nbytes)
+        if size > self.free_bytes(device):
+            raise CudaError("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY")
+        base = self._next_addr[device]
+        self._next_addr[device] += -(-size // (2 * MIB)) * 2 * MIB  # never reuse an address
+        self.used[device] += size
+        self._new_alloc(base, nbytes, device)
+        return base
+
+    def alloc_host(self, nbytes: int) -> int:
+        """A new pinned host allocation of ``nbytes`` (> 0)."""
+        size = self.rounded(nbytes)
+        if self.host_used + size > self.model.host_memory_bytes:
+            raise CudaError("cuMemHostAlloc", "CUDA_ERROR_OUT_OF_MEMORY")
+        base = self._next_host
+        self._next_host += -(-size // (2 * MIB)) * 2 * MIB
+        self.host_used += size
+        self._new_alloc(base, nbytes, None)
+        return base
+
+    def lookup(self, pointer: int, host: bool, call: str) -> Alloc:
+        """The allocation starting at ``pointer`` (host or device, as ``host`` says), for
+        freeing it; CUDA_ERROR_INVALID_VALUE from ``call`` if there is none."""
+        alloc = self.allocs.get(pointer)
+        if alloc is None or (alloc.device is None) != host:
+            raise CudaError(call, "CUDA_ERROR_INVALID_VALUE", f"0x{pointer:x} is not allocated")
+        return alloc
+
+    def remove(self, alloc: Alloc) -> None:
+        """Free ``alloc`` (found by :meth:`lookup`)."""
+        del self.allocs[alloc.base]
+        self._bases.remove(alloc.base)
+        alloc.freed = True
+        if alloc.device is None:
+            self.host_used -= self.rounded(alloc.size)
+        else:
+            self.used[alloc.device] -= self.rounded(alloc.size)
+
+    # -- finding memory ---------------------------------------------------------------------
+    def find(self, pointer: int, nbytes: int) -> tuple[Alloc, int] | None:
+        """The live allocation holding [pointer, pointer + nbytes), and the offset."""
+        i = bisect.bisect_right(self._bases, pointer) - 1
+        if i < 0:
+            return None
+        alloc = self.allocs[self._bases[i]]
+        off = pointer - alloc.base
+        if off + max(nbytes, 0) > alloc.size:
+            return None
+        return alloc, off
+
+    def host_range(self, pointer: int, nbytes: int, what: str) -> tuple[Alloc, int]:
+        """[pointer, +nbytes) in pinned host memory, for the host's own access."""
+        found = self.find(pointer, nbytes)
+        if found is None or found[0].device is not None:
+            raise SimulationError(
+                f"{what} of {nbytes} bytes at 0x{pointer:x}: not inside pinned host memory "
+                "(on real hardware this would crash the process)"
+            )
+        return found
+
+    def location(self, pointer: int, nbytes: int, call: str) -> tuple[Alloc, int]:
+        """[pointer, +nbytes) for a copy; CUDA_ERROR_INVALID_VALUE if not allocated."""
+        found = self.find(pointer, nbytes)
+        if found is None:
+            raise CudaError(
+                call, "CUDA_ERROR_INVALID_VALUE", f"[0x{pointer:x}, +{nbytes}) is not allocated"
+            )
+        return found
+
+    def device_view(self, device: int, pointer: int, nbytes: int) -> tuple[Alloc, int]:
+        """Kernel access to [pointer, +nbytes) from ``device``; an address outside live
+        memory, or peer memory without peer access, is CUDA_ERROR_ILLEGAL_ADDRESS."""
+        found = self.find(pointer, nbytes)
+        if found is None:
+            raise CudaError(
+                "cuStreamSynchronize",
+                "CUDA_ERROR_ILLEGAL_ADDRESS",
+                f"a kernel on device {device} accessed [0x{pointer:x}, +{nbytes}), "
+                "which is not allocated",
+            )
+        alloc = found[0]
+        if (
+            alloc.device is not None
+            and alloc.device != device
+            and (device, alloc.device) not in self.peer_enabled
+        ):
+            raise CudaError(
+                "cuStreamSynchronize",
+                "CUDA_ERROR_ILLEGAL_ADDRESS",
+                f"a kernel on device {device} accessed {alloc.where} without peer access",
+            )
+        return found
+
+    def loc(self, pointer: int) -> int | None:
+        """The device whose memory holds ``pointer`` (None: host memory, or nothing)."""
+        found = self.find(pointer, 1)
+        return None if found is None else found[0].device
+
+    @staticmethod
+    def check_live(*allocs: Alloc) -> None:
+        """A copy that runs after one of its buffers was freed is an illegal address."""
+        for a in allocs:
+            if a.freed:
+                raise CudaError(
+                    "cuStreamSynchronize",
+                    "CUDA_ERROR_ILLEGAL_ADDRESS",
+                    f"copy touched freed {a.where}",
+                )
+
+    # -- content ----------------------------------------------------------------------------
+    def read(self, alloc: Alloc, off: int, n: int) -> np.ndarray:
+        if alloc.data is not None:
+            return alloc.data[off : off + n].copy()
+        assert alloc.sym is not None
+        return alloc.sym.materialize(off, n, self.patterns)
+
+    def write(self, alloc: Alloc, off: int, values: np.ndarray, parity: int | None = None) -> None:
+        """Write ``values`` at ``off``; with ``parity``, only the bytes of that group parity
+        (relative to ``off``)."""
+        n = len(values)
+        alloc.generation += 1
+        if alloc.data is not None:
+            if parity is None:
+                alloc.data[off : off + n] = values
+            else:
+                mask = parity_mask(n, parity)
+                alloc.data[off : off + n][mask] = values[mask]
+            return
+        assert alloc.sym is not None
+        desc = Data(np.array(values, dtype=np.uint8), off)
+        for c in self.classes(off, parity):
+            alloc.sym.cls[c].assign(off, off + n, desc)
+
+    def poke_word(self, alloc: Alloc, pos: int, word: bytes) -> None:
+        """Overwrite the 4-byte word at allocation offset ``pos`` (a multiple of 4)."""
+        values = np.frombuffer(word, dtype=np.uint8)
+        if alloc.data is not None:
+            self.write(alloc, pos, values)
+        else:
+            assert alloc.sym is not None
+            alloc.generation += 1
+            alloc.sym.cls[(pos // GROUP_BYTES) & 1].assign(pos, pos + 4, Data(values, pos))
+
+    @staticmethod
+    def classes(off: int, parity: int | None) -> tuple[int, ...]:
+        """Allocation-relative parity classes touched by an op at ``off`` of ``parity``."""
+        if parity is None:
+            return (0, 1)
+        if off % GROUP_BYTES:
+            raise SimulationError(
+                "the simulated backend models split-warp group parity on large buffers only "
+                f"at offsets that are multiples of {GROUP_BYTES} bytes (got {off})"
+            )
+        return (parity ^ ((off // GROUP_BYTES) & 1),)
+
+    def copy(
+        self, dst: Alloc, doff: int, src: Alloc, soff: int, n: int, parity: int | None = None
+    ) -> None:
+        if n <= 0:
+            return
+        if dst.sym is None or src.sym is None:
+            if dst.sym is not None and src.data is not None:
+                self.write(dst, doff, src.data[soff : soff + n].copy(), parity)
+            else:
+                self.write(dst, doff, self.read(src, soff, n), parity)
+            return
+        # symbolic -> symbolic: move segments
+        dst.generation += 1
+        s = doff - soff
+        if parity is not None:
+            pairs = [(self.classes(soff, parity)[0], self.classes(doff, parity)[0])]
+        elif s % (2 * GROUP_BYTES) == 0:
+            pairs = [(0, 0), (1, 1)]
+        elif s % (2 * GROUP_BYTES) == GROUP_BYTES:
+            pairs = [(0, 1), (1, 0)]
+        elif src.sym.cls[0].extract(soff, soff + n) == src.sym.cls[1].extract(soff, soff + n):
+            pairs = [(0, 0), (0, 1)]
+        else:
+            raise SimulationError(
+                "the simulated backend cannot copy split-warp content between large buffers "
+                f"at offsets {soff} and {doff} that differ by a part of a {GROUP_BYTES}-byte group"
+            )
+        moved = [(cd, src.sym.cls[cs].extract(soff, soff + n)) for cs, cd in pairs]
+        for cd, segs in moved:
+            for a, b, d in segs:
+                dst.sym.cls[cd].assign(a + s, b + s, d.shifted(s))
+
+    def pattern_key(self, alloc: Alloc, off: int) -> int:
+        """Key of the PATTERN_BYTES pattern stored at ``alloc`` + ``off``."""
+        cache_key = (alloc.base, alloc.generation, off)
+        key = self._pattern_cache.get(cache_key)
+        if key is None:
+            values = self.read(alloc, off, PATTERN_BYTES)
+            digest = hashlib.blake2b(values.tobytes(), digest_size=16).digest()
+            key = self._pattern_keys.get(digest)
+            if key is None:
+                key = len(self.patterns)
+                self.patterns[key] = values
+                self._pattern_keys[digest] = key
+            self._pattern_cache[cache_key] = key
+        return key
+
+    def chase(self, device: int, start: int, steps: int) -> int:
+        """Where ``steps`` dependent 8-byte loads from ``start`` end (the pointer-chase kernel
+        on ``device``)."""
+        alloc, _ = self.device_view(device, start, 8)
+        key = (alloc.base, alloc.generation, start, steps)
+        cached = self._chase_cache.get(key)
+        if cached is not None:
+            return cached
+        p = start
+        view: np.ndarray | None = None
+        cur: Alloc | None = None
+        for _ in range(steps):
+            if cur is None or not (cur.base <= p <= cur.base + cur.size - 8) or (p - cur.base) % 8:
+                cur, off = self.device_view(device, p, 8)
+                view = (
+                    cur.data[: cur.size // 8 * 8].view(np.uint64) if cur.data is not None else None
+                )
+            off = p - cur.base
+            if view is not None and off % 8 == 0:
+                p = int(view[off // 8])
+            else:
+                p = int.from_bytes(self.read(cur, off, 8).tobytes(), "little")
+        self._chase_cache[key] = p
+        return p

@@ -1,0 +1,177 @@
+"""Simulated presets and the JSON system format (gpubw.backend.presets)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpubw.backend.presets import PRESETS, from_preset, load_system, names
+from gpubw.backend.sim import Faults, SimSystem, SimulatedBackend
+from gpubw.errors import UsageError
+
+MIB = 1 << 20
+
+
+def test_presets_listed() -> None:
+    """PRESETS and names() list the four built-in systems."""
+    assert set(PRESETS) == {"h200x1", "h200x2", "h200x8", "pcie4"}
+    assert names() == list(PRESETS)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_builds(name: str) -> None:
+    """Every preset builds a consistent system with unique UUIDs and PCI ids."""
+    system = load_system(name)
+    assert system.name == name
+    assert [d.ordinal for d in system.devices] == list(range(len(system.devices)))
+    assert len({d.uuid for d in system.devices}) == len(system.devices)
+    assert len({d.pci_bus_id for d in system.devices}) == len(system.devices)
+
+
+def test_h200_device_attributes() -> None:
+    """The H200 presets carry the real H200's attributes."""
+    d = load_system("h200x2").devices[0]
+    assert (d.name, d.sm_count, d.l2_bytes, d.memory_bus_width_bits) == (
+        "NVIDIA H200",
+        132,
+        60 * MIB,
+        6016,
+    )
+    assert (d.memory_clock_khz, d.clock_khz, d.async_engines) == (3_201_000, 1_980_000, 3)
+    assert d.compute_capability == (9, 0)
+    assert 140e9 < d.memory_bytes < 151e9
+    assert d.nominal_memory_bandwidth == pytest.approx(4815e9, rel=1e-3)
+
+
+def test_peer_matrices() -> None:
+    """h200x1 has no peers, h200x2 and h200x8 all pairs, pcie4 only 0<->1 and 2<->3."""
+    assert not load_system("h200x1").peers
+    assert set(load_system("h200x2").peers) == {(0, 1), (1, 0)}
+    assert len(load_system("h200x8").peers) == 56
+    assert set(load_system("pcie4").peers) == {(0, 1), (1, 0), (2, 3), (3, 2)}
+    be = SimulatedBackend(load_system("pcie4"))
+    assert be.can_access_peer(0, 1) and be.can_access_peer(3, 2)
+    assert not be.can_access_peer(0, 2) and not be.can_access_peer(1, 1)
+
+
+def test_unknown_preset_lists_names() -> None:
+    """An unknown name is a UsageError listing the presets."""
+    with pytest.raises(UsageError, match="h200x1, h200x2, h200x8, pcie4"):
+        load_system("h100x3")
+
+
+def test_json_missing_file(tmp_path: Path) -> None:
+    """A missing JSON file is a UsageError naming the file."""
+    path = tmp_path / "nope.json"
+    with pytest.raises(UsageError, match=r"nope\.json"):
+        load_system(str(path))
+
+
+def test_json_malformed(tmp_path: Path) -> None:
+    """Malformed JSON is a UsageError naming the file, line and column."""
+    path = tmp_path / "bad.json"
+    path.write_text('{"name": "x",\n  "count": }')
+    with pytest.raises(UsageError, match=r"bad\.json: not valid JSON.*line 2"):
+        load_system(str(path))
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"base": "h200x2", "bogus": 1}, "unknown key 'bogus'"),
+        ({"base": "nope"}, "not a preset"),
+        ({"base": "h200x2", "count": 0}, "count must be positive"),
+        ({"base": "h200x2", "peers": {"pairs": [[0, 0]]}}, "two distinct devices"),
+        ({"base": "h200x2", "host_link": {"h2d": {"ce": "fast"}}}, r"host_link\.h2d\.ce"),
+        ({"count": 2}, "describe the devices"),
+        ({"base": "h200x1", "jitter": 2}, "jitter"),
+    ],
+)
+def test_json_invalid(tmp_path: Path, doc: dict, message: str) -> None:
+    """Invalid system descriptions are UsageErrors that name the file and the problem."""
+    path = tmp_path / "sys.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=message) as info:
+        load_system(str(path))
+    assert "sys.json" in str(info.value)
+
+
+def test_json_based_on_preset(tmp_path: Path) -> None:
+    """A JSON file can start from a preset and override the count, links and peers."""
+    path = tmp_path / "four.json"
+    path.write_text(
+        json.dumps(
+            {
+                "name": "four-h200",
+                "base": "h200x2",
+                "count": 4,
+                "host_link": {"h2d": {"ce": 50e9}},
+                "peers": {"pairs": [[0, 1], {"pair": [2, 3], "ce": 100e9, "sm": 90e9}]},
+            }
+        )
+    )
+    system = load_system(str(path))
+    assert system.name == "four-h200" and len(system.devices) == 4
+    assert system.host_links[3].h2d.ce == 50e9 and system.host_links[3].h2d.sm == 51.4e9
+    assert set(system.peers) == {(0, 1), (1, 0), (2, 3), (3, 2)}
+    assert system.peers[(3, 2)].ce == 100e9
+
+
+def test_json_full_description(tmp_path: Path) -> None:
+    """The documented example of docs/simulate.md (a full description) loads."""
+    doc = {
+        "name": "two-l4",
+        "count": 2,
+        "device": {
+            "name": "NVIDIA L4",
+            "compute_capability": [8, 9],
+            "sm_count": 58,
+            "l2_bytes": 50331648,
+            "memory_bytes": 24152899584,
+            "memory_bus_width_bits": 192,
+            "memory_clock_khz": 6251000,
+            "clock_khz": 2040000,
+            "async_engines": 2,
+        },
+        "host_link": {"h2d": {"ce": 12.5e9, "sm": 12e9}, "d2h": {"ce": 13e9, "sm": 12.4e9}},
+        "peers": {"pairs": "none"},
+        "local_copy": {"ce": 120e9, "sm": 125e9},
+    }
+    path = tmp_path / "l4.json"
+    path.write_text(json.dumps(doc))
+    system = load_system(str(path))
+    assert [d.name for d in system.devices] == ["NVIDIA L4"] * 2
+    assert not system.peers
+
+
+def test_docs_example_loads() -> None:
+    """The JSON example in docs/simulate.md is valid."""
+    text = (Path(__file__).parents[1] / "docs" / "simulate.md").read_text()
+    block = text.split("```json", 1)[1].split("```", 1)[0]
+    system = load_system_from_text(block)
+    assert len(system.devices) == 4
+
+
+def load_system_from_text(text: str) -> SimSystem:
+    from gpubw.backend.presets import system_from_dict
+
+    return system_from_dict(json.loads(text))
+
+
+def test_from_preset_builds_a_backend() -> None:
+    """from_preset gives a simulated backend on the preset, with the faults it is given."""
+    be = from_preset("h200x2")
+    assert isinstance(be, SimulatedBackend) and be.model.name == "h200x2"
+    assert be.faults == Faults()
+    faults = Faults(alloc_fail_after=0)
+    assert from_preset("h200x1", faults).faults is faults
+
+
+def test_from_preset_keeps_a_system_files_faults(tmp_path: Path) -> None:
+    """A system file's "faults" are the backend's unless from_preset is given others."""
+    path = tmp_path / "faulty.json"
+    path.write_text(json.dumps({"base": "h200x1", "faults": {"gate_never_opens": True}}))
+    assert from_preset(str(path)).faults.gate_never_opens
+    assert not from_preset(str(path), Faults()).faults.gate_never_opens

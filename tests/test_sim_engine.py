@@ -1,0 +1,178 @@
+"""The simulated device side: events, the spin gate, stream order, shared links, determinism
+(gpubw.backend.sim.engine)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from gpubw.backend.base import ptr, u64
+from gpubw.backend.presets import load_system
+from gpubw.backend.sim import SimulatedBackend
+from gpubw.errors import CudaError, GateTimeoutError
+
+MIB = 1 << 20
+GATE_NS = 10_000_000_000
+
+
+def _gate(be: SimulatedBackend, stream: object, flag: int, timeout_ns: int = GATE_NS) -> None:
+    be.launch("gpubw_gate_wait", 1, 1, (ptr(flag), u64(timeout_ns), ptr(flag + 4)), stream)
+
+
+def _u32(be: SimulatedBackend, pointer: int) -> int:
+    return struct.unpack("<i", be.host_read(pointer, 4))[0]
+
+
+def test_events_and_elapsed(backend: SimulatedBackend) -> None:
+    """Events get virtual timestamps; a 64 MiB H2D copy takes about size / 55.5 GB/s."""
+    be = backend
+    n = 64 * MIB
+    h, d = be.alloc_host(n, 0), be.alloc_device(0, n)
+    s = be.create_stream(0)
+    a, b = be.create_event(0), be.create_event(0)
+    be.record_event(a, s)
+    be.memcpy_async(d, h, n, s)
+    be.record_event(b, s)
+    be.synchronize(s, 1.0)
+    assert n / be.elapsed_seconds(a, b) == pytest.approx(55.5e9, rel=0.01)
+
+
+def test_elapsed_not_ready_and_never_recorded(backend: SimulatedBackend) -> None:
+    """elapsed_seconds on a pending event is NOT_READY, on an unrecorded one INVALID_HANDLE."""
+    be = backend
+    flag = be.alloc_host(4096, None)
+    s = be.create_stream(0)
+    a, b, c = be.create_event(0), be.create_event(0), be.create_event(0)
+    _gate(be, s, flag)
+    be.record_event(a, s)
+    be.record_event(b, s)
+    with pytest.raises(CudaError, match="NOT_READY"):
+        be.elapsed_seconds(a, b)
+    with pytest.raises(CudaError, match="INVALID_HANDLE"):
+        be.elapsed_seconds(c, a)
+    be.host_write(flag, struct.pack("<i", 1))
+    be.synchronize(s, 1.0)
+    assert be.elapsed_seconds(a, b) == 0.0
+
+
+def test_gate_holds_until_released(backend: SimulatedBackend) -> None:
+    """Work behind the gate stays pending until the host writes the flag; then it runs."""
+    be = backend
+    n = 1 * MIB
+    flag = be.alloc_host(4096, None)
+    h, d = be.alloc_host(n, 0), be.alloc_device(0, n)
+    be.host_write(h, b"\x07" * n)
+    s = be.create_stream(0)
+    start = be.create_event(0)
+    _gate(be, s, flag)
+    be.record_event(start, s)
+    be.memcpy_async(d, h, n, s)
+    back = be.alloc_host(n, 0)
+    be.memcpy_async(back, d, n, s)
+    for _ in range(50):  # the host keeps working; the stream stays held
+        be.host_read(flag, 4)
+    assert be.host_read(back, 4) == b"\0\0\0\0"
+    released = be.now
+    be.host_write(flag, struct.pack("<i", 1))
+    be.synchronize(s, 1.0)
+    assert be.host_read(back, n) == b"\x07" * n
+    assert _u32(be, flag + 4) == 0  # no timeout reported
+    stamp = be.elapsed_seconds(start, start)
+    assert stamp == 0.0 and be.now > released
+
+
+def test_gate_times_out_and_reports(backend: SimulatedBackend) -> None:
+    """A gate that is never released gives up after timeout_ns and writes 1 to *status."""
+    be = backend
+    flag = be.alloc_host(4096, None)
+    s = be.create_stream(0)
+    a, b = be.create_event(0), be.create_event(0)
+    be.record_event(a, s)
+    _gate(be, s, flag, timeout_ns=2_000_000_000)
+    be.record_event(b, s)
+    with pytest.raises(GateTimeoutError):
+        be.synchronize(s, 1.0)  # shorter than the gate's own timeout
+    be.synchronize(s, 5.0)
+    assert _u32(be, flag + 4) == 1
+    assert be.elapsed_seconds(a, b) == pytest.approx(2.0, abs=1e-3)
+
+
+def test_wait_event_orders_streams(backend: SimulatedBackend) -> None:
+    """A stream waiting on another stream's event starts only after that event."""
+    be = backend
+    n = 64 * MIB
+    h, d0 = be.alloc_host(n, 0), be.alloc_device(0, n)
+    s0, s1 = be.create_stream(0), be.create_stream(1)
+    done, started = be.create_event(0), be.create_event(1)
+    origin = be.create_event(0)
+    be.record_event(origin, s0)
+    be.memcpy_async(d0, h, n, s0)
+    be.record_event(done, s0)
+    be.wait_event(s1, done)
+    be.record_event(started, s1)
+    be.synchronize(s1, 1.0)
+    assert be.elapsed_seconds(origin, started) >= be.elapsed_seconds(origin, done)
+
+
+def test_shared_link_splits_bandwidth(backend: SimulatedBackend) -> None:
+    """Two copies at once over the same host link direction each get about half of it."""
+    be = backend
+    n = 64 * MIB
+    flag = be.alloc_host(4096, None)
+    streams, events = [], []
+    for _ in range(2):
+        h, d = be.alloc_host(n, 0), be.alloc_device(0, n)
+        s = be.create_stream(0)
+        a, b = be.create_event(0), be.create_event(0)
+        _gate(be, s, flag)
+        be.record_event(a, s)
+        be.memcpy_async(d, h, n, s)
+        be.record_event(b, s)
+        streams.append(s)
+        events.append((a, b))
+    be.host_write(flag, struct.pack("<i", 1))
+    for s in streams:
+        be.synchronize(s, 1.0)
+    for a, b in events:
+        assert n / be.elapsed_seconds(a, b) == pytest.approx(55.5e9 / 2, rel=0.02)
+
+
+def test_deterministic() -> None:
+    """The same calls on the same model give identical timings (seeded jitter)."""
+
+    def run() -> float:
+        be = SimulatedBackend(load_system("h200x2"))
+        h, d = be.alloc_host(MIB, 0), be.alloc_device(0, MIB)
+        s = be.create_stream(0)
+        a, b = be.create_event(0), be.create_event(0)
+        be.record_event(a, s)
+        for _ in range(5):
+            be.memcpy_async(d, h, MIB, s)
+        be.record_event(b, s)
+        be.synchronize(s, 1.0)
+        return be.elapsed_seconds(a, b)
+
+    assert run() == run()
+
+
+def test_engine_runs_without_a_facade() -> None:
+    """The engine needs only the model: streams of several devices run side by side on one
+    device clock (what simulated ranks sharing an engine rely on), events stamp that clock."""
+    from gpubw.backend.sim.engine import Engine, Op
+    from gpubw.backend.sim.faults import FaultInjector, Faults
+
+    engine = Engine(load_system("h200x2"), FaultInjector(Faults()))
+    streams = [engine.new_stream(d, 0.0) for d in (0, 1)]
+    event = engine.new_event(1)
+    for s, seconds in zip(streams, (2e-3, 1e-3)):
+        op = Op("fixed", 0.0, "work")
+        op.duration = seconds
+        engine.enqueue(s, op, 0.0)
+    record = Op("record", 0.0, "record")
+    record.event = event
+    event.last = record
+    engine.enqueue(streams[1], record, 0.0)
+    assert engine.advance(1.0, until=lambda: all(s.idle() for s in streams)) is not False
+    assert engine.t == pytest.approx(2e-3)  # not 3e-3: the two devices ran concurrently
+    assert event.time == pytest.approx(1e-3)

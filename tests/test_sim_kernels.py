@@ -1,0 +1,168 @@
+"""Simulated copies and kernels: bytes moved, patterns checked (gpubw.backend.sim.kernels)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpubw.backend.base import i32, ptr, u32, u64
+from gpubw.backend.presets import load_system
+from gpubw.backend.sim import SimulatedBackend
+from gpubw.errors import CudaError, UsageError
+from gpubw.kernels import PATTERN_WORDS
+from gpubw.system import SRC_SEED, pattern_bytes
+
+MIB = 1 << 20
+
+
+def test_memcpy_copies_bytes(backend: SimulatedBackend) -> None:
+    """memcpy_async moves real bytes host -> device -> peer -> host."""
+    n = 1 * MIB
+    data = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8).tobytes()
+    h_in, h_out = backend.alloc_host(n, 0), backend.alloc_host(n, 0)
+    d0, d1 = backend.alloc_device(0, n), backend.alloc_device(1, n)
+    backend.host_write(h_in, data)
+    s = backend.create_stream(0)
+    backend.memcpy_async(d0, h_in, n, s)
+    backend.memcpy_async(d1, d0, n, s)
+    backend.memcpy_async(h_out, d1, n, s)
+    backend.synchronize(s, 1.0)
+    assert backend.host_read(h_out, n) == data
+
+
+def test_memcpy_invalid_pointer(backend: SimulatedBackend) -> None:
+    """A copy outside allocated memory raises cuMemcpyAsync CUDA_ERROR_INVALID_VALUE."""
+    d = backend.alloc_device(0, 4096)
+    s = backend.create_stream(0)
+    with pytest.raises(CudaError) as info:
+        backend.memcpy_async(d, d + 100, 4096, s)
+    assert info.value.result == "CUDA_ERROR_INVALID_VALUE"
+
+
+def _fill_verify(be: SimulatedBackend, nbytes: int, corrupt_at: int | None) -> int:
+    """Fill a buffer of nbytes with the source pattern, optionally flip a word, verify;
+    returns the first bad word index (or ~0)."""
+    s = be.create_stream(0)
+    stage = be.alloc_host(PATTERN_WORDS * 4, None)
+    pattern = be.alloc_device(0, PATTERN_WORDS * 4)
+    be.host_write(stage, pattern_bytes(SRC_SEED))
+    be.memcpy_async(pattern, stage, PATTERN_WORDS * 4, s)
+    buf = be.alloc_device(0, nbytes)
+    words = nbytes // 4
+    be.launch("gpubw_fill", 1, 1024, (ptr(buf), ptr(pattern), u64(words)), s)
+    if corrupt_at is not None:
+        flip = be.alloc_host(4, None)
+        be.host_write(flip, b"\x01\x02\x03\x04")
+        be.memcpy_async(buf + corrupt_at, flip, 4, s)
+    slot = be.alloc_device(0, 8)
+    result = be.alloc_host(8, None)
+    be.host_write(result, b"\xff" * 8)
+    be.memcpy_async(slot, result, 8, s)
+    be.launch("gpubw_verify", 1, 1024, (ptr(buf), ptr(pattern), u64(words), ptr(slot)), s)
+    be.memcpy_async(result, slot, 8, s)
+    be.synchronize(s, 1.0)
+    return int.from_bytes(be.host_read(result, 8), "little")
+
+
+@pytest.mark.parametrize("nbytes", [4 * MIB, 64 * MIB])
+def test_fill_and_verify(backend: SimulatedBackend, nbytes: int) -> None:
+    """Fill then verify passes on real (small) and symbolic (large) buffers."""
+    assert _fill_verify(backend, nbytes, None) == (1 << 64) - 1
+
+
+@pytest.mark.parametrize("nbytes", [4 * MIB, 64 * MIB])
+def test_verify_finds_first_bad_word(backend: SimulatedBackend, nbytes: int) -> None:
+    """verify stores the index of the first wrong 32-bit word, for real and symbolic bytes."""
+    assert _fill_verify(backend, nbytes, 3 * MIB + 40) == (3 * MIB + 40) // 4
+
+
+@pytest.mark.parametrize("nbytes", [1 * MIB, 32 * MIB])
+def test_split_warp_and_parity_clear(backend: SimulatedBackend, nbytes: int) -> None:
+    """clear_warp_parity + split-warp copy leave both buffers complete (nvbandwidth's scheme)."""
+    be = backend
+    s = be.create_stream(0)
+    src, dst = be.alloc_device(0, nbytes), be.alloc_device(0, nbytes)
+    stage = be.alloc_host(PATTERN_WORDS * 4, None)
+    pattern = be.alloc_device(0, PATTERN_WORDS * 4)
+    be.host_write(stage, pattern_bytes(SRC_SEED))
+    be.memcpy_async(pattern, stage, PATTERN_WORDS * 4, s)
+    words, elements = nbytes // 4, nbytes // 16
+    for buf in (src, dst):
+        be.launch("gpubw_fill", 1, 1024, (ptr(buf), ptr(pattern), u64(words)), s)
+    be.launch("gpubw_clear_warp_parity", 1, 1024, (ptr(dst), u64(elements), u32(1)), s)
+    be.launch("gpubw_clear_warp_parity", 1, 1024, (ptr(src), u64(elements), u32(0)), s)
+    slot, result = be.alloc_device(0, 16), be.alloc_host(16, None)
+
+    def check() -> list[int]:
+        be.host_write(result, b"\xff" * 16)
+        be.memcpy_async(slot, result, 16, s)
+        for k, buf in enumerate((dst, src)):
+            args = (ptr(buf), ptr(pattern), u64(words), ptr(slot + 8 * k))
+            be.launch("gpubw_verify", 1, 1024, args, s)
+        be.memcpy_async(result, slot, 16, s)
+        be.synchronize(s, 1.0)
+        raw = be.host_read(result, 16)
+        return [int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")]
+
+    assert check() == [128, 0]  # dst's first odd group, src's first even group are zero
+    be.launch("gpubw_copy_split_warp", 4, 512, (ptr(dst), ptr(src), u64(elements), u32(2)), s)
+    assert check() == [(1 << 64) - 1] * 2
+
+
+def test_copy_kernel_needs_peer_access(backend: SimulatedBackend) -> None:
+    """A kernel touching a peer's memory without peer access fails with ILLEGAL_ADDRESS."""
+    be = backend
+    d0, d1 = be.alloc_device(0, 1 * MIB), be.alloc_device(1, 1 * MIB)
+    s = be.create_stream(0)
+    be.launch("gpubw_copy", 4, 512, (ptr(d0), ptr(d1), u64(MIB // 16), u32(1)), s)
+    with pytest.raises(CudaError) as info:
+        be.synchronize(s, 1.0)
+    assert info.value.result == "CUDA_ERROR_ILLEGAL_ADDRESS"
+    be.enable_peer_access(0, 1)
+    be.launch("gpubw_copy", 4, 512, (ptr(d0), ptr(d1), u64(MIB // 16), u32(1)), s)
+    be.synchronize(s, 1.0)
+
+
+def test_launch_checks(backend: SimulatedBackend) -> None:
+    """Unknown kernels, wrong arguments and unloaded modules are refused at launch."""
+    be = SimulatedBackend(load_system("h200x1"))
+    s = be.create_stream(0)
+    args = (ptr(0), ptr(0), u64(1))
+    with pytest.raises(UsageError, match="not loaded"):
+        be.launch("gpubw_fill", 1, 1, args, s)
+    be.load_kernels(0)
+    with pytest.raises(UsageError, match="unknown kernel"):
+        be.launch("no_such_kernel", 1, 1, args, s)
+    with pytest.raises(UsageError, match="takes"):
+        be.launch("gpubw_fill", 1, 1, (ptr(0), i32(0), u64(1)), s)
+    with pytest.raises(UsageError, match="block"):
+        be.launch("gpubw_fill", 1, 2048, args, s)
+
+
+def test_pointer_chase_latency(backend: SimulatedBackend) -> None:
+    """pointer_chase follows the ring, stores the final pointer, and takes steps x latency."""
+    be = backend
+    nodes, stride, steps = 2 * MIB // 8, 16, 1000
+    for where, latency in ((None, 1.2e-6), (1, 0.83e-6), (0, 0.6e-6)):
+        buf = be.alloc_host(2 * MIB, 0) if where is None else be.alloc_device(where, 2 * MIB)
+        ring = (buf + 8 * ((np.arange(nodes) + stride) % nodes)).astype("<u8").tobytes()
+        s = be.create_stream(0)
+        if where is None:
+            be.host_write(buf, ring)
+        else:
+            stage = be.alloc_host(2 * MIB, None)
+            be.host_write(stage, ring)
+            be.memcpy_async(buf, stage, 2 * MIB, s)
+            if where == 1:
+                be.enable_peer_access(0, 1)
+        sink = be.alloc_device(0, 8)
+        out = be.alloc_host(8, None)
+        start, end = be.create_event(0), be.create_event(0)
+        be.record_event(start, s)
+        be.launch("gpubw_pointer_chase", 132, 1, (ptr(buf), u64(steps), u32(0), ptr(sink)), s)
+        be.record_event(end, s)
+        be.memcpy_async(out, sink, 8, s)
+        be.synchronize(s, 1.0)
+        assert int.from_bytes(be.host_read(out, 8), "little") == buf + 8 * (stride * steps % nodes)
+        per = be.elapsed_seconds(start, end) / steps
+        assert latency < per < latency * 1.01
