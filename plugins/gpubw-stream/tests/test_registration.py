@@ -56,7 +56,7 @@ def test_registry_lists_them_after_the_builtins_and_prefix_selects_them() -> Non
 def test_the_testcases_declare_the_kernel_module_the_system_loads() -> None:
     """Every STREAM testcase declares gpubw's and its own kernel module and sets no key; once
     a System has loaded what one declares, every kernel is findable and simulated."""
-    from gpubw.backend import simulated
+    from gpubw.backend import presets
     from gpubw.kernels.modules import GPUBW, find_kernel, kernel_modules, unregister_kernel_module
 
     from gpubw_stream import kernels
@@ -68,7 +68,7 @@ def test_the_testcases_declare_the_kernel_module_the_system_loads() -> None:
     assert kernels.MODULE not in kernel_modules()
     with pytest.raises(KeyError):
         find_kernel(kernels.SPECS[0].name)
-    backend = simulated.SimulatedBackend.from_preset("h200x1")
+    backend = presets.from_preset("h200x1")
     with gpubw.System(backend, gpubw.RunOptions()) as system:
         system.load_kernel_modules(TESTCASES[0].kernel_modules)
     assert kernels.MODULE in kernel_modules()
