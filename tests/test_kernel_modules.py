@@ -59,6 +59,7 @@ def test_public_names() -> None:
 def test_builtin_module_is_first_and_is_gpubws_own() -> None:
     """The first module is gpubw's own: gpubw.cu, the KERNELS catalogue and no simulations."""
     first = km.kernel_modules()[0]
+    assert first is km.GPUBW
     assert first.name == km.BUILTIN == "gpubw"
     assert first.names == tuple(KERNELS)
     assert first.source == gpubw.kernels.source("gpubw.cu")
@@ -139,8 +140,9 @@ def test_invalid_modules_are_refused(kw: dict[str, Any], message: str) -> None:
 
 
 def test_register_needs_a_kernel_module() -> None:
-    """register_kernel_module refuses anything that is not a KernelModule."""
-    with pytest.raises(PluginError):
+    """register_kernel_module refuses anything that is not a KernelModule (a TypeError: API
+    misuse, not bad user input)."""
+    with pytest.raises(TypeError, match="needs a KernelModule"):
         km.register_kernel_module("not a module")  # type: ignore[arg-type]
 
 
@@ -314,3 +316,81 @@ def test_buffer_enqueue_check_reports_a_plugin_checks_first_bad_word(clean: None
         assert info.value.offset == 28
         backend.destroy_stream(stream)
         buf.close()
+
+
+def test_testcases_declare_gpubws_module_by_default() -> None:
+    """A Testcase declares gpubw's own kernel module unless it says otherwise."""
+    assert gpubw.Testcase.kernel_modules == (km.GPUBW,)
+
+    class Mine(gpubw.Testcase):
+        kernel_modules = (*gpubw.Testcase.kernel_modules, make())
+
+    assert Mine.kernel_modules[0] is km.GPUBW and Mine.kernel_modules[1].name == "kmtest"
+
+
+def test_system_loads_declared_modules_once_per_device(clean: None) -> None:
+    """System.load_kernel_modules registers the modules and loads each device once; again only
+    for a module it has not loaded; a clash is a PluginError."""
+    backend = _simulated("h200x2")
+    calls: list[int] = []
+    original = backend.load_kernels
+
+    def spy(device: int) -> None:
+        calls.append(device)
+        original(device)
+
+    backend.load_kernels = spy  # type: ignore[method-assign]
+    module = make()
+    with gpubw.System(backend) as system:
+        system.load_kernel_modules((km.GPUBW, module))
+        assert km.find_kernel("kmtest_twice")[0] is module
+        assert calls == [0, 1]
+        system.load_kernel_modules((km.GPUBW, module))
+        system.load_kernels()
+        assert calls == [0, 1]
+        with pytest.raises(PluginError, match="already defines"):
+            system.load_kernel_modules((make(name="other"),))
+        assert calls == [0, 1]
+
+
+class _Twice(gpubw.Testcase):
+    """Doubles a device buffer with the kmtest kernel and reports its size."""
+
+    kernel_modules = (*gpubw.Testcase.kernel_modules, make())
+
+    def run(self, size: int, loops: int) -> list[gpubw.Matrix]:
+        from gpubw.backend.base import ptr, u64
+
+        backend = self.system.backend
+        buf = gpubw.DeviceBuffer.allocate(self.system, 0, size)
+        stream = backend.create_stream(0)
+        try:
+            backend.launch("kmtest_twice", 1, 256, (ptr(buf.ptr), u64(size // 4)), stream)
+            backend.synchronize(stream, 10.0)
+        finally:
+            backend.destroy_stream(stream)
+            buf.close()
+        return [
+            gpubw.Matrix(
+                key=self.key,
+                description="kmtest (GB/s)",
+                unit=gpubw.BANDWIDTH,
+                row_labels=["0"],
+                column_labels=["0"],
+                values=[[float(size)]],
+            )
+        ]
+
+
+def test_the_runner_loads_what_a_testcase_declares(clean: None) -> None:
+    """A testcase's declared module is loaded by the runner before run(): nothing registers it
+    on import, yet its kernel launches."""
+    from gpubw.registry import Entry
+    from gpubw.runner import run
+
+    assert "kmtest" not in {m.name for m in km.kernel_modules()}
+    report = run(lambda: gpubw.System(_simulated()), [Entry(0, "kmtest_case", "tests", cls=_Twice)])
+    (result,) = report.testcases
+    assert result.status.value == "Passed", result.message
+    assert result.matrices[0].key == "kmtest_case"
+    assert km.find_kernel("kmtest_twice")[0] is _Twice.kernel_modules[1]

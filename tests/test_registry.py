@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 import gpubw
 from _plugin_fixtures import BROKEN, BROKEN_DIST, GOOD, GOOD_DIST, installed
+from gpubw import registry
 from gpubw.errors import PluginError, UsageError
 from gpubw.registry import (
     BUILTIN_ORDER,
@@ -20,6 +22,7 @@ from gpubw.registry import (
     strtol_index,
     writer,
 )
+from gpubw.testcases import BUILTINS
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
@@ -35,19 +38,32 @@ def builtin():
     return Registry.discover()
 
 
-def _pyproject_testcase_keys() -> list[str]:
+def _pyproject_testcases() -> list[tuple[str, str]]:
     text = PYPROJECT.read_text()
     section = text.split('[project.entry-points."gpubw.testcases"]', 1)[1].split("\n[", 1)[0]
-    return re.findall(r"^([a-z0-9_]+)\s*=", section, flags=re.M)
+    return re.findall(r'^([a-z0-9_]+)\s*=\s*"([^"]+)"', section, flags=re.M)
 
 
-def test_builtin_order_is_pyprojects_and_nvbandwidths():
-    """BUILTIN_ORDER lists pyproject's testcase entry points in order: nvbandwidth's 35 first."""
-    assert list(BUILTIN_ORDER) == _pyproject_testcase_keys()
-    assert len(BUILTIN_ORDER) == 36
+def test_pyprojects_entry_points_are_exactly_builtins():
+    """pyproject.toml's gpubw.testcases entry points are BUILTINS, item for item and in order,
+    and so are the installed ones (as a set: entry points come in no guaranteed order)."""
+    assert _pyproject_testcases() == list(BUILTINS)
+    installed_eps = {
+        (ep.name, ep.value)
+        for ep in importlib.metadata.entry_points(group="gpubw.testcases")
+        if ep.dist is not None and ep.dist.name == "gpubw"
+    }
+    assert installed_eps == set(BUILTINS)
+
+
+def test_builtin_order_is_nvbandwidths():
+    """BUILTIN_ORDER is BUILTINS' keys: nvbandwidth's 35 first, in its order, then gpubw's."""
+    assert tuple(key for key, _ in BUILTINS) == BUILTIN_ORDER
+    assert len(BUILTIN_ORDER) == len(set(BUILTIN_ORDER)) == 36
     assert BUILTIN_ORDER[0] == "host_to_device_memcpy_ce"
     assert BUILTIN_ORDER[32] == "host_device_latency_sm"
     assert BUILTIN_ORDER[34] == "device_local_copy"
+    assert BUILTIN_ORDER[35] == "device_local_copy_sm"
 
 
 def test_builtins_come_first_in_nvbandwidth_order(builtin):
@@ -59,13 +75,39 @@ def test_builtins_come_first_in_nvbandwidth_order(builtin):
         assert entry.builtin
 
 
-def test_builtins_load_as_testcases_keyed_by_entry_point(builtin):
-    """Every built-in loads as a Testcase subclass whose key is its entry-point name."""
+def test_builtins_load_as_testcases_keyed_by_entry_point(builtin, sim_system):
+    """Every testcase (built-ins, and the STREAM plugin's if installed) loads as the unchanged
+    class its entry point names, stating no key; an instance made by its entry gets the
+    entry-point name as its key."""
     assert not builtin.failures, builtin.failures
+    system = sim_system("h200x1")
     for entry in builtin.entries:
         assert entry.cls is not None and issubclass(entry.cls, gpubw.Testcase)
-        assert entry.cls.key == entry.key
+        assert not hasattr(entry.cls, "key"), entry.key
+        if entry.builtin:
+            module, _, name = dict(BUILTINS)[entry.key].partition(":")
+            assert entry.cls.__module__ == module and entry.cls.__qualname__ == name
+        assert entry.create(system).key == entry.key
         assert entry.description
+
+
+def test_a_builtin_missing_from_the_installation_keeps_its_index(monkeypatch):
+    """A built-in that gpubw's installed entry points lack (a stale install) is a failure at
+    its own index, telling to reinstall; the others keep theirs."""
+    discover = registry._discover
+
+    def stale(group):
+        return [f for f in discover(group) if f.name != "host_to_device_memcpy_sm"]
+
+    monkeypatch.setattr(registry, "_discover", stale)
+    reg = Registry.discover()
+    assert reg.keys[: len(BUILTIN_ORDER)] == list(BUILTIN_ORDER)
+    entry = reg.by_index(16)
+    assert entry is not None and entry.key == "host_to_device_memcpy_sm"
+    assert entry.cls is None and entry.failure is not None
+    assert "reinstall gpubw" in entry.failure.message
+    with pytest.raises(PluginError, match=r"did not load: .*reinstall gpubw"):
+        entry.create(None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -214,16 +256,47 @@ def test_duplicate_between_plugins_keeps_the_first_distribution(plugins):
     assert len([e for e in reg.entries if e.key == "fixture_shared"]) == 1
 
 
-def test_one_class_under_two_keys_gets_both_keys(plugins):
-    """A class registered under two entry points answers to each key separately."""
+def test_one_class_under_two_keys_gets_both_keys(plugins, sim_system):
+    """A class registered under two entry points is the same, unchanged class; each entry's
+    instances answer to its own key."""
     reg = Registry.discover()
     good, alias = reg.by_key("fixture_good"), reg.by_key("fixture_good_alias")
     assert good is not None and alias is not None
-    assert good.cls is not None and alias.cls is not None
-    assert good.cls.key == "fixture_good"
-    assert alias.cls.key == "fixture_good_alias"
-    assert issubclass(alias.cls, good.cls)
+    assert good.cls is not None and good.cls is alias.cls
+    system = sim_system("h200x1")
+    assert good.create(system).key == "fixture_good"
+    assert alias.create(system).key == "fixture_good_alias"
     assert alias.description == good.description
+
+
+def test_an_old_style_class_key_is_a_clear_load_failure(plugins):
+    """A plugin class that still sets ``key =`` does not load: the failure names the class,
+    its key and the entry-point name that is the key now; the others load."""
+    reg = Registry.discover()
+    entry = reg.by_key("fixture_old_style_key")
+    assert entry is not None and entry.cls is None and entry.failure is not None
+    message = entry.failure.message
+    assert "sets key = 'my_old_key' in class OldStyleKey" in message
+    assert "entry-point name ('fixture_old_style_key')" in message
+    assert "remove the attribute" in message
+    with pytest.raises(PluginError, match=r"did not load: .*sets key = 'my_old_key'"):
+        entry.create(None)  # type: ignore[arg-type]
+    inherited = reg.by_key("fixture_old_style_inherited")
+    assert inherited is not None and inherited.failure is not None
+    assert "in class OldStyleKey" in inherited.failure.message
+    assert reg.by_key("fixture_run_raises").cls is not None  # type: ignore[union-attr]
+
+
+def test_kernel_modules_must_be_a_tuple_of_kernel_modules(plugins):
+    """A class whose kernel_modules is not a tuple of KernelModule is a load failure."""
+    entry = Registry.discover().by_key("fixture_bad_kernel_modules")
+    assert entry is not None and entry.failure is not None
+    assert "kernel_modules must be a tuple of gpubw.KernelModule" in entry.failure.message
+
+
+def test_registry_has_no_module_level_testcases_helper():
+    """Discovery is Registry.discover(); the old registry.testcases() alias is gone."""
+    assert not hasattr(registry, "testcases")
 
 
 def test_select_a_broken_plugin_gives_its_entry(plugins):

@@ -49,7 +49,7 @@ def test_multicast_testcase_waived_when_nccl_disables_it(
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
     system: System = sim_system("h200x8")
     assert all(d.multicast_supported for d in system.devices)
-    tc = _Multicast(system)
+    tc = _Multicast(system, "multicast")
     assert tc.filter() is False
     assert "NCCL_NVLS_ENABLE=0" in tc.waive_reason
 
@@ -60,15 +60,30 @@ def test_multicast_testcase_needs_device_support(
     """Without the opt-out variables, multicast is waived unless every device supports it."""
     for name in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "GPUBW_DISABLE_MULTICAST"):
         monkeypatch.delenv(name, raising=False)
-    tc = _Multicast(sim_system("h200x2"))
+    tc = _Multicast(sim_system("h200x2"), "multicast")
     assert tc.filter() is False
     assert "device(s) 0, 1 have none" in tc.waive_reason
-    assert _Multicast(sim_system("h200x8")).filter() is True
+    assert _Multicast(sim_system("h200x8"), "multicast").filter() is True
+
+
+def test_the_key_is_given_at_construction(sim_system: Callable[..., Any]) -> None:
+    """An instance carries the key it was made with; the class states none; a key that is
+    not a non-empty str is API misuse (TypeError/ValueError), not a UsageError."""
+    system = sim_system("h200x1")
+    assert _Multicast(system, "one").key == "one"
+    assert _Multicast(system, "two").key == "two"
+    assert not hasattr(_Multicast, "key")
+    with pytest.raises(TypeError, match="entry-point name"):
+        _Multicast(system, None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="empty"):
+        _Multicast(system, "")
+    with pytest.raises(TypeError):
+        _Multicast(system)  # type: ignore[call-arg]
 
 
 def test_needs_peers_waives_one_device(sim_system: Callable[..., Any]) -> None:
     """needs_peers() waives with an actionable reason on a single device."""
-    tc = Testcase(sim_system("h200x1"))
+    tc = Testcase(sim_system("h200x1"), "peers")
     assert tc.needs_peers() is False
     assert tc.waive_reason == "needs 2 devices with peer access; found 1 device"
 

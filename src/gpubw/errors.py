@@ -13,6 +13,10 @@ class GpubwError(Exception):
 class UsageError(GpubwError):
     """Bad input from the user: an option value, a file, a name. Exit code 2.
 
+    Only for what a user typed or pointed gpubw at. Code that calls gpubw's API wrongly (a
+    plugin, a test) gets a :class:`TypeError` or :class:`ValueError`, or a
+    :class:`PluginError` when a plugin's declaration is unusable.
+
     ``param`` names the library parameter at fault (e.g. ``"sizes"``, as in ``runner.run``),
     or None. The library never quotes command-line flags; :func:`gpubw.cli.main` maps
     ``param`` to the flag and puts it in front of the message."""
@@ -70,7 +74,8 @@ class GateTimeoutError(GpubwError):
 
 
 class PluginError(GpubwError):
-    """A testcase or writer plugin could not be loaded or misbehaved."""
+    """A testcase or writer plugin could not be loaded, declares something unusable (a
+    malformed or clashing kernel module, a class that sets its own key) or misbehaved."""
 
 
 class SimulationError(GpubwError):

@@ -1,10 +1,13 @@
 """Discovery of testcase and writer plugins (entry-point groups ``gpubw.testcases`` and
 ``gpubw.writers``). This is the only module that uses stevedore.
 
-Order and indexes of testcases: gpubw's own testcases come first, in :data:`BUILTIN_ORDER`
-(nvbandwidth's list, so ``-t 34`` names the same testcase in both tools), then those of other
-distributions, sorted by (distribution name, key). A plugin that fails to load keeps its
-place and index and carries a :class:`LoadFailure`; it never stops the others from loading.
+Order and indexes of testcases: gpubw's own testcases come first, in the order of
+:data:`gpubw.testcases.BUILTINS` (nvbandwidth's list first, so ``-t 34`` names the same
+testcase in both tools), then those of other distributions, sorted by (distribution name,
+key). A testcase's key is its entry-point name: an :class:`Entry` carries it with the class,
+and :meth:`Entry.create` gives it to the instance (classes are never changed). A plugin that
+fails to load keeps its place and index and carries a :class:`LoadFailure`; it never stops
+the others from loading; so does a built-in missing from gpubw's installed entry points.
 Two entry points with one key: the built-in (or else the first in that order) is kept and
 the other is recorded as a :class:`LoadFailure` naming both distributions.
 """
@@ -19,52 +22,18 @@ from typing import Any
 import attrs
 
 from gpubw.errors import GpubwError, PluginError, UsageError
+from gpubw.kernels.modules import KernelModule
+from gpubw.system import System
 from gpubw.testcase import Testcase
+from gpubw.testcases import BUILTINS
 
 TESTCASE_GROUP = "gpubw.testcases"
 WRITER_GROUP = "gpubw.writers"
 #: The distribution that provides the built-ins.
 BUILTIN_DIST = "gpubw"
 
-#: nvbandwidth's 35 testcases in its order (indexes 0-34), then gpubw's own built-ins.
-BUILTIN_ORDER: tuple[str, ...] = (
-    "host_to_device_memcpy_ce",
-    "device_to_host_memcpy_ce",
-    "host_to_device_bidirectional_memcpy_ce",
-    "device_to_host_bidirectional_memcpy_ce",
-    "device_to_device_memcpy_read_ce",
-    "device_to_device_memcpy_write_ce",
-    "device_to_device_bidirectional_memcpy_read_ce",
-    "device_to_device_bidirectional_memcpy_write_ce",
-    "all_to_host_memcpy_ce",
-    "all_to_host_bidirectional_memcpy_ce",
-    "host_to_all_memcpy_ce",
-    "host_to_all_bidirectional_memcpy_ce",
-    "all_to_one_write_ce",
-    "all_to_one_read_ce",
-    "one_to_all_write_ce",
-    "one_to_all_read_ce",
-    "host_to_device_memcpy_sm",
-    "device_to_host_memcpy_sm",
-    "host_to_device_bidirectional_memcpy_sm",
-    "device_to_host_bidirectional_memcpy_sm",
-    "device_to_device_memcpy_read_sm",
-    "device_to_device_memcpy_write_sm",
-    "device_to_device_bidirectional_memcpy_read_sm",
-    "device_to_device_bidirectional_memcpy_write_sm",
-    "all_to_host_memcpy_sm",
-    "all_to_host_bidirectional_memcpy_sm",
-    "host_to_all_memcpy_sm",
-    "host_to_all_bidirectional_memcpy_sm",
-    "all_to_one_write_sm",
-    "all_to_one_read_sm",
-    "one_to_all_write_sm",
-    "one_to_all_read_sm",
-    "host_device_latency_sm",
-    "device_to_device_latency_sm",
-    "device_local_copy",
-    "device_local_copy_sm",
-)
+#: The built-in keys in list order (indexes 0, 1, ...), from :data:`gpubw.testcases.BUILTINS`.
+BUILTIN_ORDER: tuple[str, ...] = tuple(key for key, _ in BUILTINS)
 _BUILTIN_RANK = {key: i for i, key in enumerate(BUILTIN_ORDER)}
 
 
@@ -102,6 +71,14 @@ class Entry:
     @property
     def fixed_size(self) -> bool:
         return bool(self.cls is not None and self.cls.fixed_size)
+
+    def create(self, system: System) -> Testcase:
+        """A new instance of the testcase on ``system``, under this entry's key; PluginError
+        with the reason if the plugin did not load."""
+        if self.cls is None:
+            why = self.failure.message if self.failure is not None else "no class"
+            raise PluginError(f"testcase {self.key!r} from {self.plugin!r} did not load: {why}")
+        return self.cls(system, self.key)
 
 
 @attrs.frozen
@@ -199,7 +176,8 @@ def _dedupe(found: Iterable[_Found], what: str) -> tuple[list[_Found], list[Load
 
 
 def _as_testcase(f: _Found) -> type[Testcase] | str:
-    """The testcase class with ``key`` set to the entry-point name, or why it is not one."""
+    """The testcase class of an entry point, or why it cannot be one. The class is used as
+    it is: its key comes from the entry point, through :class:`Entry`."""
     obj = f.obj
     if not (isinstance(obj, type) and issubclass(obj, Testcase)):
         what = (
@@ -208,17 +186,38 @@ def _as_testcase(f: _Found) -> type[Testcase] | str:
             else f"{type(obj).__name__} {obj!r:.60}"
         )
         return f"{f.value} is {what}, not a subclass of gpubw.Testcase"
-    own = obj.__dict__.get("key", "")
-    if own in ("", f.name):
-        obj.key = f.name
-        return obj
-    # The class already carries another key (set by itself, or registered twice): give this
-    # entry point its own thin subclass so each key stays what its entry point says.
-    return type(
-        obj.__name__,
-        (obj,),
-        {"key": f.name, "__doc__": obj.__doc__, "__module__": obj.__module__},
-    )
+    for klass in obj.__mro__:
+        if klass is Testcase:
+            break
+        if "key" in vars(klass):
+            # An old-style plugin: refused rather than half-honoured, so that no key is
+            # ever anything but the entry-point name.
+            return (
+                f"{f.value} sets key = {vars(klass)['key']!r} in class {klass.__qualname__}; "
+                f"a testcase's key is its entry-point name ({f.name!r}): remove the attribute"
+            )
+    modules = obj.kernel_modules
+    if not (isinstance(modules, tuple) and all(isinstance(m, KernelModule) for m in modules)):
+        return (
+            f"{f.value}.kernel_modules must be a tuple of gpubw.KernelModule, got {modules!r:.80}"
+        )
+    return obj
+
+
+def _missing_builtins(found: list[_Found]) -> list[_Found]:
+    """A failing stand-in for every built-in that gpubw's installed entry points lack (a
+    stale installation), so the others keep their indexes."""
+    present = {f.name for f in found if f.plugin == BUILTIN_DIST}
+    return [
+        _Found(
+            key,
+            value,
+            BUILTIN_DIST,
+            error=f"gpubw's installed entry points lack {key} = {value}; reinstall gpubw",
+        )
+        for key, value in BUILTINS
+        if key not in present
+    ]
 
 
 # -- testcases ---------------------------------------------------------------------------
@@ -233,7 +232,9 @@ class Registry:
     @classmethod
     def discover(cls) -> Registry:
         """Load every testcase plugin (imports their modules; touches no GPU)."""
-        found, failures = _dedupe(sorted(_discover(TESTCASE_GROUP), key=_sort_key), "testcase")
+        discovered = _discover(TESTCASE_GROUP)
+        discovered += _missing_builtins(discovered)
+        found, failures = _dedupe(sorted(discovered, key=_sort_key), "testcase")
         entries = []
         for index, f in enumerate(found):
             if f.error:
@@ -366,11 +367,6 @@ class Writers:
                 raise PluginError(f"writer {name!r} from {fail.plugin!r}: {fail.message}")
         allowed = ", ".join(self.names) or "none is installed"
         raise UsageError(f"unknown output format {name!r}; allowed: {allowed}")
-
-
-def testcases() -> Registry:
-    """Discover the testcases now."""
-    return Registry.discover()
 
 
 def writer(name: str) -> Any:

@@ -198,7 +198,7 @@ def _run_one(
     """filter() then run(); returns (status, message, matrices). InterruptedRun passes."""
     assert entry.cls is not None
     try:
-        testcase = entry.cls(system)
+        testcase = entry.create(system)
         if not testcase.filter():
             return Status.WAIVED, testcase.waive_reason, ()
     except InterruptedRun:
@@ -206,6 +206,7 @@ def _run_one(
     except Exception as exc:
         return Status.ERROR, f"{entry.plugin} {entry.key}: filter() failed: {_describe(exc)}", ()
     try:
+        system.load_kernel_modules(testcase.kernel_modules)
         value = testcase.run(size if size is not None else DEFAULT_BUFFER_SIZE, loops)
     except InterruptedRun:
         raise

@@ -8,11 +8,12 @@ including buffers a failed testcase left behind, so a run never leaks device or 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from gpubw.backend.base import Backend, DeviceInfo
 from gpubw.buffers import DST_SEED, SRC_SEED, BufferPool, pattern_bytes
 from gpubw.gate import Gate
+from gpubw.kernels.modules import GPUBW, KernelModule, generation, register_kernel_module
 from gpubw.options import RunOptions
 
 __all__ = ["DST_SEED", "SRC_SEED", "System", "pattern_bytes"]
@@ -52,17 +53,23 @@ class System:
         enables both). Idempotent."""
         self.pool.peers.enable(a, b)
 
-    def load_kernels(self) -> None:
-        """Compile/load every kernel of every registered kernel module on every device,
-        before anything is gated: once, and again only when a plugin has registered a module
-        since (:func:`gpubw.register_kernel_module`; backends load each module once)."""
-        from gpubw.kernels.modules import generation
-
+    def load_kernel_modules(self, modules: Iterable[KernelModule]) -> None:
+        """Make the kernels of ``modules`` (what a testcase declares in ``kernel_modules``)
+        launchable on every device, before anything is gated: each is registered
+        (:func:`gpubw.kernels.modules.register_kernel_module`; PluginError on a clash) and
+        the backend loads, once per device, whatever it has not loaded yet."""
+        for module in modules:
+            register_kernel_module(module)
         current = generation()
         if self._kernels_loaded != current:
             for dev in self.devices:
                 self.backend.load_kernels(dev.ordinal)
             self._kernels_loaded = current
+
+    def load_kernels(self) -> None:
+        """Load gpubw's own kernels (the spin gate, fill, verify: every measurement needs
+        them) and whatever else is registered, once per device."""
+        self.load_kernel_modules((GPUBW,))
 
     # -- affinity ---------------------------------------------------------------------------
     def near(self, device: int | None) -> contextlib.AbstractContextManager[None]:

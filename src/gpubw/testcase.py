@@ -1,6 +1,11 @@
 """The plugin seam: subclass :class:`Testcase`, register it in ``gpubw.testcases``.
 
-A testcase's key is its entry-point name; its description is its docstring. ``filter()``
+A testcase's key is its entry-point name: the registry passes it to the constructor (a class
+never states it; the same class may serve under several keys). Its description is its
+docstring; ``kernel_modules`` names the CUDA kernel modules it launches kernels of, which the
+runner has the System load before ``run()`` (:class:`gpubw.kernels.modules.KernelModule`;
+code that runs a testcase itself calls ``system.load_kernel_modules(tc.kernel_modules)``
+first). ``filter()``
 says whether this system can run it (return ``self.waive("reason")`` to waive);
 ``run(size, loops)`` measures and returns :class:`gpubw.results.Matrix` objects. It never
 prints.
@@ -24,6 +29,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
+from gpubw.kernels.modules import GPUBW, KernelModule
 from gpubw.results import Matrix
 from gpubw.system import System
 
@@ -51,13 +57,24 @@ class Testcase:
 
     __test__ = False  # not a pytest class, whatever the test module imports
 
-    #: the entry-point name; set by the registry (a class may also set it itself)
-    key: ClassVar[str] = ""
+    #: the kernel modules whose kernels the testcase launches, loaded by the System before
+    #: it runs: gpubw's own by default (every measurement uses its spin gate); a plugin adds
+    #: its own, ``kernel_modules = (*Testcase.kernel_modules, MODULE)``
+    kernel_modules: ClassVar[tuple[KernelModule, ...]] = (GPUBW,)
     #: True for testcases that ignore the buffer size (latency): the runner runs them once
     fixed_size: ClassVar[bool] = False
 
-    def __init__(self, system: System) -> None:
+    #: the entry-point name this instance runs under (given by the registry; results are
+    #: keyed by it)
+    key: str
+
+    def __init__(self, system: System, key: str) -> None:
+        if not isinstance(key, str):
+            raise TypeError(f"a testcase's key is its entry-point name (a str), got {key!r}")
+        if not key:
+            raise ValueError("a testcase's key is its entry-point name; got an empty one")
         self.system = system
+        self.key = key
         self.waive_reason = ""
 
     @classmethod

@@ -92,12 +92,18 @@ def test_expected_results_are_exact_in_every_type() -> None:
 
 
 def test_dtype_names_and_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Element types resolve by alias; a class attribute beats the environment beats fp32."""
+    """Element types resolve by alias; a class attribute beats the environment beats fp32; a
+    bad attribute is a ValueError, a bad environment setting a UsageError."""
     assert dtype("float16") is FP16
     assert dtype("HALF") is FP16
     assert dtype("double") is FP64
-    with pytest.raises(UsageError, match="unknown STREAM element type"):
+    with pytest.raises(ValueError, match="unknown STREAM element type"):
         dtype("int8")
+    with pytest.raises(ValueError, match="'int8'"):
+        resolve_dtype("int8")  # a class attribute: the testcase's bug, not the user's
+    monkeypatch.setenv("GPUBW_STREAM_DTYPE", "int8")
+    with pytest.raises(UsageError, match="GPUBW_STREAM_DTYPE: unknown STREAM element type"):
+        resolve_dtype(None)  # the user's setting
     monkeypatch.delenv("GPUBW_STREAM_DTYPE", raising=False)
     assert resolve_dtype(None) is FP32  # the default
     monkeypatch.setenv("GPUBW_STREAM_DTYPE", "fp16")
@@ -112,7 +118,8 @@ def test_dtype_names_and_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_stride_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stride is a class attribute, else a valid GPUBW_STREAM_STRIDE, else 2."""
+    """The stride is a class attribute, else a valid GPUBW_STREAM_STRIDE, else 2; a bad
+    attribute is a ValueError, a bad environment setting a UsageError."""
     tc = StreamStridedRead.__new__(StreamStridedRead)
     monkeypatch.delenv("GPUBW_STREAM_STRIDE", raising=False)
     assert tc.element_stride() == 2
@@ -120,8 +127,12 @@ def test_stride_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     assert tc.element_stride() == 8
     for bad in ("0", "-1", "two"):
         monkeypatch.setenv("GPUBW_STREAM_STRIDE", bad)
-        with pytest.raises(UsageError):
+        with pytest.raises(UsageError, match=f"GPUBW_STREAM_STRIDE must be .* got '{bad}'"):
             tc.element_stride()
+    for wrong in (0, "4", 2.0):  # a class attribute: the testcase's bug, not the user's
+        broken = type("Broken", (StreamStridedRead,), {"stride": wrong})
+        with pytest.raises(ValueError, match=r"Broken\.stride must be"):
+            broken.__new__(broken).element_stride()
 
     class Every4th(StreamStridedRead):
         stride = 4

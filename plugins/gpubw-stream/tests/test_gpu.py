@@ -5,7 +5,7 @@ Run on the target machine with ``pytest plugins/gpubw-stream/tests -m gpu -rs``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -40,8 +40,16 @@ KEYS = {
 }
 
 
-def keyed(cls: type[StreamTestcase], **attrs: Any) -> type[StreamTestcase]:
-    return type(cls.__name__, (cls,), {"key": KEYS[cls], **attrs})
+def keyed(cls: type[StreamTestcase], **attrs: Any) -> Callable[[System], StreamTestcase]:
+    """Make ``cls`` (with ``attrs`` overridden) on a System as the runner does: the kernel
+    modules it declares loaded, the key its entry point gives it."""
+
+    def make(system: System) -> StreamTestcase:
+        made = type(cls.__name__, (cls,), attrs) if attrs else cls
+        system.load_kernel_modules(made.kernel_modules)
+        return made(system, KEYS[cls])
+
+    return make
 
 
 def notes(m: Matrix) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The plugin is found through its entry points, selected by ``-p stream``, and registers its
-kernel module on import; its kernels compile with NVRTC for sm_90."""
+"""The plugin is found through its entry points, selected by ``-p stream``, and declares its
+kernel module, which the System loads; its kernels compile with NVRTC for sm_90."""
 
 from __future__ import annotations
 
@@ -53,19 +53,29 @@ def test_registry_lists_them_after_the_builtins_and_prefix_selects_them() -> Non
     assert min(entries[k].index for k in KEYS) > builtin_last
 
 
-def test_importing_the_testcases_registers_the_kernel_module() -> None:
-    """Importing the plugin registers its kernel module, every kernel findable and simulated."""
-    from gpubw.kernels.modules import find_kernel, kernel_modules
+def test_the_testcases_declare_the_kernel_module_the_system_loads() -> None:
+    """Every STREAM testcase declares gpubw's and its own kernel module and sets no key; once
+    a System has loaded what one declares, every kernel is findable and simulated."""
+    from gpubw.backend import presets
+    from gpubw.kernels.modules import GPUBW, find_kernel, kernel_modules, unregister_kernel_module
 
     from gpubw_stream import kernels
 
+    for cls in TESTCASES:
+        assert cls.kernel_modules == (GPUBW, kernels.MODULE)
+        assert not any("key" in vars(k) for k in cls.__mro__), cls
+    unregister_kernel_module(kernels.MODULE.name)  # importing registered nothing; a run did
+    assert kernels.MODULE not in kernel_modules()
+    with pytest.raises(KeyError):
+        find_kernel(kernels.SPECS[0].name)
+    backend = presets.from_preset("h200x1")
+    with gpubw.System(backend, gpubw.RunOptions()) as system:
+        system.load_kernel_modules(TESTCASES[0].kernel_modules)
     assert kernels.MODULE in kernel_modules()
     for spec in kernels.SPECS:
         module, found = find_kernel(spec.name)
         assert module is kernels.MODULE and found == spec
         assert spec.name in kernels.MODULE.simulate, f"{spec.name} has no simulation"
-    for cls in TESTCASES:
-        assert cls.key == "" or cls.key.startswith("stream_")
 
 
 def test_the_plugin_uses_only_gpubws_public_api() -> None:

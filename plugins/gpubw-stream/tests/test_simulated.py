@@ -8,7 +8,7 @@ compute real results and the verification kernels check them; 64 MiB arrays are 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -50,7 +50,7 @@ def h200() -> Iterator[System]:
         yield system
 
 
-#: each testcase class's entry-point name (the registry sets ``key`` from it)
+#: each testcase class's entry-point name (the registry gives it to the instance as its key)
 KEYS = dict(
     zip(
         TESTCASES,
@@ -67,9 +67,16 @@ KEYS = dict(
 )
 
 
-def keyed(cls: type[StreamTestcase]) -> type[StreamTestcase]:
-    """A subclass carrying the key the registry would give ``cls``."""
-    return type(cls.__name__, (cls,), {"key": KEYS[cls]})
+def keyed(cls: type[StreamTestcase], **attrs: Any) -> Callable[[System], StreamTestcase]:
+    """Make ``cls`` (with ``attrs`` overridden) on a System as the runner does: the kernel
+    modules it declares loaded, the key its entry point gives it."""
+
+    def make(system: System) -> StreamTestcase:
+        made = type(cls.__name__, (cls,), attrs) if attrs else cls
+        system.load_kernel_modules(made.kernel_modules)
+        return made(system, KEYS[cls])
+
+    return make
 
 
 def notes(m: Matrix) -> dict[str, Any]:
@@ -87,9 +94,10 @@ def _defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_testcase_runs_verified_with_read_plus_write_bytes(preset: str, size: int) -> None:
     """Every STREAM testcase runs verified, counts read + write bytes and frees its buffers."""
     with make_system(preset) as system:
-        for cls in map(keyed, TESTCASES):
-            matrices = cls(system).run(size, 4)
-            assert matrices, cls.key
+        for cls in TESTCASES:
+            key = KEYS[cls]
+            matrices = keyed(cls)(system).run(size, 4)
+            assert matrices, key
             for m in matrices:
                 assert m.unit == "bytes/s"
                 assert m.row_labels == ("0",)
@@ -103,8 +111,8 @@ def test_every_testcase_runs_verified_with_read_plus_write_bytes(preset: str, si
                     assert v is not None
                     assert pct == pytest.approx(100 * v / d.nominal_memory_bandwidth)
                 assert n["dtype"] == "fp32"
-            if cls.key in ARRAYS:
-                working, traffic = ARRAYS[cls.key]
+            if key in ARRAYS:
+                working, traffic = ARRAYS[key]
                 (m,) = matrices
                 assert m.bytes_per_copy == traffic * size
                 assert notes(m)["working_set_bytes"] == working * size
@@ -144,7 +152,7 @@ def test_counted_bytes_and_figures_do_not_depend_on_the_element_type(
     """fp16, fp32 and fp64 runs count the same bytes and give figures within 3 %."""
     results = {}
     for t in ("fp16", "fp32", "fp64"):
-        typed = type(f"{cls.__name__}_{t}", (keyed(cls),), {"dtype": t})
+        typed = keyed(cls, dtype=t)
         with make_system("h200x1") as system:
             results[t] = typed(system).run(64 * MIB, 4)
     for t, matrices in results.items():
@@ -189,7 +197,7 @@ def test_strided_read_reports_useful_and_moved_bytes(
 
 def test_strided_read_stride_from_a_subclass(h200: System) -> None:
     """A subclass's stride attribute sets the strided read's stride."""
-    every4 = type("Every4", (keyed(StreamStridedRead),), {"stride": 4})
+    every4 = keyed(StreamStridedRead, stride=4)
     useful, _ = every4(h200).run(MIB, 4)  # held bytes: y really checked
     assert notes(useful)["stride"] == 4
     assert useful.bytes_per_copy == 2 * MIB // 4

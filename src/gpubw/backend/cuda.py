@@ -30,8 +30,8 @@ from gpubw.errors import (
     UsageError,
 )
 from gpubw.kernels import KERNELS, KernelSpec
-from gpubw.kernels import source as kernel_source
 from gpubw.kernels.cache import SOURCE_NAME
+from gpubw.kernels.modules import GPUBW, find_kernel, kernel_modules
 
 try:  # the bindings import without a driver; only calls need libcuda
     from cuda.bindings import driver as cu
@@ -89,13 +89,9 @@ def _check(call: str, result: tuple[Any, ...]) -> Any:
 def _registered_modules() -> list[tuple[str, str, str, tuple[KernelSpec, ...]]]:
     """(module name, program name, CUDA C source, kernels) of every kernel module: gpubw's
     own first, then those plugins registered (:mod:`gpubw.kernels.modules`)."""
-    try:
-        from gpubw.kernels import modules
-    except ImportError:  # pragma: no cover - only gpubw's own kernels exist
-        return [("gpubw", SOURCE_NAME, kernel_source(SOURCE_NAME), tuple(KERNELS.values()))]
     out = []
-    for m in modules.kernel_modules():
-        program = SOURCE_NAME if m.name == modules.BUILTIN else f"{m.name}.cu"
+    for m in kernel_modules():
+        program = SOURCE_NAME if m is GPUBW else f"{m.name}.cu"
         out.append((m.name, program, m.source, tuple(m.kernels)))
     return out
 
@@ -105,10 +101,6 @@ def kernel_spec(kernel: str) -> KernelSpec | None:
     spec = KERNELS.get(kernel)
     if spec is not None:
         return spec
-    try:
-        from gpubw.kernels.modules import find_kernel
-    except ImportError:  # pragma: no cover
-        return None
     try:
         return find_kernel(kernel)[1]
     except KeyError:

@@ -2,7 +2,9 @@
 
 The CUDA C sources live beside this file (``*.cu``); the real backend compiles them with NVRTC
 for each device's exact architecture and caches the cubin on disk. The simulated backend
-implements the same names in Python. A kernel is launched by name with
+implements the same names in Python. As a :class:`~gpubw.kernels.modules.KernelModule` they are
+:data:`gpubw.kernels.modules.GPUBW`, which testcases declare (by default) and the System loads
+like any plugin's module. A kernel is launched by name with
 :class:`gpubw.backend.base.KernelArg` arguments in the order given here.
 
 All sizes are 64-bit; "elements" are 16-byte vectors (``uint4``); "words" are 32-bit.

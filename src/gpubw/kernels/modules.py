@@ -5,23 +5,27 @@ architecture and cached on disk by the real backend), the catalogue of the ``ext
 kernels it defines (:class:`~gpubw.kernels.KernelSpec`: name, parameter C types, doc), and,
 for the simulated backend, one Python function per kernel that models it.
 
-gpubw's own kernels are the built-in module ``"gpubw"`` (``kernels/gpubw.cu`` and
-:data:`gpubw.kernels.KERNELS`); the simulated backend models those itself. A plugin registers
-its module once, in the body of the module that defines its testcases, so it is registered
-before the first measurement loads the kernels::
+gpubw's own kernels are the module :data:`GPUBW` (``kernels/gpubw.cu`` and
+:data:`gpubw.kernels.KERNELS`; the simulated backend models those itself). A testcase declares
+the modules it launches kernels of in its ``kernel_modules`` class attribute; gpubw's own are
+the default (:attr:`gpubw.Testcase.kernel_modules`), and a plugin adds its module to them.
+Before a testcase runs, the runner has the System load what it declares
+(:meth:`gpubw.system.System.load_kernel_modules`), which registers each module here and loads
+it on every device. Nothing is registered by importing a module::
 
-    from gpubw import KernelModule, KernelSpec, register_kernel_module
+    from gpubw import KernelModule, KernelSpec, Testcase
 
-    MODULE = register_kernel_module(
-        KernelModule(
-            name="myplugin",
-            source=SOURCE,  # CUDA C text with extern "C" __global__ kernels
-            kernels=(KernelSpec("myplugin_twice", ("ptr", "u64"), "(buf, n): buf[i] *= 2"),),
-            simulate={"myplugin_twice": simulate_twice},
-        )
+    MODULE = KernelModule(
+        name="myplugin",
+        source=SOURCE,  # CUDA C text with extern "C" __global__ kernels
+        kernels=(KernelSpec("myplugin_twice", ("ptr", "u64"), "(buf, n): buf[i] *= 2"),),
+        simulate={"myplugin_twice": simulate_twice},
     )
 
-After that, ``system.backend.launch("myplugin_twice", grid, block, (ptr(p), u64(n)), stream)``
+    class Twice(Testcase):
+        kernel_modules = (*Testcase.kernel_modules, MODULE)
+
+Then ``system.backend.launch("myplugin_twice", grid, block, (ptr(p), u64(n)), stream)``
 works on both backends. Kernel names are global: they must be unique over all modules (prefix
 them with the plugin's name).
 
@@ -151,25 +155,17 @@ class KernelModule:
         raise KeyError(name)
 
 
+#: gpubw's own kernels (the spin gate, fill, verify, the SM copies, the pointer chase).
+GPUBW = KernelModule(name=BUILTIN, source=_read_source("gpubw.cu"), kernels=tuple(KERNELS.values()))
+
 _lock = threading.Lock()
 _modules: dict[str, KernelModule] = {}
 _by_kernel: dict[str, KernelModule] = {}
 _generation = 0
 
 
-def _builtin_module() -> KernelModule:
-    return KernelModule(
-        name=BUILTIN, source=_read_source("gpubw.cu"), kernels=tuple(KERNELS.values())
-    )
-
-
-def _ensure_builtin() -> None:
-    # Under _lock. The built-in source is read on first use, not at import.
-    if BUILTIN not in _modules:
-        _add(_builtin_module())
-
-
 def _add(module: KernelModule) -> None:
+    # Under _lock.
     global _generation
     for name in module.names:
         owner = _by_kernel.get(name)
@@ -189,20 +185,20 @@ def _add(module: KernelModule) -> None:
 
 
 def register_kernel_module(module: KernelModule) -> KernelModule:
-    """Register ``module`` so that every backend can launch its kernels; returns it.
+    """Make ``module``'s kernels known to every backend (by name, :func:`find_kernel`);
+    returns it. :meth:`gpubw.system.System.load_kernel_modules` calls this for the modules a
+    testcase declares; a plugin does not call it.
 
-    Registering the same module again (same name, source and kernels, as when a plugin's
-    module body runs twice) is a no-op. A different module under a registered name, a kernel
-    name another module already defines, or a module named ``"gpubw"`` raises
-    :class:`~gpubw.errors.PluginError`. Register before the first measurement (the module
-    body of the plugin's testcase module is the place); a module registered later is loaded
-    by the next measurement's kernel load.
+    Registering the same module again (same name, source and kernels) is a no-op that keeps
+    the newest simulate functions. A different module under a registered name, a kernel name
+    another module already defines, or a module named ``"gpubw"`` that is not :data:`GPUBW`
+    raises :class:`~gpubw.errors.PluginError`; something that is not a KernelModule raises
+    TypeError.
     """
     if not isinstance(module, KernelModule):
-        raise PluginError(f"register_kernel_module() needs a KernelModule, got {module!r}")
+        raise TypeError(f"register_kernel_module() needs a KernelModule, got {module!r}")
     with _lock:
-        _ensure_builtin()
-        if module.name == BUILTIN:
+        if module.name == BUILTIN and module is not GPUBW:
             raise PluginError(f"the kernel module name {BUILTIN!r} is gpubw's own")
         old = _modules.get(module.name)
         if old is not None:
@@ -236,17 +232,15 @@ def unregister_kernel_module(name: str) -> None:
 
 
 def kernel_modules() -> tuple[KernelModule, ...]:
-    """Every registered module: the built-in ``"gpubw"`` first, then plugins' in
+    """Every registered module: gpubw's own (:data:`GPUBW`) first, then the others in
     registration order."""
     with _lock:
-        _ensure_builtin()
         return tuple(_modules.values())
 
 
 def find_kernel(name: str) -> tuple[KernelModule, KernelSpec]:
     """The module that defines kernel ``name`` and its spec; KeyError if none does."""
     with _lock:
-        _ensure_builtin()
         module = _by_kernel.get(name)
     if module is None:
         raise KeyError(f"no registered kernel module defines a kernel named {name!r}")
@@ -257,5 +251,10 @@ def generation() -> int:
     """A counter that changes whenever the set of registered modules changes (so a loader
     can tell whether it has to load more)."""
     with _lock:
-        _ensure_builtin()
         return _generation
+
+
+# gpubw's own module is always registered: every System's measurement protocol launches its
+# kernels (the spin gate, fill, verify), and a backend may load kernels before any testcase
+# has declared what it needs. It is registered the way every other module is.
+register_kernel_module(GPUBW)

@@ -10,4 +10,72 @@ own. Each is an entry point of ``gpubw.testcases`` (see pyproject.toml), grouped
 
 The shapes they share (1 x N, N x N, bidirectional, all to one, host traffic) are in
 :mod:`.shapes`.
+
+:data:`BUILTINS` is the one list of them, in list order: the registry gives gpubw's testcases
+their indexes in this order (entry points come in no guaranteed order), and pyproject.toml's
+``gpubw.testcases`` entry points must name exactly these (tests/test_registry.py checks it).
+A key is the entry-point name; no class states its own key. To add a group of testcases,
+add a tuple below and put it into :data:`BUILTINS` where its indexes belong.
 """
+
+from __future__ import annotations
+
+#: nvbandwidth's 35 testcases in its order (indexes 0-34, so ``-t 34`` names the same
+#: testcase in both tools): (key, ``"module:Class"``).
+NVBANDWIDTH: tuple[tuple[str, str], ...] = (
+    ("host_to_device_memcpy_ce", "gpubw.testcases.host:HostToDeviceCE"),
+    ("device_to_host_memcpy_ce", "gpubw.testcases.host:DeviceToHostCE"),
+    ("host_to_device_bidirectional_memcpy_ce", "gpubw.testcases.host:HostToDeviceBidirectionalCE"),
+    ("device_to_host_bidirectional_memcpy_ce", "gpubw.testcases.host:DeviceToHostBidirectionalCE"),
+    ("device_to_device_memcpy_read_ce", "gpubw.testcases.peer:DeviceToDeviceReadCE"),
+    ("device_to_device_memcpy_write_ce", "gpubw.testcases.peer:DeviceToDeviceWriteCE"),
+    (
+        "device_to_device_bidirectional_memcpy_read_ce",
+        "gpubw.testcases.peer:DeviceToDeviceBidirectionalReadCE",
+    ),
+    (
+        "device_to_device_bidirectional_memcpy_write_ce",
+        "gpubw.testcases.peer:DeviceToDeviceBidirectionalWriteCE",
+    ),
+    ("all_to_host_memcpy_ce", "gpubw.testcases.host_all:AllToHostCE"),
+    ("all_to_host_bidirectional_memcpy_ce", "gpubw.testcases.host_all:AllToHostBidirectionalCE"),
+    ("host_to_all_memcpy_ce", "gpubw.testcases.host_all:HostToAllCE"),
+    ("host_to_all_bidirectional_memcpy_ce", "gpubw.testcases.host_all:HostToAllBidirectionalCE"),
+    ("all_to_one_write_ce", "gpubw.testcases.fan:AllToOneWriteCE"),
+    ("all_to_one_read_ce", "gpubw.testcases.fan:AllToOneReadCE"),
+    ("one_to_all_write_ce", "gpubw.testcases.fan:OneToAllWriteCE"),
+    ("one_to_all_read_ce", "gpubw.testcases.fan:OneToAllReadCE"),
+    ("host_to_device_memcpy_sm", "gpubw.testcases.host:HostToDeviceSM"),
+    ("device_to_host_memcpy_sm", "gpubw.testcases.host:DeviceToHostSM"),
+    ("host_to_device_bidirectional_memcpy_sm", "gpubw.testcases.host:HostToDeviceBidirectionalSM"),
+    ("device_to_host_bidirectional_memcpy_sm", "gpubw.testcases.host:DeviceToHostBidirectionalSM"),
+    ("device_to_device_memcpy_read_sm", "gpubw.testcases.peer:DeviceToDeviceReadSM"),
+    ("device_to_device_memcpy_write_sm", "gpubw.testcases.peer:DeviceToDeviceWriteSM"),
+    (
+        "device_to_device_bidirectional_memcpy_read_sm",
+        "gpubw.testcases.peer:DeviceToDeviceBidirectionalReadSM",
+    ),
+    (
+        "device_to_device_bidirectional_memcpy_write_sm",
+        "gpubw.testcases.peer:DeviceToDeviceBidirectionalWriteSM",
+    ),
+    ("all_to_host_memcpy_sm", "gpubw.testcases.host_all:AllToHostSM"),
+    ("all_to_host_bidirectional_memcpy_sm", "gpubw.testcases.host_all:AllToHostBidirectionalSM"),
+    ("host_to_all_memcpy_sm", "gpubw.testcases.host_all:HostToAllSM"),
+    ("host_to_all_bidirectional_memcpy_sm", "gpubw.testcases.host_all:HostToAllBidirectionalSM"),
+    ("all_to_one_write_sm", "gpubw.testcases.fan:AllToOneWriteSM"),
+    ("all_to_one_read_sm", "gpubw.testcases.fan:AllToOneReadSM"),
+    ("one_to_all_write_sm", "gpubw.testcases.fan:OneToAllWriteSM"),
+    ("one_to_all_read_sm", "gpubw.testcases.fan:OneToAllReadSM"),
+    ("host_device_latency_sm", "gpubw.testcases.latency:HostDeviceLatencySM"),
+    ("device_to_device_latency_sm", "gpubw.testcases.latency:DeviceToDeviceLatencySM"),
+    ("device_local_copy", "gpubw.testcases.local:DeviceLocalCopy"),
+)
+
+#: gpubw's own testcases (not in nvbandwidth), after nvbandwidth's.
+GPUBW_OWN: tuple[tuple[str, str], ...] = (
+    ("device_local_copy_sm", "gpubw.testcases.local:DeviceLocalCopySM"),
+)
+
+#: Every built-in testcase as (key = entry-point name, ``"module:Class"``), in list order.
+BUILTINS: tuple[tuple[str, str], ...] = NVBANDWIDTH + GPUBW_OWN

@@ -26,8 +26,6 @@ class AllToOneWriteCE(PeerTestcase):
     the peer (it writes the device's memory).
     Reports each device's total inbound bandwidth."""
 
-    key = "all_to_one_write_ce"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return all_to_one(self, size, loops, CE, INTO_CE, read=False, prefer=Prefer.SRC)
 
@@ -36,8 +34,6 @@ class AllToOneReadCE(PeerTestcase):
     """Copy engine copies from one device into every accessible peer at once, each issued by
     the peer (it reads the device's memory).
     Reports each device's total outbound bandwidth."""
-
-    key = "all_to_one_read_ce"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return all_to_one(self, size, loops, CE, OUT_OF_CE, read=True, prefer=Prefer.DST)
@@ -48,8 +44,6 @@ class OneToAllWriteCE(PeerTestcase):
     that device (it writes the peers' memory).
     Reports each device's total outbound bandwidth."""
 
-    key = "one_to_all_write_ce"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return one_to_all(self, size, loops, CE, OUT_OF_CE, read=False, prefer=Prefer.SRC)
 
@@ -58,8 +52,6 @@ class OneToAllReadCE(PeerTestcase):
     """Copy engine copies from every accessible peer into one device at once, all issued by
     that device (it reads the peers' memory).
     Reports each device's total inbound bandwidth."""
-
-    key = "one_to_all_read_ce"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return one_to_all(self, size, loops, CE, INTO_CE, read=True, prefer=Prefer.DST)
@@ -70,8 +62,6 @@ class AllToOneWriteSM(PeerTestcase):
     device (the peers' SMs write the device's memory).
     Reports each device's total inbound bandwidth."""
 
-    key = "all_to_one_write_sm"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return all_to_one(self, size, loops, SM, INTO_SM, read=False, prefer=Prefer.SRC)
 
@@ -80,8 +70,6 @@ class AllToOneReadSM(PeerTestcase):
     """Copy kernels on one device, one per accessible peer, all at once, copying from the device
     into every peer (as nvbandwidth: the kernels run on the data's source, not the peers).
     Reports each device's total outbound bandwidth."""
-
-    key = "all_to_one_read_sm"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return all_to_one(self, size, loops, SM, OUT_OF_SM, read=True, prefer=Prefer.SRC)
@@ -92,8 +80,6 @@ class OneToAllWriteSM(PeerTestcase):
     into every peer (the device's SMs write the peers' memory).
     Reports each device's total outbound bandwidth."""
 
-    key = "one_to_all_write_sm"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return one_to_all(self, size, loops, SM, OUT_OF_SM, read=False, prefer=Prefer.SRC)
 
@@ -102,8 +88,6 @@ class OneToAllReadSM(PeerTestcase):
     """Copy kernels on every accessible peer at once, each copying from the peer into one
     device (as nvbandwidth: the kernels run on the data's source, the peers).
     Reports each device's total inbound bandwidth."""
-
-    key = "one_to_all_read_sm"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return one_to_all(self, size, loops, SM, INTO_SM, read=True, prefer=Prefer.SRC)

@@ -24,8 +24,6 @@ class HostToDeviceCE(Testcase):
     """Host to device copy by the copy engine (cuMemcpyAsync), one device at a time.
     Reports each device's host to device bandwidth."""
 
-    key = "host_to_device_memcpy_ce"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(self, size, loops, CE, H2D_CE, H2D)
 
@@ -33,8 +31,6 @@ class HostToDeviceCE(Testcase):
 class DeviceToHostCE(Testcase):
     """Device to host copy by the copy engine (cuMemcpyAsync), one device at a time.
     Reports each device's device to host bandwidth."""
-
-    key = "device_to_host_memcpy_ce"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(self, size, loops, CE, D2H_CE, D2H)
@@ -44,8 +40,6 @@ class HostToDeviceBidirectionalCE(Testcase):
     """Host to device copy by the copy engine, measured while a device to host copy (twice
     the size) runs on the same device at the same time.
     Only the host to device bandwidth is reported."""
-
-    key = "host_to_device_bidirectional_memcpy_ce"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
@@ -58,8 +52,6 @@ class DeviceToHostBidirectionalCE(Testcase):
     the size) runs on the same device at the same time.
     Only the device to host bandwidth is reported."""
 
-    key = "device_to_host_bidirectional_memcpy_ce"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
             self, size, loops, CE, BIDIR_CE, D2H, same_device=[H2D], interference_size=2 * size
@@ -70,8 +62,6 @@ class HostToDeviceSM(Testcase):
     """Host to device copy by a copy kernel on the device's SMs, one device at a time.
     Reports each device's host to device bandwidth."""
 
-    key = "host_to_device_memcpy_sm"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(self, size, loops, SM, H2D_SM, H2D)
 
@@ -79,8 +69,6 @@ class HostToDeviceSM(Testcase):
 class DeviceToHostSM(Testcase):
     """Device to host copy by a copy kernel on the device's SMs, one device at a time.
     Reports each device's device to host bandwidth."""
-
-    key = "device_to_host_memcpy_sm"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(self, size, loops, SM, D2H_SM, D2H)
@@ -91,8 +79,6 @@ class HostToDeviceBidirectionalSM(Testcase):
     to device while the other half copy device to host, between the same two buffers.
     Reports the bandwidth of one direction (bytes moved / time, halved)."""
 
-    key = "host_to_device_bidirectional_memcpy_sm"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, H2D)
 
@@ -101,8 +87,6 @@ class DeviceToHostBidirectionalSM(Testcase):
     """Device <-> host copy by one split-warp kernel on the device: half the warps copy in
     each direction between the same two buffers (identical to
     host_to_device_bidirectional_memcpy_sm, as in nvbandwidth). Reports one direction."""
-
-    key = "device_to_host_bidirectional_memcpy_sm"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, H2D)

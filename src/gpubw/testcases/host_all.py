@@ -22,8 +22,6 @@ class AllToHostCE(Testcase):
     the host (twice the size) at the same time.
     Only the measured device's device to host bandwidth is reported."""
 
-    key = "all_to_host_memcpy_ce"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
             self, size, loops, CE, D2H_CE, D2H, other_devices=[D2H], interference_size=2 * size
@@ -34,8 +32,6 @@ class AllToHostBidirectionalCE(Testcase):
     """Device to host copy by the copy engine, measured while the same device copies host to
     device and every other device copies both ways (all twice the size) at the same time.
     Only the measured device to host bandwidth is reported."""
-
-    key = "all_to_host_bidirectional_memcpy_ce"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
@@ -56,8 +52,6 @@ class HostToAllCE(Testcase):
     device (twice the size) at the same time.
     Only the measured device's host to device bandwidth is reported."""
 
-    key = "host_to_all_memcpy_ce"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
             self, size, loops, CE, H2D_CE, H2D, other_devices=[H2D], interference_size=2 * size
@@ -68,8 +62,6 @@ class HostToAllBidirectionalCE(Testcase):
     """Host to device copy by the copy engine, measured while the same device copies device to
     host and every other device copies both ways (all twice the size) at the same time.
     Only the measured host to device bandwidth is reported."""
-
-    key = "host_to_all_bidirectional_memcpy_ce"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
@@ -90,8 +82,6 @@ class AllToHostSM(Testcase):
     device's SMs copy to the host at the same time.
     Only the measured device's bandwidth is reported."""
 
-    key = "all_to_host_memcpy_sm"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(self, size, loops, SM, D2H_SM, D2H, other_devices=[D2H])
 
@@ -100,8 +90,6 @@ class AllToHostBidirectionalSM(Testcase):
     """Device <-> host copy by one split-warp kernel per device (half the warps each way),
     measured while every other device runs its own split-warp kernel at the same time.
     Only the measured device's one-direction bandwidth is reported."""
-
-    key = "all_to_host_bidirectional_memcpy_sm"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, D2H, other_devices=[D2H])
@@ -112,8 +100,6 @@ class HostToAllSM(Testcase):
     device's SMs copy from the host at the same time.
     Only the measured device's bandwidth is reported."""
 
-    key = "host_to_all_memcpy_sm"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(self, size, loops, SM, H2D_SM, H2D, other_devices=[H2D])
 
@@ -122,8 +108,6 @@ class HostToAllBidirectionalSM(Testcase):
     """Host <-> device copy by one split-warp kernel per device (half the warps each way),
     measured while every other device runs its own split-warp kernel at the same time.
     Only the measured device's one-direction bandwidth is reported."""
-
-    key = "host_to_all_bidirectional_memcpy_sm"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, H2D, other_devices=[D2H])

@@ -61,7 +61,6 @@ class HostDeviceLatencySM(Testcase):
     device chases pointers through a 2 MB ring in host memory (--bufferSize is ignored).
     Reports the time per access of each device."""
 
-    key = "host_device_latency_sm"
     fixed_size = True
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
@@ -80,7 +79,6 @@ class DeviceToDeviceLatencySM(PeerTestcase):
     chases pointers through a 2 MB ring on the peer (--bufferSize is ignored).
     Reports the time per access of every accessible pair."""
 
-    key = "device_to_device_latency_sm"
     fixed_size = True
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:

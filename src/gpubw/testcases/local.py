@@ -71,8 +71,6 @@ class DeviceLocalCopy(Testcase):
     Reports each device's copy bandwidth (bytes counted once, as nvbandwidth), and also read +
     write (twice that) with the percent of the memory's nominal bandwidth."""
 
-    key = "device_local_copy"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return local_copy(self, size, loops, CE, "memcpy local GPU(column) bandwidth (GB/s)")
 
@@ -81,8 +79,6 @@ class DeviceLocalCopySM(Testcase):
     """Copy kernel on the device's SMs between two buffers in its own memory, one device at a
     time (gpubw's own; not in nvbandwidth). Reports the copy bandwidth counted once, and read +
     write (twice that) with the percent of the memory's nominal bandwidth."""
-
-    key = "device_local_copy_sm"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return local_copy(self, size, loops, SM, "memcpy SM local GPU(column) bandwidth (GB/s)")

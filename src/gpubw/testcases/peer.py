@@ -31,8 +31,6 @@ class DeviceToDeviceReadCE(PeerTestcase):
     issued in the target's context: the target reads the peer's memory.
     Reports every accessible pair's bandwidth, one copy at a time."""
 
-    key = "device_to_device_memcpy_read_ce"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"
         return n_by_n(self, size, loops, CE, header, from_peer, prefer=Prefer.DST)
@@ -42,8 +40,6 @@ class DeviceToDeviceWriteCE(PeerTestcase):
     """Copy engine copy from the target device (row) into each accessible peer (column),
     issued in the target's context: the target writes the peer's memory.
     Reports every accessible pair's bandwidth, one copy at a time."""
-
-    key = "device_to_device_memcpy_write_ce"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)"
@@ -55,8 +51,6 @@ class DeviceToDeviceBidirectionalReadCE(PeerTestcase):
     (column), each issued by the device it copies into (reads).
     Reports peer -> target (Read1), target -> peer (Read2) and their total."""
 
-    key = "device_to_device_bidirectional_memcpy_read_ce"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) <-> GPU(column) {} bandwidth (GB/s)"
         return bidirectional(self, size, loops, CE, header, "Read", prefer=Prefer.DST)
@@ -66,8 +60,6 @@ class DeviceToDeviceBidirectionalWriteCE(PeerTestcase):
     """Copy engine copies both ways at once between the target (row) and each accessible peer
     (column), each issued by the device it copies from (writes).
     Reports peer -> target (Write1, written by the peer), target -> peer (Write2), total."""
-
-    key = "device_to_device_bidirectional_memcpy_write_ce"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) <-> GPU(column) {} bandwidth (GB/s)"
@@ -79,8 +71,6 @@ class DeviceToDeviceReadSM(PeerTestcase):
     the target: the target's SMs read the peer's memory.
     Reports every accessible pair's bandwidth, one copy at a time."""
 
-    key = "device_to_device_memcpy_read_sm"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM GPU(row) -> GPU(column) bandwidth (GB/s)"
         return n_by_n(self, size, loops, SM, header, from_peer, prefer=Prefer.DST)
@@ -90,8 +80,6 @@ class DeviceToDeviceWriteSM(PeerTestcase):
     """Copy kernel on the target device (row) copying from the target into each accessible peer
     (column): the target's SMs write the peer's memory.
     Reports every accessible pair's bandwidth, one copy at a time."""
-
-    key = "device_to_device_memcpy_write_sm"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM GPU(row) <- GPU(column) bandwidth (GB/s)"
@@ -103,8 +91,6 @@ class DeviceToDeviceBidirectionalReadSM(PeerTestcase):
     (column), each on the device it copies into (reads).
     Reports peer -> target (Read1), target -> peer (Read2) and their total."""
 
-    key = "device_to_device_bidirectional_memcpy_read_sm"
-
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM GPU(row) <-> GPU(column) {} bandwidth (GB/s)"
         return bidirectional(self, size, loops, SM, header, "Read", prefer=Prefer.DST)
@@ -114,8 +100,6 @@ class DeviceToDeviceBidirectionalWriteSM(PeerTestcase):
     """Copy kernels both ways at once between the target (row) and each accessible peer
     (column), each on the device it copies from (writes).
     Reports peer -> target (Write1, written by the peer), target -> peer (Write2), total."""
-
-    key = "device_to_device_bidirectional_memcpy_write_sm"
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM GPU(row) <-> GPU(column) {} bandwidth (GB/s)"

@@ -68,19 +68,21 @@ _ALIASES = {
 
 
 def dtype(name: str) -> DType:
-    """The element type called ``name`` (fp32, fp16, fp64, or an alias such as float16)."""
+    """The element type called ``name`` (fp32, fp16, fp64, or an alias such as float16);
+    ValueError for any other name."""
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
     if key not in DTYPES:
-        raise UsageError(
-            f"unknown STREAM element type {name!r}; allowed: {', '.join(DTYPES)} "
-            f"(set {DTYPE_ENV} or a testcase's dtype attribute)"
-        )
+        raise ValueError(f"unknown STREAM element type {name!r}; allowed: {', '.join(DTYPES)}")
     return DTYPES[key]
 
 
 def resolve_dtype(attribute: str | None) -> DType:
-    """The class attribute if set, else ``$GPUBW_STREAM_DTYPE``, else fp32."""
+    """The class attribute if set (ValueError if unknown: the testcase's own bug), else
+    ``$GPUBW_STREAM_DTYPE`` (UsageError if unknown: the user's setting), else fp32."""
     if attribute:
         return dtype(attribute)
-    return dtype(os.environ.get(DTYPE_ENV, "") or DEFAULT_DTYPE)
+    try:
+        return dtype(os.environ.get(DTYPE_ENV, "") or DEFAULT_DTYPE)
+    except ValueError as exc:
+        raise UsageError(f"{DTYPE_ENV}: {exc}") from None

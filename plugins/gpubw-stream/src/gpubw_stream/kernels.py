@@ -1,8 +1,9 @@
 """The kernel module "gpubw_stream": its CUDA source, catalogue and simulations.
 
-Importing this module registers the module with gpubw (:func:`gpubw.register_kernel_module`),
-so that both backends can launch its kernels by name. The source is ``stream.cu`` beside this
-file. "vecs" are 16-byte vectors; ``loops`` passes run in one launch.
+The STREAM testcases declare :data:`MODULE` in their ``kernel_modules``, so gpubw's System
+loads it (on both backends) before one of them runs; importing this module registers
+nothing. The source is ``stream.cu`` beside this file. "vecs" are 16-byte vectors; ``loops``
+passes run in one launch.
 
 Each kernel also has a model for gpubw's simulated backend: it reports the launch's memory
 traffic (every pass) and, where the simulated system holds the buffers' bytes, computes the
@@ -14,7 +15,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from gpubw import KernelModule, KernelSpec, SimulatedLaunch, register_kernel_module
+from gpubw import KernelModule, KernelSpec, SimulatedLaunch
 
 from gpubw_stream.dtypes import DTYPES, VECTOR_BYTES, DType
 from gpubw_stream.metrics import strided_traffic
@@ -248,7 +249,5 @@ SIMULATE: dict[str, Any] = {
 for _dt in DTYPES.values():
     SIMULATE.update(_typed(_dt))
 
-#: The registered module (registered when this module is imported).
-MODULE = register_kernel_module(
-    KernelModule(name=MODULE_NAME, source=source(), kernels=SPECS, simulate=SIMULATE)
-)
+#: The kernel module the STREAM testcases declare (``StreamTestcase.kernel_modules``).
+MODULE = KernelModule(name=MODULE_NAME, source=source(), kernels=SPECS, simulate=SIMULATE)

@@ -12,7 +12,8 @@ written, with notes:
   this knee a figure can be L2 bandwidth, not memory bandwidth: sweep sizes far above it);
 * ``dtype`` and ``working_set_bytes`` (the bytes per pass are ``Matrix.bytes_per_copy``).
 
-Importing this module registers the "gpubw_stream" kernel module (see :mod:`.kernels`).
+Every STREAM testcase declares the "gpubw_stream" kernel module (:mod:`.kernels`) in its
+``kernel_modules``; gpubw loads it before the testcase runs.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from gpubw import (
     UsageError,
 )
 
-from gpubw_stream import kernels as _kernels  # registers the kernel module
 from gpubw_stream.dtypes import VECTOR_BYTES, DType, resolve_dtype
 from gpubw_stream.initiators import (
     AddKernel,
@@ -45,6 +45,7 @@ from gpubw_stream.initiators import (
     TriadKernel,
     WriteKernel,
 )
+from gpubw_stream.kernels import MODULE
 from gpubw_stream.metrics import (
     l2_fits,
     percent_of_nominal,
@@ -52,8 +53,6 @@ from gpubw_stream.metrics import (
     strided_count,
     strided_traffic,
 )
-
-assert _kernels.MODULE.name == "gpubw_stream"
 
 #: Environment variable of the strided read's stride k (elements), default 2.
 STRIDE_ENV = "GPUBW_STREAM_STRIDE"
@@ -68,6 +67,8 @@ def _size_text(nbytes: int) -> str:
 class StreamTestcase(Testcase):
     """Base of the STREAM testcases (not an entry point itself)."""
 
+    #: gpubw's own kernels (the spin gate) and the STREAM kernels
+    kernel_modules = (*Testcase.kernel_modules, MODULE)
     #: the kernel's initiator class
     kernel: ClassVar[type[StreamKernel]] = StreamKernel
     #: element type (fp32, fp16, fp64); None: ``$GPUBW_STREAM_DTYPE``, else fp32
@@ -244,16 +245,23 @@ class StreamStridedRead(StreamTestcase):
     stride: ClassVar[int | None] = None
 
     def element_stride(self) -> int:
+        """The class's ``stride`` (ValueError if not an integer >= 1: the testcase's own bug),
+        else ``$GPUBW_STREAM_STRIDE`` (UsageError if not one: the user's setting), else 2."""
         if self.stride is not None:
-            value: object = self.stride
-        else:
-            value = os.environ.get(STRIDE_ENV, "") or DEFAULT_STRIDE
+            if isinstance(self.stride, bool) or not isinstance(self.stride, int):
+                raise ValueError(
+                    f"{type(self).__name__}.stride must be an int, got {self.stride!r}"
+                )
+            if self.stride < 1:
+                raise ValueError(f"{type(self).__name__}.stride must be >= 1, got {self.stride}")
+            return self.stride
+        value = os.environ.get(STRIDE_ENV, "") or str(DEFAULT_STRIDE)
         try:
-            k = int(str(value))
+            k = int(value)
         except ValueError:
-            raise UsageError(f"{STRIDE_ENV} must be a positive integer, got {value!r}") from None
+            k = 0
         if k < 1:
-            raise UsageError(f"the strided read's stride must be >= 1, got {k}")
+            raise UsageError(f"{STRIDE_ENV} must be a positive integer, got {value!r}")
         return k
 
     def formula(self) -> str:
