@@ -28,8 +28,15 @@ from typing import IO, Any, NoReturn, TextIO
 
 import gpubw
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, PluginError, UsageError
-from gpubw.options import DEFAULT_BUFFER_SIZE, DEFAULT_LOOPS, DEFAULT_SAMPLES, RunOptions
+from gpubw.options import (
+    DEFAULT_BUFFER_SIZE,
+    DEFAULT_LOOPS,
+    DEFAULT_SAMPLES,
+    Invocation,
+    RunOptions,
+)
 from gpubw.registry import Registry, Writers
+from gpubw.results import exit_status
 from gpubw.sizes import format_size, parse_sizes
 
 PROG = "gpubw"
@@ -344,38 +351,15 @@ def preset_names() -> list[str]:
     return sorted(presets.names())
 
 
-def _system_factory(simulate: str | None, options: RunOptions) -> Callable[[], Any]:
-    """A callable that creates the run's System. A bad --simulate is a UsageError now."""
-    from gpubw.system import System
+def _system_opener(simulate: str | None) -> Callable[[RunOptions], Any]:
+    """What opens the run's System (:func:`gpubw.api.system_opener`); a bad --simulate is a
+    UsageError now, naming the flag."""
+    from gpubw.api import system_opener
 
-    if simulate is not None:
-        try:
-            from gpubw.backend.presets import load_system
-
-            model = load_system(simulate)
-        except ImportError as exc:
-            raise UsageError(f"--simulate is not available: {exc}") from None
-        except UsageError as exc:  # already names the value and what is allowed
-            raise UsageError(f"--simulate: {exc}") from None
-        except Exception as exc:
-            names = ", ".join(preset_names()) or "none"
-            raise UsageError(
-                f"--simulate {simulate!r}: {exc} (presets: {names}; or a JSON system file)"
-            ) from None
-
-        def simulated() -> System:
-            from gpubw.backend.simulated import SimulatedBackend
-
-            return System(SimulatedBackend(model), options)
-
-        return simulated
-
-    def real() -> System:
-        from gpubw.backend.cuda import CudaBackend
-
-        return System(CudaBackend(), options)
-
-    return real
+    try:
+        return system_opener(simulate)
+    except UsageError as exc:
+        raise UsageError(f"--simulate: {exc}") from None
 
 
 @contextlib.contextmanager
@@ -441,9 +425,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: simulated systems: {', '.join(names)}", file=sys.stderr)
         return 1
     except InterruptedRun as exc:
-        return 143 if exc.signum == signal.SIGTERM else 130
+        return exit_status(signal=exc.signum)
     except KeyboardInterrupt:
-        return 130
+        return exit_status(signal=signal.SIGINT)
     except BrokenPipeError:  # e.g. gpubw -l | head: the reader left; say nothing more
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -478,36 +462,36 @@ def _main(argv: list[str]) -> int:
         affinity=not ns.disable_affinity,
         verbose=ns.verbose,
         gate_timeout_s=ns.gate_timeout,
+        buffer_sizes=sizes,
+    )
+    invocation = Invocation(
+        testcase=ns.testcase,
+        testcase_prefixes=ns.prefixes,
+        format=fmt,
+        output=ns.output,
+        simulate=ns.simulate,
+        perf_formatter=ns.perf_formatter,
+        argv=argv,
     )
     output = _Output(ns.output)
     try:
-        factory = _system_factory(ns.simulate, options)
-        registry = Registry.discover()
-        selection = registry.select(ns.testcase, ns.prefixes)
-        from gpubw import runner
+        opener = _system_opener(ns.simulate)
+        from gpubw import api, runner
 
-        report_options = {
-            "testcase": list(ns.testcase),
-            "testcase_prefixes": list(ns.prefixes),
-            "format": fmt,
-            "output": ns.output,
-            "simulate": ns.simulate,
-            "perf_formatter": ns.perf_formatter,
-            "argv": list(argv),
-        }
+        selection, warnings = api.select(ns.testcase, ns.prefixes)
         show_progress = fmt != "json" and sys.stderr.isatty()
         with _progress_display(show_progress) as progress:
             report = runner.run(
-                factory,
+                opener,
                 selection,
-                sizes,
                 options,
+                invocation=invocation,
                 system_name=ns.simulate or "",
-                report_options=report_options,
-                warnings=[f"plugin {f.plugin!r}: {f.message}" for f in registry.unlisted_failures],
+                warnings=warnings,
                 progress=progress,
+                handle_signals=True,
             )
-        _write(writer_cls, fmt, report, output)
+        _write(writer_cls, fmt, report, output, verbose=ns.verbose, perf=ns.perf_formatter)
     finally:
         output.discard()
     if report.error:
@@ -515,11 +499,16 @@ def _main(argv: list[str]) -> int:
     return report.exit_code
 
 
-def _write(writer_cls: Any, name: str, report: Any, output: _Output) -> None:
+def _write(
+    writer_cls: Any, name: str, report: Any, output: _Output, *, verbose: bool, perf: bool
+) -> None:
     """Format the report with the writer; a writer's own bug becomes a PluginError."""
+    from gpubw.writers import make_writer
+
     try:
+        writer = make_writer(writer_cls, verbose=verbose, perf_formatter=perf)
         with output.stream() as stream:
-            writer_cls().write(report, stream)
+            writer.write(report, stream)
     except (GpubwError, OSError):
         raise
     except Exception as exc:

@@ -12,6 +12,8 @@ human sizes, size-sweep grouping and the device record that goes into a Report.
 from __future__ import annotations
 
 import abc
+import contextlib
+import inspect
 import math
 from collections.abc import Mapping
 from typing import Any, TextIO
@@ -25,25 +27,45 @@ from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseRe
 class Writer(abc.ABC):
     """Base class of every writer.
 
-    Options that change the output (``verbose``, ``perf_formatter``) are read from the
-    report's ``options`` unless given to the constructor.
+    The flags that change the output are constructor arguments, never read from the report:
+    ``verbose`` (per-sample figures) and ``perf_formatter`` (nvbandwidth's
+    ``--perfFormatter`` lines). A writer that defines its own ``__init__`` should accept them
+    as keyword arguments and pass them on (``super().__init__(**flags)``); one whose
+    ``__init__`` takes no arguments still works: :func:`make_writer` (what the CLI calls) then
+    sets the flags as attributes after construction.
     """
 
     #: the entry-point name (``gpubw --format NAME``)
     name: str = ""
+    #: per-sample figures (``gpubw -v``)
+    verbose: bool = False
+    #: nvbandwidth's ``--perfFormatter`` output
+    perf_formatter: bool = False
 
-    def __init__(self, **options: Any) -> None:
-        self.options = options
-
-    def option(self, report: Report, name: str, default: Any = None) -> Any:
-        """A writer option: the constructor's value, else the report's, else ``default``."""
-        if self.options.get(name) is not None:
-            return self.options[name]
-        return report.options.get(name, default)
+    def __init__(self, *, verbose: bool = False, perf_formatter: bool = False) -> None:
+        self.verbose = verbose
+        self.perf_formatter = perf_formatter
 
     @abc.abstractmethod
     def write(self, report: Report, stream: TextIO) -> None:
         """Write ``report`` to ``stream`` (a text stream)."""
+
+
+def make_writer(cls: Any, *, verbose: bool = False, perf_formatter: bool = False) -> Any:
+    """A writer of class ``cls`` with these flags, whatever its ``__init__`` accepts: the
+    flags as keyword arguments if it takes them, else constructed without arguments and the
+    flags set as attributes (a plugin writer need not subclass :class:`Writer`)."""
+    flags = {"verbose": verbose, "perf_formatter": perf_formatter}
+    try:
+        inspect.signature(cls).bind(**flags)
+    except TypeError:  # an __init__ without the flags: construct, then set them
+        writer = cls()
+        with contextlib.suppress(AttributeError):  # __slots__ without them: it ignores flags
+            writer.verbose, writer.perf_formatter = verbose, perf_formatter
+        return writer
+    except ValueError:  # no signature to inspect (a C extension class): just try it
+        pass
+    return cls(**flags)
 
 
 # -- units ------------------------------------------------------------------------------
@@ -149,6 +171,7 @@ __all__ = [
     "display_unit",
     "human_size",
     "json_safe",
+    "make_writer",
     "notes_dict",
     "simulated_banner",
     "sweeps",

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import jsonschema
 
 from gpubw.errors import GpubwError, UsageError
+from gpubw.options import options_from_record
 from gpubw.results import Matrix, Report, Status, TestcaseResult, finite_or_none
 from gpubw.writers import Writer, display_scale, display_unit, json_safe, simulated_banner
 
@@ -259,7 +260,11 @@ def _matrix_from(d: Mapping[str, Any]) -> Matrix:
 
 def report_from_dict(doc: Mapping[str, Any]) -> Report:
     """Rebuild a :class:`Report` from a validated document (e.g. to re-render it as text)."""
+    run_options, invocation, stopped_by = options_from_record(doc["options"], doc["interrupted"])
     return Report(
+        run_options=run_options,
+        invocation=invocation,
+        signal=stopped_by,
         tool=doc["tool"],
         tool_version=doc["tool_version"],
         backend=doc["backend"],
@@ -268,7 +273,6 @@ def report_from_dict(doc: Mapping[str, Any]) -> Report:
         host=doc["host"],
         versions=dict(doc["versions"]),
         devices=[dict(d) for d in doc["devices"]],
-        options=dict(doc["options"]),
         testcases=[
             TestcaseResult(
                 key=t["key"],
@@ -285,7 +289,6 @@ def report_from_dict(doc: Mapping[str, Any]) -> Report:
         ],
         warnings=doc["warnings"],
         error=doc["error"],
-        interrupted=doc["interrupted"],
         started=doc["started"],
         finished=doc["finished"],
         duration_s=doc["duration_s"],
