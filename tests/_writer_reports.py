@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gpubw import RunOptions
 from gpubw.backend.base import DeviceInfo
-from gpubw.options import RunOptions
 from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
 from gpubw.writers import device_dict
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import re
@@ -499,12 +500,28 @@ def _main(argv: list[str]) -> int:
     return report.exit_code
 
 
+def make_writer(cls: Any, *, verbose: bool = False, perf_formatter: bool = False) -> Any:
+    """A writer of class ``cls`` with these flags, whatever its ``__init__`` accepts: the
+    flags as keyword arguments if it takes them, else constructed without arguments and the
+    flags set as attributes (a plugin writer need not subclass
+    :class:`gpubw.writers.Writer`)."""
+    flags = {"verbose": verbose, "perf_formatter": perf_formatter}
+    try:
+        inspect.signature(cls).bind(**flags)
+    except TypeError:  # an __init__ without the flags: construct, then set them
+        writer = cls()
+        with contextlib.suppress(AttributeError):  # __slots__ without them: it ignores flags
+            writer.verbose, writer.perf_formatter = verbose, perf_formatter
+        return writer
+    except ValueError:  # no signature to inspect (a C extension class): just try it
+        pass
+    return cls(**flags)
+
+
 def _write(
     writer_cls: Any, name: str, report: Any, output: _Output, *, verbose: bool, perf: bool
 ) -> None:
     """Format the report with the writer; a writer's own bug becomes a PluginError."""
-    from gpubw.writers import make_writer
-
     try:
         writer = make_writer(writer_cls, verbose=verbose, perf_formatter=perf)
         with output.stream() as stream:

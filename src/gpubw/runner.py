@@ -166,7 +166,9 @@ class _Signals:
     raises :class:`InterruptedRun` in the main thread (a second Ctrl-C still stops a plugin
     that swallowed the first); once clean-up has begun they are only recorded."""
 
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = True) -> None:
+        #: False: install() is a no-op (the process's handlers stay as they are)
+        self.enabled = enabled
         self.signum: int | None = None
         #: False once testcases are over: a signal during clean-up is only recorded
         self.raising = True
@@ -179,8 +181,9 @@ class _Signals:
             raise InterruptedRun(self.signum)
 
     def install(self) -> None:
-        """Install the handlers (only possible in the main thread; elsewhere a no-op)."""
-        if threading.current_thread() is threading.main_thread():
+        """Install the handlers (only when enabled, and only possible in the main thread;
+        elsewhere a no-op)."""
+        if self.enabled and threading.current_thread() is threading.main_thread():
             for sig in HANDLED_SIGNALS:
                 self._old[sig] = signal.signal(sig, self._handler)
 
@@ -291,12 +294,11 @@ def run(
         raise
 
     results: list[TestcaseResult] = []
-    signals = _Signals()
+    signals = _Signals(handle_signals)
     backend = system.backend
     meta.update(backend=backend.name, simulated=bool(backend.simulated), versions={}, devices=())
     try:
-        if handle_signals:
-            signals.install()
+        signals.install()
         from gpubw.writers import device_dict
 
         meta.update(

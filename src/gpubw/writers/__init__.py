@@ -12,8 +12,6 @@ human sizes, size-sweep grouping and the device record that goes into a Report.
 from __future__ import annotations
 
 import abc
-import contextlib
-import inspect
 import math
 from collections.abc import Mapping
 from typing import Any, TextIO
@@ -31,8 +29,8 @@ class Writer(abc.ABC):
     ``verbose`` (per-sample figures) and ``perf_formatter`` (nvbandwidth's
     ``--perfFormatter`` lines). A writer that defines its own ``__init__`` should accept them
     as keyword arguments and pass them on (``super().__init__(**flags)``); one whose
-    ``__init__`` takes no arguments still works: :func:`make_writer` (what the CLI calls) then
-    sets the flags as attributes after construction.
+    ``__init__`` takes no arguments still works: the CLI then sets the flags as attributes
+    after construction (:func:`gpubw.cli.make_writer`).
     """
 
     #: the entry-point name (``gpubw --format NAME``)
@@ -49,23 +47,6 @@ class Writer(abc.ABC):
     @abc.abstractmethod
     def write(self, report: Report, stream: TextIO) -> None:
         """Write ``report`` to ``stream`` (a text stream)."""
-
-
-def make_writer(cls: Any, *, verbose: bool = False, perf_formatter: bool = False) -> Any:
-    """A writer of class ``cls`` with these flags, whatever its ``__init__`` accepts: the
-    flags as keyword arguments if it takes them, else constructed without arguments and the
-    flags set as attributes (a plugin writer need not subclass :class:`Writer`)."""
-    flags = {"verbose": verbose, "perf_formatter": perf_formatter}
-    try:
-        inspect.signature(cls).bind(**flags)
-    except TypeError:  # an __init__ without the flags: construct, then set them
-        writer = cls()
-        with contextlib.suppress(AttributeError):  # __slots__ without them: it ignores flags
-            writer.verbose, writer.perf_formatter = verbose, perf_formatter
-        return writer
-    except ValueError:  # no signature to inspect (a C extension class): just try it
-        pass
-    return cls(**flags)
 
 
 # -- units ------------------------------------------------------------------------------
@@ -171,7 +152,6 @@ __all__ = [
     "display_unit",
     "human_size",
     "json_safe",
-    "make_writer",
     "notes_dict",
     "simulated_banner",
     "sweeps",
