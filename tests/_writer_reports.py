@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpubw import RunOptions
 from gpubw.backend.base import DeviceInfo
 from gpubw.report_io import device_record as device_dict
 from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
@@ -147,7 +148,7 @@ def report(
         host="gpu-node-17",
         versions={"cuda_driver": 12080, "driver": "570.124.06"},
         devices=DEVICES,
-        options={"verbose": verbose, "buffer_size": 512 * MIB, "samples": 3},
+        run_options=RunOptions(verbose=verbose),
         testcases=testcases if testcases is not None else [],
         warnings=warnings,
         started="2026-11-29T10:00:00+00:00",

@@ -14,7 +14,8 @@ import pytest
 
 from _plugin_fixtures import BROKEN, GOOD, copy_fixtures, installed, subprocess_env
 from gpubw import cli
-from gpubw.registry import BUILTIN_ORDER
+from gpubw.registry import BUILTIN_ORDER, Writers
+from gpubw.writers import Writer
 
 PRESET = "h200x2"
 
@@ -313,6 +314,35 @@ def test_failed_writer_leaves_the_old_file(capsys, plugins, tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name != "site"] == ["report.txt"]
 
 
+class FlagsSeen(Writer):
+    """Writes the flags it was constructed with."""
+
+    def write(self, report, stream):
+        stream.write(f"verbose={self.verbose} perf={self.perf_formatter}\n")
+
+
+class NoArgsWriter:
+    """A plugin writer that neither subclasses Writer nor takes arguments."""
+
+    def __init__(self):
+        self.made = True
+
+    def write(self, report, stream):
+        stream.write(f"verbose={getattr(self, 'verbose', None)} made={self.made}\n")
+
+
+@pytest.mark.parametrize(
+    ("cls", "expected"),
+    [(FlagsSeen, "verbose=True perf=True\n"), (NoArgsWriter, "verbose=True made=True\n")],
+)
+def test_writer_flags_are_constructor_arguments(capsys, monkeypatch, cls, expected):
+    """-v and --perf-formatter reach the writer at construction, whatever its __init__."""
+    monkeypatch.setattr(Writers, "get", lambda self, name: cls)
+    code, out, _ = run_cli(capsys, "--simulate", PRESET, "-t", "0", "-b", "1", "-v",
+                           "--perf-formatter", "--format", "seen")  # fmt: skip
+    assert code == 0 and out == expected
+
+
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_stops_a_run_with_valid_json(tmp_path, signum, code):
     """SIGINT/SIGTERM during a run: exit 130/143, JSON still valid, finished results kept."""
@@ -342,6 +372,8 @@ def test_signal_stops_a_run_with_valid_json(tmp_path, signum, code):
     assert proc.returncode == code, err
     doc = json.loads(out)
     assert doc["interrupted"] is True and doc["exit_code"] == code
+    assert doc["options"]["signal"] == signal.Signals(signum).name
+    assert doc["options"]["signal_exit"] == code
     assert [(t["key"], t["status"]) for t in doc["testcases"]] == [
         ("fixture_fixed", "Passed"),
         ("fixture_slow", "Interrupted"),

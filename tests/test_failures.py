@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -411,7 +412,8 @@ def sim_run(
 ) -> tuple[Any, SimulatedBackend]:
     backend = SimulatedBackend(load_system(preset), faults)
     selection = Registry.discover().select(keys)
-    report = runner.run(lambda: System(backend, FAST_OPTIONS), selection, [MIB], FAST_OPTIONS, **kw)
+    options = attrs.evolve(FAST_OPTIONS, buffer_sizes=[MIB])
+    report = runner.run(lambda o: System(backend, o), selection, options, **kw)
     assert backend.live_allocations() == [] and backend.live_streams() == 0
     assert backend.live_events() == 0
     return report, backend
@@ -435,10 +437,9 @@ def test_allocation_failure_mid_testcase_frees_and_goes_on():
             backend.faults = Faults()
 
     report = runner.run(
-        lambda: System(backend, FAST_OPTIONS),
+        lambda o: System(backend, o),
         Registry.discover().select(["host_to_device_memcpy_ce", key, key]),
-        [MIB],
-        FAST_OPTIONS,
+        attrs.evolve(FAST_OPTIONS, buffer_sizes=[MIB]),
         progress=progress,
     )
     first, failed, later = report.testcases
@@ -719,11 +720,11 @@ def test_real_gpu_runs_leave_device_and_pinned_memory_as_they_were():
         def run_once(selection: list[Any]) -> tuple[Any, CudaBackend]:
             made: list[CudaBackend] = []
 
-            def factory() -> System:
+            def factory(run_options: RunOptions) -> System:
                 made.append(CudaBackend())
-                return System(made[0], options)
+                return System(made[0], run_options)
 
-            report = runner.run(factory, selection, [64 * MIB], options)
+            report = runner.run(factory, selection, attrs.evolve(options, buffer_sizes=[64 * MIB]))
             backend = made[0]
             assert backend._device_memory == {} and backend._host_memory == {}
             assert backend._streams == set() and backend._events == set()

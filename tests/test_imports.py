@@ -48,7 +48,11 @@ def _imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 anchor = package.split(".")
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            names = [f"{base}.{a.name}" for a in node.names] + [base]
+            # ``from pkg import sub`` is an edge to the submodule; ``from mod import name``
+            # an edge to the module
+            names = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
+            ]
         for name in names:
             if name.split(".")[0] != "gpubw":
                 continue

@@ -389,7 +389,10 @@ def test_the_runner_loads_what_a_testcase_declares(clean: None) -> None:
     from gpubw.runner import run
 
     assert "kmtest" not in {m.name for m in km.kernel_modules()}
-    report = run(lambda: gpubw.System(_simulated()), [Entry(0, "kmtest_case", "tests", cls=_Twice)])
+    report = run(
+        lambda options: gpubw.System(_simulated(), options),
+        [Entry(0, "kmtest_case", "tests", cls=_Twice)],
+    )
     (result,) = report.testcases
     assert result.status.value == "Passed", result.message
     assert result.matrices[0].key == "kmtest_case"

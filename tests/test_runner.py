@@ -15,11 +15,17 @@ from _plugin_fixtures import BROKEN, GOOD, GOOD_DIST, installed
 from gpubw import BANDWIDTH, DeviceBuffer, DeviceInfo, Matrix, RunOptions, System
 from gpubw.backend.base import Backend
 from gpubw.errors import CudaError, NoDriverError, SimulationError
+from gpubw.options import Invocation
 from gpubw.registry import Entry, LoadFailure, Registry, Unresolved
 from gpubw.results import Status
 from gpubw.runner import SMALL_BUFFER_NOTE, Progress, run
 
 MIB = 1 << 20
+
+
+def sizes(*values: int) -> RunOptions:
+    """RunOptions with these buffer sizes."""
+    return RunOptions(buffer_sizes=values)
 
 
 class FakeBackend(Backend):
@@ -249,8 +255,8 @@ class Factory:
         self.n = n
         self.system: System | None = None
 
-    def __call__(self) -> System:
-        self.system = System(FakeBackend(self.n))
+    def __call__(self, options: RunOptions) -> System:
+        self.system = System(FakeBackend(self.n), options)
         return self.system
 
     @property
@@ -263,7 +269,7 @@ def test_passed_for_each_size_in_order():
     """A sized testcase runs once per size, in order, Passed with its matrices."""
     f = Factory()
     sizes = [64 * MIB, 1 << 30]
-    report = run(f, [entry(Sized, "sized", 3, "dist-a")], sizes, RunOptions())
+    report = run(f, [entry(Sized, "sized", 3, "dist-a")], RunOptions(buffer_sizes=sizes))
     assert [(t.key, t.status, t.size) for t in report.testcases] == [
         ("sized", Status.PASSED, 64 * MIB),
         ("sized", Status.PASSED, 1 << 30),
@@ -277,7 +283,7 @@ def test_passed_for_each_size_in_order():
 
 def test_fixed_size_runs_once_without_size():
     """A fixed_size testcase runs once whatever -b says, with size None."""
-    report = run(Factory(), [entry(Fixed, "fixed")], [1 * MIB, 2 * MIB, 4 * MIB])
+    report = run(Factory(), [entry(Fixed, "fixed")], sizes(1 * MIB, 2 * MIB, 4 * MIB))
     assert [(t.key, t.status, t.size) for t in report.testcases] == [("fixed", Status.PASSED, None)]
 
 
@@ -297,7 +303,7 @@ def test_unresolved_and_load_failures():
         Entry(7, "broken", "dist-b", failure=fail),
         entry(Sized, "sized"),
     ]
-    report = run(Factory(), sel, [MIB, 2 * MIB])
+    report = run(Factory(), sel, sizes(MIB, 2 * MIB))
     assert [(t.key, t.status) for t in report.testcases] == [
         ("bogus", Status.NOT_FOUND),
         ("broken", Status.ERROR),
@@ -321,7 +327,7 @@ def test_error_frees_leaked_buffers_and_keeps_going():
     """After a failing testcase its buffers are freed; later testcases run and pass."""
     f = Factory()
     sel = [entry(Sized, "before"), entry(Leaks, "leaks"), entry(CountsLive, "after")]
-    report = run(f, sel, [MIB])
+    report = run(f, sel, sizes(MIB))
     before, leaks, after = report.testcases
     assert before.status is Status.PASSED and before.matrices
     assert leaks.status is Status.ERROR
@@ -348,7 +354,7 @@ def test_plugin_errors_from_fixture_distribution(tmp_path):
             ]
         )
         f = Factory()
-        report = run(f, sel, [MIB])
+        report = run(f, sel, sizes(MIB))
     got = {t.key: (t.status, t.message) for t in report.testcases}
     assert got["fixture_filter_raises"][0] is Status.ERROR
     assert (
@@ -400,13 +406,14 @@ def test_signal_interrupts_the_run(cls, code, name):
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     f = Factory()
     sel = [entry(Sized, "first"), entry(cls, "stopped"), entry(Sized, "never")]
-    report = run(f, sel, [MIB])
+    report = run(f, sel, sizes(MIB), handle_signals=True)
     assert [(t.key, t.status) for t in report.testcases] == [
         ("first", Status.PASSED),
         ("stopped", Status.INTERRUPTED),
     ]
     assert report.testcases[1].message == f"interrupted by {name}"
-    assert report.interrupted and report.options["signal_exit"] == code
+    assert report.interrupted and report.signal == name
+    assert report.options["signal_exit"] == code and report.options["signal"] == name
     assert report.exit_code == code
     assert f.backend.closed and f.backend.live == set()
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
@@ -414,7 +421,12 @@ def test_signal_interrupts_the_run(cls, code, name):
 
 def test_swallowed_interrupt_still_stops_the_run():
     """A plugin that catches the interrupt does not keep the run going."""
-    report = run(Factory(), [entry(Swallows, "swallows"), entry(Sized, "never")], [MIB])
+    report = run(
+        Factory(),
+        [entry(Swallows, "swallows"), entry(Sized, "never")],
+        sizes(MIB),
+        handle_signals=True,
+    )
     assert [(t.key, t.status) for t in report.testcases] == [("swallows", Status.INTERRUPTED)]
     assert report.exit_code == 130
 
@@ -422,7 +434,7 @@ def test_swallowed_interrupt_still_stops_the_run():
 def test_interrupt_is_not_swallowed_by_except_exception():
     """The interrupt is not an Exception: a plugin's `except Exception` cannot catch it."""
     CarriesOn.carried_on.clear()
-    report = run(Factory(), [entry(CarriesOn, "carries_on")], [MIB])
+    report = run(Factory(), [entry(CarriesOn, "carries_on")], sizes(MIB), handle_signals=True)
     assert [t.status for t in report.testcases] == [Status.INTERRUPTED]
     assert CarriesOn.carried_on == []
 
@@ -430,7 +442,9 @@ def test_interrupt_is_not_swallowed_by_except_exception():
 def test_second_signal_stops_a_plugin_that_swallowed_the_first():
     """A second Ctrl-C raises again while testcases run, so a stubborn plugin still stops."""
     CarriesOn.carried_on.clear()
-    report = run(Factory(), [entry(SwallowsEverything, "stubborn")], [MIB])
+    report = run(
+        Factory(), [entry(SwallowsEverything, "stubborn")], sizes(MIB), handle_signals=True
+    )
     assert [(t.key, t.status) for t in report.testcases] == [("stubborn", Status.INTERRUPTED)]
     assert report.exit_code == 130
     assert CarriesOn.carried_on == []
@@ -440,7 +454,7 @@ def test_system_closed_when_something_escapes():
     """A BaseException from a plugin propagates, but the System is closed first."""
     f = Factory()
     with pytest.raises(KeyboardInterrupt):
-        run(f, [entry(ProcessInterrupt, "kbd")], [MIB])
+        run(f, [entry(ProcessInterrupt, "kbd")], sizes(MIB), handle_signals=True)
     assert f.backend.closed
 
 
@@ -448,7 +462,7 @@ def test_progress_events():
     """The progress hook sees a start and an end per step, with counts and results."""
     events: list[Progress] = []
     sel = [entry(Sized, "a"), Unresolved("x", "Testcase x not found"), entry(Fixed, "b")]
-    run(Factory(), sel, [MIB, 2 * MIB], progress=events.append)
+    run(Factory(), sel, sizes(MIB, 2 * MIB), progress=events.append)
     assert [(e.phase, e.done, e.total, e.key, e.size) for e in events] == [
         ("start", 0, 4, "a", MIB),
         ("end", 1, 4, "a", MIB),
@@ -467,10 +481,9 @@ def test_report_metadata():
     report = run(
         Factory(3),
         [entry(Sized, "a")],
-        [512 * MIB],
-        RunOptions(samples=5, loops=4, statistic="mean"),
+        RunOptions(samples=5, loops=4, statistic="mean", buffer_sizes=[512 * MIB]),
         system_name="fake3",
-        report_options={"format": "json"},
+        invocation=Invocation(format="json", testcase=["a"]),
     )
     assert (report.tool, report.tool_version) == ("gpubw", gpubw.__version__)
     assert (report.backend, report.simulated, report.system_name) == ("fake", True, "fake3")
@@ -485,7 +498,9 @@ def test_report_metadata():
     assert d0["nominal_memory_bandwidth"] == pytest.approx(5120 / 8 * 2_619_000e3 * 2)
     o = report.options
     assert o["buffer_sizes"] == [512 * MIB] and o["samples"] == 5 and o["loops"] == 4
-    assert o["statistic"] == "mean" and o["format"] == "json"
+    assert o["statistic"] == "mean" and o["format"] == "json" and o["testcase"] == ["a"]
+    assert report.run_options.loops == 4 and report.invocation is not None
+    assert report.signal is None and "signal" not in o and "signal_exit" not in o
     start = datetime.datetime.fromisoformat(report.started)
     end = datetime.datetime.fromisoformat(report.finished)
     assert start.tzinfo is not None and start <= end
@@ -495,23 +510,69 @@ def test_report_metadata():
 
 def test_small_buffer_note():
     """nvbandwidth's NOTE is recorded when a size is under 512 MiB, not for fixed-size runs."""
-    assert run(Factory(), [entry(Sized, "a")], [64 * MIB]).warnings == (SMALL_BUFFER_NOTE,)
-    assert run(Factory(), [entry(Fixed, "f")], [64 * MIB]).warnings == ()
+    assert run(Factory(), [entry(Sized, "a")], sizes(64 * MIB)).warnings == (SMALL_BUFFER_NOTE,)
+    assert run(Factory(), [entry(Fixed, "f")], sizes(64 * MIB)).warnings == ()
     assert "512 MiB" in SMALL_BUFFER_NOTE
 
 
 def test_system_that_cannot_start():
     """A failure creating the System becomes the report's error; no driver is raised."""
 
-    def broken() -> System:
+    def broken(options: RunOptions) -> System:
         raise SimulationError("model file has no devices")
 
     report = run(broken, [entry(Sized, "a")])
     assert report.error == "could not start: model file has no devices"
     assert report.testcases == () and report.exit_code == 1
 
-    def no_driver() -> System:
+    def no_driver(options: RunOptions) -> System:
         raise NoDriverError("no libcuda")
 
     with pytest.raises(NoDriverError):
         run(no_driver, [entry(Sized, "a")])
+
+
+class SeesOptions(gpubw.Testcase):
+    """Records the options, loops and SIGINT handler it runs with."""
+
+    seen: ClassVar[list[Any]] = []
+
+    def run(self, size, loops):
+        SeesOptions.seen.append((self.system.options, loops, signal.getsignal(signal.SIGINT)))
+        return [row(self.key, float(size))]
+
+
+def test_options_travel_through_the_system_only():
+    """The one RunOptions given reaches the System and the testcase's loops; no handlers by
+    default."""
+    SeesOptions.seen.clear()
+    options = RunOptions(loops=7, samples=2, buffer_sizes=[MIB, 2 * MIB])
+    handler = signal.getsignal(signal.SIGINT)
+    report = run(Factory(), [entry(SeesOptions, "sees")], options)
+    assert [t.size for t in report.testcases] == [MIB, 2 * MIB]
+    assert SeesOptions.seen == [(options, 7, handler), (options, 7, handler)]
+    assert report.run_options is options and report.invocation is None
+    assert "testcase" not in report.options and report.options["loops"] == 7
+
+
+def test_handle_signals_installs_and_restores():
+    """handle_signals=True installs gpubw's handler for the run only."""
+    SeesOptions.seen.clear()
+    before = signal.getsignal(signal.SIGINT)
+    run(Factory(), [entry(SeesOptions, "sees")], sizes(MIB), handle_signals=True)
+    ((_, _, during),) = SeesOptions.seen
+    assert during is not before and callable(during)
+    assert signal.getsignal(signal.SIGINT) == before
+
+
+def test_opener_must_use_the_options_it_is_given():
+    """A System opened with other options than the run's is refused (and closed)."""
+    made: list[System] = []
+
+    def stubborn(options: RunOptions) -> System:
+        made.append(System(FakeBackend(), RunOptions(loops=2)))
+        return made[0]
+
+    with pytest.raises(ValueError, match="open_system must open the System with the options"):
+        run(stubborn, [entry(Sized, "a")], sizes(MIB))
+    assert made[0].closed

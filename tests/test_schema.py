@@ -202,7 +202,7 @@ def test_interrupted_and_not_found_statuses() -> None:
                 TestcaseResult("99", Status.NOT_FOUND, message="Testcase index 99 out of bound!"),
             ]
         ),
-        interrupted=True,
+        signal="SIGINT",
     )
     doc = write(rep)
     assert doc["interrupted"] is True and doc["exit_code"] == 130

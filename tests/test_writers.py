@@ -53,7 +53,7 @@ def test_text_golden_full() -> None:
 
 def test_text_golden_verbose() -> None:
     """Verbose adds sample lines and MIN/MAX/AVG, as in the golden file."""
-    check_golden("text_full_verbose.txt", render(full_report(verbose=True)))
+    check_golden("text_full_verbose.txt", render(full_report(verbose=True), verbose=True))
 
 
 def test_text_golden_sweep_simulated() -> None:
@@ -157,7 +157,8 @@ def test_text_from_json_round_trip() -> None:
 
     rep = full_report(verbose=True)
     again = report_from_dict(json.loads(dumps(rep)))
-    assert render(again) == render(rep)
+    assert again.run_options == rep.run_options
+    assert render(again, verbose=True) == render(rep, verbose=True)
 
 
 def test_csv_long_format() -> None:

@@ -1,52 +1,128 @@
 """gpubw: measure how fast bytes move on NVIDIA GPU systems.
 
-Public API for testcase plugins (import from ``gpubw`` only; everything else is internal):
+The public API is what this module exports (``gpubw.__all__``); every submodule is internal
+and may change. Values are in base units: bytes, seconds, bytes/s.
+
+Embedding gpubw in a tool (see README "Use it from Python"):
+
+=======================  ================================================================
+``run``                  run testcases as the ``gpubw`` command does; returns a Report
+``open_system``          open the real GPUs or a simulated system (a context manager)
+``Report``               one run: ``testcases``, ``exit_code``, ``records()`` (one dict
+                         per cell, for pandas), ``run_options``, ``signal``
+``report_to_dict``       a Report as the data of its JSON document
+``report_to_json``       a Report as the schema-validated JSON text ``gpubw -j`` writes
+``TestcaseResult``       one testcase at one size: ``status``, ``message``, ``matrices``
+``Status``               Passed, Waived, Error, Not Found, Interrupted
+``Matrix``               one result matrix: labels, ``values`` and raw ``samples``
+``RunOptions``           how a run measures: sizes, samples, loops, statistic, ...
+``BANDWIDTH``            the unit of bandwidth matrices ("bytes/s")
+``LATENCY``              the unit of latency matrices ("s")
+``KIND_BANDWIDTH``,      ``Matrix.kind``: what a matrix measures
+``KIND_LATENCY``
+``COUNTED_ONCE``,        ``Matrix.bytes_counting``: each copied byte once (nvbandwidth),
+``COUNTED_READ_WRITE``,  every byte read and every byte written (STREAM), or none
+``COUNTED_NONE``         (latency)
+=======================  ================================================================
+
+Writing a testcase plugin (entry-point group ``gpubw.testcases``):
+
+=======================  ================================================================
+``Testcase``             base class: ``filter()``, ``run(size, loops) -> [Matrix]``
+``System``               the run's devices, peers, buffer pool (``testcase.system``)
+``DeviceInfo``           one device's properties (``system.devices``)
+``Buffer``               base of the buffers a Copy moves between
+``DeviceBuffer``         device memory (``DeviceBuffer.allocate(system, device, nbytes)``)
+``HostBuffer``           pinned host memory
+``MemcpyOperation``      times copies: gate, events, samples, statistic
+``CellMeasurement``      what MemcpyOperation.measure returns for one cell
+``Copy``                 one copy: initiator, source, destination, bytes
+``Kind``                 which bandwidth a cell reports (first, sum, total, ...)
+``Prefer``               which buffer's context issues a copy
+``Initiator``            base of the engines that move bytes (subclass for a kernel)
+``CE``, ``SM``,          the built-in initiators: copy engine, SM copy kernel,
+``SPLIT_WARP``           SM split-warp kernel
+``device_labels``        nvbandwidth's row/column labels "0".."n-1" for n devices
+``format_size``          a byte count as its exact binary form ("512 MiB", "3000 B")
+=======================  ================================================================
+
+Shipping CUDA kernels with a plugin:
+
+=========================  ==============================================================
+``KernelModule``           a plugin's CUDA source and its kernels
+``KernelSpec``             one kernel's name and parameters
+``register_kernel_module`` make a KernelModule's kernels launchable
+``SimulatedLaunch``        how the simulated backend models a kernel launch
+``KernelArg``              one typed kernel argument; ``i32``, ``u32``, ``u64``, ``ptr``
+                           make them
+=========================  ==============================================================
+
+Writing a writer plugin (entry-point group ``gpubw.writers``): ``Writer``.
+
+Errors: ``GpubwError`` is the base; ``UsageError`` (bad input), ``CudaError``,
+``NoDriverError`` (no NVIDIA driver), ``PluginError``, ``VerificationError`` (a copy's
+data did not match).
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from gpubw.backend.base import Backend, DeviceInfo, KernelArg, i32, ptr, u32, u64
+from gpubw.api import open_system, report_to_dict, report_to_json, run
+from gpubw.backend.base import DeviceInfo, KernelArg, i32, ptr, u32, u64
 from gpubw.buffers import Buffer, DeviceBuffer, HostBuffer
 from gpubw.errors import (
     CudaError,
-    GateTimeoutError,
     GpubwError,
     NoDriverError,
     PluginError,
     UsageError,
     VerificationError,
 )
-from gpubw.initiators import CE, SM, SPLIT_WARP, CopyEngine, Initiator, KernelCopy, SplitWarpCopy
+from gpubw.initiators import CE, SM, SPLIT_WARP, Initiator
 from gpubw.kernels import KernelSpec
 from gpubw.kernels.modules import KernelModule, SimulatedLaunch, register_kernel_module
 from gpubw.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
 from gpubw.options import RunOptions
-from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
+from gpubw.results import (
+    BANDWIDTH,
+    COUNTED_NONE,
+    COUNTED_ONCE,
+    COUNTED_READ_WRITE,
+    KIND_BANDWIDTH,
+    KIND_LATENCY,
+    LATENCY,
+    Matrix,
+    Report,
+    Status,
+    TestcaseResult,
+)
+from gpubw.sizes import format_size
 from gpubw.system import System
-from gpubw.testcase import Testcase, multicast_disabled
+from gpubw.testcase import Testcase
+from gpubw.testcases.shapes import labels as device_labels
+from gpubw.version import __version__
+from gpubw.writers import Writer
 
 __all__ = [
     "BANDWIDTH",
     "CE",
+    "COUNTED_NONE",
+    "COUNTED_ONCE",
+    "COUNTED_READ_WRITE",
+    "KIND_BANDWIDTH",
+    "KIND_LATENCY",
     "LATENCY",
     "SM",
     "SPLIT_WARP",
-    "Backend",
     "Buffer",
     "CellMeasurement",
     "Copy",
-    "CopyEngine",
     "CudaError",
     "DeviceBuffer",
     "DeviceInfo",
-    "GateTimeoutError",
     "GpubwError",
     "HostBuffer",
     "Initiator",
     "KernelArg",
-    "KernelCopy",
     "KernelModule",
     "KernelSpec",
     "Kind",
@@ -58,18 +134,23 @@ __all__ = [
     "Report",
     "RunOptions",
     "SimulatedLaunch",
-    "SplitWarpCopy",
     "Status",
     "System",
     "Testcase",
     "TestcaseResult",
     "UsageError",
     "VerificationError",
+    "Writer",
     "__version__",
+    "device_labels",
+    "format_size",
     "i32",
-    "multicast_disabled",
+    "open_system",
     "ptr",
     "register_kernel_module",
+    "report_to_dict",
+    "report_to_json",
+    "run",
     "u32",
     "u64",
 ]

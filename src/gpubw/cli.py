@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import re
@@ -26,11 +27,19 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NoReturn, TextIO
 
-import gpubw
+from gpubw.argtypes import _positive_float, positive_int
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, PluginError, UsageError
-from gpubw.options import DEFAULT_BUFFER_SIZE, DEFAULT_LOOPS, DEFAULT_SAMPLES, RunOptions
+from gpubw.options import (
+    DEFAULT_BUFFER_SIZE,
+    DEFAULT_LOOPS,
+    DEFAULT_SAMPLES,
+    Invocation,
+    RunOptions,
+)
 from gpubw.registry import Registry, Writers
+from gpubw.results import exit_status
 from gpubw.sizes import format_size, parse_sizes
+from gpubw.version import __version__
 
 PROG = "gpubw"
 DEFAULT_FORMAT = "text"
@@ -73,27 +82,6 @@ class _Once(argparse.Action):
             raise argparse.ArgumentError(self, "given more than once")
         seen.add(self.dest)
         setattr(namespace, self.dest, values)
-
-
-def positive_int(text: str) -> int:
-    """argparse type: a whole number >= 1 (used by -i, --loop-count and plot's --dpi)."""
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number")
-    return value
 
 
 #: options whose value is a number or a size: "-b -1GiB" hands them "-1GiB" (so the message
@@ -258,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_GATE_TIMEOUT_S,
         help=f"longest a stream may wait at the spin gate (default {DEFAULT_GATE_TIMEOUT_S:g})",
     )
-    add("--version", action="version", version=f"{PROG} {gpubw.__version__}")
+    add("--version", action="version", version=f"{PROG} {__version__}")
     return p
 
 
@@ -335,7 +323,7 @@ def _list(registry: Registry, as_json: bool, out: TextIO) -> None:
         ]
         out.write(json.dumps(items, indent=2) + "\n")
         return
-    lines = [f"{PROG} Version: {gpubw.__version__}", "", "Index, Name:", "\tDescription"]
+    lines = [f"{PROG} Version: {__version__}", "", "Index, Name:", "\tDescription"]
     lines.append("=" * 23)
     for e in registry.entries:
         lines.append(f"{e.index}, {e.key}:")
@@ -361,38 +349,15 @@ def preset_names() -> list[str]:
     return sorted(presets.names())
 
 
-def _system_factory(simulate: str | None, options: RunOptions) -> Callable[[], Any]:
-    """A callable that creates the run's System. A bad --simulate is a UsageError now."""
-    from gpubw.system import System
+def _system_opener(simulate: str | None) -> Callable[[RunOptions], Any]:
+    """What opens the run's System (:func:`gpubw.api.system_opener`); a bad --simulate is a
+    UsageError now, naming the flag."""
+    from gpubw.api import system_opener
 
-    if simulate is not None:
-        try:
-            from gpubw.backend.presets import load_system
-
-            model = load_system(simulate)
-        except ImportError as exc:
-            raise UsageError(f"--simulate is not available: {exc}") from None
-        except UsageError as exc:  # already names the value and what is allowed
-            raise UsageError(f"--simulate: {exc}") from None
-        except Exception as exc:
-            names = ", ".join(preset_names()) or "none"
-            raise UsageError(
-                f"--simulate {simulate!r}: {exc} (presets: {names}; or a JSON system file)"
-            ) from None
-
-        def simulated() -> System:
-            from gpubw.backend.sim import SimulatedBackend
-
-            return System(SimulatedBackend(model), options)
-
-        return simulated
-
-    def real() -> System:
-        from gpubw.backend.cuda import CudaBackend
-
-        return System(CudaBackend(), options)
-
-    return real
+    try:
+        return system_opener(simulate)
+    except UsageError as exc:
+        raise UsageError(f"--simulate: {exc}") from None
 
 
 @contextlib.contextmanager
@@ -458,9 +423,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: simulated systems: {', '.join(names)}", file=sys.stderr)
         return 1
     except InterruptedRun as exc:
-        return 143 if exc.signum == signal.SIGTERM else 130
+        return exit_status(signal=exc.signum)
     except KeyboardInterrupt:
-        return 130
+        return exit_status(signal=signal.SIGINT)
     except BrokenPipeError:  # e.g. gpubw -l | head: the reader left; say nothing more
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -495,36 +460,36 @@ def _main(argv: list[str]) -> int:
         affinity=not ns.disable_affinity,
         verbose=ns.verbose,
         gate_timeout_s=ns.gate_timeout,
+        buffer_sizes=sizes,
+    )
+    invocation = Invocation(
+        testcase=ns.testcase,
+        testcase_prefixes=ns.prefixes,
+        format=fmt,
+        output=ns.output,
+        simulate=ns.simulate,
+        perf_formatter=ns.perf_formatter,
+        argv=argv,
     )
     output = _Output(ns.output)
     try:
-        factory = _system_factory(ns.simulate, options)
-        registry = Registry.discover()
-        selection = registry.select(ns.testcase, ns.prefixes)
-        from gpubw import runner
+        opener = _system_opener(ns.simulate)
+        from gpubw import api, runner
 
-        report_options = {
-            "testcase": list(ns.testcase),
-            "testcase_prefixes": list(ns.prefixes),
-            "format": fmt,
-            "output": ns.output,
-            "simulate": ns.simulate,
-            "perf_formatter": ns.perf_formatter,
-            "argv": list(argv),
-        }
+        selection, warnings = api.select(ns.testcase, ns.prefixes)
         show_progress = fmt != "json" and sys.stderr.isatty()
         with _progress_display(show_progress) as progress:
             report = runner.run(
-                factory,
+                opener,
                 selection,
-                sizes,
                 options,
+                invocation=invocation,
                 system_name=ns.simulate or "",
-                report_options=report_options,
-                warnings=[f"plugin {f.plugin!r}: {f.message}" for f in registry.unlisted_failures],
+                warnings=warnings,
                 progress=progress,
+                handle_signals=True,
             )
-        _write(writer_cls, fmt, report, output)
+        _write(writer_cls, fmt, report, output, verbose=ns.verbose, perf=ns.perf_formatter)
     finally:
         output.discard()
     if report.error:
@@ -532,11 +497,32 @@ def _main(argv: list[str]) -> int:
     return report.exit_code
 
 
-def _write(writer_cls: Any, name: str, report: Any, output: _Output) -> None:
+def make_writer(cls: Any, *, verbose: bool = False, perf_formatter: bool = False) -> Any:
+    """A writer of class ``cls`` with these flags, whatever its ``__init__`` accepts: the
+    flags as keyword arguments if it takes them, else constructed without arguments and the
+    flags set as attributes (a plugin writer need not subclass
+    :class:`gpubw.writers.Writer`)."""
+    flags = {"verbose": verbose, "perf_formatter": perf_formatter}
+    try:
+        inspect.signature(cls).bind(**flags)
+    except TypeError:  # an __init__ without the flags: construct, then set them
+        writer = cls()
+        with contextlib.suppress(AttributeError):  # __slots__ without them: it ignores flags
+            writer.verbose, writer.perf_formatter = verbose, perf_formatter
+        return writer
+    except ValueError:  # no signature to inspect (a C extension class): just try it
+        pass
+    return cls(**flags)
+
+
+def _write(
+    writer_cls: Any, name: str, report: Any, output: _Output, *, verbose: bool, perf: bool
+) -> None:
     """Format the report with the writer; a writer's own bug becomes a PluginError."""
     try:
+        writer = make_writer(writer_cls, verbose=verbose, perf_formatter=perf)
         with output.stream() as stream:
-            writer_cls().write(report, stream)
+            writer.write(report, stream)
     except (GpubwError, OSError):
         raise
     except Exception as exc:

@@ -1,8 +1,17 @@
-"""Run options shared by the runner, the measurement engine and testcases."""
+"""Run options: how a run measures (:class:`RunOptions`) and, for the record only, how it
+was asked for (:class:`Invocation`).
+
+Both travel typed: the runner hands :class:`RunOptions` to the System it opens (testcases and
+the measurement engine read ``system.options``), the Report keeps both, and the JSON
+``options`` object is built from them only when a report is serialized
+(:func:`options_record`; :func:`options_from_record` reads it back).
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import signal as signal_module
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 import attrs
 
@@ -18,13 +27,32 @@ def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
         raise ValueError(f"{attribute.name} must be >= 1, got {value}")
 
 
+def _sizes(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(value)
+
+
+def _check_sizes(instance: object, attribute: attrs.Attribute, value: tuple[int, ...]) -> None:
+    if not value:
+        raise ValueError("buffer_sizes must hold at least one size")
+    for size in value:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"buffer_sizes must be whole numbers of bytes >= 1, got {size!r}")
+
+
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(str(v) for v in value)
+
+
 @attrs.frozen
 class RunOptions:
-    """How every measurement of one run is made (nvbandwidth's -i, -m, -s, -d, --loopCount)."""
+    """How every measurement of one run is made (nvbandwidth's -b, -i, -m, -s, -d,
+    --loopCount)."""
 
     samples: int = attrs.field(default=DEFAULT_SAMPLES, validator=_positive)
     loops: int = attrs.field(default=DEFAULT_LOOPS, validator=_positive)
-    statistic: Literal["median", "mean"] = "median"
+    statistic: Literal["median", "mean"] = attrs.field(
+        default="median", validator=attrs.validators.in_(("median", "mean"))
+    )
     verify: bool = True
     affinity: bool = True
     verbose: bool = False
@@ -32,3 +60,127 @@ class RunOptions:
     gate_timeout_s: float = 10.0
     #: Seconds allowed for one sample's copies to finish after the gate opens.
     sync_timeout_s: float = 120.0
+    #: Bytes per buffer; every sized testcase runs once per size, in this order.
+    buffer_sizes: tuple[int, ...] = attrs.field(
+        default=(DEFAULT_BUFFER_SIZE,), converter=_sizes, validator=_check_sizes
+    )
+
+
+@attrs.frozen
+class Invocation:
+    """How a run was asked for, kept in the Report for the record only: nothing in the run
+    reads it. The CLI fills every field; :func:`gpubw.run` records its own selection."""
+
+    #: the -t values (keys or indexes, as given)
+    testcase: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    #: the -p values
+    testcase_prefixes: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    #: the report format (writer name); None where no writer was asked for (the Python API)
+    format: str | None = None
+    #: the -o path, or None for stdout
+    output: str | None = None
+    #: the --simulate preset name or system file, None on real GPUs
+    simulate: str | None = None
+    perf_formatter: bool = False
+    #: the command line (without the program name)
+    argv: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+
+
+def options_record(
+    run_options: RunOptions, invocation: Invocation | None, signal: str | None
+) -> dict[str, Any]:
+    """The report's JSON ``options`` object (plain JSON data), keys in their documented order:
+    the sizes, the measurement options, the invocation, and ``signal_exit``/``signal`` when a
+    signal stopped the run."""
+    o = run_options
+    record: dict[str, Any] = {
+        "buffer_sizes": list(o.buffer_sizes),
+        "buffer_size_mib": [s / MIB for s in o.buffer_sizes],
+        "samples": o.samples,
+        "loops": o.loops,
+        "statistic": o.statistic,
+        "verify": o.verify,
+        "affinity": o.affinity,
+        "verbose": o.verbose,
+        "gate_timeout_s": o.gate_timeout_s,
+    }
+    if invocation is not None:
+        i = invocation
+        record.update(
+            testcase=list(i.testcase),
+            testcase_prefixes=list(i.testcase_prefixes),
+            format=i.format,
+            output=i.output,
+            simulate=i.simulate,
+            perf_formatter=i.perf_formatter,
+            argv=list(i.argv),
+        )
+    if signal is not None:
+        record["signal_exit"] = exit_status(signal=signal)
+        record["signal"] = signal
+    return record
+
+
+_INVOCATION_KEYS = ("testcase", "testcase_prefixes", "format", "output", "simulate", "argv")
+
+
+def options_from_record(
+    record: Mapping[str, Any], interrupted: bool = False
+) -> tuple[RunOptions, Invocation | None, str | None]:
+    """(run options, invocation, signal) from a report's ``options`` object, the inverse of
+    :func:`options_record`. Keys a report lacks (the object is free-form across versions)
+    take their defaults; an interrupted report without a ``signal`` key reads as SIGINT."""
+    defaults = RunOptions()
+    fields = {
+        name: record[name]
+        for name in (
+            "samples",
+            "loops",
+            "statistic",
+            "verify",
+            "affinity",
+            "verbose",
+            "gate_timeout_s",
+        )
+        if record.get(name) is not None
+    }
+    sizes = record.get("buffer_sizes") or defaults.buffer_sizes
+    run_options = RunOptions(buffer_sizes=sizes, **fields)
+    invocation = None
+    if any(k in record for k in _INVOCATION_KEYS):
+        invocation = Invocation(
+            testcase=record.get("testcase") or (),
+            testcase_prefixes=record.get("testcase_prefixes") or (),
+            format=record.get("format"),
+            output=record.get("output"),
+            simulate=record.get("simulate"),
+            perf_formatter=bool(record.get("perf_formatter", False)),
+            argv=record.get("argv") or (),
+        )
+    signal = record.get("signal")
+    if signal is None and interrupted:
+        signal = "SIGINT"
+    return run_options, invocation, None if signal is None else str(signal)
+
+
+def exit_status(*, signal: str | int | None = None, failed: bool = False) -> int:
+    """gpubw's one exit-code rule: a run stopped by a signal exits 128 + its number (130 for
+    SIGINT, 143 for SIGTERM), else 1 if anything failed, else 0. ``signal`` is a name
+    ("SIGINT") or a number."""
+    if signal is not None:
+        if isinstance(signal, str):
+            try:
+                number = int(signal_module.Signals[signal])
+            except KeyError:
+                number = int(signal_module.SIGINT)
+        else:
+            number = int(signal)
+        return 128 + number
+    return 1 if failed else 0
+
+
+def _signal_name(value: str | int | None) -> str | None:
+    """A signal as its name ("SIGINT"); a number is converted."""
+    if value is None or isinstance(value, str):
+        return value
+    return signal_module.Signals(value).name

@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from gpubw.cli import positive_int
+from gpubw.argtypes import positive_int
 from gpubw.errors import UsageError
 from gpubw.outfile import OutputTarget
 from gpubw.report_io import display_scale, display_unit

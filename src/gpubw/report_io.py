@@ -31,6 +31,7 @@ import attrs
 import numpy as np
 
 from gpubw.errors import GpubwError, UsageError
+from gpubw.options import options_from_record
 from gpubw.results import (
     BANDWIDTH,
     LATENCY,
@@ -408,6 +409,7 @@ def matrix_from_dict(d: Mapping[str, Any]) -> Matrix:
 
 def report_from_dict(doc: Mapping[str, Any]) -> Report:
     """Rebuild a :class:`Report` from a validated document (e.g. to re-render it as text)."""
+    run_options, invocation, stopped_by = options_from_record(doc["options"], doc["interrupted"])
     return Report(
         tool=doc["tool"],
         tool_version=doc["tool_version"],
@@ -417,7 +419,9 @@ def report_from_dict(doc: Mapping[str, Any]) -> Report:
         host=doc["host"],
         versions=dict(doc["versions"]),
         devices=[dict(d) for d in doc["devices"]],
-        options=dict(doc["options"]),
+        run_options=run_options,
+        invocation=invocation,
+        signal=stopped_by,
         testcases=[
             TestcaseResult(
                 key=t["key"],
@@ -434,7 +438,6 @@ def report_from_dict(doc: Mapping[str, Any]) -> Report:
         ],
         warnings=doc["warnings"],
         error=doc["error"],
-        interrupted=doc["interrupted"],
         started=doc["started"],
         finished=doc["finished"],
         duration_s=doc["duration_s"],

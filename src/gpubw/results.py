@@ -12,6 +12,8 @@ from typing import Any
 
 import attrs
 
+from gpubw.options import Invocation, RunOptions, _signal_name, exit_status, options_record
+
 #: Units a Matrix may carry (base units only; writers convert for display).
 BANDWIDTH = "bytes/s"
 LATENCY = "s"
@@ -203,7 +205,8 @@ class TestcaseResult:
 
 @attrs.frozen
 class Report:
-    """One run."""
+    """One run: the outcome of every selected testcase at every size, plus what the run was
+    (system, versions, devices, options) and how it ended."""
 
     tool: str
     tool_version: str
@@ -213,24 +216,59 @@ class Report:
     host: str
     versions: dict[str, Any]
     devices: tuple[dict[str, Any], ...] = attrs.field(converter=_tuple)
-    options: dict[str, Any] = attrs.field(factory=dict)
+    #: how every measurement was made (sizes, samples, loops, statistic, ...)
+    run_options: RunOptions = attrs.field(factory=RunOptions)
+    #: how the run was asked for (argv, format, output, selection), for the record only
+    invocation: Invocation | None = None
     testcases: tuple[TestcaseResult, ...] = attrs.field(converter=_tuple, default=())
     warnings: tuple[str, ...] = attrs.field(converter=_tuple, default=())
     error: str = ""  # a run-level error (e.g. no driver), if the run could not start
-    interrupted: bool = False
+    #: the signal that stopped the run ("SIGINT", "SIGTERM"), None if it was not stopped
+    signal: str | None = attrs.field(default=None, converter=_signal_name)
     started: str = ""
     finished: str = ""
     duration_s: float = 0.0
 
     @property
+    def interrupted(self) -> bool:
+        """True if a signal stopped the run."""
+        return self.signal is not None
+
+    @property
     def exit_code(self) -> int:
         """0 if every selected testcase Passed or was Waived, 130/143 if interrupted,
-        else 1."""
-        if self.interrupted:
-            return int(self.options.get("signal_exit", 130))
-        if self.error or not all(t.ok for t in self.testcases):
-            return 1
-        return 0
+        else 1 (:func:`exit_status`)."""
+        failed = bool(self.error) or not all(t.ok for t in self.testcases)
+        return exit_status(signal=self.signal, failed=failed)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The JSON report's ``options`` object, built from :attr:`run_options`,
+        :attr:`invocation` and :attr:`signal`."""
+        return options_record(self.run_options, self.invocation, self.signal)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Long-form data, one dict per matrix cell of every Passed testcase: ``testcase``,
+        ``size`` (bytes, None for a fixed-size testcase), ``matrix``, ``row``, ``column``,
+        ``value`` (base units, None where not applicable) and ``unit`` ("bytes/s" or "s").
+        ``pandas.DataFrame(report.records())`` gives a tidy table."""
+        out: list[dict[str, Any]] = []
+        for t in self.testcases:
+            for m in t.matrices:
+                for r, row in enumerate(m.values):
+                    for c, value in enumerate(row):
+                        out.append(
+                            {
+                                "testcase": t.key,
+                                "size": t.size,
+                                "matrix": m.key,
+                                "row": m.row_labels[r],
+                                "column": m.column_labels[c],
+                                "value": finite_or_none(value),
+                                "unit": m.unit,
+                            }
+                        )
+        return out
 
 
 def finite_or_none(x: float | None) -> float | None:

@@ -1,11 +1,14 @@
 """Run the selected testcases and build the :class:`gpubw.results.Report`.
 
-For each selected testcase, in order (duplicates kept, as nvbandwidth), and for each buffer
-size (a ``fixed_size`` testcase runs once): construct it with the run's System, ``filter()``
-(False: Waived with its reason), ``run(size, loops)`` (Passed with its matrices). Anything a
-plugin raises becomes an Error entry with the message, and the run goes on; the results of
-completed testcases are always kept. SIGINT/SIGTERM stop the run: the current testcase is
-Interrupted, nothing further runs, and the System is still closed.
+The run's :class:`RunOptions` travel one way: :func:`run` hands them to the function that
+opens the System, and everything below reads ``system.options``. For each selected testcase,
+in order (duplicates kept, as nvbandwidth), and for each buffer size (a ``fixed_size``
+testcase runs once): construct it with the run's System, ``filter()`` (False: Waived with its
+reason), ``run(size, loops)`` (Passed with its matrices). Anything a plugin raises becomes an
+Error entry with the message, and the run goes on; the results of completed testcases are
+always kept. With ``handle_signals=True`` (the CLI) SIGINT/SIGTERM stop the run: the current
+testcase is Interrupted, nothing further runs, and the System is still closed. Without it no
+handler is touched: Ctrl-C raises KeyboardInterrupt out of :func:`run` (the System closed).
 
 Nothing here prints: progress goes to an optional callback, everything else into the Report.
 """
@@ -25,14 +28,14 @@ from typing import Any
 
 import attrs
 
-import gpubw
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, UsageError
-from gpubw.options import DEFAULT_BUFFER_SIZE, MIB, RunOptions
+from gpubw.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
 from gpubw.registry import Entry, Selected, Unresolved
 from gpubw.report_io import device_record, matrix_problem
 from gpubw.results import Matrix, Report, Status, TestcaseResult
 from gpubw.sizes import format_size
 from gpubw.system import System
+from gpubw.version import __version__
 
 #: nvbandwidth's warning for a buffer smaller than the default; its "(64MB)" is stale
 #: (the default is 512 MiB), so gpubw names the right figure.
@@ -41,8 +44,8 @@ SMALL_BUFFER_NOTE = (
     "It is suggested to use the default buffer size (512 MiB) to achieve maximal peak "
     "bandwidth."
 )
-#: exit status of a run stopped by a signal: 128 + signal number
-SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+#: the signals that stop a run when :func:`run` handles signals
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @attrs.frozen
@@ -160,7 +163,9 @@ class _Signals:
     raises :class:`InterruptedRun` in the main thread (a second Ctrl-C still stops a plugin
     that swallowed the first); once clean-up has begun they are only recorded."""
 
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = True) -> None:
+        #: False: install() is a no-op (the process's handlers stay as they are)
+        self.enabled = enabled
         self.signum: int | None = None
         #: False once testcases are over: a signal during clean-up is only recorded
         self.raising = True
@@ -173,9 +178,10 @@ class _Signals:
             raise InterruptedRun(self.signum)
 
     def install(self) -> None:
-        """Install the handlers (only possible in the main thread; elsewhere a no-op)."""
-        if threading.current_thread() is threading.main_thread():
-            for sig in SIGNAL_EXIT:
+        """Install the handlers (only when enabled, and only possible in the main thread;
+        elsewhere a no-op)."""
+        if self.enabled and threading.current_thread() is threading.main_thread():
+            for sig in HANDLED_SIGNALS:
                 self._old[sig] = signal.signal(sig, self._handler)
 
     def uninstall(self) -> None:
@@ -193,7 +199,7 @@ def _release(system: System) -> None:
 
 
 def _run_one(
-    entry: Entry, system: System, size: int | None, loops: int
+    entry: Entry, system: System, size: int | None
 ) -> tuple[Status, str, tuple[Matrix, ...]]:
     """filter() then run(); returns (status, message, matrices). InterruptedRun passes."""
     assert entry.cls is not None
@@ -207,6 +213,7 @@ def _run_one(
         return Status.ERROR, f"{entry.plugin} {entry.key}: filter() failed: {_describe(exc)}", ()
     try:
         system.load_kernel_modules(testcase.kernel_modules)
+        loops = system.options.loops
         value = testcase.run(size if size is not None else DEFAULT_BUFFER_SIZE, loops)
     except InterruptedRun:
         raise
@@ -221,48 +228,41 @@ def _run_one(
 
 
 def run(
-    system_factory: Callable[[], System],
+    open_system: Callable[[RunOptions], System],
     selection: Sequence[Selected],
-    sizes: Sequence[int] = (DEFAULT_BUFFER_SIZE,),
     options: RunOptions | None = None,
     *,
+    invocation: Invocation | None = None,
     system_name: str = "",
-    report_options: dict[str, Any] | None = None,
     warnings: Sequence[str] = (),
     progress: ProgressCallback | None = None,
+    handle_signals: bool = False,
 ) -> Report:
-    """Run ``selection`` at every size of ``sizes`` on the System ``system_factory`` makes.
+    """Run ``selection`` at every size of ``options.buffer_sizes`` on the System that
+    ``open_system(options)`` opens.
 
-    ``report_options`` are recorded in the Report (with the RunOptions and sizes); a failure
-    to create the System becomes the Report's ``error`` (except :class:`NoDriverError`, which
-    is raised for the CLI to explain). A buffer size that cannot fit in a device's or the
-    host's memory raises :class:`UsageError` before anything runs (:func:`check_sizes`).
-    The System is always closed.
+    ``invocation`` is recorded in the Report as it is. A failure to open the System becomes
+    the Report's ``error`` (except :class:`NoDriverError`, which is raised for the caller to
+    explain). A buffer size that cannot fit in a device's or the host's memory raises
+    :class:`UsageError` before anything runs (:func:`check_sizes`). ``handle_signals``
+    installs SIGINT/SIGTERM handlers for the run (main thread only) and puts the old ones
+    back. The System is always closed.
     """
     options = options or RunOptions()
+    sizes = options.buffer_sizes
     started, t0 = _now(), time.perf_counter()
-    recorded: dict[str, Any] = {
-        "buffer_sizes": list(sizes),
-        "buffer_size_mib": [s / MIB for s in sizes],
-        "samples": options.samples,
-        "loops": options.loops,
-        "statistic": options.statistic,
-        "verify": options.verify,
-        "affinity": options.affinity,
-        "verbose": options.verbose,
-        "gate_timeout_s": options.gate_timeout_s,
-        **(report_options or {}),
-    }
     all_warnings = [*warnings, *small_buffer_warnings(selection, sizes)]
     meta: dict[str, Any] = dict(
         tool="gpubw",
-        tool_version=gpubw.__version__,
+        tool_version=__version__,
         system_name=system_name,
         host=socket.gethostname(),
+        run_options=options,
+        invocation=invocation,
     )
 
     try:
-        system = system_factory()
+        system = open_system(options)
     except NoDriverError:
         raise
     except GpubwError as exc:
@@ -271,7 +271,6 @@ def run(
             simulated=bool(system_name),
             versions=software_versions({}),
             devices=(),
-            options=recorded,
             warnings=all_warnings,
             error=f"could not start: {exc}",
             started=started,
@@ -280,6 +279,12 @@ def run(
             **meta,
         )
 
+    if system.options != options:
+        system.close()
+        raise ValueError(
+            f"open_system must open the System with the options it is given: it was given "
+            f"{options!r} and opened one with {system.options!r}"
+        )
     try:
         check_sizes(system, selection, sizes)
     except UsageError:
@@ -287,7 +292,7 @@ def run(
         raise
 
     results: list[TestcaseResult] = []
-    signals = _Signals()
+    signals = _Signals(handle_signals)
     backend = system.backend
     meta.update(backend=backend.name, simulated=bool(backend.simulated), versions={}, devices=())
     try:
@@ -296,7 +301,7 @@ def run(
             versions=software_versions(backend.versions()),
             devices=tuple(device_record(d) for d in system.devices),
         )
-        _run_all(system, selection, sizes, options, signals, results, progress)
+        _run_all(system, selection, signals, results, progress)
     except InterruptedRun:
         pass  # recorded in signals; the interrupted testcase, if any, is in results
     finally:
@@ -308,14 +313,11 @@ def run(
         finally:
             signals.uninstall()
 
-    if signals.signum is not None:
-        recorded["signal_exit"] = SIGNAL_EXIT.get(signal.Signals(signals.signum), 128)
-        recorded["signal"] = signal.Signals(signals.signum).name
+    stopped_by = None if signals.signum is None else signal.Signals(signals.signum).name
     return Report(
-        options=recorded,
         testcases=results,
         warnings=all_warnings,
-        interrupted=signals.signum is not None,
+        signal=stopped_by,
         started=started,
         finished=_now(),
         duration_s=time.perf_counter() - t0,
@@ -326,13 +328,12 @@ def run(
 def _run_all(
     system: System,
     selection: Sequence[Selected],
-    sizes: Sequence[int],
-    options: RunOptions,
     signals: _Signals,
     results: list[TestcaseResult],
     progress: ProgressCallback | None,
 ) -> None:
     """Every step in order, appending to ``results``; stops after an interrupted one."""
+    sizes = system.options.buffer_sizes
     total = sum(len(_steps(item, sizes)) for item in selection)
     done = 0
     for item in selection:
@@ -340,7 +341,7 @@ def _run_all(
             key = item.key if isinstance(item, Entry) else item.token
             if progress is not None:
                 progress(Progress("start", done, total, key, size))
-            result = _step(item, system, size, options, signals)
+            result = _step(item, system, size, signals)
             results.append(result)
             done += 1
             if progress is not None:
@@ -349,9 +350,7 @@ def _run_all(
                 return
 
 
-def _step(
-    item: Selected, system: System, size: int | None, options: RunOptions, signals: _Signals
-) -> TestcaseResult:
+def _step(item: Selected, system: System, size: int | None, signals: _Signals) -> TestcaseResult:
     """One testcase at one size, always as a TestcaseResult (Interrupted included)."""
     if isinstance(item, Unresolved):
         return TestcaseResult(item.token, Status.NOT_FOUND, item.message)
@@ -371,7 +370,7 @@ def _step(
         )
     t0 = time.perf_counter()
     try:
-        status, message, matrices = _run_one(item, system, size, options.loops)
+        status, message, matrices = _run_one(item, system, size)
     except InterruptedRun as exc:
         name = signal.Signals(exc.signum).name
         status, message, matrices = Status.INTERRUPTED, f"interrupted by {name}", ()

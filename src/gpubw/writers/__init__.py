@@ -24,21 +24,24 @@ from gpubw.results import Report, Status, TestcaseResult
 class Writer(abc.ABC):
     """Base class of every writer.
 
-    Options that change the output (``verbose``, ``perf_formatter``) are read from the
-    report's ``options`` unless given to the constructor.
+    The flags that change the output are constructor arguments, never read from the report:
+    ``verbose`` (per-sample figures) and ``perf_formatter`` (nvbandwidth's
+    ``--perfFormatter`` lines). A writer that defines its own ``__init__`` should accept them
+    as keyword arguments and pass them on (``super().__init__(**flags)``); one whose
+    ``__init__`` takes no arguments still works: the CLI then sets the flags as attributes
+    after construction (:func:`gpubw.cli.make_writer`).
     """
 
     #: the entry-point name (``gpubw --format NAME``)
     name: str = ""
+    #: per-sample figures (``gpubw -v``)
+    verbose: bool = False
+    #: nvbandwidth's ``--perfFormatter`` output
+    perf_formatter: bool = False
 
-    def __init__(self, **options: Any) -> None:
-        self.options = options
-
-    def option(self, report: Report, name: str, default: Any = None) -> Any:
-        """A writer option: the constructor's value, else the report's, else ``default``."""
-        if self.options.get(name) is not None:
-            return self.options[name]
-        return report.options.get(name, default)
+    def __init__(self, *, verbose: bool = False, perf_formatter: bool = False) -> None:
+        self.verbose = verbose
+        self.perf_formatter = perf_formatter
 
     @abc.abstractmethod
     def write(self, report: Report, stream: TextIO) -> None:

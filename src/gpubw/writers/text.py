@@ -58,8 +58,7 @@ class TextWriter(Writer):
 
     # -- the document ---------------------------------------------------------------------
     def lines(self, report: Report) -> list[str]:
-        verbose = bool(self.option(report, "verbose", False))
-        perf = bool(self.option(report, "perf_formatter", False))
+        verbose, perf = self.verbose, self.perf_formatter
         out: list[str] = []
         if report.simulated:
             out.append(simulated_banner(report))

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from gpubw import (
     BANDWIDTH,
+    COUNTED_READ_WRITE,
     CellMeasurement,
     DeviceBuffer,
     Kind,
@@ -179,6 +180,7 @@ class StreamTestcase(Testcase):
             bandwidth_kind=Kind.FIRST.value,
             bytes_per_copy=per_copy.pop() if len(per_copy) == 1 else None,
             notes=notes,
+            bytes_counting=COUNTED_READ_WRITE,  # every byte read and every byte written
         )
 
 

@@ -1,0 +1,220 @@
+"""The Python API for tools that embed gpubw: open a system, run testcases, get a Report.
+
+>>> import gpubw
+>>> report = gpubw.run(["device_local_copy", 0], sizes=["64MiB"], simulate="h200x2")
+>>> report.exit_code
+0
+
+:func:`run` makes the same selection (keys, indexes, prefixes), gives the same Waived, Error
+and Not Found entries and the same schema-valid Report as the ``gpubw`` command, but prints
+nothing and leaves the process's signal handlers alone unless ``handle_signals=True`` (what
+the CLI passes). :func:`open_system` opens the System a testcase runs on, for tools that
+drive testcases or measurements themselves.
+
+This module is also where the CLI gets its System and its selection from, so both take the
+same path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from gpubw.errors import UsageError
+from gpubw.options import Invocation, RunOptions
+from gpubw.results import Report
+from gpubw.system import System
+
+#: what ``simulate`` accepts: None (real GPUs), a preset name, or a JSON system file's path
+Simulate = str | os.PathLike[str] | None
+#: one buffer size: bytes (int) or a size text as ``-b`` takes it ("512MiB", "1GiB", "64")
+Size = int | str
+
+
+def _simulated_backend(model: Any) -> Any:
+    """The simulated backend of ``model``: the one place that names its class."""
+    from gpubw.backend.sim import SimulatedBackend
+
+    return SimulatedBackend(model)
+
+
+def _preset_names() -> list[str]:
+    from gpubw.backend import presets
+
+    return sorted(presets.names())
+
+
+def system_opener(simulate: Simulate = None) -> Callable[[RunOptions], System]:
+    """A function that opens the System for given RunOptions: on the real GPUs when
+    ``simulate`` is None (the CUDA driver is loaded only when it is called), else on the
+    simulated system ``simulate`` names. A preset name or system file is checked now: an
+    unknown name or a bad file raises :class:`UsageError` naming it and what is allowed."""
+    if simulate is None:
+
+        def real(options: RunOptions) -> System:
+            from gpubw.backend.cuda import CudaBackend
+
+            return System(CudaBackend(), options)
+
+        return real
+
+    text = os.fspath(simulate)
+    try:
+        from gpubw.backend.presets import load_system
+
+        model = load_system(text)
+    except ImportError as exc:
+        raise UsageError(f"simulation is not available: {exc}") from None
+    except UsageError:  # already names the value and what is allowed
+        raise
+    except Exception as exc:
+        names = ", ".join(_preset_names()) or "none"
+        raise UsageError(
+            f"simulated system {text!r}: {exc} (presets: {names}; or a JSON system file)"
+        ) from None
+
+    def simulated(options: RunOptions) -> System:
+        return System(_simulated_backend(model), options)
+
+    return simulated
+
+
+def open_system(simulate: Simulate = None, options: RunOptions | None = None) -> System:
+    """Open a :class:`System`: every GPU of this machine when ``simulate`` is None, else the
+    simulated system ``simulate`` names (a preset such as ``"h200x2"``, or a JSON system
+    file). Use it as a context manager (``with gpubw.open_system("h200x2") as system:``)
+    or call ``system.close()``: closing frees every buffer, stream and event it holds.
+
+    Raises :class:`UsageError` for an unknown preset or a bad system file,
+    :class:`NoDriverError` when ``simulate`` is None and there is no NVIDIA driver, and
+    :class:`CudaError` when CUDA cannot start.
+    """
+    return system_opener(simulate)(options or RunOptions())
+
+
+def select(
+    testcases: Iterable[str | int] = (), prefixes: Iterable[str] = ()
+) -> tuple[list[Any], list[str]]:
+    """(what to run, warnings) for testcase keys or indexes, or key prefixes (neither: all),
+    as ``gpubw -t`` / ``-p`` select them: an unknown key or index is kept as a Not Found entry;
+    a prefix matching nothing and both at once raise :class:`UsageError` or
+    :class:`gpubw.registry.SelectionError`. The warnings name plugins that lost a duplicate
+    testcase key."""
+    from gpubw.registry import Registry
+
+    registry = Registry.discover()
+    selection = registry.select([str(t) for t in testcases], [str(p) for p in prefixes])
+    warnings = [f"plugin {f.plugin!r}: {f.message}" for f in registry.unlisted_failures]
+    return selection, warnings
+
+
+def buffer_sizes(sizes: Size | Sequence[Size]) -> tuple[int, ...]:
+    """Sizes in bytes: an int is bytes; a string is read as ``-b`` reads it (a plain number
+    is MiB; "1GiB", "64,512", "1MiB:4GiB:x2" work too). Raises :class:`UsageError`."""
+    from gpubw.sizes import parse_sizes
+
+    items: Sequence[Size] = [sizes] if isinstance(sizes, (int, str)) else sizes
+    out: list[int] = []
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (int, str)):
+            raise UsageError(
+                f"invalid buffer size {item!r}: expected a number of bytes (int) or a size "
+                "text such as '512MiB'"
+            )
+        if isinstance(item, str):
+            out += parse_sizes(item)
+        elif item < 1:
+            raise UsageError(f"invalid buffer size {item!r}: a number of bytes must be >= 1")
+        else:
+            out.append(item)
+    if not out:
+        raise UsageError("sizes is empty: give at least one buffer size")
+    return tuple(out)
+
+
+def run(
+    testcases: Iterable[str | int] = (),
+    *,
+    prefixes: Iterable[str] = (),
+    sizes: Size | Sequence[Size] | None = None,
+    samples: int | None = None,
+    loops: int | None = None,
+    statistic: Literal["median", "mean"] | None = None,
+    verify: bool | None = None,
+    affinity: bool | None = None,
+    gate_timeout_s: float | None = None,
+    options: RunOptions | None = None,
+    simulate: Simulate = None,
+    progress: Callable[[Any], None] | None = None,
+    handle_signals: bool = False,
+) -> Report:
+    """Run testcases and return the :class:`Report`, as ``gpubw`` would, without printing.
+
+    ``testcases`` are keys or indexes (``["device_local_copy", 0]``); or ``prefixes``; with
+    neither, every testcase runs. ``sizes`` are buffer sizes (:func:`buffer_sizes`; default
+    512 MiB). ``samples``, ``loops``, ``statistic``, ``verify``, ``affinity`` and
+    ``gate_timeout_s`` override the same fields of ``options`` (default :class:`RunOptions`).
+    ``simulate`` None runs on this machine's GPUs, else on a simulated preset or system
+    file. ``progress`` receives a :class:`gpubw.runner.Progress` per step start and end.
+
+    Testcase failures are in the Report (``report.exit_code`` is gpubw's exit code for it);
+    the run itself raises :class:`UsageError` for bad arguments, :class:`NoDriverError` when
+    there is no NVIDIA driver. Ctrl-C raises KeyboardInterrupt (the System is closed first)
+    unless ``handle_signals=True``, which installs SIGINT/SIGTERM handlers for the run (main
+    thread only): the current testcase is then Interrupted and the partial Report returned.
+    """
+    from gpubw import runner
+
+    given: dict[str, Any] = {
+        "samples": samples,
+        "loops": loops,
+        "statistic": statistic,
+        "verify": verify,
+        "affinity": affinity,
+        "gate_timeout_s": gate_timeout_s,
+    }
+    changes = {k: v for k, v in given.items() if v is not None}
+    if sizes is not None:
+        changes["buffer_sizes"] = buffer_sizes(sizes)
+    try:
+        run_options = attrs.evolve(options or RunOptions(), **changes)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"invalid run option: {exc}") from None
+    testcases = list(testcases)
+    prefixes = list(prefixes)
+    opener = system_opener(simulate)
+    selection, warnings = select(testcases, prefixes)
+    sim = None if simulate is None else os.fspath(simulate)
+    invocation = Invocation(
+        testcase=[str(t) for t in testcases],
+        testcase_prefixes=prefixes,
+        format=None,
+        simulate=sim,
+    )
+    return runner.run(
+        opener,
+        selection,
+        run_options,
+        invocation=invocation,
+        system_name=sim or "",
+        warnings=warnings,
+        progress=progress,
+        handle_signals=handle_signals,
+    )
+
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    """The report as the plain data of its JSON document (schema ``report-v1``)."""
+    from gpubw import report_io
+
+    return report_io.report_to_dict(report)
+
+
+def report_to_json(report: Report) -> str:
+    """The schema-validated JSON text that ``gpubw -j`` writes for ``report``."""
+    from gpubw import report_io
+
+    return report_io.dumps(report)

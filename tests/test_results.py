@@ -1,0 +1,128 @@
+"""Tests of the result data: typed options, signal, exit code, export (gpubw.results)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from gpubw.options import Invocation, RunOptions, options_from_record, options_record
+from gpubw.results import BANDWIDTH, Matrix, Report, Status, TestcaseResult, exit_status
+
+MIB = 1 << 20
+
+
+def report(**kw) -> Report:
+    base = dict(
+        tool="gpubw",
+        tool_version="0.1.0",
+        backend="simulated",
+        simulated=True,
+        system_name="h200x2",
+        host="h",
+        versions={},
+        devices=(),
+    )
+    return Report(**{**base, **kw})
+
+
+def test_exit_status_is_the_one_rule():
+    """A signal gives 128 + its number, whatever else; errors 1; otherwise 0."""
+    assert exit_status() == 0
+    assert exit_status(failed=True) == 1
+    assert exit_status(signal="SIGINT") == exit_status(signal=signal.SIGINT) == 130
+    assert exit_status(signal="SIGTERM", failed=True) == 143
+    assert exit_status(signal=int(signal.SIGHUP)) == 128 + int(signal.SIGHUP)
+
+
+def test_report_exit_code_and_signal():
+    """exit_code follows exit_status; a numeric signal is kept as its name."""
+    ok = TestcaseResult("a", Status.PASSED)
+    bad = TestcaseResult("b", Status.NOT_FOUND)
+    assert report(testcases=[ok]).exit_code == 0
+    assert report(testcases=[ok, bad]).exit_code == 1
+    assert report(error="could not start").exit_code == 1
+    stopped = report(testcases=[bad], signal=signal.SIGTERM)
+    assert stopped.signal == "SIGTERM" and stopped.interrupted and stopped.exit_code == 143
+    assert not report().interrupted and report().signal is None
+
+
+def test_options_object_built_from_typed_fields():
+    """Report.options is the JSON options object, in order, from run_options + invocation."""
+    inv = Invocation(testcase=["0"], format="json", simulate="h200x2", argv=["-t", "0", "-j"])
+    rep = report(run_options=RunOptions(buffer_sizes=[MIB, 3 * MIB]), invocation=inv)
+    assert list(rep.options) == [
+        "buffer_sizes",
+        "buffer_size_mib",
+        "samples",
+        "loops",
+        "statistic",
+        "verify",
+        "affinity",
+        "verbose",
+        "gate_timeout_s",
+        "testcase",
+        "testcase_prefixes",
+        "format",
+        "output",
+        "simulate",
+        "perf_formatter",
+        "argv",
+    ]
+    assert rep.options["buffer_size_mib"] == [1.0, 3.0] and rep.options["argv"] == ["-t", "0", "-j"]
+    stopped = report(signal="SIGINT").options
+    assert (stopped["signal_exit"], stopped["signal"]) == (130, "SIGINT")
+    assert "testcase" not in stopped  # no invocation: nothing recorded about one
+
+
+def test_options_record_round_trip_and_defaults():
+    """options_from_record reads back what options_record wrote; missing keys default."""
+    run = RunOptions(samples=5, loops=2, statistic="mean", verbose=True, buffer_sizes=[MIB])
+    inv = Invocation(testcase_prefixes=["host"], format="csv", output="x.csv", perf_formatter=True)
+    assert options_from_record(options_record(run, inv, "SIGTERM")) == (run, inv, "SIGTERM")
+    assert options_from_record({}) == (RunOptions(), None, None)
+    assert options_from_record({"samples": 4}, interrupted=True) == (
+        RunOptions(samples=4),
+        None,
+        "SIGINT",
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"buffer_sizes": []}, ["at least one"]),
+        ({"buffer_sizes": [0]}, ["buffer_sizes", "0"]),
+        ({"samples": 0}, ["samples", "0"]),
+        ({"statistic": "avg"}, ["statistic", "avg"]),
+    ],
+)
+def test_run_options_refuse_bad_values(kwargs, words):
+    """RunOptions validates what it holds, naming the field and the value."""
+    with pytest.raises(ValueError) as info:
+        RunOptions(**kwargs)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_records_long_form():
+    """records(): one row per cell of every matrix, N/A and NaN as None, Errors contribute none."""
+    m = Matrix("k", "k (GB/s)", BANDWIDTH, ["0", "1"], ["0", "1"], [[None, 2.0], [float("nan"), 4]])
+    rep = report(
+        testcases=[
+            TestcaseResult("k", Status.PASSED, size=MIB, matrices=[m]),
+            TestcaseResult("e", Status.ERROR, message="boom"),
+        ]
+    )
+    assert rep.records() == [
+        {
+            "testcase": "k",
+            "size": MIB,
+            "matrix": "k",
+            "row": r,
+            "column": c,
+            "value": v,
+            "unit": BANDWIDTH,
+        }
+        for r, c, v in [("0", "0", None), ("0", "1", 2.0), ("1", "0", None), ("1", "1", 4)]
+    ]
