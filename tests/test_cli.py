@@ -307,7 +307,7 @@ def test_failed_writer_leaves_the_old_file(capsys, plugins, tmp_path):
     target = tmp_path / "report.txt"
     target.write_text("old report\n")
     code, _, err = run_cli(capsys, "--simulate", PRESET, "-t", "fixture_fixed", "--format",
-                         "fixture_failing", "-o", str(target))  # fmt: skip
+                         "fixture_failing", "-o", str(target), "-q")  # fmt: skip
     assert code == 1
     assert "writer 'fixture_failing' failed" in only_error_line(err)
     assert target.read_text() == "old report\n"
