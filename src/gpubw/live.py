@@ -115,7 +115,7 @@ class LiveOutput:
 
     # -- the runner's callback --------------------------------------------------------------
     def __call__(self, event: Any) -> None:
-        if self.stream is not None:
+        if self.stream is not None and (event.phase == "end" or not self.begun):
             with self._bar_paused():
                 self._write(event)
         if self._bar is not None:
