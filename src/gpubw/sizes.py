@@ -38,7 +38,8 @@ UNITS: dict[str, int] = {
 #: What a size may look like, for error messages.
 ALLOWED = (
     "a positive number of MiB (512), a number with a unit B, KiB, MiB, GiB, TiB, KB, MB, GB, "
-    "TB (1GiB) or K, M, G, T (binary: 64M = 64 MiB), a comma list (64,512,1GiB) or a range START:STOP:xFACTOR (1MiB:4GiB:x2)"
+    "TB (1GiB) or K, M, G, T (binary: 64M = 64 MiB), a comma list (64,512,1GiB) or a range "
+    "START:STOP:xFACTOR (1MiB:4GiB:x2)"
 )
 #: Longest list a range may expand to (a typo like 1B:1GiB:x2 stays reasonable anyway).
 MAX_SIZES = 1000
