@@ -2,8 +2,8 @@
 
 Three rules judge the cells of a :class:`~gpubw.results.Report` (only testcases that Passed):
 
-* **floor / ceiling** -- from an expectations file (:mod:`gpubw.expectations`) or a built-in one: a cell
-  below ``min x (1 - tolerance)`` or above ``max x (1 + tolerance)`` fails.
+* **floor / ceiling** -- from an expectations file (:mod:`gpubw.expectations`) or a built-in
+  one: a cell below ``min x (1 - tolerance)`` or above ``max x (1 + tolerance)`` fails.
 * **peer outlier** -- needs no file: a cell below ``outlier_pct`` % (default 90) of the median
   of the *other comparable cells* of the same matrix fails. For latency (lower is better) the
   ratio is turned round: a cell fails when the median is below ``outlier_pct`` % of it.
