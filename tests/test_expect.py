@@ -478,3 +478,31 @@ def test_worst_first_orders_by_severity_then_ratio():
     assert [v.destination.index for v in vs[:2]] == [5, 6]
     assert vs[2].severity == "pass"
     assert expect.EXIT_BELOW_EXPECTATION == 3
+
+
+@pytest.mark.parametrize("slow", [None, 5])
+def test_simulated_h200x8_with_one_slow_host_link_names_that_gpu(tmp_path, slow):
+    """End to end on the simulated backend: an h200x8 whose GPU 5 has an 80 % host link gets
+    outlier and built-in floor failures naming GPU 5 only; the healthy model gets none."""
+    from gpubw import cli
+
+    good = {"h2d": {"ce": 55.5e9, "sm": 51.4e9}, "d2h": {"ce": 55.3e9, "sm": 52.6e9}}
+    links = [good] * 8
+    if slow is not None:
+        links[slow] = {d: {k: v * 0.8 for k, v in r.items()} for d, r in good.items()}
+    system = tmp_path / "system.json"
+    system.write_text(json.dumps({"base": "h200x8", "host_links": links}))
+    out = tmp_path / "run.json"
+    assert cli.main(["--simulate", str(system), "-t", "0", "1", "-j", "-o", str(out)]) == 0
+    r = report_from_dict(load_report(out))
+    verdicts = fails(expect.evaluate(r, expect.builtin_for(r)))
+    if slow is None:
+        assert verdicts == []
+        return
+    assert {(v.rule, v.testcase) for v in verdicts} == {
+        (rule, key)
+        for rule in ("floor", "peer_outlier")
+        for key in ("host_to_device_memcpy_ce", "device_to_host_memcpy_ce")
+    }
+    assert {g.index for v in verdicts for g in v.devices} == {slow}
+    assert {g.pci_bus_id for v in verdicts for g in v.devices} == {r.devices[slow]["pci_bus_id"]}
