@@ -344,8 +344,7 @@ def evaluate(
             for p in places:
                 nz = noise[p.row][p.column] if noise else None
                 stdev, cv = (nz.stdev, nz.cv) if nz else (None, None)
-
-                base = Verdict(
+                base = Verdict(  # the cell; each rule's verdict fills in the judgement
                     testcase=t.key,
                     matrix=m.key,
                     size=t.size,
@@ -365,18 +364,6 @@ def evaluate(
                     cv=cv,
                 )
 
-                def verdict(
-                    rule: str,
-                    sev: str,
-                    exp: float | None,
-                    ref: float | None,
-                    detail: str,
-                    base: Verdict = base,
-                ) -> Verdict:
-                    return attrs.evolve(
-                        base, rule=rule, severity=sev, expected=exp, reference=ref, detail=detail
-                    )
-
                 v = _value(m, p)
                 lower_better = m.unit == LATENCY
                 matching = [r for r in rules if _rule_matches(r, t.key, m, t.size, p)]
@@ -388,12 +375,12 @@ def evaluate(
                         limit = r.min * (1 - r.tolerance)
                         sev = FAIL if v < limit else PASS
                         if sev == FAIL or include_passed:
-                            out.append(verdict(FLOOR, sev, limit, r.min, detail))
+                            out.append(_judged(base, FLOOR, sev, limit, r.min, detail))
                     if r.max is not None:
                         limit = r.max * (1 + r.tolerance)
                         sev = FAIL if v > limit else PASS
                         if sev == FAIL or include_passed:
-                            out.append(verdict(CEILING, sev, limit, r.max, detail))
+                            out.append(_judged(base, CEILING, sev, limit, r.max, detail))
                 others = list(groups[p.group])
                 others.remove(v)
                 if outlier_pct is not None and others:
@@ -408,11 +395,17 @@ def evaluate(
                         )
                         if bad or include_passed:
                             sev = FAIL if bad else PASS
-                            out.append(verdict(PEER_OUTLIER, sev, limit, med, detail))
+                            out.append(_judged(base, PEER_OUTLIER, sev, limit, med, detail))
                 if cv_threshold is not None and cv is not None and cv > cv_threshold:
                     detail = f"samples' CV above {cv_threshold:.0%}"
-                    out.append(verdict(NOISY, WARN, None, None, detail))
+                    out.append(_judged(base, NOISY, WARN, None, None, detail))
     return out
+
+
+def _judged(
+    base: Verdict, rule: str, sev: str, exp: float | None, ref: float | None, detail: str
+) -> Verdict:
+    return attrs.evolve(base, rule=rule, severity=sev, expected=exp, reference=ref, detail=detail)
 
 
 def _value(m: Matrix, p: CellPlace) -> float:
