@@ -306,3 +306,26 @@ def test_every_nvml_name_used_exists_in_the_real_binding():
     assert len(names) > 25
     missing = sorted(n for n in names if not hasattr(pynvml, n))
     assert missing == []
+
+
+def test_suspects_explain_a_slow_cell_in_words():
+    """suspects() names the facts behind a slow figure, filtered by the cell's link type."""
+    a, b = nvml.read_facts(fake_pynvml()).devices
+    assert nvml.suspects(a) == ()
+    assert nvml.suspects(b, "host", own_pid=77) == (
+        "PCIe Gen4 x8, max Gen5 x16",
+        "clocks held down: sw_power_cap, hw_thermal_slowdown",
+        "MIG mode is on",
+        "other processes on the GPU: pid 4242",
+        "persistence mode is off",
+    )
+    assert "PCIe Gen4 x8, max Gen5 x16" not in nvml.suspects(b, "device")
+    down = nvml.facts_from_dict(
+        {"devices": [{"nvlink": {"links_active": 12, "links_total": 18},
+                      "ecc_volatile_uncorrected": 2}]}
+    ).devices[0]  # fmt: skip
+    assert nvml.suspects(down, "peer") == (
+        "NVLink 12/18 links active",
+        "2 volatile uncorrected ECC errors",
+    )
+    assert nvml.suspects(down, "host") == ("2 volatile uncorrected ECC errors",)

@@ -519,3 +519,31 @@ def peer_link_types(
             nv = by_index[a].nvlink
             out[(oa, ob)] = "nvlink" if nv is not None and b in nv.peers else "pcie"
     return out
+
+
+def suspects(
+    device: DeviceFacts, link: str | None = None, own_pid: int | None = None
+) -> tuple[str, ...]:
+    """Facts that can explain a slow figure on ``device``, in words, most telling first, for a
+    verdict on a cell of link type ``link`` (gpubw.expect's "host", "peer", "device", ...;
+    None: every fact). E.g. ``("PCIe Gen4 x8, max Gen5 x16", "clocks held down: sw_power_cap")``.
+    ``own_pid``: gpubw's process, not counted among the other processes."""
+    out = []
+    pcie = device.pcie
+    if pcie is not None and pcie.downtrained and link in (None, "host", "peer"):
+        out.append(str(pcie))
+    nv = device.nvlink
+    if nv is not None and nv.links_active < nv.links_total and link in (None, "peer", "device"):
+        out.append(str(nv))
+    if device.clocks is not None and device.clocks.slowed:
+        out.append(f"clocks held down: {', '.join(device.clocks.slowed)}")
+    if device.mig_enabled:
+        out.append("MIG mode is on")
+    others = [p for p in device.pids if p != own_pid]
+    if others:
+        out.append(f"other processes on the GPU: pid {', '.join(map(str, others))}")
+    if device.persistence_mode is False:
+        out.append("persistence mode is off")
+    if device.ecc_volatile_uncorrected:
+        out.append(f"{device.ecc_volatile_uncorrected} volatile uncorrected ECC errors")
+    return tuple(out)
