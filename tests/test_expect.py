@@ -13,7 +13,7 @@ import pytest
 from gpubw import expect
 from gpubw.errors import UsageError
 from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
-from gpubw.writers.json import load_report, report_from_dict
+from gpubw.report_io import load_report, report_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
