@@ -8,7 +8,7 @@ import sys
 import attrs
 import pytest
 
-from _writer_reports import full_report, n_by_n, passed, report
+from _writer_reports import full_report, n_by_n, one_by_n, passed, report
 from gpubw import cli
 from gpubw.errors import UsageError
 from gpubw.registry import writer
@@ -174,3 +174,21 @@ def test_cli_openmetrics_run(capsys) -> None:
     buf = io.StringIO()
     OpenMetricsWriter().write(full_report(), buf)
     assert buf.getvalue() == exposition(full_report())
+
+
+def test_verdicts_from_gpubw_expect_name_the_slow_gpu() -> None:
+    """Verdicts made by gpubw.expect on a report with one slow host link become a failed
+    gpubw_verdict gauge naming that GPU (and passed ones a 0)."""
+    from gpubw import expect
+
+    h2d = attrs.evolve(one_by_n(), values=[[54.87e9, 40.0e9]])
+    base = report([passed("host_to_device_memcpy_ce", [h2d], 0)])
+    verdicts = expect.evaluate(base, include_passed=True)
+    rep = JudgedReport(**{f.name: getattr(base, f.name) for f in attrs.fields(Report)})
+    s = samples(exposition(attrs.evolve(rep, verdicts=tuple(verdicts))))
+    failed = [x for x in s["gpubw_verdict"] if x.value == 1]
+    assert [(x.labels["gpu"], x.labels["uuid"][:12], x.labels["severity"]) for x in failed] == [
+        ("1", "GPU-00000001", expect.FAIL)
+    ]
+    assert failed[0].labels["testcase"] == "host_to_device_memcpy_ce"
+    assert any(x.value == 0 and x.labels["gpu"] == "0" for x in s["gpubw_verdict"])

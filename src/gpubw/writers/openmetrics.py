@@ -19,7 +19,7 @@ Metrics (every series has a ``host`` label):
   ``gpubw_latency_stdev_seconds`` (the sample standard deviation) and
   ``gpubw_cell_cv_ratio`` (stdev / mean) where the cell has 2 samples or more;
 * per verdict of the report's ``verdicts`` (when the run judged its cells against
-  expectations): ``gpubw_verdict`` (1 when its severity is FAIL, else 0) with the cell's
+  expectations): ``gpubw_verdict`` (1 when its severity is "fail", else 0) with the cell's
   labels plus ``rule`` and ``severity``, and ``gpubw_verdict_expected`` (the limit).
 
 Series with the same labels (a testcase selected twice) keep the last value: an exposition
@@ -202,7 +202,7 @@ def _verdict_families(report: Report) -> tuple[_Family, _Family]:
     index, uuid), rule, severity and expected."""
     verdict = _Family(
         "gpubw_verdict",
-        "1 if the cell failed its expectation (severity FAIL), else 0",
+        "1 if the cell failed its expectation (severity 'fail'), else 0",
         VERDICT_LABELS,
     )
     expected = _Family(
@@ -228,7 +228,7 @@ def _verdict_families(report: Report) -> tuple[_Family, _Family]:
             _get(v, "rule", ""),
             severity,
         )
-        verdict.set(labels, 1 if severity.upper() == "FAIL" else 0)
+        verdict.set(labels, 1 if severity.lower() == "fail" else 0)
         expected.set(labels, _get(v, "expected"))
     return verdict, expected
 
