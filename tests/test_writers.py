@@ -346,3 +346,24 @@ def test_cell_devices_reads_the_header() -> None:
     assert cell_devices(n_by_n(), 1, 0, devs) == (devs[1], devs[0])
     m = Matrix("b", "Bisect GPU(row) -> GPU(column)", BANDWIDTH, ["0->1"], ["7"], [[1.0]])
     assert cell_devices(m, 0, 0, devs) == (None, None)
+
+
+def test_text_says_the_size_of_a_failed_sweep_step_streamed_or_whole() -> None:
+    """In a run at several sizes every sized testcase says its size, also when only one size
+    of it passed; streamed and whole text agree."""
+    from gpubw import RunOptions
+
+    ok, failed = (
+        sweep_results()[0],
+        attrs.evolve(
+            sweep_results()[1], status=Status.ERROR, matrices=(), message="verification failed"
+        ),
+    )
+    rep = attrs.evolve(
+        report([ok, failed]), run_options=RunOptions(buffer_sizes=[ok.size, failed.size])
+    )
+    text = render(rep)
+    assert "Running device_local_copy.\nBuffer size: 16 MiB\n" in text
+    assert "Running device_local_copy.\nBuffer size: 256 MiB\nERROR: verification failed" in text
+    assert "Size sweep" not in text  # one Passed size is no size table
+    assert "".join(streamed(TextWriter(), rep)) == text

@@ -67,9 +67,7 @@ class TextWriter(Writer):
     def begin(self, header: Report, stream: TextIO) -> None:
         """Print the header (versions, host, devices) now."""
         self._header, self._written = header, 0
-        # a key is a sweep when the run has several sizes (the whole-report rule, sweeps(),
-        # also needs two Passed sizes: it differs only when all but one size failed)
-        self._sweep = len(set(header.run_options.buffer_sizes)) > 1
+        self._sweep = _several_sizes(header)
         _emit(stream, self.header_lines(header))
 
     def testcase(self, result: TestcaseResult, stream: TextIO) -> None:
@@ -98,10 +96,11 @@ class TextWriter(Writer):
 
     # -- the document -----------------------------------------------------------------------
     def lines(self, report: Report) -> list[str]:
-        swept = sweeps(report)
+        swept, several = sweeps(report), _several_sizes(report)
         out = self.header_lines(report)
         for t in report.testcases:
-            out += self.testcase_lines(t, self.verbose, self.perf_formatter, t.key in swept)
+            says_size = t.key in swept or several  # as begin/testcase decide it, run or not
+            out += self.testcase_lines(t, self.verbose, self.perf_formatter, says_size)
         return out + self.footer_lines(report, swept)
 
     def header_lines(self, report: Report) -> list[str]:
@@ -163,6 +162,13 @@ class TextWriter(Writer):
         elif t.status is Status.INTERRUPTED:
             out += [f"Interrupted: {t.message or 'testcase did not finish'}", ""]
         return out
+
+
+def _several_sizes(report: Report) -> bool:
+    """True when the run measured at several buffer sizes: then every sized testcase says its
+    size (``Buffer size:``), known before the first one runs (also when all but one size of a
+    testcase failed, which :func:`sweeps` alone would not count as a sweep)."""
+    return len(set(report.run_options.buffer_sizes)) > 1
 
 
 def _emit(stream: TextIO, lines: list[str]) -> None:
