@@ -8,7 +8,12 @@
 #   full1/warm1  the same on device 0 alone (CUDA_VISIBLE_DEVICES=0):  $OUT/full1-<tag>.json
 #   plugin       install plugins/gpubw-stream
 #   stream       the stream plugin's sweep 1 MiB .. 4 GiB:              $OUT/stream-<tag>.json
-#   tune-MODE    benchmarks/tune_copy.py MODE (local, peer, host)
+#   tune-MODE    benchmarks/tune_copy.py MODE (local, peer, host, split); tune-kernels: the
+#                device-memory kernels through CuPy (benchmarks/tune_kernels.py), TUNE_MIB MiB
+#   peers        gpubw's device-memory testcases (device_local_copy[_sm] and the stream
+#                plugin's, PEERS_MIB MiB arrays, default 4096) then benchmarks/peers.py (the
+#                same work through PyTorch and CuPy) on every GPU, back to back:
+#                $OUT/peers-gpubw-<tag>.json, $OUT/peers-<tag>.json (needs `plugin` first)
 #   interrupt    SIGINT and SIGTERM sent 12 s into a default run: exit code, report, leftovers
 #   nvbandwidth  NVIDIA's nvbandwidth -j (whole suite), if carried in .nvbw/ (never committed);
 #                nvbandwidth1 the same on device 0 alone
@@ -51,6 +56,17 @@ for step in "$@"; do
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' interrupted:', d['interrupted'], '; statuses:', [t['status'] for t in d['testcases']])" "$OUT/interrupt-$sig-$tag.json"
       done
       nvidia-smi --query-compute-apps=pid,used_memory --format=csv ;;
+    peers)
+      mib=${PEERS_MIB:-4096}; n=${PEERS_SAMPLES:-5}
+      devs=$(python3 -c "import torch; print(','.join(map(str, range(torch.cuda.device_count()))))")
+      s=$(date +%s)
+      timeout 300 python3 -m gpubw -t device_local_copy device_local_copy_sm stream_copy \
+        stream_scale stream_add stream_triad stream_write stream_read -b "${mib}MiB" -i "$n" \
+        -j -o "$OUT/peers-gpubw-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+      echo "peers gpubw rc=$? wall=$(( $(date +%s) - s ))s" | tee -a "$OUT/times-$tag.txt"
+      timeout 300 python3 benchmarks/peers.py "$OUT/peers-$tag.json" --size-mib "$mib" \
+        --samples "$n" --devices "$devs" --gpubw "$OUT/peers-gpubw-$tag.json" 2>&1 | tail -20 ;;
+    tune-kernels) python3 benchmarks/tune_copy.py kernels "${TUNE_OUT:-$OUT}/tune-kernels-$tag.json" "${TUNE_MIB:-4096}" "${TUNE_OPS:-}" 2>&1 | tail -60 ;;
     tune-*) python3 benchmarks/tune_copy.py "${step#tune-}" "${TUNE_OUT:-$OUT}/$step-$tag.json" 2>&1 | tail -14 ;;
     nvbandwidth|nvbandwidth1)  # the whole default suite of NVIDIA's nvbandwidth, if carried
       [ -x .nvbw/nvbandwidth ] || { echo "no .nvbw/nvbandwidth"; continue; }

@@ -8,10 +8,12 @@
 //
 // Every array is accessed as 16-byte vectors (uint4): `vecs` is the number of vectors. One
 // 16-byte vector is 4 fp32, 8 fp16 or 2 fp64 elements, so the bytes moved per vector, and the
-// memory access pattern, are the same whatever the element type. Loads use ld.global.cg (L2
-// only, never L1) in volatile asm: a small array read `loops` times is not served from L1, and
-// the compiler cannot drop or hoist a repeated load. Every kernel is grid-stride and keeps
-// STREAM_UNROLL independent 16-byte loads in flight per thread; `loops` passes run in one launch.
+// memory access pattern, are the same whatever the element type. Loads are volatile asm, so
+// the compiler cannot drop, merge or hoist a repeated load; every kernel keeps STREAM_UNROLL
+// independent 16-byte loads in flight per thread, is correct for any grid (a tile loop), and
+// runs `loops` passes in one launch. How the host launches them (one pass per launch over a
+// grid that covers the array once, or a resident grid that loops) is gpubw_stream/kernels.py
+// (launch_plan); benchmarks/tune_copy.py measured the choices below on an H200.
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -22,6 +24,33 @@ typedef unsigned short u16;
 #endif
 #ifndef STREAM_BLOCK
 #define STREAM_BLOCK 256
+#endif
+// Minimum resident blocks per SM the register budget is sized for (__launch_bounds__).
+#ifndef STREAM_MIN_BLOCKS
+#define STREAM_MIN_BLOCKS 1
+#endif
+// Which vectors a thread touches: 0 = grid-stride (thread t of T: t, t + T, ...); 1 = block
+// tiles (a block handles STREAM_BLOCK x STREAM_UNROLL consecutive vectors, thread t the
+// vectors t, t + STREAM_BLOCK, ...; the tiles b, b + grid, ...: one tile per block when the
+// grid covers the array, as in PyTorch's vectorized element-wise kernel).
+#ifndef STREAM_LAYOUT
+#define STREAM_LAYOUT 0
+#endif
+// Cache operators of the vector loads: 0 = ld.global.cg (L2 only); 1 = ld.global (L1 and L2);
+// 2 = ld.global.nc (non-coherent/texture path); 3 = ld.global.cs (streaming);
+// 4 = ld.global.nc.L1::no_allocate; 5 = ld.global.cg.L2::256B (256-byte L2 prefetch);
+// 6 = ld.global.L1::no_allocate with an L2 evict-first policy.
+// A load that may allocate in L1 (1, 2, 3) is only valid when each pass is its own launch
+// (L1 is not kept across launches) or the array is far above L1: a resident grid re-reading a
+// small array `loops` times would be served from L1. kernels.py launches accordingly.
+#ifndef STREAM_LD
+#define STREAM_LD 0
+#endif
+// Cache operators of the vector stores: 0 = st.global (write-back); 1 = st.global.cs
+// (streaming, evict-first); 2 = st.global.cg; 3 = st.global.L1::no_allocate; 4 = st.global
+// with an L2 evict-first policy; 5 = st.global with an L2 evict-last policy.
+#ifndef STREAM_ST
+#define STREAM_ST 0
 #endif
 
 static_assert(sizeof(void *) == 8, "gpubw-stream needs 64-bit device pointers");
@@ -39,7 +68,8 @@ __device__ __forceinline__ u64 first_index() {
 
 __device__ __forceinline__ u64 grid_threads() { return (u64)gridDim.x * (u64)blockDim.x; }
 
-__device__ __forceinline__ uint4 ld16(const uint4 *p) {
+// The checks read with .cg whatever STREAM_LD is.
+__device__ __forceinline__ uint4 ld16_cg(const uint4 *p) {
     uint4 v;
     asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -47,10 +77,62 @@ __device__ __forceinline__ uint4 ld16(const uint4 *p) {
     return v;
 }
 
+#if STREAM_LD == 0
+#define STREAM_LD_OP "ld.global.cg.v4.u32"
+#elif STREAM_LD == 1
+#define STREAM_LD_OP "ld.global.v4.u32"
+#elif STREAM_LD == 2
+#define STREAM_LD_OP "ld.global.nc.v4.u32"
+#elif STREAM_LD == 3
+#define STREAM_LD_OP "ld.global.cs.v4.u32"
+#elif STREAM_LD == 4
+#define STREAM_LD_OP "ld.global.nc.L1::no_allocate.v4.u32"
+#elif STREAM_LD == 5
+#define STREAM_LD_OP "ld.global.cg.L2::256B.v4.u32"
+#endif
+
+__device__ __forceinline__ uint4 ld16(const uint4 *p) {
+    uint4 v;
+#if STREAM_LD == 6
+    asm volatile("{ .reg .b64 pol;\n\t"
+                 "createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n\t"
+                 "ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], pol; }"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+#else
+    asm volatile(STREAM_LD_OP " {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+#endif
+    return v;
+}
+
+#if STREAM_ST == 0
+#define STREAM_ST_OP "st.global.v4.u32"
+#elif STREAM_ST == 1
+#define STREAM_ST_OP "st.global.cs.v4.u32"
+#elif STREAM_ST == 2
+#define STREAM_ST_OP "st.global.cg.v4.u32"
+#elif STREAM_ST == 3
+#define STREAM_ST_OP "st.global.L1::no_allocate.v4.u32"
+#endif
+
 __device__ __forceinline__ void st16(uint4 *p, uint4 v) {
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+#if STREAM_ST == 4 || STREAM_ST == 5
+    asm volatile("{ .reg .b64 pol;\n\t"
+#if STREAM_ST == 4
+                 "createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n\t"
+#else
+                 "createpolicy.fractional.L2::evict_last.b64 pol, 1.0;\n\t"
+#endif
+                 "st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, pol; }" ::"l"(p),
+                 "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+#else
+    asm volatile(STREAM_ST_OP " [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
                  "r"(v.z), "r"(v.w)
                  : "memory");
+#endif
 }
 
 // -- element types: the arithmetic on one 16-byte vector ------------------------------------
@@ -154,22 +236,36 @@ struct F64 {
     static __device__ __forceinline__ acc sum(uint4 v) { return d_of(v.x, v.y) + d_of(v.z, v.w); }
 };
 
-// -- the grid-stride skeletons ----------------------------------------------------------------
+// -- the skeletons ----------------------------------------------------------------------------
+
+// The vectors of one thread: start, start + su, ..., start + (UNROLL - 1) su in one step, then
+// the next step at + step (see STREAM_LAYOUT). Every vector < n is visited exactly once.
+struct Walk {
+    u64 start, su, step;
+};
+template <int Layout> __device__ __forceinline__ Walk walk() {
+    if (Layout == 1) {
+        const u64 bd = (u64)blockDim.x, tile = bd * (u64)STREAM_UNROLL;
+        return {(u64)blockIdx.x * tile + (u64)threadIdx.x, bd, (u64)gridDim.x * tile};
+    }
+    const u64 T = grid_threads();
+    return {first_index(), T, T * (u64)STREAM_UNROLL};
+}
 
 // dst[i] = OP(src[i]) for i < n vectors, `loops` times.
 template <class Op>
 __device__ __forceinline__ void unary(uint4 *dst, const uint4 *src, u64 n, u32 loops, Op op) {
-    const u64 t = first_index(), T = grid_threads();
+    const Walk w = walk<STREAM_LAYOUT>();
     for (u32 l = 0; l < loops; ++l) {
-        u64 i = t;
-        for (; i + (STREAM_UNROLL - 1) * T < n; i += STREAM_UNROLL * T) {
+        u64 i = w.start;
+        for (; i + (STREAM_UNROLL - 1) * w.su < n; i += w.step) {
             uint4 v[STREAM_UNROLL];
 #pragma unroll
-            for (int u = 0; u < STREAM_UNROLL; ++u) v[u] = ld16(src + i + u * T);
+            for (int u = 0; u < STREAM_UNROLL; ++u) v[u] = ld16(src + i + u * w.su);
 #pragma unroll
-            for (int u = 0; u < STREAM_UNROLL; ++u) st16(dst + i + u * T, op(v[u]));
+            for (int u = 0; u < STREAM_UNROLL; ++u) st16(dst + i + u * w.su, op(v[u]));
         }
-        for (; i < n; i += T) st16(dst + i, op(ld16(src + i)));
+        for (; i < n; i += w.su) st16(dst + i, op(ld16(src + i)));
     }
 }
 
@@ -177,20 +273,20 @@ __device__ __forceinline__ void unary(uint4 *dst, const uint4 *src, u64 n, u32 l
 template <class Op>
 __device__ __forceinline__ void binary(uint4 *dst, const uint4 *x, const uint4 *y, u64 n,
                                        u32 loops, Op op) {
-    const u64 t = first_index(), T = grid_threads();
+    const Walk w = walk<STREAM_LAYOUT>();
     for (u32 l = 0; l < loops; ++l) {
-        u64 i = t;
-        for (; i + (STREAM_UNROLL - 1) * T < n; i += STREAM_UNROLL * T) {
+        u64 i = w.start;
+        for (; i + (STREAM_UNROLL - 1) * w.su < n; i += w.step) {
             uint4 p[STREAM_UNROLL], q[STREAM_UNROLL];
 #pragma unroll
             for (int u = 0; u < STREAM_UNROLL; ++u) {
-                p[u] = ld16(x + i + u * T);
-                q[u] = ld16(y + i + u * T);
+                p[u] = ld16(x + i + u * w.su);
+                q[u] = ld16(y + i + u * w.su);
             }
 #pragma unroll
-            for (int u = 0; u < STREAM_UNROLL; ++u) st16(dst + i + u * T, op(p[u], q[u]));
+            for (int u = 0; u < STREAM_UNROLL; ++u) st16(dst + i + u * w.su, op(p[u], q[u]));
         }
-        for (; i < n; i += T) st16(dst + i, op(ld16(x + i), ld16(y + i)));
+        for (; i < n; i += w.su) st16(dst + i, op(ld16(x + i), ld16(y + i)));
     }
 }
 
@@ -221,23 +317,29 @@ __device__ __forceinline__ double block_sum(double v) {
     return total;
 }
 
+// Layout of the read (its partial sums are per block, so the layout decides which block sums
+// which vectors; only their total is checked). 0 = grid-stride, as the simulation models it.
+#ifndef STREAM_READ_LAYOUT
+#define STREAM_READ_LAYOUT 0
+#endif
+
 // partials[blockIdx.x] = this block's sum of the elements it read, every pass.
 template <class T>
 __device__ __forceinline__ void reduce(const uint4 *src, u64 n, double *partials, u32 loops) {
-    const u64 t = first_index(), T_ = grid_threads();
+    const Walk w = walk<STREAM_READ_LAYOUT>();
     for (u32 l = 0; l < loops; ++l) {
         typename T::acc s[STREAM_UNROLL];
 #pragma unroll
         for (int u = 0; u < STREAM_UNROLL; ++u) s[u] = 0;
-        u64 i = t;
-        for (; i + (STREAM_UNROLL - 1) * T_ < n; i += STREAM_UNROLL * T_) {
+        u64 i = w.start;
+        for (; i + (STREAM_UNROLL - 1) * w.su < n; i += w.step) {
             uint4 v[STREAM_UNROLL];
 #pragma unroll
-            for (int u = 0; u < STREAM_UNROLL; ++u) v[u] = ld16(src + i + u * T_);
+            for (int u = 0; u < STREAM_UNROLL; ++u) v[u] = ld16(src + i + u * w.su);
 #pragma unroll
             for (int u = 0; u < STREAM_UNROLL; ++u) s[u] += T::sum(v[u]);
         }
-        for (; i < n; i += T_) s[0] += T::sum(ld16(src + i));
+        for (; i < n; i += w.su) s[0] += T::sum(ld16(src + i));
         double mine = 0.0;
 #pragma unroll
         for (int u = 0; u < STREAM_UNROLL; ++u) mine += (double)s[u];
@@ -291,19 +393,26 @@ __device__ __forceinline__ void strided(E *dst, const E *src, u64 m, u32 stride,
 
 // -- the kernels ------------------------------------------------------------------------------
 
-#define STREAM_KERNEL extern "C" __global__ void __launch_bounds__(STREAM_BLOCK)
+#define STREAM_KERNEL extern "C" __global__ void __launch_bounds__(STREAM_BLOCK, STREAM_MIN_BLOCKS)
 
 // c = a (16-byte vectors; the element type does not enter)
 STREAM_KERNEL stream_copy(uint4 *c, const uint4 *a, u64 vecs, u32 loops) {
     unary(c, a, vecs, loops, Identity());
 }
 
-// dst = pattern (16 bytes, lo then hi), `loops` times (the write test and every fill)
+// dst = pattern (16 bytes, lo then hi), `loops` times (the write test and every fill): stores
+// only, nothing is read.
 STREAM_KERNEL stream_write(uint4 *dst, u64 vecs, u64 lo, u64 hi, u32 loops) {
     const uint4 v = make_uint4((u32)lo, (u32)(lo >> 32), (u32)hi, (u32)(hi >> 32));
-    const u64 t = first_index(), T = grid_threads();
-    for (u32 l = 0; l < loops; ++l)
-        for (u64 i = t; i < vecs; i += T) st16(dst + i, v);
+    const Walk w = walk<STREAM_LAYOUT>();
+    for (u32 l = 0; l < loops; ++l) {
+        u64 i = w.start;
+        for (; i + (STREAM_UNROLL - 1) * w.su < vecs; i += w.step) {
+#pragma unroll
+            for (int u = 0; u < STREAM_UNROLL; ++u) st16(dst + i + u * w.su, v);
+        }
+        for (; i < vecs; i += w.su) st16(dst + i, v);
+    }
 }
 
 // atomicMin(first_bad, 4 * i) for every vector i < vecs that differs from the pattern
@@ -312,7 +421,7 @@ STREAM_KERNEL stream_check(const uint4 *buf, u64 vecs, u64 lo, u64 hi, u64 *firs
     const uint4 v = make_uint4((u32)lo, (u32)(lo >> 32), (u32)hi, (u32)(hi >> 32));
     const u64 t = first_index(), T = grid_threads();
     for (u64 i = t; i < vecs; i += T) {
-        const uint4 x = ld16(buf + i);
+        const uint4 x = ld16_cg(buf + i);
         if (x.x != v.x || x.y != v.y || x.z != v.z || x.w != v.w) {
             atomicMin(first_bad, 4ULL * i);
             return;
