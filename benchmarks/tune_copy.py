@@ -9,6 +9,7 @@ warm-up, events, median as the testcases), printing GB/s per path.
     python3 benchmarks/tune_copy.py kernels OUT.json [SIZE_MIB]
                                             # device-memory kernels (gpubw_copy and every
                                             # STREAM kernel): launch shapes x cache hints
+    python3 benchmarks/tune_copy.py flat OUT.json  # launch strategies at 16 MiB .. 4 GiB
 
 Each variant runs in a child process that recompiles the kernel with GPUBW_KERNEL_DEFINES
 (unroll, tiled layout, cache hints, launch bounds) and fixes the launch shape to match.
@@ -116,6 +117,10 @@ def main() -> int:
         from tune_kernels import main as kernels_main
 
         return kernels_main(sys.argv[2:])
+    if sys.argv[1] == "flat":
+        from tune_kernels import flat_main
+
+        return flat_main(sys.argv[2:])
     if sys.argv[1] == "--child":
         mode, name, grid = sys.argv[2], sys.argv[3], sys.argv[4]
         print(json.dumps(child(mode, name, int(grid) or None)))

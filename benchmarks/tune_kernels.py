@@ -56,7 +56,8 @@ class Bench:
         self.full = [cp.empty(size // 4, dtype=cp.float32) for _ in range(3)]
         self.resize(size)
         self.sm = cp.cuda.Device().attributes["MultiProcessorCount"]
-        self.partials = cp.zeros(1 << 20, dtype=cp.float64)
+        # one partial sum per block, for any grid over `size` bytes of 16-byte vectors
+        self.partials = cp.zeros(size // 16 // 32 + 1024, dtype=cp.float64)
         self.modules: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
 
     def resize(self, size: int) -> None:
@@ -98,13 +99,19 @@ class Bench:
     def run(self, op: str, v: dict[str, Any]) -> dict[str, Any]:
         cp, np = self.cp, __import__("numpy")
         source, kname, reads, writes = OPS[op]
-        fn = self.module(source, v["defines"]).get_function(kname)
+        fn = self.module(source, v["defines"]).get_function(v.get("kernel", kname))
         block, unroll = v["block"], v["unroll"]
         tiled = v.get("tiled", True)
         work = -(-self.vecs // (block * unroll)) if tiled else -(-self.vecs // block)
-        oneshot = v["per_sm"] == 0
-        grid = work if oneshot else min(work, v["per_sm"] * self.sm)
-        launches, per = (LOOPS, 1) if oneshot else (1, LOOPS)
+        launch = v.get("launch", "oneshot" if v["per_sm"] == 0 else "persistent")
+        if launch == "flat":  # one launch, one block per (pass, piece)
+            grid, launches, per = work * LOOPS, 1, LOOPS
+        elif launch == "oneshot":  # one launch per pass, one block per piece
+            grid, launches, per = work, LOOPS, 1
+        else:
+            grid, launches, per = min(work, v["per_sm"] * self.sm), 1, LOOPS
+        if op == "read" and grid > self.partials.size:
+            raise ValueError(f"grid {grid} > {self.partials.size} partial sums")
         arrays, out, expected = self.setup(op)
         u64, u32 = np.uint64, np.uint32
         if op == "gpubw_copy":
@@ -191,6 +198,140 @@ def hints(op: str) -> list[dict[str, str]]:
     if op == "read":
         lds = (0, 1, 2, 3, 4, 5, 6)
     return [{"STREAM_LD": str(ld), "STREAM_ST": str(st)} for ld in lds for st in sts]
+
+
+def flat_main(argv: list[str]) -> int:
+    """Launch strategies at several sizes: the resident grid-stride kernels as shipped on
+    2026-11-29, the flat kernels as one launch (loops x pieces blocks), one launch per pass
+    and a resident grid, and gpubw_copy's shapes."""
+    out_path = argv[0]
+    sizes = [int(x) for x in argv[1].split(",")] if len(argv) > 1 else [4096, 1024, 256, 64, 16]
+    bench = Bench(max(sizes) * MIB)
+    rows: list[dict[str, Any]] = []
+    old = {"STREAM_LAYOUT": "0", "STREAM_BLOCK": "256", "STREAM_UNROLL": "4"}
+    flat = {"STREAM_BLOCK": "256"}
+    names = {
+        "copy": "stream_copy",
+        "scale": "stream_scale_f32",
+        "add": "stream_add_f32",
+        "triad": "stream_triad_f32",
+        "write": "stream_write",
+    }
+    for sz in sizes:
+        bench.resize(sz * MIB)
+        for op in ("copy", "triad", "write", "add", "scale"):
+            k = names[op]
+            flat_k = k.replace("_f32", "_flat_f32") if "_f32" in k else k + "_flat"
+            variants = [
+                {
+                    "name": "shipped",
+                    "block": 256,
+                    "unroll": 4,
+                    "per_sm": 4,
+                    "tiled": False,
+                    "defines": old,
+                },
+                {
+                    "name": "u1-resident-8",
+                    "block": 256,
+                    "unroll": 1,
+                    "per_sm": 8,
+                    "tiled": False,
+                    "defines": {**old, "STREAM_UNROLL": "1"},
+                },
+                {
+                    "name": "flat-1launch",
+                    "kernel": flat_k,
+                    "block": 256,
+                    "unroll": 1,
+                    "per_sm": 0,
+                    "launch": "flat",
+                    "defines": flat,
+                },
+                {
+                    "name": "flat-per-pass",
+                    "kernel": flat_k,
+                    "block": 256,
+                    "unroll": 1,
+                    "per_sm": 0,
+                    "launch": "oneshot",
+                    "defines": flat,
+                },
+                {
+                    "name": "flat-resident-8",
+                    "kernel": flat_k,
+                    "block": 256,
+                    "unroll": 1,
+                    "per_sm": 8,
+                    "launch": "persistent",
+                    "defines": flat,
+                },
+            ]
+            if op == "write":
+                variants.append(
+                    {
+                        "name": "flat-1launch-b512",
+                        "kernel": flat_k,
+                        "block": 512,
+                        "unroll": 1,
+                        "per_sm": 0,
+                        "launch": "flat",
+                        "defines": {"STREAM_BLOCK": "512"},
+                    }
+                )
+            for v in variants:
+                rows.append(_try(bench, op, v, f"F{sz}M"))
+        if sz in (sizes[0], 256):
+            for u in (1, 2, 8):
+                g = {"GPUBW_COPY_UNROLL": str(u)}
+                rows.append(
+                    _try(
+                        bench,
+                        "gpubw_copy",
+                        {
+                            "name": f"resident-2x512-u{u}",
+                            "block": 512,
+                            "unroll": u,
+                            "per_sm": 2,
+                            "defines": g,
+                        },
+                        f"F{sz}M",
+                    )
+                )
+            for b in (128, 256):
+                g = {"GPUBW_COPY_UNROLL": "2", "GPUBW_COPY_TILED": "2"}
+                rows.append(
+                    _try(
+                        bench,
+                        "gpubw_copy",
+                        {
+                            "name": f"flat-1launch-b{b}-u2",
+                            "block": b,
+                            "unroll": 2,
+                            "per_sm": 0,
+                            "launch": "flat",
+                            "defines": g,
+                        },
+                        f"F{sz}M",
+                    )
+                )
+        with open(out_path, "w") as f:
+            json.dump({"loops": LOOPS, "samples": SAMPLES, "rows": rows}, f)
+    return 0
+
+
+def _try(bench: Bench, op: str, v: dict[str, Any], phase: str) -> dict[str, Any]:
+    t = time.perf_counter()
+    try:
+        r = bench.run(op, v)
+    except Exception as e:
+        r = {"op": op, **v, "GBps": 0.0, "verified": False, "error": str(e)[:300]}
+    r["phase"], r["seconds"] = phase, round(time.perf_counter() - t, 2)
+    bad = "" if r.get("verified") else "  NOT VERIFIED " + r.get("error", "")
+    print(
+        f"{phase:6} {op:10} {v['name']:22} {r['GBps']:7.1f} grid={r.get('grid')}{bad}", flush=True
+    )
+    return r
 
 
 def main(argv: list[str]) -> int:

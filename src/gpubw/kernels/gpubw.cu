@@ -208,9 +208,28 @@ __device__ __forceinline__ void copy_pass(uint4 *__restrict__ dst, const uint4 *
 // (dst, src, elements, loops): copy `elements` 16-byte elements src -> dst, `loops` times.
 extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK, GPUBW_COPY_MIN_BLOCKS)
     gpubw_copy(uint4 *__restrict__ dst, const uint4 *__restrict__ src, u64 elements, u32 loops) {
+#if GPUBW_COPY_TILED == 2
+    // Tuning only (benchmarks/tune_copy.py flat): the pass-major (pass, tile) space, for a
+    // launch of loops x tiles blocks that each copy one tile of one pass and exit.
+    const u64 bd = (u64)blockDim.x, tile = bd * (u64)GPUBW_COPY_UNROLL;
+    const u64 tiles = (elements + tile - 1) / tile, total = tiles * (u64)loops;
+    for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
+        const u64 base = (k % tiles) * tile, t = base + (u64)threadIdx.x;
+        if (base + tile <= elements) {
+            uint4 v[GPUBW_COPY_UNROLL];
+#pragma unroll
+            for (int u = 0; u < GPUBW_COPY_UNROLL; ++u) v[u] = GPUBW_LD(src + t + (u64)u * bd);
+#pragma unroll
+            for (int u = 0; u < GPUBW_COPY_UNROLL; ++u) GPUBW_ST(dst + t + (u64)u * bd, v[u]);
+        } else {
+            for (u64 i = t; i < elements; i += bd) GPUBW_ST(dst + i, GPUBW_LD(src + i));
+        }
+    }
+#else
     for (u32 l = 0; l < loops; ++l) {
         copy_pass(dst, src, elements);
     }
+#endif
 }
 
 // A 16-byte load that stays a load: `volatile`, so repeating it on one address is never merged.

@@ -27,8 +27,15 @@ MODULE_NAME = "gpubw_stream"
 SCALAR = 3.0
 #: Threads per block of every kernel (the source's STREAM_BLOCK).
 BLOCK = 256
-#: Resident blocks per SM the launch grid is sized for.
+#: Resident blocks per SM the launch grid of the grid-stride kernels is sized for.
 BLOCKS_PER_SM = 4
+#: The largest grid of one launch (CUDA's gridDim.x limit).
+MAX_GRID = (1 << 31) - 1
+#: Kernels with a "_flat" variant (same parameters; see stream.cu's unary_flat), which the
+#: measured passes use: one launch of loops x pieces blocks of BLOCK threads, each block one
+#: BLOCK-vector piece of one pass (benchmarks/tune_copy.py flat: 4 GiB fp32 on an H200, copy
+#: 4,280 vs 3,950 GB/s, triad 4,400 vs 4,140, write 4,700 vs 4,320 for the grid-stride kernels).
+FLAT = ("stream_copy", "stream_write", "stream_scale", "stream_add", "stream_triad")
 
 
 def source() -> str:
@@ -40,6 +47,20 @@ def launch_grid(sm_count: int, work: int) -> int:
     """Blocks for ``work`` items per pass (vectors, or elements of the strided read): a
     grid-stride grid of BLOCKS_PER_SM blocks per SM, fewer when there is less work."""
     return max(1, min(sm_count * BLOCKS_PER_SM, -(-work // BLOCK)))
+
+
+def flat_launches(vecs: int, loops: int) -> list[tuple[int, int]]:
+    """(grid, loops) of each launch of a "_flat" kernel over ``vecs`` vectors, ``loops``
+    passes: one block per (pass, piece of BLOCK vectors), as few launches as MAX_GRID allows."""
+    pieces = max(1, -(-vecs // BLOCK))
+    per = max(1, min(loops, MAX_GRID // pieces))
+    out = []
+    left = loops
+    while left > 0:
+        n = min(per, left)
+        out.append((pieces * n, n))
+        left -= n
+    return out
 
 
 # -- the simulations ---------------------------------------------------------------------------
@@ -247,6 +268,30 @@ SIMULATE: dict[str, Any] = {
 }
 for _dt in DTYPES.values():
     SIMULATE.update(_typed(_dt))
+
+
+def _flat_specs() -> tuple[KernelSpec, ...]:
+    """The "_flat" variants: same parameters and result as the kernel they are named after."""
+    by_name = {spec.name: spec for spec in SPECS}
+    out = []
+    for name, spec in by_name.items():
+        if name.rsplit("_", 1)[0] in FLAT or name in FLAT:
+            out.append(
+                KernelSpec(
+                    f"{name}_flat",
+                    spec.params,
+                    f"{spec.doc} Flat: one 16-byte vector per thread over the pass-major "
+                    "(pass, blockDim-vector piece) space; launch loops x pieces blocks "
+                    "(kernels.flat_launches).",
+                )
+            )
+    return tuple(out)
+
+
+FLAT_SPECS = _flat_specs()
+SPECS = (*SPECS, *FLAT_SPECS)
+for _spec in FLAT_SPECS:
+    SIMULATE[_spec.name] = SIMULATE[_spec.name.removesuffix("_flat")]
 
 #: The registered module (registered when this module is imported).
 MODULE = register_kernel_module(

@@ -290,6 +290,34 @@ __device__ __forceinline__ void binary(uint4 *dst, const uint4 *x, const uint4 *
     }
 }
 
+// The "flat" skeletons: one vector per thread per step over the (pass, block-sized piece)
+// space, pass-major: step k covers pass k / pieces, vectors (k % pieces) x blockDim + thread.
+// Launched with a grid of loops x pieces blocks (kernels.py: launch_plan), every block does
+// one piece of one pass and exits, and blocks start in index order, so at any moment the
+// vectors in flight are one compact window moving through the arrays -- what a one-shot grid
+// of small blocks (PyTorch's element-wise kernels) does. With a smaller grid it is a
+// grid-stride loop that still visits every vector of every pass once.
+template <class Op>
+__device__ __forceinline__ void unary_flat(uint4 *dst, const uint4 *src, u64 n, u32 loops, Op op) {
+    const u64 bd = (u64)blockDim.x, pieces = (n + bd - 1) / bd, total = pieces * (u64)loops;
+    for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
+        const u64 i = (k % pieces) * bd + (u64)threadIdx.x;
+        if (i < n) st16(dst + i, op(ld16(src + i)));
+    }
+}
+template <class Op>
+__device__ __forceinline__ void binary_flat(uint4 *dst, const uint4 *x, const uint4 *y, u64 n,
+                                            u32 loops, Op op) {
+    const u64 bd = (u64)blockDim.x, pieces = (n + bd - 1) / bd, total = pieces * (u64)loops;
+    for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
+        const u64 i = (k % pieces) * bd + (u64)threadIdx.x;
+        if (i < n) {
+            const uint4 p = ld16(x + i), q = ld16(y + i);
+            st16(dst + i, op(p, q));
+        }
+    }
+}
+
 struct Identity {
     __device__ __forceinline__ uint4 operator()(uint4 v) const { return v; }
 };
@@ -415,6 +443,19 @@ STREAM_KERNEL stream_write(uint4 *dst, u64 vecs, u64 lo, u64 hi, u32 loops) {
     }
 }
 
+// The same operations over the flat space (see unary_flat), same parameters.
+STREAM_KERNEL stream_copy_flat(uint4 *c, const uint4 *a, u64 vecs, u32 loops) {
+    unary_flat(c, a, vecs, loops, Identity());
+}
+STREAM_KERNEL stream_write_flat(uint4 *dst, u64 vecs, u64 lo, u64 hi, u32 loops) {
+    const uint4 v = make_uint4((u32)lo, (u32)(lo >> 32), (u32)hi, (u32)(hi >> 32));
+    const u64 bd = (u64)blockDim.x, pieces = (vecs + bd - 1) / bd, total = pieces * (u64)loops;
+    for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
+        const u64 i = (k % pieces) * bd + (u64)threadIdx.x;
+        if (i < vecs) st16(dst + i, v);
+    }
+}
+
 // atomicMin(first_bad, 4 * i) for every vector i < vecs that differs from the pattern
 // (first_bad counts 32-bit words, as gpubw's verification slots do)
 STREAM_KERNEL stream_check(const uint4 *buf, u64 vecs, u64 lo, u64 hi, u64 *first_bad) {
@@ -448,6 +489,17 @@ STREAM_KERNEL stream_check_sum(const double *partials, u64 count, u64 expected, 
     STREAM_KERNEL stream_triad_##sfx(uint4 *a, const uint4 *b, const uint4 *c, u64 vecs,       \
                                      u32 loops) {                                              \
         binary(a, b, c, vecs, loops, Triad<T>());                                              \
+    }                                                                                          \
+    STREAM_KERNEL stream_scale_##sfx##_flat(uint4 *b, const uint4 *c, u64 vecs, u32 loops) {     \
+        unary_flat(b, c, vecs, loops, Scale<T>());                                             \
+    }                                                                                          \
+    STREAM_KERNEL stream_add_##sfx##_flat(uint4 *c, const uint4 *a, const uint4 *b, u64 vecs,    \
+                                        u32 loops) {                                           \
+        binary_flat(c, a, b, vecs, loops, Add<T>());                                           \
+    }                                                                                          \
+    STREAM_KERNEL stream_triad_##sfx##_flat(uint4 *a, const uint4 *b, const uint4 *c, u64 vecs,  \
+                                          u32 loops) {                                         \
+        binary_flat(a, b, c, vecs, loops, Triad<T>());                                         \
     }                                                                                          \
     STREAM_KERNEL stream_read_##sfx(const uint4 *a, u64 vecs, double *partials, u32 loops) {   \
         reduce<T>(a, vecs, partials, loops);                                                   \
