@@ -221,7 +221,7 @@ def flat_main(argv: list[str]) -> int:
         bench.resize(sz * MIB)
         for op in ("copy", "triad", "write", "add", "scale"):
             k = names[op]
-            flat_k = k.replace("_f32", "_flat_f32") if "_f32" in k else k + "_flat"
+            flat_k = k + "_flat"
             variants = [
                 {
                     "name": "shipped",

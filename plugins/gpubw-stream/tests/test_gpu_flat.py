@@ -68,7 +68,7 @@ def short(base: type[StreamKernel]) -> type[StreamKernel]:
     return type(f"Short{base.__name__}", (base,), {"args": args})
 
 
-def testcase(cls: type[StreamTestcase], key: str, kernel: type[StreamKernel]) -> type:
+def keyed_testcase(cls: type[StreamTestcase], key: str, kernel: type[StreamKernel]) -> type:
     return type(cls.__name__, (cls,), {"key": key, "kernel": kernel})
 
 
@@ -78,7 +78,7 @@ def test_flat_kernels_measure_and_verify(
 ) -> None:
     """The flat path (one launch of loops x pieces blocks) runs, verifies and gives a figure."""
     assert key in FLAT
-    (m,) = testcase(cls, key, kernel)(gpu).run(64 * MIB + 48, 4)
+    (m,) = keyed_testcase(cls, key, kernel)(gpu).run(64 * MIB + 48, 4)
     assert all(v is not None and v > 0 for v in m.values[0])
 
 
@@ -88,7 +88,7 @@ def test_a_planted_bad_word_is_caught(
 ) -> None:
     """Junk written into the result after the flat kernel fails verification at its word."""
     with pytest.raises(VerificationError) as info:
-        testcase(cls, key, planted(kernel))(gpu).run(64 * MIB, 4)
+        keyed_testcase(cls, key, planted(kernel))(gpu).run(64 * MIB, 4)
     assert 4 * BAD_WORD <= info.value.offset < 4 * BAD_WORD + 16  # the vector holding it
 
 
@@ -98,7 +98,7 @@ def test_a_skipped_vector_is_caught(
 ) -> None:
     """A flat kernel that leaves the last vector unwritten fails verification."""
     with pytest.raises(VerificationError):
-        testcase(cls, key, short(kernel))(gpu).run(64 * MIB, 4)
+        keyed_testcase(cls, key, short(kernel))(gpu).run(64 * MIB, 4)
 
 
 def test_flat_launches_split_at_the_grid_limit() -> None:
