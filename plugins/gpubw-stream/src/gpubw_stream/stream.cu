@@ -54,6 +54,17 @@ typedef unsigned short u16;
 #ifndef STREAM_ST
 #define STREAM_ST 4
 #endif
+// L2 cache policies and prefetch sizes need sm_80: older devices get the plain operators.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#if STREAM_LD == 5 || STREAM_LD == 6
+#undef STREAM_LD
+#define STREAM_LD 0
+#endif
+#if STREAM_ST == 4 || STREAM_ST == 5
+#undef STREAM_ST
+#define STREAM_ST 0
+#endif
+#endif
 
 static_assert(sizeof(void *) == 8, "gpubw-stream needs 64-bit device pointers");
 
