@@ -121,6 +121,10 @@ def main() -> int:
         from tune_kernels import flat_main
 
         return flat_main(sys.argv[2:])
+    if sys.argv[1] == "ncu":
+        from tune_kernels import ncu_main
+
+        return ncu_main(sys.argv[2:])
     if sys.argv[1] == "--child":
         mode, name, grid = sys.argv[2], sys.argv[3], sys.argv[4]
         print(json.dumps(child(mode, name, int(grid) or None)))

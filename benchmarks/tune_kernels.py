@@ -131,7 +131,7 @@ class Bench:
                 fn((grid,), (block,), args)
             e1.record()
             e1.synchronize()
-            if s:
+            if s or not SAMPLES:
                 rates.append(counted / (cp.cuda.get_elapsed_time(e0, e1) / 1e3) / 1e9)
         if out is not None:
             ok = bool((out == expected).all())
@@ -282,41 +282,60 @@ def flat_main(argv: list[str]) -> int:
             for v in variants:
                 rows.append(_try(bench, op, v, f"F{sz}M"))
         if sz in (sizes[0], 256):
-            for u in (1, 2, 8):
+            # gpubw_copy as gpubw launches it (2 x 512 per SM), and gpubw_copy_flat (needs
+            # benchmarks/patches/device-local-flat-copy.patch) as one launch of loops x pieces
+            for u in (2, 8):
                 g = {"GPUBW_COPY_UNROLL": str(u)}
-                rows.append(
-                    _try(
-                        bench,
-                        "gpubw_copy",
-                        {
-                            "name": f"resident-2x512-u{u}",
-                            "block": 512,
-                            "unroll": u,
-                            "per_sm": 2,
-                            "defines": g,
-                        },
-                        f"F{sz}M",
-                    )
-                )
-            for b in (128, 256):
-                g = {"GPUBW_COPY_UNROLL": "2", "GPUBW_COPY_TILED": "2"}
-                rows.append(
-                    _try(
-                        bench,
-                        "gpubw_copy",
-                        {
-                            "name": f"flat-1launch-b{b}-u2",
-                            "block": b,
-                            "unroll": 2,
-                            "per_sm": 0,
-                            "launch": "flat",
-                            "defines": g,
-                        },
-                        f"F{sz}M",
-                    )
-                )
+                v = {"name": f"resident-2x512-u{u}", "block": 512, "unroll": u, "per_sm": 2}
+                rows.append(_try(bench, "gpubw_copy", {**v, "defines": g}, f"F{sz}M"))
+            for b, u in ((256, 1), (128, 2), (128, 1)):
+                v = {
+                    "name": f"flat-1launch-b{b}-u{u}",
+                    "kernel": "gpubw_copy_flat",
+                    "block": b,
+                    "unroll": u,
+                    "per_sm": 0,
+                    "launch": "flat",
+                }
+                g = {"GPUBW_FLAT_UNROLL": str(u)}
+                rows.append(_try(bench, "gpubw_copy", {**v, "defines": g}, f"F{sz}M"))
         with open(out_path, "w") as f:
             json.dump({"loops": LOOPS, "samples": SAMPLES, "rows": rows}, f)
+    return 0
+
+
+def ncu_main(argv: list[str]) -> int:
+    """One pass of each shape for Nsight Compute (no timing): run under
+    ncu --clock-control none -k regex:'stream_|gpubw_' --metrics ... (gpu_check.sh ncu)."""
+    global LOOPS, SAMPLES
+    LOOPS, SAMPLES = 1, 0
+    bench = Bench(4096 * MIB)
+    old = {"STREAM_LAYOUT": "0", "STREAM_BLOCK": "256", "STREAM_UNROLL": "4"}
+    for op, k in (
+        ("copy", "stream_copy"),
+        ("triad", "stream_triad_f32"),
+        ("write", "stream_write"),
+    ):
+        for v in (
+            {
+                "name": "shipped",
+                "block": 256,
+                "unroll": 4,
+                "per_sm": 4,
+                "tiled": False,
+                "defines": old,
+            },
+            {
+                "name": "flat",
+                "kernel": k + "_flat",
+                "block": 256,
+                "unroll": 1,
+                "per_sm": 0,
+                "launch": "flat",
+                "defines": {"STREAM_BLOCK": "256"},
+            },
+        ):
+            _try(bench, op, v, "ncu")
     return 0
 
 
