@@ -266,6 +266,15 @@ def flat_main(argv: list[str]) -> int:
                     "launch": "persistent",
                     "defines": flat,
                 },
+                {
+                    "name": "flat-1launch-b128",
+                    "kernel": flat_k,
+                    "block": 128,
+                    "unroll": 1,
+                    "per_sm": 0,
+                    "launch": "flat",
+                    "defines": flat,
+                },
             ]
             if op == "write":
                 variants.append(

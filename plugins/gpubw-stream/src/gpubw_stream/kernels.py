@@ -32,10 +32,16 @@ BLOCKS_PER_SM = 4
 #: The largest grid of one launch (CUDA's gridDim.x limit).
 MAX_GRID = (1 << 31) - 1
 #: Kernels with a "_flat" variant (same parameters; see stream.cu's unary_flat), which the
-#: measured passes use: one launch of loops x pieces blocks of BLOCK threads, each block one
-#: BLOCK-vector piece of one pass (benchmarks/tune_copy.py flat: 4 GiB fp32 on an H200, copy
-#: 4,280 vs 3,950 GB/s, triad 4,400 vs 4,140, write 4,700 vs 4,320 for the grid-stride kernels).
+#: measured passes use: one launch of loops x pieces blocks, each block one piece (one vector
+#: per thread) of one pass. benchmarks/tune_copy.py flat, 4 GiB fp32 on an H200: copy 4,275
+#: vs 3,942 GB/s for the resident grid-stride kernels, triad 4,387 vs 4,105, write 4,710 vs
+#: 4,310 (benchmarks/results/tune-flat-h200-2026-11-30.json).
 FLAT = ("stream_copy", "stream_write", "stream_scale", "stream_add", "stream_triad")
+#: Threads per block of the flat kernels: 128 for the kernels that read (a 128-thread copy
+#: piece moves 4 KiB: gpubw_copy_flat 4,318 GB/s vs 4,274 with 256), 256 for the write-only
+#: one (128-thread pieces of 2 KiB start too many blocks: 3,389 vs 4,694 GB/s).
+FLAT_BLOCK = 128
+FLAT_WRITE_BLOCK = 256
 
 
 def source() -> str:
@@ -49,10 +55,16 @@ def launch_grid(sm_count: int, work: int) -> int:
     return max(1, min(sm_count * BLOCKS_PER_SM, -(-work // BLOCK)))
 
 
-def flat_launches(vecs: int, loops: int) -> list[tuple[int, int]]:
+def flat_block(kernel: str) -> int:
+    """Threads per block of the flat variant of ``kernel`` (FLAT_BLOCK, FLAT_WRITE_BLOCK)."""
+    return FLAT_WRITE_BLOCK if kernel.startswith("stream_write") else FLAT_BLOCK
+
+
+def flat_launches(vecs: int, loops: int, block: int = FLAT_BLOCK) -> list[tuple[int, int]]:
     """(grid, loops) of each launch of a "_flat" kernel over ``vecs`` vectors, ``loops``
-    passes: one block per (pass, piece of BLOCK vectors), as few launches as MAX_GRID allows."""
-    pieces = max(1, -(-vecs // BLOCK))
+    passes: one block per (pass, piece of ``block`` vectors), as few launches as MAX_GRID
+    allows."""
+    pieces = max(1, -(-vecs // block))
     per = max(1, min(loops, MAX_GRID // pieces))
     out = []
     left = loops
