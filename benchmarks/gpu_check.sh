@@ -10,7 +10,8 @@
 #   stream       the stream plugin's sweep 1 MiB .. 4 GiB:              $OUT/stream-<tag>.json
 #   tune-MODE    benchmarks/tune_copy.py MODE (local, peer, host, split); tune-kernels: the
 #                device-memory kernels through CuPy (benchmarks/tune_kernels.py), TUNE_MIB MiB
-#   tune-flat    launch strategies of the device-memory kernels at 4 GiB .. 16 MiB (CuPy)
+#   tune-flat    launch strategies of the device-memory kernels at 4 GiB .. 16 MiB (CuPy;
+#                TUNE_SIZES=4096,256 MiB to choose)
 #   ncu          Nsight Compute's DRAM counters for the resident and the flat kernels, 4 GiB
 #   peers        gpubw's device-memory testcases (device_local_copy[_sm] and the stream
 #                plugin's, PEERS_MIB MiB arrays, default 4096) then benchmarks/peers.py (the
@@ -68,7 +69,7 @@ for step in "$@"; do
       echo "peers gpubw rc=$? wall=$(( $(date +%s) - s ))s" | tee -a "$OUT/times-$tag.txt"
       timeout 300 python3 benchmarks/peers.py "$OUT/peers-$tag.json" --size-mib "$mib" \
         --samples "$n" --devices "$devs" --gpubw "$OUT/peers-gpubw-$tag.json" 2>&1 | tail -20 ;;
-    tune-flat) timeout 240 python3 benchmarks/tune_copy.py flat "$OUT/tune-flat-$tag.json" 2>&1 | tail -45 ;;
+    tune-flat) timeout 240 python3 benchmarks/tune_copy.py flat "$OUT/tune-flat-$tag.json" ${TUNE_SIZES:-} 2>&1 | tail -45 ;;
     ncu)
       ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
       timeout 200 "$ncu" --clock-control none -k regex:'stream_|gpubw_' --csv --metrics \
