@@ -10,7 +10,7 @@ import pytest
 from gpubw import RunOptions, System, VerificationError
 
 from gpubw_stream.initiators import CopyKernel, StreamKernel, TriadKernel, WriteKernel
-from gpubw_stream.kernels import FLAT, flat_launches
+from gpubw_stream.kernels import FLAT
 from gpubw_stream.testcases import StreamCopy, StreamTestcase, StreamTriad, StreamWrite
 
 from _stream_devices import gpu_unavailable
@@ -99,11 +99,3 @@ def test_a_skipped_vector_is_caught(
     """A flat kernel that leaves the last vector unwritten fails verification."""
     with pytest.raises(VerificationError):
         keyed_testcase(cls, key, short(kernel))(gpu).run(64 * MIB, 4)
-
-
-def test_flat_launches_split_at_the_grid_limit() -> None:
-    """Passes are split over launches only when loops x pieces exceeds the grid limit."""
-    assert flat_launches(4096, 16) == [(16 * 16, 16)]
-    big = (1 << 31) // 256  # vectors whose pieces fill most of one grid
-    plan = flat_launches(big * 256, 3)
-    assert sum(n for _, n in plan) == 3 and all(g <= (1 << 31) - 1 for g, _ in plan)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from gpubw import Buffer, Copy, DeviceInfo, Initiator, KernelArg, System, ptr, u32, u64
 
 from gpubw_stream.dtypes import VECTOR_BYTES, DType
-from gpubw_stream.kernels import BLOCK, FLAT, flat_launches, launch_grid
+from gpubw_stream.kernels import BLOCK, FLAT, flat_block, flat_launches, launch_grid
 from gpubw_stream.metrics import strided_count
 
 #: Initial values of the arrays called a, b and c.
@@ -111,9 +111,10 @@ class StreamKernel(Initiator):
         kernel = self.kernel()
         if kernel.removesuffix(f"_{self.dtype.suffix}") in FLAT:
             # one block per (pass, piece): kernels.FLAT says why
-            for grid, passes in flat_launches(vecs, loops):
+            block = flat_block(kernel)
+            for grid, passes in flat_launches(vecs, loops, block):
                 system.backend.launch(
-                    f"{kernel}_flat", grid, BLOCK, self.args(vecs, passes), stream
+                    f"{kernel}_flat", grid, block, self.args(vecs, passes), stream
                 )
             return
         grid = launch_grid(exec_device.sm_count, vecs)
