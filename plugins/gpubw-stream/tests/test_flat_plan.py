@@ -13,6 +13,8 @@ from gpubw_stream.testcases import StreamCopy, StreamRead, StreamTestcase, Strea
 
 simulated = pytest.importorskip("gpubw.backend.simulated")
 MIB = 1 << 20
+#: an array size whose working set is beyond the simulated H200's L2 (60 MiB)
+SIZE = 64 * MIB
 
 
 def test_one_launch_holds_every_pass_while_the_grid_allows() -> None:
@@ -42,8 +44,8 @@ def test_blocks_per_kernel() -> None:
 def test_measured_passes_use_the_flat_kernels(
     monkeypatch: pytest.MonkeyPatch, cls: type[StreamTestcase], key: str, kernel: str, block: int
 ) -> None:
-    """The measured launches are the flat kernel with loops x pieces blocks (the read keeps
-    its resident grid-stride kernel)."""
+    """Beyond L2 the measured launches are the flat kernel with loops x pieces blocks (the
+    read keeps its resident grid-stride kernel)."""
     backend = simulated.SimulatedBackend.from_preset("h200x1")
     launches: list[tuple[str, int, int, Any]] = []
     real = backend.launch
@@ -54,9 +56,25 @@ def test_measured_passes_use_the_flat_kernels(
 
     monkeypatch.setattr(backend, "launch", spy)
     with System(backend, RunOptions(samples=1, loops=4)) as system:
-        type(cls.__name__, (cls,), {"key": key})(system).run(MIB, 4)
+        type(cls.__name__, (cls,), {"key": key})(system).run(SIZE, 4)
     measured = [x for x in launches if x[0] == kernel]
     assert measured, [x[0] for x in launches]
     assert {x[2] for x in measured} == {block}
     if kernel.endswith("_flat"):
-        assert {x[1] for x in measured} >= {4 * (MIB // 16) // block}
+        assert {x[1] for x in measured} >= {4 * (SIZE // 16) // block}
+
+
+def test_within_l2_the_resident_kernels_stay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrays that fit in L2 together are measured with the resident grid-stride kernel."""
+    backend = simulated.SimulatedBackend.from_preset("h200x1")
+    names: list[str] = []
+    real = backend.launch
+
+    def spy(name: str, grid: int, blk: int, args: Any, stream: Any) -> None:
+        names.append(name)
+        real(name, grid, blk, args, stream)
+
+    monkeypatch.setattr(backend, "launch", spy)
+    with System(backend, RunOptions(samples=1, loops=4)) as system:
+        type("StreamCopy", (StreamCopy,), {"key": "stream_copy"})(system).run(16 * MIB, 4)
+    assert "stream_copy" in names and "stream_copy_flat" not in names

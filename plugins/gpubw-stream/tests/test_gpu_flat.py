@@ -76,9 +76,10 @@ def keyed_testcase(cls: type[StreamTestcase], key: str, kernel: type[StreamKerne
 def test_flat_kernels_measure_and_verify(
     gpu: System, cls: type[StreamTestcase], kernel: type[StreamKernel], key: str
 ) -> None:
-    """The flat path (one launch of loops x pieces blocks) runs, verifies and gives a figure."""
+    """The flat path (one launch of loops x pieces blocks; arrays far beyond L2) runs,
+    verifies and gives a figure."""
     assert key in FLAT
-    (m,) = keyed_testcase(cls, key, kernel)(gpu).run(64 * MIB + 48, 4)
+    (m,) = keyed_testcase(cls, key, kernel)(gpu).run(128 * MIB + 48, 4)
     assert all(v is not None and v > 0 for v in m.values[0])
 
 
@@ -88,7 +89,7 @@ def test_a_planted_bad_word_is_caught(
 ) -> None:
     """Junk written into the result after the flat kernel fails verification at its word."""
     with pytest.raises(VerificationError) as info:
-        keyed_testcase(cls, key, planted(kernel))(gpu).run(64 * MIB, 4)
+        keyed_testcase(cls, key, planted(kernel))(gpu).run(128 * MIB, 4)
     assert 4 * BAD_WORD <= info.value.offset < 4 * BAD_WORD + 16  # the vector holding it
 
 
@@ -98,4 +99,4 @@ def test_a_skipped_vector_is_caught(
 ) -> None:
     """A flat kernel that leaves the last vector unwritten fails verification."""
     with pytest.raises(VerificationError):
-        keyed_testcase(cls, key, short(kernel))(gpu).run(64 * MIB, 4)
+        keyed_testcase(cls, key, short(kernel))(gpu).run(128 * MIB, 4)

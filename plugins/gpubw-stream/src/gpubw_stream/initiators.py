@@ -109,8 +109,10 @@ class StreamKernel(Initiator):
     ) -> None:
         vecs = vectors(nbytes)
         kernel = self.kernel()
-        if kernel.removesuffix(f"_{self.dtype.suffix}") in FLAT:
-            # one block per (pass, piece): kernels.FLAT says why
+        flat = kernel.removesuffix(f"_{self.dtype.suffix}") in FLAT
+        if flat and self.working_set(nbytes, self.dtype) > exec_device.l2_bytes:
+            # beyond L2, one block per (pass, piece): kernels.FLAT says why; within L2 the
+            # resident grid-stride kernel (block starts would cap the flat one there)
             block = flat_block(kernel)
             for grid, passes in flat_launches(vecs, loops, block):
                 system.backend.launch(

@@ -32,8 +32,10 @@ BLOCKS_PER_SM = 4
 #: The largest grid of one launch (CUDA's gridDim.x limit).
 MAX_GRID = (1 << 31) - 1
 #: Kernels with a "_flat" variant (same parameters; see stream.cu's unary_flat), which the
-#: measured passes use: one launch of loops x pieces blocks, each block one piece (one vector
-#: per thread) of one pass. benchmarks/tune_copy.py flat, 4 GiB fp32 on an H200: copy 4,275
+#: measured passes use when the arrays do not fit in L2: one launch of loops x pieces blocks,
+#: each block one piece (one vector per thread) of one pass. Within L2 the resident
+#: grid-stride kernels stay (16 MiB triad: 9,694 GB/s resident, 5,890 flat, whose block
+#: starts cap it there). benchmarks/tune_copy.py flat, 4 GiB fp32 on an H200: copy 4,275
 #: vs 3,942 GB/s for the resident grid-stride kernels, triad 4,387 vs 4,105, write 4,710 vs
 #: 4,310 (benchmarks/results/tune-flat-h200-2026-11-30.json).
 FLAT = ("stream_copy", "stream_write", "stream_scale", "stream_add", "stream_triad")

@@ -48,21 +48,22 @@ typedef unsigned short u16;
 #endif
 // Cache operators of the vector stores: 0 = st.global (write-back); 1 = st.global.cs
 // (streaming, evict-first); 2 = st.global.cg; 3 = st.global.L1::no_allocate; 4 = st.global
-// with an L2 evict-first policy; 5 = st.global with an L2 evict-last policy. 4 measured best
-// or equal on every kernel (4 GiB on an H200: copy 4,291 vs 4,282 GB/s for 0, triad 4,405 vs
-// 4,399, write 4,704 vs 4,704 and 4,686 for .cs; benchmarks/results/tune-kernels-*.json).
+// with an L2 evict-first policy; 5 = st.global with an L2 evict-last policy. STREAM_ST is the
+// resident grid-stride kernels' (0, as measured on 2026-11-29), STREAM_FLAT_ST the flat
+// kernels': 4 measured best or equal on every one-shot shape (4 GiB on an H200: copy 4,291 vs
+// 4,282 GB/s for 0, triad 4,405 vs 4,399, write 4,704 vs 4,704 and 4,686 for .cs;
+// benchmarks/results/tune-kernels-h200-2026-11-30.json).
 #ifndef STREAM_ST
-#define STREAM_ST 4
+#define STREAM_ST 0
+#endif
+#ifndef STREAM_FLAT_ST
+#define STREAM_FLAT_ST 4
 #endif
 // L2 cache policies and prefetch sizes need sm_80: older devices get the plain operators.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #if STREAM_LD == 5 || STREAM_LD == 6
 #undef STREAM_LD
 #define STREAM_LD 0
-#endif
-#if STREAM_ST == 4 || STREAM_ST == 5
-#undef STREAM_ST
-#define STREAM_ST 0
 #endif
 #endif
 
@@ -120,33 +121,38 @@ __device__ __forceinline__ uint4 ld16(const uint4 *p) {
     return v;
 }
 
-#if STREAM_ST == 0
-#define STREAM_ST_OP "st.global.v4.u32"
-#elif STREAM_ST == 1
-#define STREAM_ST_OP "st.global.cs.v4.u32"
-#elif STREAM_ST == 2
-#define STREAM_ST_OP "st.global.cg.v4.u32"
-#elif STREAM_ST == 3
-#define STREAM_ST_OP "st.global.L1::no_allocate.v4.u32"
-#endif
-
-__device__ __forceinline__ void st16(uint4 *p, uint4 v) {
-#if STREAM_ST == 4 || STREAM_ST == 5
-    asm volatile("{ .reg .b64 pol;\n\t"
-#if STREAM_ST == 4
-                 "createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n\t"
+// One store function per operator (st16_0 .. st16_5, numbered as STREAM_ST); st16 is the
+// resident kernels' one, st16_flat the flat kernels'.
+#define STREAM_ST_PLAIN(N, OP)                                                                  \
+    __device__ __forceinline__ void st16_##N(uint4 *p, uint4 v) {                              \
+        asm volatile(OP " [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),    \
+                     "r"(v.w)                                                                  \
+                     : "memory");                                                              \
+    }
+STREAM_ST_PLAIN(0, "st.global.v4.u32")
+STREAM_ST_PLAIN(1, "st.global.cs.v4.u32")
+STREAM_ST_PLAIN(2, "st.global.cg.v4.u32")
+STREAM_ST_PLAIN(3, "st.global.L1::no_allocate.v4.u32")
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+// L2 cache policies need sm_80: older devices store plainly.
+__device__ __forceinline__ void st16_4(uint4 *p, uint4 v) { st16_0(p, v); }
+__device__ __forceinline__ void st16_5(uint4 *p, uint4 v) { st16_0(p, v); }
 #else
-                 "createpolicy.fractional.L2::evict_last.b64 pol, 1.0;\n\t"
+#define STREAM_ST_POLICY(N, POLICY)                                                             \
+    __device__ __forceinline__ void st16_##N(uint4 *p, uint4 v) {                              \
+        asm volatile("{ .reg .b64 pol;\n\t"                                                     \
+                     "createpolicy.fractional.L2::" POLICY ".b64 pol, 1.0;\n\t"                \
+                     "st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, pol; }" ::"l"(p), \
+                     "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)                                    \
+                     : "memory");                                                              \
+    }
+STREAM_ST_POLICY(4, "evict_first")
+STREAM_ST_POLICY(5, "evict_last")
 #endif
-                 "st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, pol; }" ::"l"(p),
-                 "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
-#else
-    asm volatile(STREAM_ST_OP " [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
-                 "r"(v.z), "r"(v.w)
-                 : "memory");
-#endif
-}
+#define STREAM_ST_FN_(N) st16_##N
+#define STREAM_ST_FN(N) STREAM_ST_FN_(N)
+#define st16 STREAM_ST_FN(STREAM_ST)
+#define st16_flat STREAM_ST_FN(STREAM_FLAT_ST)
 
 // -- element types: the arithmetic on one 16-byte vector ------------------------------------
 
@@ -315,7 +321,7 @@ __device__ __forceinline__ void unary_flat(uint4 *dst, const uint4 *src, u64 n, 
     const u64 bd = (u64)blockDim.x, pieces = (n + bd - 1) / bd, total = pieces * (u64)loops;
     for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
         const u64 i = (k % pieces) * bd + (u64)threadIdx.x;
-        if (i < n) st16(dst + i, op(ld16(src + i)));
+        if (i < n) st16_flat(dst + i, op(ld16(src + i)));
     }
 }
 template <class Op>
@@ -326,7 +332,7 @@ __device__ __forceinline__ void binary_flat(uint4 *dst, const uint4 *x, const ui
         const u64 i = (k % pieces) * bd + (u64)threadIdx.x;
         if (i < n) {
             const uint4 p = ld16(x + i), q = ld16(y + i);
-            st16(dst + i, op(p, q));
+            st16_flat(dst + i, op(p, q));
         }
     }
 }
@@ -465,7 +471,7 @@ STREAM_KERNEL stream_write_flat(uint4 *dst, u64 vecs, u64 lo, u64 hi, u32 loops)
     const u64 bd = (u64)blockDim.x, pieces = (vecs + bd - 1) / bd, total = pieces * (u64)loops;
     for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
         const u64 i = (k % pieces) * bd + (u64)threadIdx.x;
-        if (i < vecs) st16(dst + i, v);
+        if (i < vecs) st16_flat(dst + i, v);
     }
 }
 
