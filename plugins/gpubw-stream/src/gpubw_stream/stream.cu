@@ -9,11 +9,13 @@
 // Every array is accessed as 16-byte vectors (uint4): `vecs` is the number of vectors. One
 // 16-byte vector is 4 fp32, 8 fp16 or 2 fp64 elements, so the bytes moved per vector, and the
 // memory access pattern, are the same whatever the element type. Loads are volatile asm, so
-// the compiler cannot drop, merge or hoist a repeated load; every kernel keeps STREAM_UNROLL
-// independent 16-byte loads in flight per thread, is correct for any grid (a tile loop), and
-// runs `loops` passes in one launch. How the host launches them (one pass per launch over a
-// grid that covers the array once, or a resident grid that loops) is gpubw_stream/kernels.py
-// (launch_plan); benchmarks/tune_copy.py measured the choices below on an H200.
+// the compiler cannot drop, merge or hoist a repeated load. Two kinds of kernel, both correct
+// for any grid and running `loops` passes in one launch: the resident grid-stride ones keep
+// STREAM_UNROLL independent 16-byte loads in flight per thread and are launched with a few
+// blocks per SM; the "_flat" ones (copy, scale, add, triad, write) do one vector per thread
+// and are launched with one block per (pass, piece), a one-shot grid (see unary_flat). The
+// host's choice is gpubw_stream/kernels.py (FLAT, flat_launches); benchmarks/tune_copy.py
+// measured the choices below on an H200 (benchmarks/README.md).
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -40,9 +42,8 @@ typedef unsigned short u16;
 // 2 = ld.global.nc (non-coherent/texture path); 3 = ld.global.cs (streaming);
 // 4 = ld.global.nc.L1::no_allocate; 5 = ld.global.cg.L2::256B (256-byte L2 prefetch);
 // 6 = ld.global.L1::no_allocate with an L2 evict-first policy.
-// A load that may allocate in L1 (1, 2, 3) is only valid when each pass is its own launch
-// (L1 is not kept across launches) or the array is far above L1: a resident grid re-reading a
-// small array `loops` times would be served from L1. kernels.py launches accordingly.
+// 0 is the default. 1, 2 and 3 may allocate in L1, so a resident grid re-reading a small
+// array `loops` times could be served from L1: tuning only.
 #ifndef STREAM_LD
 #define STREAM_LD 0
 #endif
