@@ -96,6 +96,7 @@ class Op:
         "prepare",
         "probe",
         "record",
+        "remote",
         "submit",
     )
 
@@ -118,6 +119,8 @@ class Op:
         self.probe: Callable[[], bool | None] | None = None
         #: a gate that timed out reports it (writes its status word)
         self.on_timeout: Callable[[], None] | None = None
+        #: a gate whose flag is in device memory: another rank may release it
+        self.remote = False
 
 
 class Engine:
@@ -157,6 +160,21 @@ class Engine:
     def enqueue(self, s: Stream, op: Op, now: float) -> None:
         s.queue.append(op)
         self.advance(now)
+
+    def held_remotely(self, s: Stream) -> bool:
+        """Whether ``s`` has a gate ahead whose flag lives in device memory and is not
+        released yet (in a multi-rank engine another rank's work releases it)."""
+        for op in (s.cur, *s.queue):
+            if (
+                op is not None
+                and op.kind == "gate"
+                and op.remote
+                and not op.done
+                and op.probe is not None
+                and op.probe() is False
+            ):
+                return True
+        return False
 
     def release_gates(self) -> None:
         """The host wrote memory: running gates whose flag is now released end soon."""
