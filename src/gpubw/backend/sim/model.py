@@ -88,6 +88,10 @@ def _hosts_tuple(value: Iterable[int] | None) -> tuple[int, ...] | None:
     return None if value is None else tuple(int(v) for v in value)
 
 
+def _kinds(value: Iterable[str]) -> frozenset[str]:
+    return frozenset(value)
+
+
 #: Handle kinds a model may offer (gpubw.backend.base.HANDLE_KINDS).
 _HANDLE_KINDS = ("fabric", "posix-fd", "ipc")
 
@@ -129,7 +133,7 @@ class SimSystem:
     hosts: tuple[int, ...] | None = attrs.field(default=None, converter=_hosts_tuple)
     #: the kinds of shareable memory handle that work here ("fabric" needs IMEX)
     handle_kinds: frozenset[str] = attrs.field(
-        default=frozenset({"posix-fd", "ipc"}), converter=frozenset
+        default=frozenset({"posix-fd", "ipc"}), converter=_kinds
     )
     #: bytes/s of stores to an NVLink multicast object from one device (None: the SM rate
     #: of that device's peer link)
