@@ -156,7 +156,7 @@ class SharingMixin:
                 self._check_kind(kind, call, export=True)
             except CudaError as exc:
                 text = exc.result + (f" ({exc.detail})" if exc.detail else "")
-                out.append(HandleProbe(kind, False, text))
+                out.append(HandleProbe(kind, False, f"{text} from {exc.call}"))
             else:
                 out.append(HandleProbe(kind, True))
         return tuple(out)
