@@ -135,6 +135,8 @@ class Engine:
         self._rates: dict[int, float] = {}
         self._ids = 0
         self._rng = random.Random(model.seed)
+        #: a gate waiting on a flag in device memory was ever started (multi-rank protocol)
+        self.remote_gates = False
 
     # -- objects ----------------------------------------------------------------------------
     def _next_id(self) -> int:
@@ -194,6 +196,7 @@ class Engine:
         t = self.t
         if op.kind == "gate":
             op.deadline = t + op.duration
+            self.remote_gates = self.remote_gates or op.remote
             assert op.probe is not None
             if op.probe() is None:
                 op.end = t
@@ -273,6 +276,8 @@ class Engine:
                 op.effect()
             except GpubwError as exc:
                 self._fail(s, exc)
+            if self.remote_gates and op.kind != "gate":
+                self.release_gates()  # the work may have released a flag in device memory
 
     @staticmethod
     def _fail(s: Stream, exc: GpubwError) -> None:

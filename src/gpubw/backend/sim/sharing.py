@@ -116,6 +116,7 @@ class SharingMixin:
 
     def _init_sharing(self) -> None:
         self._imports: dict[int, Alloc] = {}  # pointer -> the mapped allocation
+        self._shadows: set[int] = set()  # imports of another process's memory
         self._exports: set[int] = set()
         self._joined: dict[int, Joined] = {}
 
@@ -226,6 +227,7 @@ class SharingMixin:
             alloc = export.alloc
         else:  # another process's engine: a shadow on the owner's device, here
             alloc = shared.memory.allocs[self._alloc_shared(owner_device, size)]
+            self._shadows.add(alloc.base)
         if pointer in self._imports and token == shared.token:
             raise CudaError(call, "CUDA_ERROR_ALREADY_MAPPED", "imported twice")
         alloc.mapped_by.add(g)
@@ -240,10 +242,11 @@ class SharingMixin:
             raise UsageError(f"0x{pointer:x} is not memory imported by this backend")
         shared = self._shared
         shared.engine.advance(self._now)
-        if pointer in shared.exports:
-            alloc.mapped_by.difference_update(self._globals)
-        else:  # a shadow
+        if pointer in self._shadows:
+            self._shadows.discard(pointer)
             shared.memory.remove(alloc)
+        else:
+            alloc.mapped_by.difference_update(self._globals)
 
     @locked
     def free_exported(self, pointer: int) -> None:
