@@ -133,15 +133,17 @@ def test_ranks_on_two_hosts_without_fabric_get_the_imex_error() -> None:
 def test_one_rank_refusing_fabric_export_is_named() -> None:
     """On a rack with IMEX, one rank whose fabric export is refused (as without an IMEX
     channel) makes the agreement fail, naming that rank."""
+
+    def body(r: Rank) -> str:
+        with pytest.raises(SharingError) as info:
+            r.sharing.handle_kind()
+        return str(info.value)
+
     _, out = run_ranks(
-        load_system("gb200nvl72"),
-        [2, 2],
-        lambda r: pytest.raises(SharingError, r.sharing.handle_kind).value.args[0],  # type: ignore[call-overload]
-        faults={3: Faults(export_refused=True)},
+        load_system("gb200nvl72"), [2, 2], body, faults={3: Faults(export_refused=True)}
     )
-    assert all(
-        "fabric export failed on rank 3 with CUDA_ERROR_NOT_PERMITTED" in t for t in values(out)
-    )
+    texts = values(out)
+    assert all("fabric export failed on rank 3 with CUDA_ERROR_NOT_PERMITTED" in t for t in texts)
 
 
 def test_posix_fd_refused_end_to_end_falls_back_to_ipc() -> None:
@@ -428,20 +430,23 @@ def test_a_store_to_a_multicast_object_lands_in_every_member() -> None:
                     with r.backend.stream(r.device) as s:
                         src.fill(SRC_SEED, SIZE, stream=s, exec_device=r.device)
                         r.backend.synchronize(s, 5.0)
-                    with r.backend.stream(r.device) as s, r.backend.event(r.device) as a:
-                        with r.backend.event(r.device) as b:
-                            r.backend.record_event(a, s)
-                            elements = SIZE // 16
-                            r.backend.launch(
-                                "gpubw_copy",
-                                elements // 512,
-                                512,
-                                (ptr(mc.ptr), ptr(src.ptr), u64(elements), u32(1)),
-                                s,
-                            )
-                            r.backend.record_event(b, s)
-                            r.backend.synchronize(s, 5.0)
-                            seconds = r.backend.elapsed_seconds(a, b)
+                    with (
+                        r.backend.stream(r.device) as s,
+                        r.backend.event(r.device) as a,
+                        r.backend.event(r.device) as b,
+                    ):
+                        r.backend.record_event(a, s)
+                        elements = SIZE // 16
+                        r.backend.launch(
+                            "gpubw_copy",
+                            elements // 512,
+                            512,
+                            (ptr(mc.ptr), ptr(src.ptr), u64(elements), u32(1)),
+                            s,
+                        )
+                        r.backend.record_event(b, s)
+                        r.backend.synchronize(s, 5.0)
+                        seconds = r.backend.elapsed_seconds(a, b)
             r.world.barrier()
             found = r.backend.engine.memory.find(mc.ptr, SIZE)
             assert found is not None and found[0].members is not None
