@@ -202,7 +202,7 @@ def gb200_device(system: str, ordinal: int) -> DeviceInfo:
         ordinal=ordinal,
         name="NVIDIA GB200",
         uuid=_uuid(system, ordinal),
-        pci_bus_id=f"{_GB200_DOMAINS[local]:04x}:01:00.0",
+        pci_bus_id=f"{_GB200_DOMAINS[local]:04x}:{ordinal // GB200_PER_HOST + 1:02x}:00.0",
         compute_capability=(10, 0),
         sm_count=148,
         l2_bytes=126 * MIB,
