@@ -205,3 +205,22 @@ def test_gate_relay_stores_the_device_flag(release: bool) -> None:
         backend.synchronize(waiting, 1.0)
     assert backend.host_read(status, 4) == (b"\0" * 4 if release else b"\1\0\0\0")
     assert backend.host_read(waiter_status, 4) == b"\0" * 4  # released, not timed out
+
+
+def test_a_rank_behind_the_device_clock_waits_from_the_device_clock() -> None:
+    """Another rank ran the shared device side ahead of this rank's host clock: this rank's
+    synchronize bound counts from the device clock, not from its own stale clock."""
+    engine = SimEngine(load_system("h200x8"))
+    a, b = engine.rank_view(0, 0), engine.rank_view(1, 0)
+    n = 2 << 30  # ~5.4 ms per copy at 394.5 GB/s
+    bufs = {d: (a.alloc_device(d, n), a.alloc_device(d, n)) for d in range(4)}
+    for d in range(4):
+        a.enable_peer_access(d, d ^ 1)
+    with a.stream(0) as sa, b.stream(2) as sb:
+        a.memcpy_async(bufs[1][0], bufs[0][0], n, sa)
+        b.memcpy_async(bufs[3][0], bufs[2][0], n, sb)
+        a.synchronize(sa, 1.0)
+        assert engine.engine.t > b.now + 5e-3
+        b.memcpy_async(bufs[3][1], bufs[2][1], n, sb)  # runs from ~5.4 ms to ~10.9 ms
+        b.synchronize(sb, 8e-3)
+    assert b.now >= engine.engine.t - 1e-9

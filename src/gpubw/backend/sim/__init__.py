@@ -423,6 +423,9 @@ class SimulatedBackend(SharingMixin, Backend):
                 if remaining <= 0:
                     break
                 self._shared.cond.wait(min(remaining, 0.05))
+            # other ranks may have run the device side past this rank's clock: its wait
+            # starts no earlier than that (the bound is then not spent on the past)
+            self._now = max(self._now, self._engine.t)
         limit = self._now + timeout_s
         done = self._engine.advance(limit, until=s.idle)
         self._shared.cond.notify_all()
