@@ -82,7 +82,7 @@ class MpiWorld(World):
             raise WorldError(
                 f"the launcher started {expected_size} ranks but MPI sees "
                 f"{world_comm.Get_size()}: mpi4py uses an MPI library "
-                f"({mpi.Get_library_version().splitlines()[0].strip()}) that is not the "
+                f"({' '.join(mpi.Get_library_version().splitlines()[0].split())}) that is not the "
                 "launcher's (use the mpiexec of the MPI that mpi4py loads, or srun --mpi=pmix)"
             )
         comm = world_comm.Dup()  # gpubw's messages never meet anyone else's

@@ -75,7 +75,7 @@ class _Hub:
 
     def leave(self, rank: int, why: str) -> None:
         with self.cond:
-            self.departed[rank] = why
+            self.departed.setdefault(rank, why)  # the first reason (abort) is the real one
             self.cond.notify_all()
 
 
