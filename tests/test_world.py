@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -214,7 +215,11 @@ def test_unpicklable_value_fails_on_its_rank() -> None:
     """Values must travel pickled, as over MPI; a lambda does not."""
 
     def protocol(w: SimulatedWorld) -> None:
-        w.bcast((lambda: 0) if w.rank == 0 else None)
+        try:
+            w.bcast((lambda: 0) if w.rank == 0 else None)
+        finally:
+            if w.rank == 0:  # this rank is out of step with the others now
+                assert w.broken is not None and w.broken.startswith("rank 0: bcast interrupted")
 
     outcomes = SimulatedCluster(2, timeout_s=10).run(protocol)
     assert outcomes[0].error is not None and "pickle" in str(outcomes[0].error).lower()
@@ -348,15 +353,22 @@ def _mpiexec() -> str | None:
     return str(beside) if beside.exists() else shutil.which("mpiexec")
 
 
-def _mpi_ready() -> str | None:
-    if _mpiexec() is None:
+def _mpi_unready() -> str | None:
+    """Why the real-MPI tests cannot run here, or None. They drive MPICH's hydra mpiexec (the
+    one the ``mpich`` wheel of the test extra installs) and its flags."""
+    mpiexec = _mpiexec()
+    if mpiexec is None:
         return "no mpiexec (pip install mpich)"
-    if _python("import mpi4py").returncode != 0:
+    if importlib.util.find_spec("mpi4py") is None:
         return "mpi4py is not installed (pip install 'gpubw[mpi]')"
+    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+    if "HYDRA" not in version.stdout:
+        return f"{mpiexec} is not MPICH's hydra (pip install mpich)"
     return None
 
 
-needs_mpi = pytest.mark.skipif(_mpi_ready() is not None, reason=str(_mpi_ready()))
+_UNREADY = _mpi_unready()
+needs_mpi = pytest.mark.skipif(_UNREADY is not None, reason=str(_UNREADY))
 
 _PRELUDE = """
 import json, os, sys, time
@@ -495,3 +507,46 @@ def test_mpi_library_not_the_launchers_is_a_clear_error() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("the launcher started 2 ranks but MPI sees 1: mpi4py uses")
+
+
+@needs_mpi
+def test_mpi_ctrl_c_to_the_launcher_breaks_the_world_and_aborts_with_130(tmp_path: Path) -> None:
+    """SIGINT to mpiexec reaches every rank; one interrupted in a collective aborts with 130."""
+    script = tmp_path / "interrupted.py"
+    script.write_text(
+        _PRELUDE
+        + textwrap.dedent(
+            """
+            world.barrier()
+            say(ready=True)
+            try:
+                if world.rank == 1:
+                    time.sleep(30)
+                world.barrier()
+            except KeyboardInterrupt:
+                say(broken=world.broken)
+                world.close(130)
+            """
+        )
+    )
+    argv = [_mpiexec(), "-n", "2", sys.executable, str(script), "30"]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None
+        ready = 0
+        while ready < 2:
+            line = proc.stdout.readline()
+            assert line, "mpiexec ended before both ranks were ready"
+            ready += '"ready": true' in line
+        time.sleep(0.3)  # let rank 0 enter its barrier
+        proc.send_signal(signal.SIGINT)
+        out, _err = proc.communicate(timeout=30)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    assert proc.returncode == 130
+    lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    assert {"rank": 0, "broken": "rank 0: barrier interrupted (KeyboardInterrupt: )"} in lines

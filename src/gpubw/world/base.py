@@ -263,6 +263,11 @@ class World(abc.ABC):
         except WorldError as exc:
             self._broken = str(exc)
             raise
+        except BaseException as exc:
+            # Ctrl-C, SIGTERM (InterruptedRun), an unpicklable value: the other ranks are now
+            # a step out of line with this one, so no later collective can be trusted.
+            self._broken = f"rank {self.rank}: {name} interrupted ({type(exc).__name__}: {exc})"
+            raise
 
     def _allgather(self, name: str, seq: int, value: Any, deadline: float) -> list:
         """Default allgather: gather to rank 0, then bcast (implementations may do better)."""
