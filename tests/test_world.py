@@ -72,6 +72,30 @@ def test_simulated_collectives() -> None:
         assert (o.value["max"], o.value["min"], o.value["sum"]) == (4.5, -2, 6)
 
 
+def test_on_step_runs_once_per_collective_while_every_rank_waits() -> None:
+    """The step hook sees each completed collective once, before any rank leaves it."""
+    steps: list[tuple[int, str]] = []
+    inside: list[int] = []
+    counter = [0]
+    lock = threading.Lock()
+
+    def on_step(step: int, name: str) -> None:
+        steps.append((step, name))
+        inside.append(counter[0])
+
+    def protocol(w: SimulatedWorld) -> None:
+        for _ in range(3):
+            w.barrier()
+            with lock:
+                counter[0] += 1  # a rank past the step; the hook ran before any did
+        w.allreduce(1, "sum")
+
+    outcomes = SimulatedCluster(3, timeout_s=10, on_step=on_step).run(protocol)
+    assert all(o.ok for o in outcomes)
+    assert steps == [(0, "barrier"), (1, "barrier"), (2, "barrier"), (3, "allreduce(sum)")]
+    assert inside == [0, 3, 6, 9]
+
+
 def test_simulated_values_are_copies_as_over_mpi() -> None:
     """A rank never holds another rank's object: values travel pickled."""
     shared = {"x": [1]}

@@ -33,8 +33,9 @@ def _ranks(missing: Sequence[int]) -> str:
 class _Hub:
     """The rendezvous of one simulated world: contributions per collective step."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, on_step: Callable[[int, str], None] | None = None) -> None:
         self.size = size
+        self.on_step = on_step
         self.cond = threading.Condition()
         #: step -> rank -> (collective name, pickled value)
         self.slots: dict[int, dict[int, tuple[str, bytes]]] = {}
@@ -47,6 +48,9 @@ class _Hub:
         with self.cond:
             slot = self.slots.setdefault(seq, {})
             slot[rank] = (name, data)
+            if len(slot) == self.size and self.on_step is not None:
+                # the last rank to arrive: every other rank is blocked in this step
+                self.on_step(seq, name)
             self.cond.notify_all()
             while len(slot) < self.size:
                 missing = [r for r in range(self.size) if r not in slot]
@@ -135,13 +139,18 @@ class SimulatedCluster:
 
     ``hosts`` is the number of ranks on each host (``[4] * 18`` for an NVL72 rack) or, as an
     int, the number of ranks on one host. Ranks are numbered host by host, as ``mpirun``
-    places them by default."""
+    places them by default.
+
+    ``on_step(step, name)``, if given, is called once per completed collective, by the last
+    rank to arrive, while every other rank is still blocked in it: a deterministic point at
+    which a shared simulated engine can line up the ranks' clocks."""
 
     def __init__(
         self,
         hosts: Sequence[int] | int,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         host_names: Sequence[str] | None = None,
+        on_step: Callable[[int, str], None] | None = None,
     ) -> None:
         per_host = [hosts] if isinstance(hosts, int) else list(hosts)
         if not per_host or any(n < 1 for n in per_host):
@@ -155,10 +164,11 @@ class SimulatedCluster:
         self.host_names = tuple(names)
         self.size = len(self.rank_hosts)
         self.timeout_s = timeout_s
+        self.on_step = on_step
 
     def worlds(self) -> list[SimulatedWorld]:
         """A fresh set of connected worlds, one per rank (for a caller's own threads)."""
-        hub = _Hub(self.size)
+        hub = _Hub(self.size, self.on_step)
         return [
             SimulatedWorld(hub, r, self.rank_hosts, self.host_names, self.timeout_s)
             for r in range(self.size)
