@@ -209,6 +209,28 @@ def test_abort_ends_the_rank_and_frees_the_others() -> None:
     assert "rank 0 left the world (aborted with exit code 3)" in str(outcomes[1].error)
 
 
+def test_close_is_a_bounded_last_barrier() -> None:
+    """close() waits for the other ranks, but not forever: a hung rank breaks the world and
+    the closing rank leaves it (MPI would abort); closing twice does nothing."""
+    done = threading.Event()
+
+    def protocol(w: SimulatedWorld) -> str | None:
+        if w.rank == 1:
+            done.wait(30)  # hangs until rank 0 has closed
+            return None
+        w.close(4)
+        w.close(4)
+        done.set()
+        return w.broken
+
+    outcomes = SimulatedCluster(2, timeout_s=0.3).run(protocol, join_timeout_s=10)
+    assert outcomes[0].value == (
+        "rank 0: barrier did not complete within 0.3 s (no contribution from rank(s) 1)"
+    )
+    healthy = SimulatedCluster(3, timeout_s=10).run(lambda w: w.close())
+    assert all(o.ok for o in healthy)
+
+
 def test_ranks_calling_different_collectives_is_a_protocol_error() -> None:
     """One rank in bcast while another is in barrier is reported, not mismatched."""
 
@@ -479,21 +501,39 @@ world.close(5)  # broken world: MPI_Abort, never a hang in MPI_Finalize
     "fault", ["time.sleep(30)", "os._exit(0)"], ids=["rank-hangs", "rank-exits-early"]
 )
 def test_mpi_lost_rank_gives_a_clear_error_not_a_hang(tmp_path: Path, fault: str) -> None:
-    """Rank 1 hangs or leaves: rank 0 raises WorldTimeoutError after 2 s, then aborts."""
+    """Rank 1 hangs or leaves: rank 0 raises WorldTimeoutError after 1 s, then aborts."""
     # -disable-auto-cleanup when rank 1 exits: hydra would otherwise kill rank 0 itself, and
     # rank 0 would never get to say anything (tested below). Not when it hangs: rank 0's
     # MPI_Abort must end the hung rank too.
     flags = ("-disable-auto-cleanup",) if "exit" in fault else ()
     rc, lines, err, elapsed = _run_mpi(
-        tmp_path, _LOSE_RANK_1.format(fault=fault), timeout_s=2, flags=flags
+        tmp_path, _LOSE_RANK_1.format(fault=fault), timeout_s=1, flags=flags
     )
     assert elapsed < 20
     assert rc == 5, err
     [line] = [x for x in lines if x["rank"] == 0]
     assert line["error"] == (
-        "rank 0: allreduce(sum) did not complete within 2 s (nothing from rank(s) 1)"
+        "rank 0: allreduce(sum) did not complete within 1 s (nothing from rank(s) 1)"
     )
-    assert 1.9 < line["elapsed"] < 6
+    assert 0.95 < line["elapsed"] < 5
+
+
+@needs_mpi
+def test_mpi_close_never_waits_for_a_hung_rank(tmp_path: Path) -> None:
+    """Healthy until the end, then rank 1 hangs: rank 0's close() aborts after its bound
+    instead of waiting in MPI_Finalize (which waits for every rank, measured)."""
+    rc, _lines, err, elapsed = _run_mpi(
+        tmp_path,
+        """
+        world.barrier()
+        if world.rank == 1:
+            time.sleep(30)
+        world.close(6)
+        """,
+        timeout_s=1,
+    )
+    assert rc == 6, err
+    assert elapsed < 20
 
 
 @needs_mpi

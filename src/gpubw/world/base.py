@@ -21,6 +21,7 @@ Implementations: :class:`SingleWorld` (one process, size 1, here), ``MpiWorld``
 from __future__ import annotations
 
 import abc
+import contextlib
 import operator
 import socket
 import time
@@ -135,8 +136,11 @@ class World(abc.ABC):
     ) -> None:
         if not 0 <= rank < size:
             raise ValueError(f"rank must be in [0, {size}), got {rank}")
-        if len(rank_hosts) != size:
-            raise ValueError(f"rank_hosts must name a host for each of {size} ranks")
+        if len(rank_hosts) != size or not all(0 <= h < len(host_names) for h in rank_hosts):
+            raise ValueError(
+                f"rank_hosts must give each of {size} ranks a host index below "
+                f"{len(host_names)}, got {tuple(rank_hosts)}"
+            )
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self.rank = rank
@@ -152,6 +156,7 @@ class World(abc.ABC):
         self.local_rank = same_host.index(rank)
         self.local_size = len(same_host)
         self._broken: str | None = None
+        self._closed = False
         self._seq = 0
 
     # -- layout -------------------------------------------------------------------------------
@@ -234,9 +239,27 @@ class World(abc.ABC):
         """End every rank now (after a broken world, once rank 0 has written its report)."""
         raise SystemExit(exit_code)
 
-    def close(self, exit_code: int = 1) -> None:  # noqa: B027 - nothing to free by default
-        """Free what the world holds (a communicator); safe to call twice. Call it last: an
-        MPI world that is broken aborts here with ``exit_code`` (see ``MpiWorld.close``)."""
+    def close(self, exit_code: int = 1) -> None:
+        """The last call of every rank (collective): a final bounded barrier, then free what
+        the world holds. If the world is broken, or that barrier fails (a rank is lost or
+        hangs: MPI_Finalize would wait for it forever, measured), end the run instead with
+        ``exit_code`` (:meth:`_end_broken`). Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._broken is None:
+            with contextlib.suppress(WorldError):
+                self.barrier()
+        if self._broken is not None:
+            self._end_broken(exit_code)
+        self._free()
+
+    def _end_broken(self, exit_code: int) -> None:
+        """How a rank with a broken world ends (MPI: MPI_Abort)."""
+        self.abort(exit_code)
+
+    def _free(self) -> None:  # noqa: B027 - nothing to free by default
+        """Free what the world holds once closed (MPI: its communicator)."""
 
     # -- machinery ----------------------------------------------------------------------------
 

@@ -185,13 +185,8 @@ class MpiWorld(World):
         """MPI_Abort: ends every rank of the run (the launcher exits with ``exit_code``)."""
         self._comm.Abort(exit_code)
 
-    def close(self, exit_code: int = 1) -> None:
-        """Free gpubw's communicator; MPI itself is finalized by mpi4py at exit.
-
-        On a broken world this *aborts* with ``exit_code`` instead: MPI_Finalize would wait
-        forever for the lost rank. Call it last, once rank 0 has written its report."""
-        if self._broken is not None:
-            self.abort(exit_code)
+    def _free(self) -> None:
+        """Free gpubw's communicator; MPI itself is finalized by mpi4py at exit."""
         if self._comm is not None:
             self._comm.Free()
             self._comm = None

@@ -113,6 +113,11 @@ class SimulatedWorld(World):
     def _allgather(self, name: str, seq: int, value: Any, deadline: float) -> list:
         return self._hub.exchange(self.rank, seq, name, value, deadline)
 
+    def _end_broken(self, exit_code: int) -> None:
+        """Leave the world (the other ranks' waits end at once, as MPI_Abort would end
+        them); the thread carries on, so that its caller can return ``exit_code``."""
+        self._hub.leave(self.rank, f"closed a broken world (exit code {exit_code})")
+
     def abort(self, exit_code: int = 1) -> None:
         """Leave the world (the other ranks fail at their next collective), then end this
         rank's thread with SystemExit."""
