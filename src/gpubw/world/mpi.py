@@ -96,7 +96,11 @@ class MpiWorld(World):
         library = mpi.Get_library_version().strip()
         # Host layout through gpubw's own, bounded allgather.
         probe = cls(comm, (0,) * comm.Get_size(), ("?",), timeout_s, library)
-        pairs = probe.allgather((leader, name))
+        try:
+            pairs = probe.allgather((leader, name))
+        except WorldError:
+            atexit.register(probe._at_exit)  # broken from the start: abort, never hang, at exit
+            raise
         leaders = sorted({lead for lead, _ in pairs})
         rank_hosts = tuple(leaders.index(lead) for lead, _ in pairs)
         host_names = tuple(pairs[lead][1] for lead in leaders)
