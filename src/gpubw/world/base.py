@@ -7,8 +7,9 @@ allreduce, and :meth:`World.agree` on a status) are *bounded in time*: a rank th
 hangs makes the others raise :class:`WorldTimeoutError` after ``timeout_s`` instead of
 waiting forever. After any :class:`WorldError` the world is *broken*: every later
 collective raises at once (naming the first failure), so one dead rank costs one timeout,
-not one per remaining collective. A broken world cannot be shut down cleanly; the caller
-writes what it has and then calls :meth:`World.abort`.
+not one per remaining collective (an exception or Ctrl-C inside a collective breaks it too).
+A broken world cannot be shut down cleanly: the caller writes what it has, then every rank
+calls :meth:`World.close` last, which ends the run (MPI_Abort) when the world is broken.
 
 Every rank must call the same collectives in the same order. Values travel pickled (as over
 MPI), so they must be picklable and small: handles, figures, statuses, not buffers.
