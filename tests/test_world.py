@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpubw.errors import GpubwError
 from gpubw.world import (
@@ -94,6 +96,38 @@ def test_on_step_runs_once_per_collective_while_every_rank_waits() -> None:
     assert all(o.ok for o in outcomes)
     assert steps == [(0, "barrier"), (1, "barrier"), (2, "barrier"), (3, "allreduce(sum)")]
     assert inside == [0, 3, 6, 9]
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    hosts=st.lists(st.integers(1, 3), min_size=1, max_size=3),
+    root_seed=st.integers(0, 1000),
+    values=st.lists(st.integers(-100, 100), min_size=9, max_size=9),
+)
+def test_simulated_collectives_match_their_definition(
+    hosts: list[int], root_seed: int, values: list[int]
+) -> None:
+    """For any cluster shape, root and values: the collectives' answers by definition."""
+    size = sum(hosts)
+    root = root_seed % size
+    mine = values[:size]
+
+    def protocol(w: SimulatedWorld) -> tuple:
+        v = mine[w.rank]
+        return (
+            w.bcast(v, root=root),
+            w.gather(v, root=root),
+            w.allgather(v),
+            w.allreduce(v, "max"),
+            w.allreduce(v, "min"),
+            w.allreduce(v, "sum"),
+        )
+
+    outcomes = SimulatedCluster(hosts, timeout_s=10).run(protocol)
+    for o in outcomes:
+        assert o.ok, o
+        expected_gather = mine if o.rank == root else None
+        assert o.value == (mine[root], expected_gather, mine, max(mine), min(mine), sum(mine))
 
 
 def test_simulated_values_are_copies_as_over_mpi() -> None:
@@ -495,6 +529,31 @@ def test_mpi_two_ranks_collectives(tmp_path: Path) -> None:
         assert line["allgather"] == [0, 1]
         assert line["reduced"] == [1.5, 0.5, 2.0]
         assert line["agree"] == "rank 1: bad gpu"
+
+
+@needs_mpi
+def test_mpi_ranks_calling_different_collectives_is_a_protocol_error(tmp_path: Path) -> None:
+    """Over MPI too, a rank receiving another collective's message says so."""
+    rc, lines, err, _ = _run_mpi(
+        tmp_path,
+        """
+        try:
+            if world.rank == 0:
+                world.bcast("x", root=0)
+            else:
+                world.gather("y", root=1)
+        except WorldError as exc:
+            say(error=str(exc))
+        world.close(3)
+        """,
+        timeout_s=5,
+    )
+    assert rc == 3, err
+    assert {
+        "rank": 1,
+        "error": "rank 1: the ranks called different collectives: rank 1 gather (step 1), "
+        "rank 0 bcast (step 1): a protocol bug",
+    } in lines
 
 
 _LOSE_RANK_1 = """
