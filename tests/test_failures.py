@@ -406,6 +406,79 @@ def test_plugin_errors_in_text_output(capsys, plugins):
     assert "fixture fixture_good (GB/s)" in out
 
 
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("fixture_run_exits", "run() failed: SystemExit: 3"),
+        ("fixture_filter_exits", "filter() failed: SystemExit: fixture: filter wants out"),
+        ("fixture_keyboard_interrupt", "run() failed: KeyboardInterrupt"),
+        ("fixture_base_exception", "run() failed: FixtureBaseError: fixture: not an Exception"),
+    ],
+)
+def test_plugin_that_raises_system_exit_or_keyboard_interrupt(capsys, plugins, key, message):
+    """SystemExit, KeyboardInterrupt (no signal) or a bare BaseException: that testcase's Error."""
+    # The run goes on, the report is written, exit 1 (before 2026-11-30 it ended the run).
+    code, got = plugin_run(capsys, key, "0")
+    assert code == 1
+    assert got[key] == ("Error", f"{BROKEN_DIST} {key}: {message}")
+    assert got["host_to_device_memcpy_ce"][0] == "Passed"
+
+
+def test_writer_that_raises_system_exit(capsys, plugins, tmp_path):
+    """A writer calling sys.exit(): a writer error, exit 1; the old -o file is untouched."""
+    target = tmp_path / "report.txt"
+    target.write_text("previous\n")
+    code, out, err = run_cli(capsys, "--simulate", "h200x1", *FAST, "-t", "fixture_good",
+                             "--format", "fixture_exiting_writer", "-o", str(target))  # fmt: skip
+    assert code == 1 and out == ""
+    assert err.strip() == "gpubw: error: writer 'fixture_exiting_writer' failed: SystemExit: 0"
+    assert target.read_text() == "previous\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_matrix_validation_is_inside_the_testcase_guard(capsys, plugins, monkeypatch):
+    """Whatever matrix validation raises is that testcase's Error (it once lost the report)."""
+
+    check = runner.matrix_problem
+
+    def overflow(m: Any) -> str | None:
+        if m.key == "fixture_prints":
+            raise OverflowError("int too large to convert to float")
+        return check(m)
+
+    monkeypatch.setattr(runner, "matrix_problem", overflow)
+    code, got = plugin_run(capsys, "fixture_prints")
+    assert code == 1
+    assert got["fixture_prints"][0] == "Error"
+    assert "OverflowError: int too large to convert to float" in got["fixture_prints"][1]
+
+
+def test_plugin_that_prints_cannot_corrupt_json_on_stdout(tmp_path):
+    """print(), os.write(1, ...) and a child's output inside a plugin: -j on stdout stays JSON."""
+    # What the plugin printed is kept, in order of the three ways, as the testcase's output.
+    paths = copy_fixtures(tmp_path / "site", GOOD, BROKEN)
+    argv = ["--simulate", PRESET, *FAST, "-j", "-t", "fixture_prints", "fixture_good"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpubw", *argv],
+        env=subprocess_env(paths),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # nothing but the report on stdout
+    validate(doc)
+    printed = {t["key"]: t.get("output") for t in doc["testcases"]}
+    assert printed["fixture_good"] is None  # printed nothing: no output field
+    lines = printed["fixture_prints"].splitlines()
+    assert sorted(lines) == [
+        "fixture: hello from a child",
+        "fixture: hello from fd 1",
+        "fixture: hello from print",
+    ]
+    assert "fixture: hello" not in proc.stderr
+
+
 # == 3. Faults during a run ================================================================
 def sim_run(
     keys: list[str], faults: Faults, preset: str = PRESET, **kw: Any

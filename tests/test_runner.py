@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import signal
+import sys
 import time
 from typing import Any, ClassVar
 
@@ -451,11 +452,33 @@ def test_second_signal_stops_a_plugin_that_swallowed_the_first():
 
 
 def test_system_closed_when_something_escapes():
-    """A BaseException from a plugin propagates, but the System is closed first."""
+    """Without signal handling a KeyboardInterrupt (Ctrl-C) propagates; the System is closed."""
     f = Factory()
     with pytest.raises(KeyboardInterrupt):
-        run(f, [entry(ProcessInterrupt, "kbd")], sizes(MIB), handle_signals=True)
+        run(f, [entry(ProcessInterrupt, "kbd"), entry(Sized, "never")], sizes(MIB))
     assert f.backend.closed
+
+
+class ProcessExit(gpubw.Testcase):
+    """Calls sys.exit() in filter()."""
+
+    def filter(self):
+        sys.exit("bye")
+
+
+def test_base_exceptions_from_a_plugin_are_its_error():
+    """With signal handling, a plugin's own KeyboardInterrupt or SystemExit is its Error."""
+    # No signal arrived, so the run goes on; before 2026-11-30 they ended the run.
+    f = Factory()
+    sel = [entry(ProcessInterrupt, "kbd"), entry(ProcessExit, "exits"), entry(Sized, "after")]
+    report = run(f, sel, sizes(MIB), handle_signals=True)
+    assert [(t.key, t.status, t.message) for t in report.testcases] == [
+        ("kbd", Status.ERROR, "tests kbd: run() failed: KeyboardInterrupt"),
+        ("exits", Status.ERROR, "tests exits: filter() failed: SystemExit: bye"),
+        ("after", Status.PASSED, ""),
+    ]
+    assert report.exit_code == 1 and not report.interrupted
+    assert f.backend.closed and f.backend.live == set()
 
 
 def test_progress_events():

@@ -263,10 +263,13 @@ class _Output:
         self._target = None if path is None else OutputTarget(path).check()
 
     @contextlib.contextmanager
-    def stream(self) -> Iterator[IO[str]]:
-        if self._target is None:
-            yield sys.stdout
-            sys.stdout.flush()
+    def stream(self, stdout: IO[str] | None = None) -> Iterator[IO[str]]:
+        """The stream to write the report to; ``stdout`` replaces ``sys.stdout`` where the
+        report goes to standard output."""
+        if self._target is None or (stdout is not None and self._target.is_stdout):
+            out = sys.stdout if stdout is None else stdout
+            yield out
+            out.flush()
             return
         with self._target.open("w") as f:
             yield f
@@ -439,6 +442,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    """The run command, under a :class:`gpubw.interrupts.SignalGuard` from start to exit: a
+    signal at any moment after this gives a valid report (see docs/failures.md)."""
+    from gpubw.interrupts import SignalGuard
+
+    guard = SignalGuard()
+    guard.install()
+    try:
+        code = _run_command(argv, guard)
+    finally:
+        guard.uninstall()
+    # a signal that arrived after the report was complete: the report stays complete, and
+    # the exit code still says the run was stopped
+    return code if guard.signum is None else exit_status(signal=guard.signum)
+
+
+def _run_command(argv: list[str], guard: Any) -> int:
     ns = build_parser().parse_args(_attach_negative_values(argv))
     if ns.list:
         _list(Registry.discover(), ns.json, sys.stdout)
@@ -477,6 +496,9 @@ def _main(argv: list[str]) -> int:
         from gpubw import api, runner
 
         selection, warnings = api.select(ns.testcase, ns.prefixes)
+        guard.emergency_write = _emergency_writer(
+            writer_cls, fmt, output, verbose=ns.verbose, perf=ns.perf_formatter
+        )
         show_progress = fmt != "json" and sys.stderr.isatty()
         with _progress_display(show_progress) as progress:
             report = runner.run(
@@ -489,6 +511,7 @@ def _main(argv: list[str]) -> int:
                 progress=progress,
                 handle_signals=True,
             )
+        guard.writing()  # from here a signal is only recorded; a watchdog waits for this
         _write(writer_cls, fmt, report, output, verbose=ns.verbose, perf=ns.perf_formatter)
     finally:
         output.discard()
@@ -516,17 +539,44 @@ def make_writer(cls: Any, *, verbose: bool = False, perf_formatter: bool = False
 
 
 def _write(
-    writer_cls: Any, name: str, report: Any, output: _Output, *, verbose: bool, perf: bool
+    writer_cls: Any,
+    name: str,
+    report: Any,
+    output: _Output,
+    *,
+    verbose: bool,
+    perf: bool,
+    stdout: IO[str] | None = None,
 ) -> None:
-    """Format the report with the writer; a writer's own bug becomes a PluginError."""
+    """Format the report with the writer; a writer's own bug -- any exception, ``SystemExit``
+    or a ``KeyboardInterrupt`` it raised itself (while the report is written a signal never
+    raises) -- becomes a PluginError."""
     try:
         writer = make_writer(writer_cls, verbose=verbose, perf_formatter=perf)
-        with output.stream() as stream:
+        with output.stream(stdout) as stream:
             writer.write(report, stream)
     except (GpubwError, OSError):
         raise
-    except Exception as exc:
-        raise PluginError(f"writer {name!r} failed: {type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:
+        text = str(exc).strip()
+        what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        raise PluginError(f"writer {name!r} failed: {what}") from exc
+
+
+def _emergency_writer(
+    writer_cls: Any, name: str, output: _Output, *, verbose: bool, perf: bool
+) -> Callable[[Any], None]:
+    """What the signal watchdog calls to write the report while the main thread is stuck in
+    a plugin: the same writer and output, standard output being the real one (a capture
+    may be redirecting the process's fd 1 and ``sys.stdout`` at that moment)."""
+
+    def write(report: Any) -> None:
+        from gpubw.capture import real_stdout_fd
+
+        with os.fdopen(os.dup(real_stdout_fd()), "w", encoding="utf-8") as stdout:
+            _write(writer_cls, name, report, output, verbose=verbose, perf=perf, stdout=stdout)
+
+    return write
 
 
 def _compare(argv: list[str]) -> int:
