@@ -481,6 +481,52 @@ def test_base_exceptions_from_a_plugin_are_its_error():
     assert f.backend.closed and f.backend.live == set()
 
 
+def test_signal_outside_plugin_code_is_recorded_and_stops_the_run():
+    """A signal while gpubw's own code runs (here: the progress display) raises nothing
+    there: the testcase about to run is Interrupted, nothing else runs."""
+    # Before 2026-11-30 it raised out of the progress callback and the step was lost.
+    events: list[str] = []
+
+    def progress(event: Progress) -> None:
+        events.append(event.phase)
+        if event.phase == "start":
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here, and must not raise
+
+    f = Factory()
+    report = run(
+        f,
+        [entry(Sized, "first"), entry(Sized, "never")],
+        sizes(MIB),
+        progress=progress,
+        handle_signals=True,
+    )
+    assert [(t.key, t.status, t.message) for t in report.testcases] == [
+        ("first", Status.INTERRUPTED, "interrupted by SIGINT")
+    ]
+    assert events == ["start", "end"] and report.exit_code == 130
+    assert f.backend.closed and f.backend.live == set()
+
+
+class Chatty(gpubw.Testcase):
+    """Prints, then passes."""
+
+    def run(self, size, loops):
+        print("chatty says hello")
+        os.write(1, b"chatty on fd 1\n")
+        return [row(self.key, 1.0)]
+
+
+def test_plugin_output_is_kept_on_its_result(capfd):
+    """What a testcase prints goes to its result's output, not to stdout."""
+    report = run(Factory(), [entry(Chatty, "chatty"), entry(Sized, "quiet")], sizes(MIB))
+    chatty, quiet = report.testcases
+    assert chatty.status is Status.PASSED
+    assert chatty.output == "chatty says hello\nchatty on fd 1\n"
+    assert quiet.output == ""
+    assert capfd.readouterr().out == ""
+
+
 def test_progress_events():
     """The progress hook sees a start and an end per step, with counts and results."""
     events: list[Progress] = []

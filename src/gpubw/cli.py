@@ -401,13 +401,16 @@ def _progress_display(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
 # -- main ----------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
+    from gpubw import _startup
+
+    _startup.restore()  # the start-up handlers: from here a signal is a KeyboardInterrupt
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args and args[0] == "plot":
             return _plot(args[1:])
         if args and args[0] == "compare":
             return _compare(args[1:])
-        return _main(args)
+        return _main(args, command=argv is None)
     except SystemExit as exc:  # -h, --version, and plot's own argparse
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except UsageError as exc:
@@ -441,9 +444,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], command: bool = False) -> int:
     """The run command, under a :class:`gpubw.interrupts.SignalGuard` from start to exit: a
-    signal at any moment after this gives a valid report (see docs/failures.md)."""
+    signal at any moment after this gives a valid report (see docs/failures.md). In the
+    gpubw process itself (``command``), once the report is written and the exit code
+    chosen, SIGINT/SIGTERM are ignored: a burst's last signals may arrive while Python shuts
+    down, after it has put back the default handlers, and would kill the process (Python
+    leaves ignored signals alone). Called in-process, the previous handlers are put back."""
     from gpubw.interrupts import SignalGuard
 
     guard = SignalGuard()
@@ -451,7 +458,7 @@ def _main(argv: list[str]) -> int:
     try:
         code = _run_command(argv, guard)
     finally:
-        guard.uninstall()
+        guard.uninstall(signal.SIG_IGN if command else None)
     # a signal that arrived after the report was complete: the report stays complete, and
     # the exit code still says the run was stopped
     return code if guard.signum is None else exit_status(signal=guard.signum)

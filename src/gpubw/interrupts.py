@@ -83,11 +83,14 @@ class SignalGuard:
         self._installed = True
         return True
 
-    def uninstall(self) -> None:
-        """Put back the handlers that were there before; the watchdog, if any, stands down."""
+    def uninstall(self, replacement: Any = None) -> None:
+        """Put back the handlers that were there before (or install ``replacement``
+        instead); the watchdog, if any, stands down."""
         global _current
         self._done.set()
         for sig, old in self._old.items():
+            if replacement is not None:
+                old = replacement
             signal.signal(sig, signal.SIG_DFL if old is None else old)
         self._old.clear()
         if self._installed:
