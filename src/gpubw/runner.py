@@ -171,6 +171,14 @@ def _release(system: System) -> None:
         system.release_leaked()
 
 
+def _name(signum: int) -> str:
+    """A signal's name ("SIGINT"); a number that is no signal, as "signal N"."""
+    try:
+        return signal.Signals(signum).name
+    except (ValueError, TypeError):
+        return f"signal {signum}"
+
+
 def _passes(exc: BaseException, guard: SignalGuard | None) -> bool:
     """True for what must leave the per-testcase guard: the interrupt of a signal that
     arrived; without a signal guard, any KeyboardInterrupt (Ctrl-C under Python's default
@@ -449,8 +457,8 @@ def _step(
         ):
             status, message, matrices = _run_one(item, system, size, guard)
     except InterruptedRun as exc:
-        name = signal.Signals(exc.signum).name
-        status, message, matrices = Status.INTERRUPTED, f"interrupted by {name}", ()
+        signum = guard.signum if guard is not None and guard.signum is not None else exc.signum
+        status, message, matrices = Status.INTERRUPTED, f"interrupted by {_name(signum)}", ()
     finally:
         _release(system)
     if status is not Status.PASSED and status is not Status.WAIVED:
