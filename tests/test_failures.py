@@ -379,6 +379,7 @@ def test_plugin_that_returns_no_result(capsys, plugins):
         ("fixture_nan", "values[0][0] is nan, not a finite number (use None for N/A)"),
         ("fixture_string_cell", "values[0][0] is 'fast' (str), not a number or None"),
         ("fixture_bad_unit", "unit: 'furlongs/fortnight' is not one of ['bytes/s', 's']"),
+        ("fixture_huge_int", "values[0][0] is an integer too large for a float (401 digits)"),
     ],
 )
 def test_plugin_result_that_breaks_the_schema(capsys, plugins, key, words):
