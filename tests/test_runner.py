@@ -508,6 +508,25 @@ def test_signal_outside_plugin_code_is_recorded_and_stops_the_run():
     assert f.backend.closed and f.backend.live == set()
 
 
+def test_signal_before_the_run_gives_an_interrupted_report_without_opening_the_system():
+    """A signal recorded before run() starts (CLI start-up): an interrupted Report with no
+    testcases; the System is never opened."""
+    from gpubw.interrupts import SignalGuard
+
+    guard = SignalGuard()
+    guard.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.02)
+        f = Factory()
+        report = run(f, [entry(Sized, "never")], sizes(MIB), handle_signals=True)
+    finally:
+        guard.uninstall()
+    assert report.testcases == () and report.signal == "SIGTERM" and report.exit_code == 143
+    assert f.system is None
+    assert guard.snapshot is not None and guard.snapshot() is report
+
+
 class Chatty(gpubw.Testcase):
     """Prints, then passes."""
 
