@@ -298,7 +298,7 @@ def matrix_to_dict(m: Matrix, *, cells: bool = True) -> dict[str, Any]:
 
 
 def testcase_to_dict(t: TestcaseResult) -> dict[str, Any]:
-    return {
+    doc = {
         "key": t.key,
         "index": t.index,
         "status": t.status.value,
@@ -309,6 +309,9 @@ def testcase_to_dict(t: TestcaseResult) -> dict[str, Any]:
         "plugin": t.plugin,
         "matrices": [matrix_to_dict(m) for m in t.matrices],
     }
+    if t.output:  # optional: only when the plugin printed something
+        doc["output"] = t.output
+    return doc
 
 
 def report_to_dict(report: Report) -> dict[str, Any]:
@@ -433,6 +436,7 @@ def report_from_dict(doc: Mapping[str, Any]) -> Report:
                 matrices=[matrix_from_dict(m) for m in t["matrices"]],
                 duration_s=t["duration_s"],
                 plugin=t["plugin"],
+                output=t.get("output", ""),
             )
             for t in doc["testcases"]
         ],
