@@ -572,12 +572,14 @@ def _emergency(live: LiveOutput, output: _Output) -> Callable[[Any], None]:
 
 
 def _compare(argv: list[str]) -> int:
-    """``gpubw compare CANDIDATE BASELINE``: 1 if any figure is flagged, else 0."""
+    """``gpubw compare CANDIDATE BASELINE``: 1 if any cell fails, else 0 (nothing printed
+    when the result went to a file with -o)."""
     from gpubw.compare import compare_files
 
-    lines, flagged = compare_files(argv)
-    print("\n".join(lines))
-    return 1 if flagged else 0
+    lines, failed = compare_files(argv)
+    if lines:
+        print("\n".join(lines))
+    return 1 if failed else 0
 
 
 def _plot(argv: list[str]) -> int:

@@ -1,126 +1,236 @@
-"""Compare two bandwidth reports testcase by testcase (``gpubw compare``).
+"""Compare two bandwidth reports cell by cell (``gpubw compare``).
 
 Each report may be a gpubw JSON report (``gpubw -j -o r.json``), nvbandwidth's own ``-j``
-output, or a reference-figures file like ``reference/h200x2-nvbandwidth-v0.8.json``. For every
-matrix present in both, the figure compared is the mean of its applicable cells (per device
-or per pair, in GB/s or ns), so reports from machines with different device counts compare.
+output, or a reference-figures file like ``reference/h200x2-nvbandwidth-v0.8.json``.
 
-    gpubw compare CANDIDATE BASELINE [--threshold 3] [--size BYTES]
+    gpubw compare CANDIDATE BASELINE [--threshold 3] [--size 1GiB] [--fail-on low|high|both]
+                  [--format text|json] [-o FILE]
 
-One line per matrix: both figures, the ratio candidate / baseline and a flag where the
-candidate is outside the baseline by more than the threshold (LOW / HIGH; latency: SLOWER).
-Whether a figure is a latency (lower is better) comes from the matrix's ``kind`` (a gpubw
-report, nvbandwidth's JSON as :mod:`gpubw.nvbandwidth_json` reads it), or a reference
-file's ``kind`` or unit (ns); an older gpubw report without ``kind`` is read by its unit.
-The command exits 1 if any line is flagged, 0 otherwise, 2 on bad input.
+Every cell of every matrix is compared with the same cell (same matrix, buffer size, row and
+column) of the baseline, so one slow GPU or link is found even when the mean of its matrix
+hides it. A reference file gives one range per matrix, for every device and pair: each cell
+of the candidate's matrix is compared with that range.
+
+**Sizes.** Results of a size sweep are compared size by size. ``--size`` (parsed like ``-b``:
+``512``, ``1GiB``, ``64M``) keeps only that buffer size. A sweep against a report without
+sizes (nvbandwidth's JSON, a reference file) needs ``--size``: which size is meant is not
+guessed.
+
+**Direction.** Whether a figure is a latency (lower is better) comes from the matrix's
+``kind`` (an older gpubw report without ``kind``: its unit; a reference file: its ``kind`` or
+unit ns). A cell outside the baseline by more than the threshold is flagged LOW / HIGH
+(bandwidth below / above) or SLOWER / FASTER (latency above / below). ``--fail-on low`` (the
+default) fails on cells *slower* than the baseline (LOW, SLOWER): faster is not a regression;
+``high`` fails on faster cells (HIGH, FASTER), ``both`` on either. A cell the baseline has and
+the candidate lacks (or reports as N/A) is MISSING, and always fails.
+
+Output: the failing cells worst first, each with the devices at its two ends (index, name and
+PCI bus id from the reports' ``devices``), then one line per matrix. ``--format json`` gives
+every cell. Exit status: 1 if any cell fails, 0 otherwise, 2 on bad input.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NoReturn
+
+import attrs
 
 from gpubw.errors import UsageError
-from gpubw.results import KIND_BANDWIDTH, KIND_LATENCY, LATENCY
+from gpubw.results import BANDWIDTH, KIND_BANDWIDTH, KIND_LATENCY, LATENCY, Matrix
+from gpubw.sizes import format_size, parse_size
+
+LOW, HIGH, SLOWER, FASTER, MISSING = "LOW", "HIGH", "SLOWER", "FASTER", "MISSING"
+FAIL_ON = ("low", "high", "both")
+#: which flags fail for each --fail-on (MISSING always does)
+FAILING = {
+    "low": frozenset({LOW, SLOWER, MISSING}),
+    "high": frozenset({HIGH, FASTER, MISSING}),
+    "both": frozenset({LOW, SLOWER, HIGH, FASTER, MISSING}),
+}
+#: how many failing cells the text output lists (JSON lists all)
+TEXT_CELLS = 25
+ANY = "*"  # a reference file's row/column: every cell of the matrix
 
 
-class Figure(NamedTuple):
-    """One matrix's figure: a range (low == high for a measured figure), in ``unit``."""
+@attrs.frozen
+class Cell:
+    """One cell of one side: a figure in display units (GB/s or ns), or a range."""
 
-    low: float
-    high: float
-    unit: str  # the display unit: "GB/s" or "ns"
-    kind: str = KIND_BANDWIDTH  # KIND_BANDWIDTH or KIND_LATENCY (lower is better)
+    matrix: str
+    size: int | None  # bytes; None where the report does not say
+    row: str
+    column: str
+    low: float | None  # None: N/A
+    high: float | None
+    unit: str  # display unit
+    kind: str  # KIND_BANDWIDTH or KIND_LATENCY
+    source: str = ""  # "host", "GPU 3", ...
+    destination: str = ""
 
 
-Figures = dict[str, Figure]  # matrix key -> its figure
+@attrs.frozen
+class Side:
+    """What one report file holds: its label, its cells and its device records."""
+
+    path: str
+    label: str
+    cells: tuple[Cell, ...]
+    devices: tuple[Mapping[str, Any], ...] = ()
+    sized: bool = True  # False: the format has no buffer sizes (nvbandwidth, reference)
 
 
-def _kind(m: dict[str, Any]) -> str:
-    """A gpubw matrix's kind; a report written before ``kind`` existed: from its unit."""
+@attrs.frozen
+class Comparison:
+    """One cell of the candidate against the baseline."""
+
+    matrix: str
+    size: int | None
+    row: str
+    column: str
+    source: str
+    destination: str
+    kind: str
+    unit: str
+    candidate: float | None
+    baseline_low: float | None
+    baseline_high: float | None
+    flag: str  # LOW, HIGH, SLOWER, FASTER, MISSING or ""
+    fails: bool
+
+    @property
+    def ratio(self) -> float | None:
+        """candidate / baseline (the middle of a range)."""
+        if self.candidate is None or self.baseline_low is None or self.baseline_high is None:
+            return None
+        mid = (self.baseline_low + self.baseline_high) / 2
+        return self.candidate / mid if mid else None
+
+    @property
+    def speed(self) -> float | None:
+        """How fast the candidate is relative to the baseline (> 1 faster), whatever the kind."""
+        r = self.ratio
+        if r is None:
+            return None
+        if self.kind == KIND_LATENCY:
+            return 1 / r if r else math.inf
+        return r
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def _kind(m: Mapping[str, Any]) -> str:
+    """A matrix's kind; a report written before ``kind`` existed: from its unit."""
     kind = m.get("kind")
     if kind in (KIND_BANDWIDTH, KIND_LATENCY):
         return str(kind)
-    return KIND_LATENCY if m.get("unit") == LATENCY else KIND_BANDWIDTH
+    return KIND_LATENCY if m.get("unit") in (LATENCY, "ns") else KIND_BANDWIDTH
 
 
-def _mean(values: list[list[float | None]]) -> float | None:
-    cells = [v for row in values for v in row if v is not None]
-    return sum(cells) / len(cells) if cells else None
+def _label_name(label: str) -> str:
+    return f"GPU {label}" if label.isdigit() else label
 
 
-def figures_from(doc: dict[str, Any], size: int | None = None) -> tuple[str, Figures]:
-    """(label, figures) from any of the three supported formats."""
-    out: Figures = {}
+def _ends(m: Mapping[str, Any], rows: list[str], cols: list[str]) -> Any:
+    """Source and destination of each cell, from the matrix's header (gpubw.expect's rules);
+    falls back to row/column labels."""
+    from gpubw.expect import cell_places
+
+    try:
+        matrix = Matrix(
+            key=str(m["key"]),
+            description=str(m.get("description", "")),
+            unit=BANDWIDTH if _kind(m) == KIND_BANDWIDTH else LATENCY,
+            row_labels=rows,
+            column_labels=cols,
+            values=[[0.0 if v is not None else None for v in row] for row in m["values"]],
+        )
+        places = cell_places(matrix)
+    except ValueError:
+        places = []
+
+    def name(e: Any, label: str) -> str:
+        if e.kind == "gpu":
+            return f"GPU {e.index}"
+        if e.kind == "host":
+            return "host"
+        if e.kind == "peers":
+            return "its peers"
+        return _label_name(label)
+
+    out = {}
+    for p in places:
+        out[(p.row, p.column)] = (name(p.source, rows[p.row]), name(p.destination, cols[p.column]))
+    return out
+
+
+def _matrix_cells(m: Mapping[str, Any], size: int | None, scale: float, unit: str) -> list[Cell]:
+    values = m["values"]
+    if not isinstance(values, list) or not all(isinstance(r, list) for r in values):
+        raise TypeError(f"matrix {m.get('key')!r}: values is not a list of rows")
+    ncols = max((len(r) for r in values), default=0)
+    rows = [str(x) for x in (m.get("row_labels") or range(len(values)))]
+    cols = [str(x) for x in (m.get("column_labels") or range(ncols))]
+    ends = _ends(m, rows, cols)
+    kind = _kind(m)
+    out = []
+    for r, row in enumerate(values):
+        for c, v in enumerate(row):
+            if v is not None and not isinstance(v, (int, float)):
+                raise TypeError(f"matrix {m.get('key')!r}: cell [{r}][{c}] is {v!r}")
+            x = None if v is None or not math.isfinite(v) else float(v) * scale
+            src, dst = ends.get((r, c), (f"row {rows[r]}", f"column {cols[c]}"))
+            out.append(Cell(str(m["key"]), size, rows[r], cols[c], x, x, unit, kind, src, dst))
+    return out
+
+
+def side_from(doc: Mapping[str, Any], path: str = "") -> Side:
+    """The cells of a decoded report of any of the three supported formats."""
+    from gpubw.report_io import display_scale, display_unit
+
+    cells: list[Cell] = []
     if "nvbandwidth" in doc:  # nvbandwidth -j
         from gpubw.nvbandwidth_json import parse
 
         parsed = parse(doc)
         for tc in parsed["testcases"]:
+            if tc.get("status") != "Passed":
+                continue
             for m in tc.get("matrices", []):
-                v = _mean(m["values"])
-                if v is not None:
-                    lat = _kind(m) == KIND_LATENCY
-                    shown = v * 1e9 if lat else v / 1e9
-                    out[m["key"]] = Figure(shown, shown, "ns" if lat else "GB/s", _kind(m))
-        return "nvbandwidth", out
-    if "figures" in json.dumps(doc.get("testcases", [{}])[:1]):  # reference file
-        for tc in doc["testcases"]:
-            kind = tc.get("kind") or (KIND_LATENCY if tc["unit"] == "ns" else KIND_BANDWIDTH)
+                u = str(m["unit"])
+                cells += _matrix_cells(m, None, display_scale(u), display_unit(u))
+        return Side(path, "nvbandwidth", tuple(cells), tuple(parsed["devices"]), sized=False)
+    tcs = doc.get("testcases")
+    if not isinstance(tcs, list):
+        raise TypeError("no list of testcases")
+    if tcs and isinstance(tcs[0], Mapping) and "figures" in tcs[0]:  # reference file
+        for tc in tcs:
+            unit = str(tc["unit"])
+            kind = tc.get("kind") or (KIND_LATENCY if unit == "ns" else KIND_BANDWIDTH)
             for key, (lo, hi) in tc["figures"].items():
-                out[key] = Figure(lo, hi, tc["unit"], kind)
-        return "reference", out
+                cells.append(Cell(str(key), None, ANY, ANY, float(lo), float(hi), unit, kind))
+        return Side(path, "reference", tuple(cells), sized=False)
     label = "gpubw" + (" (SIMULATED)" if doc.get("simulated") else "")
-    for tc in doc.get("testcases", []):
+    for tc in tcs:
         if tc.get("status") != "Passed":
             continue
-        if size is not None and tc.get("size_bytes") not in (None, size):
-            continue
+        size = tc.get("size_bytes")
         for m in tc.get("matrices", []):
-            v = _mean(m["values"])
-            if v is None:
-                continue
-            shown = v * m.get("scale", 1.0)
-            out[m["key"]] = Figure(shown, shown, m.get("display_unit", m["unit"]), _kind(m))
-    return label, out
+            unit = str(m.get("unit", ""))
+            scale = float(m.get("scale", display_scale(unit)))
+            cells += _matrix_cells(m, size, scale, str(m.get("display_unit", display_unit(unit))))
+    devices = doc.get("devices") or []
+    return Side(path, label, tuple(cells), tuple(d for d in devices if isinstance(d, Mapping)))
 
 
-def compare(cand: Figures, base: Figures, threshold: float) -> tuple[list[str], int]:
-    lines = [f"{'matrix':<52} {'candidate':>11} {'baseline':>15} {'ratio':>7}  flag"]
-    flagged = 0
-    for key, (lo, hi, unit, kind) in base.items():
-        if key not in cand:
-            lines.append(f"{key:<52} {'missing':>11} {_fmt(lo, hi):>15} {'':>7}  MISSING")
-            flagged += 1
-            continue
-        c = cand[key][0]
-        mid = (lo + hi) / 2
-        ratio = c / mid if mid else float("nan")
-        if kind == KIND_LATENCY:  # lower is better
-            flag = "SLOWER" if c > hi * (1 + threshold / 100) else ""
-        elif c < lo * (1 - threshold / 100):
-            flag = "LOW"
-        elif c > hi * (1 + threshold / 100):
-            flag = "HIGH"
-        else:
-            flag = ""
-        if flag:
-            flagged += 1
-        lines.append(f"{key:<52} {c:>8.1f} {unit:<4}{_fmt(lo, hi):>13} {ratio:>7.3f}  {flag}")
-    for key in cand:
-        if key not in base:
-            c, _, unit, _ = cand[key]
-            lines.append(f"{key:<52} {c:>8.1f} {unit:<4}{'(none)':>13} {'':>7}")
-    return lines, flagged
-
-
-def _fmt(lo: float, hi: float) -> str:
-    return f"{lo:.1f}" if lo == hi else f"{lo:.1f}-{hi:.1f}"
-
-
-def load_figures(path: str, size: int | None = None) -> tuple[str, Figures]:
-    """(label, figures) of a report file; UsageError naming the file if it cannot be read."""
+def load_side(path: str) -> Side:
+    """The cells of a report file; UsageError naming the file if it cannot be read."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -128,38 +238,443 @@ def load_figures(path: str, size: int | None = None) -> tuple[str, Figures]:
     if not isinstance(doc, dict):
         raise UsageError(f"report {path!r} is not a JSON object")
     try:
-        return figures_from(doc, size)
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        return side_from(doc, path)
+    except UsageError as exc:
+        raise UsageError(f"{path!r}: {exc}") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise UsageError(
             f"{path!r} is neither a gpubw report, nvbandwidth -j output nor a reference file "
             f"({type(exc).__name__}: {exc})"
         ) from None
 
 
-def compare_files(argv: list[str]) -> tuple[list[str], int]:
-    """Parse ``gpubw compare`` arguments; return the lines to print and the flagged count."""
-    import argparse
+# -- matching sizes --------------------------------------------------------------------------
 
-    p = argparse.ArgumentParser(prog="gpubw compare", description=__doc__.split("\n\n")[0])
+
+def _sizes(cells: Iterable[Cell]) -> dict[str, set[int | None]]:
+    out: dict[str, set[int | None]] = {}
+    for c in cells:
+        out.setdefault(c.matrix, set()).add(c.size)
+    return out
+
+
+def _show_sizes(sizes: Iterable[int | None]) -> str:
+    return ", ".join(format_size(s) for s in sorted(s for s in sizes if s is not None))
+
+
+def _size_pairs(
+    cand: Side, base: Side, warnings: list[str]
+) -> dict[tuple[str, int | None], int | None]:
+    """(matrix, candidate size) -> the baseline size it is compared with. UsageError when a
+    sweep meets a report without sizes (which size is meant is not guessed)."""
+    cs, bs = _sizes(cand.cells), _sizes(base.cells)
+    pairs: dict[tuple[str, int | None], int | None] = {}
+    ambiguous: list[str] = []
+    for key in sorted(set(cs) | set(bs)):
+        c, b = cs.get(key, set()), bs.get(key, set())
+        if not c or not b:
+            continue
+        if len(c) == 1 and len(b) == 1:
+            (sc,), (sb,) = c, b
+            pairs[(key, sc)] = sb
+            if sc is not None and sb is not None and sc != sb:
+                warnings.append(
+                    f"{key}: candidate at {format_size(sc)}, baseline at {format_size(sb)}"
+                )
+            continue
+        if (None in c and len(b) > 1) or (None in b and len(c) > 1):
+            ambiguous.append(key)
+            continue
+        for s in c & b:
+            pairs[(key, s)] = s
+    if ambiguous:
+        sweep = cand if len(cs.get(ambiguous[0], ())) > 1 else base
+        raise UsageError(
+            f"{sweep.path} has {ambiguous[0]} at several buffer sizes "
+            f"({_show_sizes((cs if sweep is cand else bs)[ambiguous[0]])}) and the other "
+            f"report has it without a size: choose the size to compare with --size "
+            f"({len(ambiguous)} matri{'x' if len(ambiguous) == 1 else 'ces'} affected)",
+            param="size",
+        )
+    return pairs
+
+
+def select_size(side: Side, size: int) -> Side:
+    """Only the cells at ``size`` (and those with no size, e.g. latency testcases); a
+    UsageError if a sized report has nothing at that size."""
+    kept = tuple(c for c in side.cells if c.size in (None, size))
+    if side.sized and not any(c.size == size for c in side.cells):
+        sizes = {c.size for c in side.cells}
+        raise UsageError(
+            f"--size {format_size(size)}: {side.path} has no result at that size "
+            f"(it has {_show_sizes(sizes) or 'no sized results'})",
+            param="size",
+        )
+    return attrs.evolve(side, cells=kept)
+
+
+# -- comparing -------------------------------------------------------------------------------
+
+
+def _flag(kind: str, c: float, lo: float, hi: float, t: float) -> str:
+    below, above = c < lo * (1 - t / 100), c > hi * (1 + t / 100)
+    if kind == KIND_LATENCY:
+        return SLOWER if above else FASTER if below else ""
+    return LOW if below else HIGH if above else ""
+
+
+def compare_sides(
+    cand: Side, base: Side, threshold: float, fail_on: str = "low"
+) -> tuple[list[Comparison], list[Cell], list[str]]:
+    """(comparisons worst first, candidate cells the baseline lacks, warnings)."""
+    if fail_on not in FAIL_ON:
+        raise UsageError(f"--fail-on {fail_on!r}: allowed: {', '.join(FAIL_ON)}", param="fail_on")
+    warnings: list[str] = []
+    pairs = _size_pairs(cand, base, warnings)
+    index = {(c.matrix, c.size, c.row, c.column): c for c in cand.cells}
+    failing = FAILING[fail_on]
+    out: list[Comparison] = []
+    used: set[tuple[str, int | None, str, str]] = set()
+    by_base_size: dict[tuple[str, int | None], list[int | None]] = {}
+    for (key, sc), sb in pairs.items():
+        by_base_size.setdefault((key, sb), []).append(sc)
+    for b in base.cells:
+        if b.low is None or b.high is None:
+            continue
+        for sc in by_base_size.get((b.matrix, b.size), []) if b.row != ANY else []:
+            cc = index.get((b.matrix, sc, b.row, b.column))
+            used.add((b.matrix, sc, b.row, b.column))
+            src, dst = (cc.source, cc.destination) if cc else (b.source, b.destination)
+            out.append(_compare_one(b, cc, sc, src, dst, threshold, failing))
+        if b.row == ANY:  # a reference range: every cell of the candidate's matrix
+            matched = [c for c in cand.cells if c.matrix == b.matrix and c.low is not None]
+            if not matched:
+                out.append(_compare_one(b, None, None, "", "", threshold, failing))
+            for cc in matched:
+                used.add((cc.matrix, cc.size, cc.row, cc.column))
+                out.append(
+                    _compare_one(b, cc, cc.size, cc.source, cc.destination, threshold, failing)
+                )
+        elif (b.matrix, b.size) not in by_base_size:
+            out.append(_compare_one(b, None, b.size, b.source, b.destination, threshold, failing))
+    extra = [
+        c
+        for c in cand.cells
+        if (c.matrix, c.size, c.row, c.column) not in used and c.low is not None
+    ]
+    return worst_first(out, fail_on), extra, warnings
+
+
+def _compare_one(
+    b: Cell,
+    cc: Cell | None,
+    size: int | None,
+    src: str,
+    dst: str,
+    threshold: float,
+    failing: frozenset[str],
+) -> Comparison:
+    assert b.low is not None and b.high is not None
+    value = None if cc is None else cc.low
+    flag = MISSING if value is None else _flag(b.kind, value, b.low, b.high, threshold)
+    row, col = (cc.row, cc.column) if cc else (b.row, b.column)
+    return Comparison(
+        b.matrix, size, row, col, src, dst, b.kind, b.unit, value, b.low, b.high, flag,
+        flag in failing,
+    )  # fmt: skip
+
+
+def worst_first(rows: Sequence[Comparison], fail_on: str = "low") -> list[Comparison]:
+    """Failing cells first, then flagged ones, each group from the worst deviation in the
+    failing direction (``both``: the largest deviation either way)."""
+
+    def badness(x: Comparison) -> float:
+        s = x.speed
+        if s is None:
+            return -math.inf
+        if fail_on == "high":
+            return -s
+        if fail_on == "both":
+            return -abs(math.log(s)) if s > 0 else -math.inf
+        return s
+
+    return sorted(rows, key=lambda x: (not x.fails, not x.flag, badness(x)))
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+def _device_text(devices: Sequence[Mapping[str, Any]], end: str) -> str | None:
+    """``GPU 3: NVIDIA H200, 0000:3B:00.0`` for an end naming a GPU the report describes."""
+    if not end.startswith("GPU "):
+        return None
+    try:
+        i = int(end[4:])
+    except ValueError:
+        return None
+    rec = next((d for d in devices if d.get("ordinal") == i), None)
+    if rec is None and i < len(devices):
+        rec = devices[i]
+    if rec is None:
+        return None
+    bus = rec.get("pci_bus_id") or rec.get("pci_short") or ""
+    return f"{end}: {rec.get('name', '?')}" + (f", {bus}" if bus else "")
+
+
+def device_record(devices: Sequence[Mapping[str, Any]], end: str) -> dict[str, Any] | None:
+    """The JSON record of one end of a cell: index, name, PCI bus id (GPUs only)."""
+    text = _device_text(devices, end)
+    if text is None:
+        return None
+    i = int(end[4:])
+    rec = next((d for d in devices if d.get("ordinal") == i), None) or devices[i]
+    return {
+        "index": i,
+        "name": str(rec.get("name", "")),
+        "pci_bus_id": str(rec.get("pci_bus_id") or rec.get("pci_short") or ""),
+    }
+
+
+def _num(x: float | None, width: int = 9) -> str:
+    return f"{'N/A':>{width}}" if x is None else f"{x:>{width}.2f}"
+
+
+def _base(x: Comparison) -> str:
+    if x.baseline_low is None or x.baseline_high is None:
+        return "N/A"
+    if x.baseline_low == x.baseline_high:
+        return f"{x.baseline_low:.2f}"
+    return f"{x.baseline_low:.2f}-{x.baseline_high:.2f}"
+
+
+def _size(s: int | None) -> str:
+    return "-" if s is None else format_size(s)
+
+
+def _where(x: Comparison) -> str:
+    if x.row == ANY:
+        return "(whole matrix)"
+    if x.source and x.destination and x.source != x.destination:
+        return f"{x.source} -> {x.destination}"
+    return x.source or f"[{x.row}][{x.column}]"
+
+
+def _matrix_lines(rows: Sequence[Comparison]) -> list[str]:
+    groups: dict[tuple[str, int | None], list[Comparison]] = {}
+    for x in rows:
+        groups.setdefault((x.matrix, x.size), []).append(x)
+    lines = [
+        f"{'matrix':<54} {'size':>9} {'cells':>5} {'failed':>6} {'median':>7} {'worst':>7}  worst cell"
+    ]
+    ordered = sorted(groups.items(), key=lambda kv: worst_first(kv[1])[0].speed or 0.0)
+    for (key, size), xs in ordered:
+        ratios = [x.ratio for x in xs if x.ratio is not None]
+        worst = worst_first(xs)[0]
+        med = f"{statistics.median(ratios):7.3f}" if ratios else f"{'-':>7}"
+        wr = f"{worst.ratio:7.3f}" if worst.ratio is not None else f"{'-':>7}"
+        lines.append(
+            f"{key:<54} {_size(size):>9} {len(xs):>5} {sum(x.fails for x in xs):>6} {med} {wr}"
+            f"  {_where(worst)}{' ' + worst.flag if worst.flag else ''}"
+        )
+    return lines
+
+
+def text_lines(
+    cand: Side,
+    base: Side,
+    rows: Sequence[Comparison],
+    extra: Sequence[Cell],
+    warnings: Sequence[str],
+    threshold: float,
+    fail_on: str,
+    size: int | None,
+    limit: int = TEXT_CELLS,
+) -> list[str]:
+    failed = [x for x in rows if x.fails]
+    flagged = [x for x in rows if x.flag and not x.fails]
+    direction = {
+        "low": "slower than the baseline",
+        "high": "faster than the baseline",
+        "both": "slower or faster than the baseline",
+    }[fail_on]
+    lines = [
+        f"candidate: {cand.path} [{cand.label}]",
+        f"baseline:  {base.path} [{base.label}]",
+        f"{len(rows)} cell(s) of {len({(x.matrix, x.size) for x in rows})} matrices compared"
+        + (f" at {format_size(size)}" if size is not None else "")
+        + f"; a cell fails when {direction} by more than {threshold:g} % (--fail-on {fail_on})"
+        " or MISSING",
+    ]
+    lines += [f"note: sizes differ: {w}" for w in warnings]
+    shown = (failed + flagged)[:limit]
+    if shown:
+        lines += ["", "cells outside the threshold, worst first:"]
+        lines.append(
+            f"{'matrix':<54} {'size':>9}  {'cell':<24} {'candidate':>9} {'baseline':>16} "
+            f"{'ratio':>6}  flag"
+        )
+        named: list[str] = []
+        for x in shown:
+            ratio = f"{x.ratio:6.3f}" if x.ratio is not None else f"{'':>6}"
+            note = "" if x.fails or not x.flag else " (not failing)"
+            lines.append(
+                f"{x.matrix:<54} {_size(x.size):>9}  {_where(x):<24} {_num(x.candidate)} "
+                f"{_base(x):>11} {x.unit:<4} {ratio}  {x.flag}{note}"
+            )
+            for end in (x.source, x.destination):
+                text = _device_text(cand.devices or base.devices, end)
+                if text and text not in named:
+                    named.append(text)
+        more = len(failed) + len(flagged) - len(shown)
+        if more > 0:
+            lines.append(f"... and {more} more (--format json lists every cell)")
+        if named:
+            lines += ["", "devices:"] + [f"  {t}" for t in sorted(named, key=_gpu_order)]
+    if rows:
+        lines += ["", "per matrix (ratio = candidate / baseline; worst first):"]
+        lines += _matrix_lines(rows)
+    if extra:
+        lines += ["", f"{len(extra)} candidate cell(s) have no counterpart in the baseline"]
+    lines += [
+        "",
+        f"{len(failed)} cell(s) failed (LOW/HIGH: bandwidth below/above; SLOWER/FASTER: "
+        f"latency above/below; +/-{threshold:g} %)",
+    ]
+    return lines
+
+
+def _gpu_order(text: str) -> int:
+    head = text.split(":", 1)[0]
+    return int(head[4:]) if head[4:].isdigit() else 0
+
+
+def json_doc(
+    cand: Side,
+    base: Side,
+    rows: Sequence[Comparison],
+    extra: Sequence[Cell],
+    warnings: Sequence[str],
+    threshold: float,
+    fail_on: str,
+    size: int | None,
+) -> dict[str, Any]:
+    devices = cand.devices or base.devices
+
+    def cell(x: Comparison) -> dict[str, Any]:
+        return {
+            "matrix": x.matrix,
+            "size_bytes": x.size,
+            "row": x.row,
+            "column": x.column,
+            "source": x.source,
+            "destination": x.destination,
+            "source_device": device_record(devices, x.source),
+            "destination_device": device_record(devices, x.destination),
+            "kind": x.kind,
+            "unit": x.unit,
+            "candidate": _finite(x.candidate),
+            "baseline_low": _finite(x.baseline_low),
+            "baseline_high": _finite(x.baseline_high),
+            "ratio": _finite(x.ratio),
+            "flag": x.flag,
+            "fails": x.fails,
+        }
+
+    failed = sum(x.fails for x in rows)
+    return {
+        "tool": "gpubw compare",
+        "candidate": {"path": cand.path, "label": cand.label},
+        "baseline": {"path": base.path, "label": base.label},
+        "threshold_pct": threshold,
+        "fail_on": fail_on,
+        "size_bytes": size,
+        "compared": len(rows),
+        "failed": failed,
+        "exit_code": 1 if failed else 0,
+        "warnings": list(warnings),
+        "cells": [cell(x) for x in rows],
+        "extra": [
+            {"matrix": c.matrix, "size_bytes": c.size, "row": c.row, "column": c.column}
+            for c in extra
+        ],
+    }
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"gpubw compare: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="gpubw compare",
+        description="Compare two bandwidth reports cell by cell (per GPU, per pair, per size).",
+        epilog=(
+            "Each file may be a gpubw JSON report, nvbandwidth -j output or a reference-figures "
+            "file. Exit status: 1 if a cell fails, 0 if none does, 2 on bad input."
+        ),
+    )
     p.add_argument("candidate", help="gpubw JSON report, nvbandwidth -j output or reference")
     p.add_argument("baseline", help="the same kinds of file")
-    p.add_argument("--threshold", type=float, default=3.0, help="percent (default 3)")
+    p.add_argument("--threshold", type=float, default=3.0, help="tolerance in percent (default 3)")
     p.add_argument(
         "--size",
-        type=int,
         default=None,
-        help="for gpubw sweeps: compare only results at this buffer size (bytes)",
+        help="compare only results at this buffer size, written as for -b (512, 1GiB, 64M); "
+        "needed for a sweep compared with a report without sizes",
     )
-    a = p.parse_args(argv)
-    if a.threshold < 0:
-        raise UsageError(f"--threshold must be >= 0 percent, got {a.threshold:g}")
-    cl, cf = load_figures(a.candidate, a.size)
-    bl, bf = load_figures(a.baseline, a.size)
-    lines, flagged = compare(cf, bf, a.threshold)
-    head = [f"candidate: {a.candidate} [{cl}]", f"baseline:  {a.baseline} [{bl}]"]
-    tail = [
-        "",
-        f"{flagged} matrix figure(s) outside +/-{a.threshold:g} % "
-        "(LOW/HIGH: bandwidth below/above; SLOWER: latency above)",
-    ]
-    return head + lines + tail, flagged
+    p.add_argument(
+        "--fail-on",
+        choices=FAIL_ON,
+        default="low",
+        help="low (default): cells slower than the baseline fail (bandwidth lower, latency "
+        "higher); high: faster cells fail; both",
+    )
+    p.add_argument("--format", choices=("text", "json"), default="text", help="default text")
+    p.add_argument("-o", "--output", default=None, help="write the result to FILE (- : stdout)")
+    return p
+
+
+def compare_files(argv: Sequence[str]) -> tuple[list[str], int]:
+    """Run ``gpubw compare``: return the lines to print (none when written with ``-o``) and
+    the number of failing cells."""
+    from gpubw.outfile import OutputTarget
+
+    a = _parser().parse_args(list(argv))
+    if not math.isfinite(a.threshold) or a.threshold < 0:
+        raise UsageError(
+            f"--threshold must be a finite number >= 0 percent, got {a.threshold!r}",
+            param="threshold",
+        )
+    size = None
+    if a.size is not None:
+        try:
+            size = parse_size(a.size)
+        except UsageError as exc:
+            raise UsageError(f"--size: {exc}", param="size") from None
+    target = OutputTarget(a.output, label="gpubw compare: -o").check() if a.output else None
+    cand, base = load_side(a.candidate), load_side(a.baseline)
+    if size is not None:
+        cand, base = select_size(cand, size), select_size(base, size)
+    rows, extra, warnings = compare_sides(cand, base, a.threshold, a.fail_on)
+    args = (cand, base, rows, extra, warnings, a.threshold, a.fail_on, size)
+    if a.format == "json":
+        lines = json.dumps(json_doc(*args), indent=2, allow_nan=False).splitlines()
+    else:
+        lines = text_lines(*args)
+    failed = sum(x.fails for x in rows)
+    if target is not None and not target.is_stdout:
+        try:
+            with target.open("w") as f:
+                f.write("\n".join(lines) + "\n")
+        except OSError as exc:
+            raise UsageError(f"gpubw compare: -o {a.output}: {exc.strerror or exc}") from None
+        return [], failed
+    return lines, failed
