@@ -3,37 +3,55 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpubw.cli import main
-from gpubw.compare import Figure, compare, figures_from
+from gpubw.compare import Cell, Side, compare_sides, side_from
+from gpubw.errors import UsageError
+
+GIB = 1 << 30
 
 
-def _gpubw(**cells: float | None) -> dict[str, Any]:
-    """A minimal gpubw report: one Passed testcase per key, its 1x2 matrix in bytes/s."""
+def _matrix(key: str, row: list[float | None], **extra: Any) -> dict[str, Any]:
+    return {
+        "key": key,
+        "description": "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
+        "unit": "bytes/s",
+        "display_unit": "GB/s",
+        "scale": 1e-9,
+        "row_labels": ["0"],
+        "column_labels": [str(i) for i in range(len(row))],
+        "values": [row],
+        **extra,
+    }
+
+
+def _gpubw(size: int | None = 1 << 29, devices: int = 0, **cells: list[float | None]) -> dict:
+    """A minimal gpubw report: one Passed testcase per key, its 1xN matrix in bytes/s."""
     return {
         "simulated": False,
+        "devices": [
+            {"ordinal": i, "name": "NVIDIA H200", "pci_bus_id": f"0000:{0x1B + i:02x}:00.0"}
+            for i in range(devices)
+        ],
         "testcases": [
-            {
-                "key": key,
-                "status": "Passed",
-                "size_bytes": 1 << 29,
-                "matrices": [
-                    {
-                        "key": key,
-                        "unit": "bytes/s",
-                        "display_unit": "GB/s",
-                        "scale": 1e-9,
-                        "values": [[value, None if value is None else value * 3]],
-                    }
-                ],
-            }
-            for key, value in cells.items()
+            {"key": key, "status": "Passed", "size_bytes": size, "matrices": [_matrix(key, row)]}
+            for key, row in cells.items()
         ],
     }
+
+
+def _sweep(key: str, by_size: dict[int, list[float]]) -> dict[str, Any]:
+    doc = _gpubw(**{key: []})
+    doc["testcases"] = [
+        {"key": key, "status": "Passed", "size_bytes": s, "matrices": [_matrix(key, row)]}
+        for s, row in by_size.items()
+    ]
+    return doc
 
 
 def _nvbandwidth(name: str, cells: list[str]) -> dict[str, Any]:
@@ -50,89 +68,281 @@ def _nvbandwidth(name: str, cells: list[str]) -> dict[str, Any]:
                 }
             ],
             "version": "v0.8",
+            "GPU Device list": ["0: NVIDIA H200 (00000000:1b:00): (node17)"],
         }
     }
 
 
-def test_gpubw_figure_is_the_mean_of_applicable_cells() -> None:
-    """A gpubw matrix's figure is the mean of its non-null cells, in display units."""
-    _, figs = figures_from(_gpubw(a=50e9))
-    assert figs["a"] == Figure(pytest.approx(100.0), pytest.approx(100.0), "GB/s", "bandwidth")
+def _side(*cells: Cell) -> Side:
+    return Side("x.json", "gpubw", cells)
 
 
-def test_nvbandwidth_figures_are_read_from_string_cells() -> None:
-    """nvbandwidth's %g string cells become GB/s figures; N/A cells are skipped."""
-    label, figs = figures_from(_nvbandwidth("host_to_device_memcpy_ce", ["54", "N/A", "56"]))
-    assert label == "nvbandwidth"
-    assert figs["host_to_device_memcpy_ce"][0] == pytest.approx(55.0)
+def _cell(key: str, v: float | None, kind: str = "bandwidth", col: str = "0") -> Cell:
+    unit = "ns" if kind == "latency" else "GB/s"
+    return Cell(key, None, "0", col, v, v, unit, kind, "host", f"GPU {col}")
 
 
-def test_flags_low_high_slower_and_missing() -> None:
-    """Figures outside the threshold are flagged by direction; latency only when slower."""
-    base = {
-        "bw_low": Figure(100.0, 100.0, "GB/s"),
-        "bw_high": Figure(100.0, 100.0, "GB/s"),
-        "bw_ok": Figure(100.0, 100.0, "GB/s"),
-        "lat_slow": Figure(800.0, 800.0, "ns", "latency"),
-        "lat_fast": Figure(800.0, 800.0, "ns", "latency"),
-        "gone": Figure(1.0, 1.0, "GB/s"),
+def _write(path: Path, doc: dict[str, Any]) -> str:
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_gpubw_cells_are_read_one_by_one_in_display_units() -> None:
+    """Every cell of a gpubw matrix is its own figure (GB/s), with its two ends named."""
+    side = side_from(_gpubw(a=[50e9, None, 70e9]))
+    got = [(c.column, c.low, c.source, c.destination) for c in side.cells]
+    assert got == [
+        ("0", pytest.approx(50.0), "host", "GPU 0"),
+        ("1", None, "host", "GPU 1"),
+        ("2", pytest.approx(70.0), "host", "GPU 2"),
+    ]
+
+
+def test_nvbandwidth_cells_are_read_from_string_cells() -> None:
+    """nvbandwidth's %g string cells become GB/s figures; N/A cells are None; devices kept."""
+    side = side_from(_nvbandwidth("host_to_device_memcpy_ce", ["54", "N/A", "56"]))
+    assert side.label == "nvbandwidth" and not side.sized
+    assert [c.low for c in side.cells] == [pytest.approx(54.0), None, pytest.approx(56.0)]
+    assert side.devices[0]["name"] == "NVIDIA H200"
+
+
+def test_flags_by_direction_and_fail_on() -> None:
+    """Cells outside the threshold are flagged by direction; --fail-on picks which fail."""
+    base = _side(
+        _cell("bw", 100.0, col="0"),
+        _cell("bw", 100.0, col="1"),
+        _cell("bw", 100.0, col="2"),
+        _cell("lat", 800.0, "latency", col="0"),
+        _cell("lat", 800.0, "latency", col="1"),
+        _cell("gone", 1.0),
+    )
+    cand = _side(
+        _cell("bw", 96.0, col="0"),
+        _cell("bw", 104.0, col="1"),
+        _cell("bw", 102.0, col="2"),
+        _cell("lat", 830.0, "latency", col="0"),
+        _cell("lat", 700.0, "latency", col="1"),
+    )
+    flags = {
+        fail_on: {
+            (x.matrix, x.column): (x.flag, x.fails)
+            for x in compare_sides(cand, base, 3.0, fail_on)[0]
+        }
+        for fail_on in ("low", "high", "both")
     }
-    cand = {
-        "bw_low": Figure(96.0, 96.0, "GB/s"),
-        "bw_high": Figure(104.0, 104.0, "GB/s"),
-        "bw_ok": Figure(102.0, 102.0, "GB/s"),
-        "lat_slow": Figure(830.0, 830.0, "ns", "latency"),
-        "lat_fast": Figure(700.0, 700.0, "ns", "latency"),
-    }
-    lines, flagged = compare(cand, base, 3.0)
-    flags = {line.split()[0]: line.split()[-1] for line in lines[1:]}
-    assert flags["bw_low"] == "LOW"
-    assert flags["bw_high"] == "HIGH"
-    assert flags["lat_slow"] == "SLOWER"
-    assert flags["gone"] == "MISSING"
-    assert flags["bw_ok"] not in ("LOW", "HIGH")
-    assert flags["lat_fast"] not in ("SLOWER",)
-    assert flagged == 4
+    low = flags["low"]
+    assert low[("bw", "0")] == ("LOW", True)
+    assert low[("bw", "1")] == ("HIGH", False)  # faster is not a regression
+    assert low[("bw", "2")] == ("", False)
+    assert low[("lat", "0")] == ("SLOWER", True)
+    assert low[("lat", "1")] == ("FASTER", False)
+    assert low[("gone", "0")] == ("MISSING", True)
+    assert flags["high"][("bw", "0")] == ("LOW", False)
+    assert flags["high"][("bw", "1")] == ("HIGH", True)
+    assert flags["high"][("lat", "1")] == ("FASTER", True)
+    assert sum(f for _, f in flags["both"].values()) == 5
+
+
+def test_worst_cells_come_first() -> None:
+    """Failing cells are ordered from the slowest relative to the baseline, latency included."""
+    base = _side(
+        *(_cell("bw", 100.0, col=str(i)) for i in range(4)), _cell("lat", 100.0, "latency")
+    )
+    cand = _side(
+        _cell("bw", 95.0, col="0"),
+        _cell("bw", 70.0, col="1"),
+        _cell("bw", 100.0, col="2"),
+        _cell("bw", 90.0, col="3"),
+        _cell("lat", 125.0, "latency"),  # 0.8 x the speed
+    )
+    rows, _, _ = compare_sides(cand, base, 3.0)
+    assert [(x.matrix, x.column) for x in rows[:4]] == [
+        ("bw", "1"),
+        ("lat", "0"),
+        ("bw", "3"),
+        ("bw", "0"),
+    ]
 
 
 def test_latency_comes_from_kind_not_the_key() -> None:
     """A matrix's kind decides lower-is-better, whatever its key says; an older report
     without kind is read by its unit; nvbandwidth's ns matrices are latency."""
-    doc = _gpubw(latency_named_bandwidth=50e9, plain=1e-6)
+    doc = _gpubw(latency_named_bandwidth=[50e9], plain=[1e-6])
     doc["testcases"][0]["matrices"][0]["kind"] = "bandwidth"
     m = doc["testcases"][1]["matrices"][0]
     m.update(unit="s", display_unit="ns", scale=1e9)  # no "kind": an older report
-    _, figs = figures_from(doc)
-    assert figs["latency_named_bandwidth"].kind == "bandwidth"
-    assert figs["plain"].kind == "latency" and figs["plain"].unit == "ns"
+    cells = {c.matrix: c for c in side_from(doc).cells}
+    assert cells["latency_named_bandwidth"].kind == "bandwidth"
+    assert cells["plain"].kind == "latency" and cells["plain"].unit == "ns"
     nv = _nvbandwidth("host_device_latency_sm", ["800", "810"])
     nv["nvbandwidth"]["testcases"][0]["bandwidth_description"] = "latency (ns)"
-    _, nv_figs = figures_from(nv)
-    assert nv_figs["host_device_latency_sm"].kind == "latency"
-    assert nv_figs["host_device_latency_sm"].low == pytest.approx(805.0)
-    base = {"plain": figs["plain"]}  # 2000 ns: the mean of 1 and 3 us
-    lines, flagged = compare({"plain": Figure(2100.0, 2100.0, "ns", "latency")}, base, 3.0)
-    assert flagged == 1 and lines[1].split()[-1] == "SLOWER"
+    nv_cells = side_from(nv).cells
+    assert {c.kind for c in nv_cells} == {"latency"}
+    assert nv_cells[0].low == pytest.approx(800.0)
+    slower = _side(Cell("plain", 1 << 29, "0", "0", 1100.0, 1100.0, "ns", "latency"))
+    rows, _, _ = compare_sides(slower, side_from(doc), 3.0)
+    plain = [x for x in rows if x.matrix == "plain"]
+    assert plain[0].flag == "SLOWER" and plain[0].fails
 
 
-def test_reference_ranges_accept_values_inside() -> None:
-    """A reference given as a range flags only values outside the range +/- threshold."""
+def test_reference_ranges_apply_to_every_cell() -> None:
+    """A reference range is compared with every applicable cell of the candidate's matrix;
+    N/A cells (a diagonal) are not MISSING."""
     ref = {"testcases": [{"key": "x", "unit": "GB/s", "figures": {"x": [48.7, 50.5]}}]}
-    _, base = figures_from(ref)
-    assert compare({"x": Figure(50.5, 50.5, "GB/s")}, base, 0.0)[1] == 0
-    assert compare({"x": Figure(48.0, 48.0, "GB/s")}, base, 1.0)[1] == 1
+    base = side_from(ref)
+    ok = side_from(_gpubw(x=[50.5e9, None, 48.7e9]))
+    assert not [x for x in compare_sides(ok, base, 0.0)[0] if x.fails]
+    slow = side_from(_gpubw(x=[50.0e9, 48.0e9]))
+    failing = [x for x in compare_sides(slow, base, 1.0)[0] if x.fails]
+    assert [(x.column, x.flag) for x in failing] == [("1", "LOW")]
+
+
+def test_sweeps_compare_size_by_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two sweeps are compared at every common size, so a slow small size is not hidden
+    behind the last size."""
+    a = _write(tmp_path / "a.json", _sweep("h2d", {1 << 20: [20e9], GIB: [55e9]}))
+    b = _write(tmp_path / "b.json", _sweep("h2d", {1 << 20: [30e9], GIB: [55e9]}))
+    assert main(["compare", a, b]) == 1
+    out = capsys.readouterr().out
+    assert "1 MiB" in out and "LOW" in out
+    assert main(["compare", a, b, "--size", "1GiB"]) == 0
+    assert main(["compare", a, b, "--size", "1G"]) == 0
+    assert main(["compare", a, b, "--size", "1"]) == 1  # a plain number is MiB, as -b
+
+
+def test_sweep_against_a_report_without_sizes_needs_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sweep compared with nvbandwidth's JSON names the sizes and asks for --size, instead
+    of silently taking one; --size picks it; a size the sweep lacks is a usage error."""
+    a = _write(
+        tmp_path / "a.json", _sweep("host_to_device_memcpy_ce", {1 << 20: [20e9], GIB: [55e9]})
+    )
+    b = _write(tmp_path / "nv.json", _nvbandwidth("host_to_device_memcpy_ce", ["55"]))
+    assert main(["compare", a, b]) == 2
+    err = capsys.readouterr().err
+    assert "--size" in err and "1 MiB, 1 GiB" in err
+    assert main(["compare", a, b, "--size", "1GiB"]) == 0
+    assert main(["compare", a, b, "--size", "2GiB"]) == 2
+    assert "no result at that size" in capsys.readouterr().err
+    assert main(["compare", a, b, "--size", "lots"]) == 2
+    assert "--size: invalid buffer size 'lots'" in capsys.readouterr().err
 
 
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """gpubw compare exits 0 when all agree, 1 when a figure is flagged, 2 on a bad file."""
+    """gpubw compare exits 0 when all agree, 1 when a cell fails, 2 on bad input."""
     a = tmp_path / "a.json"
-    b = tmp_path / "b.json"
-    a.write_text(json.dumps(_gpubw(host_to_device_memcpy_ce=27.5e9)))
-    b.write_text(json.dumps(_nvbandwidth("host_to_device_memcpy_ce", ["27.5", "82.5"])))
-    assert main(["compare", str(a), str(b)]) == 0
+    b = _write(tmp_path / "b.json", _nvbandwidth("host_to_device_memcpy_ce", ["27.5", "82.5"]))
+    _write(a, _gpubw(host_to_device_memcpy_ce=[27.5e9, 82.5e9]))
+    assert main(["compare", str(a), b]) == 0
     assert "host_to_device_memcpy_ce" in capsys.readouterr().out
-    assert main(["compare", str(a), str(b), "--threshold", "0"]) == 0
-    a.write_text(json.dumps(_gpubw(host_to_device_memcpy_ce=20e9)))
-    assert main(["compare", str(a), str(b)]) == 1
-    assert main(["compare", str(tmp_path / "missing.json"), str(b)]) == 2
+    assert main(["compare", str(a), b, "--threshold", "0"]) == 0
+    _write(a, _gpubw(host_to_device_memcpy_ce=[27.5e9, 60e9]))
+    assert main(["compare", str(a), b]) == 1
+    assert main(["compare", str(tmp_path / "missing.json"), b]) == 2
     assert "cannot read report" in capsys.readouterr().err
+    for bad in (["--threshold", "-1"], ["--threshold", "nan"], ["--fail-on", "sideways"]):
+        assert main(["compare", str(a), b, *bad]) == 2
+        assert capsys.readouterr().err
+
+
+def test_json_format_and_output_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--format json lists every cell worst first with its devices; -o writes the file
+    (nothing on stdout) and refuses a directory before reading anything."""
+    a = _write(tmp_path / "a.json", _gpubw(devices=2, h2d=[40e9, 55e9]))
+    b = _write(tmp_path / "b.json", _gpubw(devices=2, h2d=[55e9, 55e9]))
+    out = tmp_path / "cmp.json"
+    assert main(["compare", a, b, "--format", "json", "-o", str(out)]) == 1
+    assert capsys.readouterr().out == ""
+    doc = json.loads(out.read_text())
+    assert doc["failed"] == 1 and doc["exit_code"] == 1 and doc["fail_on"] == "low"
+    first = doc["cells"][0]
+    assert first["flag"] == "LOW" and first["fails"] and first["ratio"] == pytest.approx(40 / 55)
+    assert first["destination_device"] == {
+        "index": 0,
+        "name": "NVIDIA H200",
+        "pci_bus_id": "0000:1b:00.0",
+    }
+    assert first["source"] == "host" and first["source_device"] is None
+    assert len(doc["cells"]) == 2
+    assert main(["compare", a, b, "-o", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    text = tmp_path / "cmp.txt"
+    assert main(["compare", a, b, "-o", str(text)]) == 1
+    assert "GPU 0: NVIDIA H200, 0000:1b:00.0" in text.read_text()
+
+
+def test_one_slow_host_link_of_eight_is_flagged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Simulated h200x8, GPU 3's host link at 80 %: compared per cell with the healthy run,
+    GPU 3's cells (and only they) fail with its PCI bus id, exit 1; the mean of each matrix
+    (the old comparison) is within 3 % and would have passed."""
+    link = {
+        "h2d": {"ce": 55.5e9, "sm": 51.4e9},
+        "d2h": {"ce": 55.3e9, "sm": 52.6e9},
+        "bidirectional_factor": 0.9,
+    }
+    slow = {
+        "h2d": {"ce": 0.8 * 55.5e9, "sm": 0.8 * 51.4e9},
+        "d2h": {"ce": 0.8 * 55.3e9, "sm": 0.8 * 52.6e9},
+        "bidirectional_factor": 0.9,
+    }
+    system = tmp_path / "slow3.json"
+    system.write_text(
+        json.dumps(
+            {
+                "name": "h200x8-slow3",
+                "base": "h200x8",
+                "host_links": [link] * 3 + [slow] + [link] * 4,
+            }
+        )
+    )
+    tests = ["-t", "host_to_device_memcpy_ce", "-t", "device_to_host_memcpy_ce"]
+    healthy, degraded = tmp_path / "healthy.json", tmp_path / "degraded.json"
+    assert main(["--simulate", "h200x8", *tests, "-j", "-o", str(healthy)]) == 0
+    assert main(["--simulate", str(system), *tests, "-j", "-o", str(degraded)]) == 0
+    capsys.readouterr()
+
+    assert main(["compare", str(degraded), str(healthy), "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    failing = [c for c in doc["cells"] if c["fails"]]
+    assert {(c["matrix"], c["source"], c["destination"]) for c in failing} == {
+        ("host_to_device_memcpy_ce", "host", "GPU 3"),
+        ("device_to_host_memcpy_ce", "GPU 3", "host"),
+    }
+    assert doc["cells"][:2] == failing  # worst first
+    bus = json.loads(degraded.read_text())["devices"][3]["pci_bus_id"]
+    assert [c["ratio"] for c in failing] == [pytest.approx(0.8, abs=0.01)] * 2
+    assert all(
+        bus in (c["destination_device"] or c["source_device"])["pci_bus_id"] for c in failing
+    )
+
+    assert main(["compare", str(degraded), str(healthy)]) == 1
+    text = capsys.readouterr().out
+    assert f"GPU 3: NVIDIA H200, {bus}" in text and "host -> GPU 3" in text
+
+    def means(path: Path) -> dict[str, float]:
+        rep = json.loads(path.read_text())
+        return {
+            m["key"]: statistics.fmean(v for row in m["values"] for v in row if v is not None)
+            for t in rep["testcases"]
+            for m in t["matrices"]
+        }
+
+    old, new = means(healthy), means(degraded)
+    assert all(abs(new[k] / old[k] - 1) < 0.03 for k in old)  # the mean hides GPU 3
+
+
+def test_bad_report_shapes_are_usage_errors(tmp_path: Path) -> None:
+    """A file of the wrong shape is a UsageError naming it, not a traceback."""
+    from gpubw.compare import load_side
+
+    for doc in (
+        [1, 2],
+        {"testcases": 3},
+        {"testcases": [{"status": "Passed", "matrices": [{"key": "k", "values": 5}]}]},
+    ):
+        path = _write(tmp_path / "bad.json", doc)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match=r"bad\.json"):
+            load_side(path)

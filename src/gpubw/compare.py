@@ -149,7 +149,7 @@ def _ends(m: Mapping[str, Any], rows: list[str], cols: list[str]) -> Any:
             unit=BANDWIDTH if _kind(m) == KIND_BANDWIDTH else LATENCY,
             row_labels=rows,
             column_labels=cols,
-            values=[[0.0 if v is not None else None for v in row] for row in m["values"]],
+            values=[[0.0 for _ in row] for row in m["values"]],
         )
         places = cell_places(matrix)
     except ValueError:
@@ -463,9 +463,8 @@ def _matrix_lines(rows: Sequence[Comparison]) -> list[str]:
     groups: dict[tuple[str, int | None], list[Comparison]] = {}
     for x in rows:
         groups.setdefault((x.matrix, x.size), []).append(x)
-    lines = [
-        f"{'matrix':<54} {'size':>9} {'cells':>5} {'failed':>6} {'median':>7} {'worst':>7}  worst cell"
-    ]
+    head = f"{'matrix':<54} {'size':>9} {'cells':>5} {'failed':>6} {'median':>7} {'worst':>7}"
+    lines = [head + "  worst cell"]
     ordered = sorted(groups.items(), key=lambda kv: worst_first(kv[1])[0].speed or 0.0)
     for (key, size), xs in ordered:
         ratios = [x.ratio for x in xs if x.ratio is not None]
