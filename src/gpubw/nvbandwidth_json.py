@@ -17,6 +17,8 @@ turns it into gpubw's report-like shape, in gpubw's base units (bytes/s, seconds
 testcase's name says so), else ``"bandwidth"``; nvbandwidth counts each byte copied once, so
 ``bytes_counting`` is ``"once"`` (``"none"`` for latency), as in :class:`gpubw.results.Matrix`.
 
+:func:`to_report` makes a :class:`gpubw.results.Report` of it (``gpubw plot`` draws that).
+
 Statuses are mapped to gpubw's: ``Passed``/``Waived`` as they are, ``ERROR`` (an unknown
 testcase) to ``Not Found``, ``Running`` (nvbandwidth stopped inside it) to ``Error``.
 """
@@ -37,6 +39,10 @@ from gpubw.results import (
     KIND_BANDWIDTH,
     KIND_LATENCY,
     LATENCY,
+    Matrix,
+    Report,
+    Status,
+    TestcaseResult,
 )
 
 _DEVICE = re.compile(
@@ -225,3 +231,59 @@ def testcases(source: str | Path | Mapping[str, Any]) -> list[dict[str, Any]]:
     if isinstance(source, Path) or not str(source).lstrip().startswith("{"):
         return list(load(source)["testcases"])
     return list(loads(str(source))["testcases"])
+
+
+def to_report(source: str | Path | Mapping[str, Any]) -> Report:
+    """nvbandwidth's ``-j`` output (a path, JSON text or a decoded document) as a gpubw
+    :class:`~gpubw.results.Report`, e.g. to plot it. Ragged matrix rows are padded with N/A;
+    a matrix that cannot be a gpubw Matrix is a UsageError naming it."""
+    if isinstance(source, Mapping):
+        doc = parse(source)
+    elif isinstance(source, Path) or not str(source).lstrip().startswith("{"):
+        doc = load(source)
+    else:
+        doc = loads(str(source))
+    results = []
+    for i, tc in enumerate(doc["testcases"]):
+        matrices = []
+        for m in tc["matrices"]:
+            width = len(m["column_labels"])
+            values = [list(row) + [None] * (width - len(row)) for row in m["values"]]
+            try:
+                matrices.append(
+                    Matrix(
+                        key=m["key"],
+                        description=m["description"],
+                        unit=m["unit"],
+                        row_labels=m["row_labels"],
+                        column_labels=m["column_labels"],
+                        values=values,
+                        kind=m["kind"],
+                        bytes_counting=m["bytes_counting"],
+                    )
+                )
+            except ValueError as exc:
+                raise UsageError(f"nvbandwidth JSON: testcase {tc['key']!r}: {exc}") from exc
+        results.append(
+            TestcaseResult(
+                key=tc["key"],
+                status=Status(tc["status"]),
+                message=tc["message"],
+                index=i,
+                matrices=matrices,
+                plugin="nvbandwidth",
+            )
+        )
+    return Report(
+        tool="nvbandwidth",
+        tool_version=doc["tool_version"],
+        backend="cuda",
+        simulated=False,
+        system_name="",
+        host=doc["host"],
+        versions=dict(doc["versions"]),
+        devices=doc["devices"],
+        testcases=results,
+        warnings=doc["warnings"],
+        error=doc["error"],
+    )

@@ -1,4 +1,14 @@
-"""``gpubw plot REPORT.json -o FILE.png``: draw a gpubw JSON report.
+"""``gpubw plot REPORT.json [OTHER.json] -o FILE``: draw a report, or two overlaid.
+
+A report is a gpubw JSON report or nvbandwidth's ``-j`` output. **One figure per testcase**
+(so a 250-entry sweep is a set of ordinary pictures, not one image thousands of pixels
+tall): ``-o plot.pdf`` writes them as the pages of one PDF; ``-o plot.png`` (or .svg, ...)
+writes ``plot-<testcase>.png`` for each (just ``plot.png`` when there is only one figure).
+The 1×N results that are not part of a sweep share an overview figure per unit
+(``plot-1xN-bandwidth.png``; split in parts of a readable height).
+
+A second report is drawn over the first: its sweep lines dashed in the same colours, its
+bars hatched beside the first's, and N×N matrices as the ratio first / second.
 
 What is drawn, one panel each:
 
@@ -21,8 +31,9 @@ import argparse
 import math
 import textwrap
 import warnings
+from pathlib import Path
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from gpubw.argtypes import positive_int
 from gpubw.errors import UsageError
@@ -50,9 +61,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="gpubw plot", description="Draw a gpubw JSON report as a PNG (or SVG, PDF).")
-    p.add_argument("report", help="a gpubw JSON report (gpubw -j -o FILE)")
-    p.add_argument("-o", "--output", required=True, help="the image to write, e.g. plot.png")
+    p = _Parser(
+        prog="gpubw plot",
+        description="Draw a report, one figure per testcase; a second report is overlaid.",
+        epilog="-o FILE.pdf: one page per figure. -o FILE.png (svg, ...): FILE-<testcase>.png "
+        "per figure (just FILE.png for a single figure); the names written are printed.",
+    )
+    p.add_argument("report", help="a gpubw JSON report (gpubw -j -o FILE) or nvbandwidth -j output")
+    p.add_argument("other", nargs="?", default=None, help="a second report, drawn over the first")
+    p.add_argument("-o", "--output", required=True, help="plot.pdf, or plot.png (one per figure)")
     p.add_argument(
         "-t",
         "--testcase",
@@ -175,18 +192,40 @@ def _size_axis(ax: Any, sizes: Sequence[float]) -> None:
 
 
 def _draw_sweep(
-    ax: Any, key: str, mkey: str, per_size: list[tuple[int, Matrix]], report: Report
+    ax: Any,
+    key: str,
+    mkey: str,
+    per_size: list[tuple[int, Matrix]],
+    report: Report,
+    *,
+    run: str = "",
+    overlay: Sequence[tuple[str, list[tuple[int, Matrix]]]] = (),
 ) -> None:
+    """One matrix of a sweep; ``overlay``: (run label, its per-size matrices) of other
+    runs, dashed in the same colours as the first run's lines (``run``: the first's label)."""
     first = per_size[0][1]
     unit = display_unit(first.unit)
     all_sizes: list[float] = []
+    colors: list[Any] = []
     for label, sizes, values, band in _series(per_size):
         xs = [x for x, v in zip(sizes, values) if v is not None]
         ys = [v for v in values if v is not None]
         all_sizes += sizes
-        (line,) = ax.plot(xs, ys, marker="o", markersize=4, linewidth=1.6, label=label)
+        shown = f"{run}: {label}" if overlay else label
+        (line,) = ax.plot(xs, ys, marker="o", markersize=4, linewidth=1.6, label=shown)
+        colors.append(line.get_color())
         if band is not None:
             ax.fill_between(sizes, band[0], band[1], alpha=0.2, color=line.get_color())
+    for other, other_sizes in overlay:
+        for i, (label, sizes, values, band) in enumerate(_series(other_sizes)):
+            xs = [x for x, v in zip(sizes, values) if v is not None]
+            ys = [v for v in values if v is not None]
+            all_sizes += sizes
+            color = colors[i] if i < len(colors) else None
+            ax.plot(xs, ys, marker="s", markersize=3, linewidth=1.3, linestyle="--",
+                    color=color, label=f"{other}: {label}")  # fmt: skip
+            if band is not None:
+                ax.fill_between(sizes, band[0], band[1], alpha=0.1, color=color, hatch="//")
     results = [t for t in report.testcases if t.key == key]
     if results and is_device_memory(results[0]) and first.kind == KIND_BANDWIDTH:
         # The nominal figure is read + write: only a matrix counted that way is drawn against
@@ -267,33 +306,85 @@ def _draw_heatmap(ax: Any, fig: Any, t: TestcaseResult, m: Matrix, swept: bool) 
     bar.set_label(display_unit(m.unit))
 
 
-def _draw_bars(ax: Any, items: list[tuple[str, Matrix]], kind: str) -> None:
+def _draw_ratio_heatmap(ax: Any, fig: Any, m: Matrix, other: Matrix, runs: Sequence[str]) -> None:
+    """An N×N matrix of two runs: the ratio first / second per cell (1.0: equal)."""
+    import matplotlib
     import numpy as np
 
-    unit = items[0][1].unit
+    def grid(x: Matrix) -> Any:
+        return np.array([[math.nan if v is None else v for v in row] for row in x.values], float)
+
+    a, b = grid(m), grid(other)
+    if a.shape != b.shape:
+        ax.text(0.5, 0.5, f"{m.key}: {a.shape} vs {b.shape} cells", ha="center", va="center")
+        ax.set_axis_off()
+        return
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(b > 0, a / b, math.nan)
+    cmap = matplotlib.colormaps["RdBu"].with_extremes(bad="lightgray")
+    im = ax.imshow(np.ma.masked_invalid(ratio), cmap=cmap, aspect="equal", vmin=0.8, vmax=1.2)
+    n_r, n_c = ratio.shape
+    fontsize = 9 if max(n_r, n_c) <= 4 else 7 if max(n_r, n_c) <= 8 else 5
+    for r in range(n_r):
+        for c in range(n_c):
+            v = ratio[r, c]
+            ax.text(c, r, "N/A" if not math.isfinite(v) else f"{v:.3f}", ha="center",
+                    va="center", fontsize=fontsize)  # fmt: skip
+    ax.set_xticks(range(n_c))
+    ax.set_xticklabels(m.column_labels)
+    ax.set_yticks(range(n_r))
+    ax.set_yticklabels(m.row_labels)
+    ax.set_xlabel("column (GPU)")
+    ax.set_ylabel("row")
+    ax.set_title(f"{m.key}: {runs[0]} / {runs[1]}\n{m.description}", fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04).set_label("ratio")
+
+
+def _draw_bars(
+    ax: Any,
+    items: Sequence[tuple[str, Sequence[Matrix | None]]],
+    kind: str,
+    runs: Sequence[str] = ("",),
+) -> None:
+    """One bar per device for each (name, matrix of each run); a second run hatched."""
+    import numpy as np
+
+    unit = next(m for _, ms in items for m in ms if m is not None).unit
     scale = display_scale(unit)
     columns: list[str] = []
-    for _, m in items:
-        for c in m.column_labels:
-            if c not in columns:
-                columns.append(c)
-    height = 0.8 / max(1, len(columns))
+    for _, ms in items:
+        for m in ms:
+            for c in m.column_labels if m is not None else ():
+                if c not in columns:
+                    columns.append(c)
+    slots = [(col, r) for col in columns for r in range(len(runs))]
+    height = 0.8 / max(1, len(slots))
     y = np.arange(len(items))
-    for j, col in enumerate(columns):
+    colors: dict[str, Any] = {}
+    for j, (col, r) in enumerate(slots):
         vals = []
-        for _, m in items:
-            idx = list(m.column_labels).index(col) if col in m.column_labels else -1
-            v = m.values[0][idx] if idx >= 0 else None
+        for _, ms in items:
+            m = ms[r] if r < len(ms) else None
+            idx = (
+                list(m.column_labels).index(col) if m is not None and col in m.column_labels else -1
+            )
+            v = m.values[0][idx] if m is not None and idx >= 0 else None
             vals.append(0.0 if v is None else v * scale)
         label = f"GPU {col}" if col.isdigit() else col
-        bars = ax.barh(y + (j - (len(columns) - 1) / 2) * height, vals, height, label=label)
-        if len(columns) <= 4:
+        if len(runs) > 1:
+            label = f"{runs[r]}: {label}"
+        bars = ax.barh(y + (j - (len(slots) - 1) / 2) * height, vals, height, label=label,
+                       color=colors.get(col), hatch="//" if r else None)  # fmt: skip
+        colors.setdefault(col, bars.patches[0].get_facecolor() if bars.patches else None)
+        if len(slots) <= 4:
             ax.bar_label(bars, fmt="%.1f", fontsize=6, padding=2)
     ax.set_yticks(y)
     ax.set_yticklabels([name for name, _ in items], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(f"{kind} ({display_unit(unit)})")
-    shown = [v for _, m in items for row in m.values for v in row if v]
+    shown = [
+        v for _, ms in items for m in ms if m is not None for row in m.values for v in row if v
+    ]
     if shown and max(shown) > 20 * min(shown):
         ax.set_xscale("log")  # PCIe (tens of GB/s) and HBM (thousands) in one readable chart
     ax.grid(True, axis="x", which="both", alpha=0.3)
@@ -301,53 +392,144 @@ def _draw_bars(ax: Any, items: list[tuple[str, Matrix]], kind: str) -> None:
     ax.legend(fontsize=7, loc="lower right")
 
 
-# -- layout -----------------------------------------------------------------------------
+# -- layout ---------------------------------------------------------------------------
 
 Panel = tuple[bool, float, Callable[[Any, Any], None]]  # (full width, height, draw(ax, fig))
+Run = tuple[str, Report]  # (label, report)
+
+#: the tallest a figure of 1×N bars gets (inches) before it is split in parts
+MAX_BAR_HEIGHT = 12.0
 
 
-def _panels(report: Report) -> list[Panel]:
+class FigureSpec(NamedTuple):
+    """One figure: its name (the file-name part: a testcase key, ``1xN-bandwidth``), the
+    panels on it."""
+
+    name: str
+    panels: list[Panel]
+    left: float = 0.8  # inches of margin left of the panels (room for the y tick labels)
+
+
+def _per_size(results: Sequence[TestcaseResult], mkey: str) -> list[tuple[int, Matrix]]:
+    return [(t.size or 0, m) for t in results for m in t.matrices if m.key == mkey]
+
+
+def _sized(report: Report, key: str) -> list[TestcaseResult]:
+    """Passed results of ``key`` that have a buffer size, by size."""
+    got = [
+        t
+        for t in report.testcases
+        if t.key == key and t.status is Status.PASSED and t.size is not None and t.matrices
+    ]
+    return sorted(got, key=lambda t: t.size or 0)
+
+
+def _last_passed(report: Report, key: str) -> TestcaseResult | None:
+    got = [t for t in report.testcases if t.key == key and t.status is Status.PASSED]
+    return max(got, key=lambda t: t.size or 0) if got else None
+
+
+def _testcase_panels(key: str, runs: Sequence[Run]) -> list[Panel]:
+    """The panels of one testcase: each matrix of a sweep against size, and each N×N
+    matrix as a heatmap (of a sweep: at its largest size; of two runs: their ratio)."""
+    (label, report), others = runs[0], runs[1:]
     panels: list[Panel] = []
     swept = sweeps(report)
-    for key, results in swept.items():
+    if key in swept:
+        results = swept[key]
         mkeys: list[str] = []
         for t in results:
             mkeys += [m.key for m in t.matrices if m.key not in mkeys]
         for mkey in mkeys:
-            per_size = [(t.size or 0, m) for t in results for m in t.matrices if m.key == mkey]
+            overlay = [(lb, _per_size(_sized(r, key), mkey)) for lb, r in others]
+            overlay = [(lb, ps) for lb, ps in overlay if ps]
 
-            def draw(ax: Any, fig: Any, k: str = key, mk: str = mkey, ps: Any = per_size) -> None:
-                _draw_sweep(ax, k, mk, ps, report)
+            def draw(ax: Any, fig: Any, mk: str = mkey, ov: Any = overlay) -> None:
+                _draw_sweep(ax, key, mk, _per_size(results, mk), report, run=label, overlay=ov)
 
             panels.append((False, 4.6, draw))
-    seen: set[str] = set()
-    bars: dict[str, list[tuple[str, Matrix]]] = {KIND_BANDWIDTH: [], KIND_LATENCY: []}
-    for t in report.testcases:
-        if t.status is not Status.PASSED:
+    last = _last_passed(report, key)
+    other_t = _last_passed(others[0][1], key) if others else None
+    for m in last.matrices if last is not None else ():
+        if not len(m.row_labels) == len(m.column_labels) >= 2:
             continue
-        if t.key in swept and t is not swept[t.key][-1]:
-            continue  # heatmaps of a sweep: the largest size only
-        for m in t.matrices:
-            nxn = len(m.row_labels) == len(m.column_labels) >= 2
-            if nxn and m.key not in seen:
-                seen.add(m.key)
 
-                def draw_h(ax: Any, fig: Any, tt: TestcaseResult = t, mm: Matrix = m) -> None:
-                    _draw_heatmap(ax, fig, tt, mm, tt.key in swept)
+        def draw_h(ax: Any, fig: Any, tt: Any = last, mm: Matrix = m) -> None:
+            _draw_heatmap(ax, fig, tt, mm, key in swept)
 
-                panels.append((False, 4.6, draw_h))
-            elif len(m.row_labels) == 1 and t.key not in swept and m.kind in bars:
-                bars[m.kind].append((m.key, m))
-    for kind, items in bars.items():
-        if items:
-            ncols = max(len(m.column_labels) for _, m in items)
-            height = max(2.0, 0.9 + len(items) * 0.25 * ncols)
+        panels.append((False, 4.6, draw_h))
+        om = next((x for x in other_t.matrices if x.key == m.key), None) if other_t else None
+        if om is not None:
 
-            def draw_b(ax: Any, fig: Any, it: Any = items, k: str = kind) -> None:
-                _draw_bars(ax, it, k)
+            def draw_r(ax: Any, fig: Any, mm: Matrix = m, o: Matrix = om) -> None:
+                _draw_ratio_heatmap(ax, fig, mm, o, [lb for lb, _ in runs])
 
-            panels.append((True, height, draw_b))
+            panels.append((False, 4.6, draw_r))
     return panels
+
+
+def _bar_figures(runs: Sequence[Run], keys: Sequence[str]) -> list[FigureSpec]:
+    """The 1×N results outside sweeps: per kind, figures of bars no taller than
+    MAX_BAR_HEIGHT."""
+    swept = [set(sweeps(r)) for _, r in runs]
+    by_kind: dict[str, list[tuple[str, list[Matrix | None]]]] = {
+        KIND_BANDWIDTH: [],
+        KIND_LATENCY: [],
+    }
+    for key in keys:
+        if any(key in s for s in swept):
+            continue
+        per_run = [_last_passed(r, key) for _, r in runs]
+        mkeys: list[str] = []
+        for t in per_run:
+            for m in t.matrices if t is not None else ():
+                if len(m.row_labels) == 1 and m.kind in by_kind and m.key not in mkeys:
+                    mkeys.append(m.key)
+        for mkey in mkeys:
+            ms = [
+                next((m for m in t.matrices if m.key == mkey), None) if t else None for t in per_run
+            ]
+            kind = next(m.kind for m in ms if m is not None)
+            by_kind[kind].append((mkey, ms))
+    labels = [lb for lb, _ in runs]
+    out: list[FigureSpec] = []
+    for kind, items in by_kind.items():
+        if not items:
+            continue
+        ncols = max(len(m.column_labels) for _, ms in items for m in ms if m is not None)
+        per_item = 0.25 * ncols * len(runs)
+        chunk = max(1, int((MAX_BAR_HEIGHT - 0.9) // per_item))
+        parts = [items[i : i + chunk] for i in range(0, len(items), chunk)]
+        for n, part in enumerate(parts, 1):
+            height = max(2.0, 0.9 + len(part) * per_item)
+
+            def draw_b(ax: Any, fig: Any, it: Any = part, k: str = kind) -> None:
+                _draw_bars(ax, it, k, labels)
+
+            name = f"1xN-{kind}" + (f"-{n}" if len(parts) > 1 else "")
+            left = 0.5 + 0.065 * max(len(k) for k, _ in part)  # the testcase names
+            out.append(FigureSpec(name, [(True, height, draw_b)], left))
+    return out
+
+
+def figures(runs: Sequence[Run]) -> list[FigureSpec]:
+    """What ``gpubw plot`` draws for these runs: one figure per testcase (in the first
+    run's order, then the others'), then the 1×N overview figures."""
+    keys: list[str] = []
+    for _, r in runs:
+        for t in r.testcases:
+            if t.status is Status.PASSED and t.key not in keys:
+                keys.append(t.key)
+    out = []
+    for key in keys:
+        have = [run for run in runs if _last_passed(run[1], key) is not None]
+        if have and have[0] is runs[0]:
+            panels = _testcase_panels(key, runs)
+        else:  # only in a later run: drawn alone
+            panels = _testcase_panels(key, have[:1])
+        if panels:
+            out.append(FigureSpec(key, panels))
+    return out + _bar_figures(runs, keys)
 
 
 def _title(report: Report) -> tuple[str, str | None]:
@@ -361,49 +543,114 @@ def _title(report: Report) -> tuple[str, str | None]:
     return head, sim
 
 
-def render(report: Report, output: str, dpi: int = 120) -> int:
-    """Draw ``report`` into ``output``; returns the number of panels drawn."""
-    plt = _pyplot()
-    panels = _panels(report)
-    if not panels:
-        raise UsageError(
-            "nothing to plot: the report has no Passed testcase with results "
-            "(no size sweep, no N×N matrix, no 1×N matrix)"
-        )
+def _draw_figure(plt: Any, spec: FigureSpec, runs: Sequence[Run]) -> Any:
     # rows: a full-width panel is a row; half-width panels pair up
     rows: list[list[Panel]] = []
-    for p in panels:
+    for p in spec.panels:
         if p[0] or not rows or rows[-1][0][0] or len(rows[-1]) == 2:
             rows.append([p])
         else:
             rows[-1].append(p)
-    ncols = 1 if len(panels) == 1 else 2
+    ncols = 1 if len(spec.panels) == 1 else 2
     heights = [max(p[1] for p in row) for row in rows]
-    width = 7.0 * ncols
-    fig = plt.figure(figsize=(width, sum(heights) + 0.9), layout="constrained")
-    grid = fig.add_gridspec(len(rows), ncols, height_ratios=heights)
+    titles = [_title(r) for _, r in runs]
+    top = 0.5 + 0.25 * len(runs) + (0.25 if any(sim for _, sim in titles) else 0)
+    # A fixed layout (margins in inches): matplotlib's constrained layout measured every
+    # text of every figure again and took a third of the time of a large sweep.
+    width, height = 7.0 * ncols + spec.left - 0.8, sum(heights) + top
+    gap = 1.6  # between rows: the rotated size ticks above, the two-line title below
+    fig = plt.figure(figsize=(width, height))
+    grid = fig.add_gridspec(
+        len(rows),
+        ncols,
+        height_ratios=heights,
+        left=spec.left / width,
+        right=1 - 0.9 / width,
+        top=1 - (top + 0.45) / height,
+        bottom=0.8 / height,
+        hspace=gap / (sum(heights) / len(rows)),
+        wspace=0.32,
+    )
     for i, row in enumerate(rows):
         for j, (full, _, draw) in enumerate(row):
-            spec = grid[i, :] if full or ncols == 1 else grid[i, j]
-            draw(fig.add_subplot(spec), fig)
-    head, sim = _title(report)
-    if sim:
-        fig.suptitle(f"{sim}\n{head}", color="red", fontsize=12, fontweight="bold")
-    else:
-        fig.suptitle(head, fontsize=12)
+            sub = grid[i, :] if full or ncols == 1 else grid[i, j]
+            draw(fig.add_subplot(sub), fig)
+    lines = []
+    for (label, _), (head, sim) in zip(runs, titles):
+        prefix = f"{label}: " if len(runs) > 1 else ""
+        lines += ([f"{prefix}{sim}"] if sim else []) + [prefix + head]
+    simulated = any(sim for _, sim in titles)
+    fig.suptitle(
+        "\n".join(lines),
+        color="red" if simulated else "black",
+        fontsize=11 if len(runs) > 1 else 12,
+        fontweight="bold" if simulated else "normal",
+    )
+    return fig
+
+
+def _suffix(output: str) -> str:
+    return output.rpartition(".")[2].lower() if "." in output.rpartition("/")[2] else ""
+
+
+def output_paths(output: str, specs: Sequence[FigureSpec]) -> list[str]:
+    """Where each figure goes: all in ``output`` for a PDF or a single figure; otherwise
+    ``<output without suffix>-<figure name>.<suffix>`` each."""
+    if _suffix(output) == "pdf" or len(specs) == 1:
+        return [output] * len(specs)
+    if output == "-":
+        raise UsageError(
+            f"gpubw plot: -o -: {len(specs)} figures cannot go to standard output as one "
+            "image; give a .pdf (one page each) or a file name (one file each)"
+        )
+    root, dot, ext = output.rpartition(".") if _suffix(output) else (output, "", "")
+    return [f"{root}-{s.name}{dot}{ext}" for s in specs]
+
+
+def render(report: Report | Sequence[Run], output: str, dpi: int = 120) -> list[str]:
+    """Draw a report (or several runs, overlaid on the first) into ``output``: one figure
+    per testcase (see the module docstring); returns the files written, in order."""
+    runs: list[Run] = [("", report)] if isinstance(report, Report) else list(report)
+    plt = _pyplot()
+    specs = figures(runs)
+    if not specs:
+        raise UsageError(
+            "nothing to plot: the report has no Passed testcase with results "
+            "(no size sweep, no N×N matrix, no 1×N matrix)"
+        )
+    paths = output_paths(output, specs)
+    fmt = _suffix(output) or "png"
+    written: list[str] = []
     try:
         with warnings.catch_warnings():
-            # matplotlib warns when constrained layout gives up on a very tall figure; the
+            # matplotlib warns when constrained layout gives up on a crowded figure; the
             # figure is still written, and a library must not print to stderr.
             warnings.simplefilter("ignore", UserWarning)
-            suffix = output.rpartition(".")[2].lower() if "." in output.rpartition("/")[2] else ""
-            with OutputTarget(output, label="gpubw plot: -o").open("wb") as f:
-                fig.savefig(f, dpi=dpi, format=suffix or "png")
+            if fmt == "pdf":
+                from matplotlib.backends.backend_pdf import PdfPages
+
+                target = OutputTarget(output, label="gpubw plot: -o")
+                with target.open("wb") as f, PdfPages(f) as pdf:
+                    for spec in specs:
+                        fig = _draw_figure(plt, spec, runs)
+                        try:
+                            pdf.savefig(fig)
+                        finally:
+                            plt.close(fig)
+                written.append(output)
+            else:
+                for spec, path in zip(specs, paths):
+                    target = OutputTarget(path, label="gpubw plot: -o").check()
+                    fig = _draw_figure(plt, spec, runs)
+                    try:
+                        with target.open("wb") as f:
+                            fig.savefig(f, dpi=dpi, format=fmt)
+                    finally:
+                        plt.close(fig)
+                    written.append(path)
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from exc
-    finally:
-        plt.close(fig)
-    return len(panels)
+    return written
 
 
 def _select(report: Report, prefixes: Sequence[str]) -> Report:
@@ -417,15 +664,43 @@ def _select(report: Report, prefixes: Sequence[str]) -> Report:
     return attrs.evolve(report, testcases=kept)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``gpubw plot REPORT.json -o FILE.png [-t PREFIX] [--dpi N]``; returns 0."""
+def load_any(path: str) -> Report:
+    """A gpubw JSON report or nvbandwidth's ``-j`` output, as a Report."""
     from gpubw.report_io import load_report, report_from_dict
 
+    try:
+        with open(path, encoding="utf-8") as f:
+            head = f.read(4096)
+    except (OSError, UnicodeDecodeError):
+        head = ""  # load_report says what is wrong
+    if '"nvbandwidth"' in head:
+        from gpubw import nvbandwidth_json
+
+        try:
+            return nvbandwidth_json.to_report(Path(path))
+        except UsageError as exc:
+            raise UsageError(f"{path}: {exc}") from None
+    return report_from_dict(load_report(path))
+
+
+def _labels(paths: Sequence[str]) -> list[str]:
+    """Short distinct names for the runs: file names without .json (whole paths if equal)."""
+    import os
+
+    names = [os.path.basename(p).removesuffix(".json") for p in paths]
+    return names if len(set(names)) == len(names) else list(paths)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``gpubw plot REPORT [OTHER] -o FILE [-t PREFIX] [--dpi N]``; returns 0."""
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     check_output(_pyplot(), args.output)  # fail early, before reading: no matplotlib, bad -o
-    report = _select(report_from_dict(load_report(args.report)), args.testcase)
-    render(report, args.output, dpi=args.dpi)
+    paths = [args.report, *([args.other] if args.other else [])]
+    reports = [_select(load_any(p), args.testcase) for p in paths]
+    written = render(list(zip(_labels(paths), reports)), args.output, dpi=args.dpi)
+    if len(written) > 1 and written[0] != written[-1]:
+        print("\n".join(written))  # the names were derived from -o: say what they are
     return 0
