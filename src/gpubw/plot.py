@@ -31,8 +31,8 @@ import argparse
 import math
 import textwrap
 import warnings
-from pathlib import Path
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
 from gpubw.argtypes import positive_int
