@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import builtins
+import re
 from pathlib import Path
 
 import attrs
 import pytest
 
-from _writer_reports import full_report, report, sweep_results
+from _writer_reports import DEVICES, full_report, report, sweep_results
 from gpubw.errors import UsageError
 from gpubw.report_io import dumps
 from gpubw.results import Matrix
 
 PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _pages(path: Path) -> int:
+    """How many pages a PDF written by matplotlib has."""
+    return len(re.findall(rb"/Type /Page\b(?!s)", path.read_bytes()))
 
 
 def _write(tmp_path: Path, rep) -> Path:
@@ -22,15 +28,33 @@ def _write(tmp_path: Path, rep) -> Path:
     return path
 
 
-def test_plot_sweep_and_heatmaps(tmp_path: Path) -> None:
-    """A report with a sweep, N×N and 1×N matrices renders to a PNG file."""
+def test_plot_sweep_and_heatmaps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A report with a sweep, N×N and 1×N matrices renders one PNG per testcase (named
+    after -o, the names printed) and the 1×N overview per unit; or the pages of one PDF."""
     pytest.importorskip("matplotlib")
     from gpubw.plot import main
 
     rep = attrs.evolve(full_report(), testcases=[*full_report().testcases, *sweep_results()])
     out = tmp_path / "plot.png"
     assert main([str(_write(tmp_path, rep)), "-o", str(out)]) == 0
-    assert out.read_bytes()[:8] == PNG
+    names = [
+        "device_to_device_memcpy_read_ce",
+        "device_to_device_bidirectional_memcpy_read_ce",
+        "device_to_device_latency_sm",
+        "device_local_copy",
+        "1xN-bandwidth",
+    ]
+    printed = capsys.readouterr().out.split()
+    assert printed == [str(tmp_path / f"plot-{n}.png") for n in names]
+    assert not out.exists()
+    for path in printed:
+        assert Path(path).read_bytes()[:8] == PNG
+    pdf = tmp_path / "plot.pdf"
+    assert main([str(_write(tmp_path, rep)), "-o", str(pdf)]) == 0
+    assert capsys.readouterr().out == ""
+    assert _pages(pdf) == len(names)
+    with pytest.raises(UsageError, match="5 figures cannot go to standard output"):
+        main([str(_write(tmp_path, rep)), "-o", "-"])
 
 
 def test_plot_simulated_title(tmp_path: Path) -> None:
@@ -52,7 +76,7 @@ def test_plot_simulated_title(tmp_path: Path) -> None:
 
     plt.close = spy
     try:
-        assert plot.render(rep, str(tmp_path / "s.png")) == 1
+        assert plot.render(rep, str(tmp_path / "s.png")) == [str(tmp_path / "s.png")]
     finally:
         plt.close = real_close
     assert titles and titles[0].startswith("SIMULATED SYSTEM dgx-h200-2")
@@ -199,3 +223,140 @@ def test_l2_line_sits_where_the_working_set_fills_l2() -> None:
         assert "working set 3 x buffer" in l2[0].get_label()
     finally:
         plt.close(fig)
+
+
+def _sweep_report(keys: int, sizes: int, gpus: int = 8):  # type: ignore[no-untyped-def]
+    """A simulated report of ``keys`` testcases x ``sizes`` sizes on ``gpus`` GPUs: host
+    links (1×N) and peer matrices (N×N), as a sweep of h200x8 has."""
+    from _writer_reports import D2D_READ, HEAD_CE
+    from gpubw.results import BANDWIDTH, Status, TestcaseResult
+
+    labels = [str(i) for i in range(gpus)]
+    results = []
+    for k in range(keys):
+        peer = k % 2 == 1
+        for j in range(sizes):
+            bw = (390e9 if peer else 55e9) * (1 - 0.5 ** (j + 1))
+            values = (
+                [[None if r == c else bw for c in range(gpus)] for r in range(gpus)]
+                if peer
+                else [[bw * (0.8 if c == 3 else 1.0) for c in range(gpus)]]
+            )
+            m = Matrix(
+                key=f"testcase_{k:02d}",
+                description=D2D_READ if peer else HEAD_CE,
+                unit=BANDWIDTH,
+                row_labels=labels if peer else ["0"],
+                column_labels=labels,
+                values=values,
+            )
+            results.append(
+                TestcaseResult(key=m.key, status=Status.PASSED, size=(1 << 20) << j, matrices=[m])
+            )
+    devices = [dict(DEVICES[0], ordinal=i) for i in range(gpus)]
+    return attrs.evolve(report(results, simulated=True), devices=devices)
+
+
+def test_a_250_entry_sweep_plots_in_a_few_seconds(tmp_path: Path) -> None:
+    """25 testcases x 10 sizes on 8 GPUs: 25 figures, drawn in a few seconds of CPU time
+    (CPU, not wall time: the test machine may be shared)."""
+    pytest.importorskip("matplotlib")
+    import time
+
+    from gpubw import plot
+
+    rep = _sweep_report(25, 10)
+    assert len(rep.testcases) == 250
+    plot._pyplot()  # importing matplotlib is not drawing
+    start = time.process_time()
+    written = plot.render(rep, str(tmp_path / "sweep.pdf"))
+    took = time.process_time() - start
+    assert written == [str(tmp_path / "sweep.pdf")]
+    assert _pages(tmp_path / "sweep.pdf") == 25
+    assert took < 8.0, f"{took:.1f} s of CPU for 250 entries"
+
+
+def test_two_reports_are_overlaid(tmp_path: Path) -> None:
+    """gpubw plot A B: B's sweep lines are drawn dashed over A's, labelled by file name, and
+    an N×N matrix gets a ratio A / B heatmap beside A's."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from gpubw import plot
+
+    a, b = _sweep_report(2, 3, gpus=2), _sweep_report(2, 3, gpus=2)
+    slower = [
+        attrs.evolve(
+            t,
+            matrices=[
+                attrs.evolve(
+                    m, values=[[None if v is None else v * 0.9 for v in row] for row in m.values]
+                )
+                for m in t.matrices
+            ],
+        )
+        for t in b.testcases
+    ]
+    b = attrs.evolve(b, testcases=slower)
+    specs = plot.figures([("new", a), ("old", b)])
+    assert [s.name for s in specs] == ["testcase_00", "testcase_01"]
+    assert len(specs[1].panels) == 3  # sweep, heatmap, ratio heatmap
+    fig, ax = plt.subplots()
+    try:
+        specs[0].panels[0][2](ax, fig)
+        lines = {str(x.get_label()): x for x in ax.get_lines()}
+    finally:
+        plt.close(fig)
+    assert lines["new: GPU 0"].get_linestyle() == "-"
+    assert lines["old: GPU 0"].get_linestyle() == "--"
+    assert lines["old: GPU 0"].get_color() == lines["new: GPU 0"].get_color()
+    assert lines["old: GPU 1"].get_ydata()[0] == pytest.approx(
+        0.9 * lines["new: GPU 1"].get_ydata()[0]
+    )
+    pa, pb = _write(tmp_path, a), tmp_path / "old.json"
+    pb.write_text(dumps(b))
+    from gpubw.plot import main
+
+    assert main([str(pa), str(pb), "-o", str(tmp_path / "both.pdf")]) == 0
+    assert _pages(tmp_path / "both.pdf") == 2
+
+
+def test_nvbandwidth_json_is_plotted(tmp_path: Path) -> None:
+    """nvbandwidth's -j output is accepted, alone or overlaid on a gpubw report."""
+    pytest.importorskip("matplotlib")
+    import json
+
+    from gpubw.plot import main
+
+    nv = {
+        "nvbandwidth": {
+            "version": "v0.8",
+            "GPU Device list": [
+                "0: NVIDIA H200 (00000000:1b:00): (node)",
+                "1: NVIDIA H200 (00000000:43:00): (node)",
+            ],
+            "testcases": [
+                {
+                    "name": "host_to_device_memcpy_ce",
+                    "status": "Passed",
+                    "bandwidth_description": "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
+                    "bandwidth_matrix": [["55.1", "55.4"]],
+                    "sum": 110.5,
+                },
+                {
+                    "name": "device_to_device_memcpy_read_ce",
+                    "status": "Passed",
+                    "bandwidth_description": "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)",
+                    "bandwidth_matrix": [["N/A", "394.1"], ["394.0", "N/A"]],
+                    "sum": 788.1,
+                },
+            ],
+        }
+    }
+    path = tmp_path / "nv.json"
+    path.write_text(json.dumps(nv))
+    assert main([str(path), "-o", str(tmp_path / "nv.pdf")]) == 0
+    assert _pages(tmp_path / "nv.pdf") == 2
+    assert (
+        main([str(_write(tmp_path, full_report())), str(path), "-o", str(tmp_path / "x.pdf")]) == 0
+    )
