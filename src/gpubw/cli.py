@@ -55,8 +55,10 @@ exit codes:
   2    usage error (bad option value, -t with -p, unknown format, unwritable -o, bad --simulate)
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
 
-Plot a JSON report: gpubw plot REPORT.json -o FILE.png (needs: pip install 'gpubw[plot]')
-Compare two reports (gpubw JSON or nvbandwidth -j): gpubw compare CANDIDATE BASELINE
+Plot a report (gpubw JSON or nvbandwidth -j), a figure per testcase, a second one overlaid:
+  gpubw plot REPORT.json [OTHER.json] -o FILE.pdf   (needs: pip install 'gpubw[plot]')
+Compare two reports cell by cell (gpubw JSON, nvbandwidth -j or reference figures):
+  gpubw compare CANDIDATE BASELINE [--size 1GiB] [--fail-on low|high|both] [--format json]
 """
 
 
