@@ -253,6 +253,9 @@ _TOP_KEYS = {
     "driver_version",
     "cuda_driver",
     "faults",
+    "nvml",
+    "other_processes",
+    "huge_pages",
 }
 #: Most devices a system file may describe.
 MAX_DEVICES = 1024
@@ -448,6 +451,28 @@ def _faults(where: str, obj: Any, n: int) -> Faults:
     return Faults(**kw)
 
 
+def _nvml_keys(d: Mapping[str, Any], kw: dict[str, Any], n: int) -> None:
+    """The NVML-like keys of a system file (gpubw.backend.sim.facts): ``nvml``,
+    ``other_processes``, ``huge_pages``."""
+    from gpubw.backend.sim.facts import check_spec
+
+    if "nvml" in d or "other_processes" in d:
+        try:
+            check_spec(d.get("nvml", {}), d.get("other_processes", {}), n)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if "nvml" in d:
+        kw["nvml"] = d["nvml"]
+    if "other_processes" in d:
+        kw["other_processes"] = {k: tuple(v) for k, v in d["other_processes"].items()}
+    if "huge_pages" in d:
+        hp = _keys("huge_pages", d["huge_pages"], ("page_bytes", "free"))
+        kw["huge_pages"] = (
+            _num("huge_pages.page_bytes", hp.get("page_bytes", 2 << 20), integer=True),
+            _num("huge_pages.free", hp.get("free", 0), integer=True, positive=False),
+        )
+
+
 def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
     """Build a :class:`SimSystem` from the JSON document format of docs/simulate.md."""
     d = _keys("the system", doc, _TOP_KEYS)
@@ -575,6 +600,11 @@ def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
             kw[key] = _num(key, d[key], integer=True, positive=key != "reserved_bytes")
     if "faults" in d:
         kw["faults"] = _faults("faults", d["faults"], n)
+    _nvml_keys(d, kw, n)
+    if "nvml" in kw:  # a downtrained PCIe link also slows that device's host link
+        from gpubw.backend.sim.facts import scale_host_links
+
+        links = scale_host_links(links, kw["nvml"])
     if "driver_version" in d:
         if not isinstance(d["driver_version"], str):
             raise UsageError("driver_version must be a string")
