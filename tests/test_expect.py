@@ -12,8 +12,8 @@ import pytest
 
 from gpubw import expect
 from gpubw.errors import UsageError
-from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
 from gpubw.report_io import load_report, report_from_dict
+from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"

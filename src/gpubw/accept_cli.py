@@ -144,9 +144,15 @@ def _out(path: str | None) -> Iterator[IO[str]]:
 
 
 def _report(path: str) -> Any:
+    from gpubw.errors import GpubwError
     from gpubw.report_io import load_report, report_from_dict
 
-    return report_from_dict(load_report(path))
+    try:
+        return report_from_dict(load_report(path))
+    except UsageError:
+        raise
+    except GpubwError as exc:  # not a gpubw report: the user named the wrong file
+        raise UsageError(str(exc)) from None
 
 
 # -- gpubw check -----------------------------------------------------------------------------

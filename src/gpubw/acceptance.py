@@ -80,6 +80,8 @@ class RunWatch:
         self.start: NodeFacts | None = None
         self.devices: list[dict[str, Any]] = []
         self.builtin: Expectations | None = None
+        #: the usage error that stopped the run before it began (no built-in expectations)
+        self.refused: UsageError | None = None
         self.own = own_pids()
         #: (ordinal, pids) -> ["start of key (size)", ...]
         self._seen: dict[tuple[int, tuple[int, ...]], list[str]] = {}
@@ -94,8 +96,9 @@ class RunWatch:
         if self._expect_builtin:
             try:
                 self.builtin = resolve_builtin(self.devices)
-            except UsageError:
+            except UsageError as exc:
                 system.close()
+                self.refused = exc  # the CLI raises it again after the run: exit 2
                 raise
         self.start = _facts(self.backend)
         return system

@@ -103,6 +103,8 @@ _NUMERIC_OPTIONS = frozenset(
         "--loop-count",
         "--loopCount",
         "--gate-timeout",
+        "--outlier-pct",
+        "--cv-threshold",
     }
 )
 _NEGATIVE = re.compile(r"-[0-9.]")
@@ -508,6 +510,8 @@ def _main(argv: list[str]) -> int:
                 progress=watch.progress,
                 handle_signals=True,
             )
+        if watch.refused is not None:  # e.g. --expect builtin on devices without one
+            raise watch.refused
         report = watch.finish(report)
         if judge_cells:
             exp = watch.builtin if ns.expect == "builtin" else expectations if ns.expect else None

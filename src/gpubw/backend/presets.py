@@ -467,10 +467,11 @@ def _nvml_keys(d: Mapping[str, Any], kw: dict[str, Any], n: int) -> None:
         kw["other_processes"] = {k: tuple(v) for k, v in d["other_processes"].items()}
     if "huge_pages" in d:
         hp = _keys("huge_pages", d["huge_pages"], ("page_bytes", "free"))
-        kw["huge_pages"] = (
-            _num("huge_pages.page_bytes", hp.get("page_bytes", 2 << 20), integer=True),
-            _num("huge_pages.free", hp.get("free", 0), integer=True, positive=False),
-        )
+        free = _num("huge_pages.free", hp.get("free", 0), integer=True, positive=False)
+        if free < 0:
+            raise UsageError(f"huge_pages.free must be >= 0 (a number of pages), got {free}")
+        page = _num("huge_pages.page_bytes", hp.get("page_bytes", 2 << 20), integer=True)
+        kw["huge_pages"] = (page, free)
 
 
 def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
