@@ -205,7 +205,7 @@ def test_check_without_expectations_uses_the_outlier_rule(capsys, tmp_path):
 
 def test_verdicts_survive_the_json_round_trip(capsys, tmp_path):
     """report_from_dict rebuilds the verdicts, suspects included."""
-    code, doc = json_report(
+    _code, doc = json_report(
         capsys, tmp_path, "--simulate", downtrained(tmp_path), *FAST, "--expect", "builtin"
     )
     report = report_from_dict(doc)
@@ -251,7 +251,7 @@ def test_builtin_without_a_match_is_a_usage_error(capsys, tmp_path):
     """--expect builtin on devices no built-in file covers: exit 2, naming the devices and the
     built-ins, no report written."""
     out_file = tmp_path / "r.json"
-    code, out, err = run_cli(capsys, "--simulate", "pcie4", *FAST, "--expect", "builtin",
+    code, _out, err = run_cli(capsys, "--simulate", "pcie4", *FAST, "--expect", "builtin",
                              "-o", str(out_file))  # fmt: skip
     assert code == 2 and not out_file.exists()
     assert "no built-in expectations for" in err and "NVIDIA H200" in err
@@ -293,7 +293,7 @@ def test_nvml_facts_in_the_report(capsys, tmp_path):
     assert d["nvml"]["nvlink"]["links_active"] == 18 and d["nvml"]["nvlink"]["peers"] == [0]
     assert d["nvml_end"]["clocks"]["sm_mhz"] == 1980 and d["nvml"]["uuid"] == d["uuid"]
     assert doc["nvml"]["available"] and doc["nvml"]["simulated"]
-    code, out, _ = run_cli(capsys, "--simulate", "h200x2", *FAST, "-v")
+    _code, out, _ = run_cli(capsys, "--simulate", "h200x2", *FAST, "-v")
     assert "  PCIe Gen5 x16" in out and "NVLink 18/18 links active" in out
 
 
@@ -363,7 +363,7 @@ def test_link_factor_and_bad_system_file_keys():
 def test_huge_pages_none_free_is_a_clear_error(capsys, tmp_path):
     """--host-huge-pages with no free huge pages: exit 1 before anything runs, saying so."""
     sim = system_file(tmp_path, {"base": "h200x2", "huge_pages": {"free": 0}})
-    code, out, err = run_cli(capsys, "--simulate", sim, *FAST, "--host-huge-pages")
+    code, _out, err = run_cli(capsys, "--simulate", sim, *FAST, "--host-huge-pages")
     assert code == 1 and "HugePages_Free" in err and "--host-huge-pages" in err
 
 
