@@ -288,6 +288,7 @@ def test_nvml_facts_in_the_report(capsys, tmp_path):
     """devices[i].nvml (start) and nvml_end (end) carry PCIe, NVLink, ECC, clocks; -v prints
     them."""
     code, doc = json_report(capsys, tmp_path, "--simulate", "h200x2", *FAST)
+    assert code == 0
     d = doc["devices"][1]
     assert d["nvml"]["pcie"] == {"gen": 5, "width": 16, "max_gen": 5, "max_width": 16}
     assert d["nvml"]["nvlink"]["links_active"] == 18 and d["nvml"]["nvlink"]["peers"] == [0]
