@@ -154,10 +154,11 @@ class Backend(abc.ABC):
             )
         page, free = hp
         need = -(-largest // page)
+        where = "simulated host" if self.simulated else "/proc/meminfo HugePages_Free"
         if free < need:
             raise UsageError(
                 f"--host-huge-pages: {free} huge pages of {page >> 10} KiB are free "
-                f"(/proc/meminfo HugePages_Free), a {largest}-byte buffer needs {need}; "
+                f"({where}), a {largest}-byte buffer needs {need}; "
                 f"reserve more (e.g. sysctl -w vm.nr_hugepages=<pages>) or run without "
                 "--host-huge-pages"
             )
