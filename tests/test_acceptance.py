@@ -127,6 +127,9 @@ def test_outlier_pct_alone_judges_and_off_disables(capsys, tmp_path):
     assert code == 0
     code, doc = json_report(capsys, tmp_path, "--simulate", sim, *FAST, "--outlier-pct", "off")
     assert code == 0 and doc["expectations"]["outlier_pct"] is None
+    code, doc = json_report(capsys, tmp_path, "--simulate", sim, *FAST, "--outlier=95")
+    assert code == 3 and doc["expectations"]["outlier_pct"] == 95  # an abbreviation counts
+    assert doc["expectations"]["cv_threshold"] == 0.1
 
 
 def test_floor_from_a_file(capsys, tmp_path):

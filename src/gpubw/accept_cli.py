@@ -25,9 +25,11 @@ from gpubw.errors import UsageError
 from gpubw.expect import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT
 
 OFF = "off"
+#: the default of --outlier-pct and --cv-threshold when not given (told apart from "off")
+UNSET: Any = object()
 JUDGE_HELP = """\
 node acceptance (see README, "Is this node healthy?"):
-  gpubw --expect builtin -o run.json     judge every cell (exit 3: ran fine, below expectation)
+  gpubw --expect builtin -j -o run.json  judge every cell (exit 3: ran fine, below expectation)
   gpubw check run.json --expect FILE     judge a saved report
   gpubw expect-from good.json --tolerance 5% -o FILE   expectations from a known-good run
   gpubw info                             devices, PCIe/NVLink/ECC/clock facts, peer links
@@ -95,7 +97,7 @@ def add_judge_options(p: argparse.ArgumentParser, *, run: bool) -> None:
         dest="outlier_pct",
         metavar="P",
         type=outlier_pct,
-        default=DEFAULT_OUTLIER_PCT,
+        default=UNSET,
         help=f"a cell below P %% of the median of its comparable peers fails (default "
         f"{DEFAULT_OUTLIER_PCT:g}; off to disable)"
         + (
@@ -107,7 +109,7 @@ def add_judge_options(p: argparse.ArgumentParser, *, run: bool) -> None:
         dest="cv_threshold",
         metavar="C",
         type=cv_threshold,
-        default=DEFAULT_CV_THRESHOLD,
+        default=UNSET,
         help=f"a cell whose samples' coefficient of variation exceeds C (e.g. 10%% or 0.1; "
         f"default {DEFAULT_CV_THRESHOLD * 100:.0f}%%; off to disable) is flagged noisy (a warning)",
     )
@@ -125,10 +127,15 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def judging(argv: list[str], ns: argparse.Namespace) -> bool:
-    """Whether a run judges its cells: --expect, --outlier-pct or --cv-threshold given."""
-    given = {a.split("=", 1)[0] for a in argv}
-    return ns.expect is not None or bool(given & {"--outlier-pct", "--cv-threshold"})
+def judging(ns: argparse.Namespace) -> bool:
+    """Whether a run judges its cells: --expect, --outlier-pct or --cv-threshold given.
+    Sets the defaults of the two thresholds that were not given."""
+    given = ns.expect is not None or ns.outlier_pct is not UNSET or ns.cv_threshold is not UNSET
+    if ns.outlier_pct is UNSET:
+        ns.outlier_pct = DEFAULT_OUTLIER_PCT
+    if ns.cv_threshold is UNSET:
+        ns.cv_threshold = DEFAULT_CV_THRESHOLD
+    return given
 
 
 @contextmanager
@@ -172,6 +179,7 @@ def check_main(argv: list[str]) -> int:
     p.add_argument("-j", "--json", action="store_true", help="the verdicts as JSON")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically)")
     a = p.parse_args(argv)
+    judging(a)
     report = _report(a.report)
     exp = acceptance.load(a.expect, report)
     judged = acceptance.judge(report, exp, a.outlier_pct, a.cv_threshold)

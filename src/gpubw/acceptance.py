@@ -83,6 +83,7 @@ class RunWatch:
         #: the usage error that stopped the run before it began (no built-in expectations)
         self.refused: UsageError | None = None
         self.own = own_pids()
+        self._no_processes = False
         #: (ordinal, pids) -> ["start of key (size)", ...]
         self._seen: dict[tuple[int, tuple[int, ...]], list[str]] = {}
 
@@ -111,11 +112,14 @@ class RunWatch:
             self._forward(event)
 
     def _check_processes(self, moment: str) -> None:
+        if self._no_processes:
+            return
         try:
             procs = self.backend.gpu_processes()
         except Exception:  # a fact is not worth a failed run
-            return
-        if not procs:
+            procs = None
+        if procs is None:  # NVML cannot say: do not ask again before every testcase
+            self._no_processes = True
             return
         for d in self.devices:
             others = tuple(p for p in procs.get(d["pci_bus_id"], ()) if p not in self.own)

@@ -490,7 +490,7 @@ def _main(argv: list[str]) -> int:
 
         selection, warnings = api.select(ns.testcase, ns.prefixes)
         show_progress = fmt != "json" and sys.stderr.isatty()
-        judge_cells = judging(argv, ns)
+        judge_cells = judging(ns)
         expectations = None
         if ns.expect is not None and ns.expect != "builtin":
             from gpubw.expect import load_expectations

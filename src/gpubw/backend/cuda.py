@@ -193,6 +193,10 @@ class _Event:
     device: int
 
 
+#: mmap flags of a huge-page host buffer: MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB (Linux)
+HUGE_MMAP_FLAGS = 0x02 | 0x20 | 0x40000
+
+
 class CudaBackend(Backend):
     """The CUDA driver, through ``cuda.bindings.driver``."""
 
@@ -382,8 +386,7 @@ class CudaBackend(Backend):
         libc.mmap.restype = ctypes.c_void_p
         libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                               ctypes.c_int, ctypes.c_long]  # fmt: skip
-        prot, flags = 0x1 | 0x2, 0x02 | 0x20 | 0x40000  # RW; PRIVATE|ANONYMOUS|HUGETLB
-        addr = libc.mmap(None, size, prot, flags, -1, 0)
+        addr = libc.mmap(None, size, 0x1 | 0x2, HUGE_MMAP_FLAGS, -1, 0)  # PROT_READ|WRITE
         if addr in (None, ctypes.c_void_p(-1).value):
             err = ctypes.get_errno()
             raise GpubwError(
