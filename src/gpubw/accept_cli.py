@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import IO, Any, NoReturn
 
 from gpubw.errors import UsageError
-from gpubw.expect import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT
+from gpubw.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT
 
 OFF = "off"
 #: the default of --outlier-pct and --cv-threshold when not given (told apart from "off")

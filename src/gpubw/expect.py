@@ -58,7 +58,7 @@ from gpubw.expectations import (
     load_expectations,
     schema,
 )
-from gpubw.options import EXIT_BELOW_EXPECTATION
+from gpubw.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT, EXIT_BELOW_EXPECTATION
 from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status
 from gpubw.sizes import format_size
 
@@ -85,8 +85,6 @@ __all__ = [
     "worst_first",
 ]
 
-DEFAULT_OUTLIER_PCT = 90.0
-DEFAULT_CV_THRESHOLD = 0.10
 
 HOST, PEER, LOCAL, DEVICE, CELL = "host", "peer", "local", "device", "cell"
 FLOOR, CEILING, PEER_OUTLIER, NOISY = "floor", "ceiling", "peer_outlier", "noisy"

@@ -23,6 +23,10 @@ WARMUP_ITERATIONS = 4
 #: exit code of a run that went fine but is below expectation (``--expect``, ``gpubw check``;
 #: nvbandwidth's own codes are 0 and 1)
 EXIT_BELOW_EXPECTATION = 3
+#: the peer-outlier rule's default: a cell below this % of its peers' median fails
+DEFAULT_OUTLIER_PCT = 90.0
+#: the noise rule's default: a cell whose samples' CV exceeds this fraction is noisy
+DEFAULT_CV_THRESHOLD = 0.10
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
