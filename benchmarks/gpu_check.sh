@@ -8,7 +8,15 @@
 #   full1/warm1  the same on device 0 alone (CUDA_VISIBLE_DEVICES=0):  $OUT/full1-<tag>.json
 #   plugin       install plugins/gpubw-stream
 #   stream       the stream plugin's sweep 1 MiB .. 4 GiB:              $OUT/stream-<tag>.json
-#   tune-MODE    benchmarks/tune_copy.py MODE (local, peer, host)
+#   tune-MODE    benchmarks/tune_copy.py MODE (local, peer, host, split); tune-kernels: the
+#                device-memory kernels through CuPy (benchmarks/tune_kernels.py), TUNE_MIB MiB
+#   tune-flat    launch strategies of the device-memory kernels at 4 GiB .. 16 MiB (CuPy;
+#                TUNE_SIZES=4096,256 MiB to choose)
+#   ncu          Nsight Compute's DRAM counters for the resident and the flat kernels, 4 GiB
+#   peers        gpubw's device-memory testcases (device_local_copy[_sm] and the stream
+#                plugin's, PEERS_MIB MiB arrays, default 4096) then benchmarks/peers.py (the
+#                same work through PyTorch and CuPy) on every GPU, back to back:
+#                $OUT/peers-gpubw-<tag>.json, $OUT/peers-<tag>.json (needs `plugin` first)
 #   interrupt    SIGINT and SIGTERM sent 12 s into a default run: exit code, report, leftovers
 #   nvbandwidth  NVIDIA's nvbandwidth -j (whole suite), if carried in .nvbw/ (never committed);
 #                nvbandwidth1 the same on device 0 alone
@@ -88,6 +96,24 @@ PY
       for f in safety busy; do
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' $f warnings:', [w for w in d['warnings'] if 'process' in w])" "$OUT/$f-$tag.json"
       done ;;
+    peers)
+      mib=${PEERS_MIB:-4096}; n=${PEERS_SAMPLES:-5}
+      devs=$(python3 -c "import torch; print(','.join(map(str, range(torch.cuda.device_count()))))")
+      s=$(date +%s)
+      timeout 300 python3 -m gpubw -t device_local_copy device_local_copy_sm stream_copy \
+        stream_scale stream_add stream_triad stream_write stream_read -b "${mib}MiB" -i "$n" \
+        -j -o "$OUT/peers-gpubw-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+      echo "peers gpubw rc=$? wall=$(( $(date +%s) - s ))s" | tee -a "$OUT/times-$tag.txt"
+      timeout 300 python3 benchmarks/peers.py "$OUT/peers-$tag.json" --size-mib "$mib" \
+        --samples "$n" --devices "$devs" --gpubw "$OUT/peers-gpubw-$tag.json" 2>&1 | tail -20 ;;
+    tune-flat) timeout 240 python3 benchmarks/tune_copy.py flat "$OUT/tune-flat-$tag.json" ${TUNE_SIZES:-} 2>&1 | tail -45 ;;
+    ncu)
+      ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      timeout 200 "$ncu" --clock-control none -k regex:'stream_|gpubw_' --csv --metrics \
+        gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
+        python3 benchmarks/tune_copy.py ncu > "$OUT/ncu-$tag.csv" 2>> "$OUT/log-$tag.txt"
+      echo "ncu rc=$? lines=$(wc -l < "$OUT/ncu-$tag.csv")" ;;
+    tune-kernels) python3 benchmarks/tune_copy.py kernels "${TUNE_OUT:-$OUT}/tune-kernels-$tag.json" "${TUNE_MIB:-4096}" "${TUNE_OPS:-}" 2>&1 | tail -60 ;;
     tune-*) python3 benchmarks/tune_copy.py "${step#tune-}" "${TUNE_OUT:-$OUT}/$step-$tag.json" 2>&1 | tail -14 ;;
     nvbandwidth|nvbandwidth1)  # the whole default suite of NVIDIA's nvbandwidth, if carried
       [ -x .nvbw/nvbandwidth ] || { echo "no .nvbw/nvbandwidth"; continue; }

@@ -108,8 +108,26 @@ class RunWatch:
         if self.backend is not None:
             when = "start" if event.phase == "start" else "end"
             self._check_processes(f"{when} of {_where(event.size, event.key)}")
+        header = getattr(event, "header", None)
+        if header is not None and self.start is not None:  # a streamed header shows the facts
+            devices = self._with_facts(header.devices, self.start, "nvml")
+            event = attrs.evolve(event, header=attrs.evolve(header, devices=devices))
         if self._forward is not None:
             self._forward(event)
+
+    def _with_facts(
+        self, devices: Sequence[Mapping[str, Any]], facts: NodeFacts | None, key: str
+    ) -> list[dict[str, Any]]:
+        """Copies of the device records with ``facts`` under ``key`` (gpubw's own process
+        left out of the processes)."""
+        out = [dict(d) for d in devices]
+        of = match_devices(facts, out) if facts is not None else {}
+        for pos, d in enumerate(out):
+            f = of.get(int(d.get("ordinal", pos)))
+            if f is not None:
+                kept = tuple(p for p in f.processes if p.pid not in self.own)
+                d[key] = attrs.evolve(f, processes=kept).as_dict()
+        return out
 
     def _check_processes(self, moment: str) -> None:
         if self._no_processes:
@@ -131,16 +149,8 @@ class RunWatch:
         if self.backend is None:
             return report
         end = _facts(self.backend)
-        devices = [dict(d) for d in report.devices]
-        start_of = match_devices(self.start, devices) if self.start else {}
-        end_of = match_devices(end, devices) if end else {}
-        for pos, d in enumerate(devices):
-            ordinal = int(d.get("ordinal", pos))
-            for key, of in (("nvml", start_of), ("nvml_end", end_of)):
-                if ordinal in of:  # gpubw's own process is not worth recording
-                    f = of[ordinal]
-                    kept = tuple(p for p in f.processes if p.pid not in self.own)
-                    d[key] = attrs.evolve(f, processes=kept).as_dict()
+        devices = self._with_facts(report.devices, self.start, "nvml")
+        devices = self._with_facts(devices, end, "nvml_end")
         warnings = list(report.warnings)
         warnings += self.process_warnings()
         node = self.start or end

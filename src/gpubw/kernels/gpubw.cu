@@ -31,23 +31,92 @@
 #ifndef GPUBW_COPY_TILED
 #define GPUBW_COPY_TILED 1
 #endif
-// Cache hints of the copy loads/stores: 0 = .cg loads and stores (L2 only); 1 = .cs loads and
-// stores (streaming, evict-first; ld.cs may allocate in L1, so a tiny buffer copied `loops`
-// times by the same block could be served from L1: tuning only); 2 = .cg loads (never L1)
-// with .cs stores (evict-first in L2, so copied data does not push out what is still read).
+// Cache operators of the copy's loads and stores (benchmarks/tune_copy.py measures them).
+// Loads: 0 = ld.global.cg (L2 only); 3 = ld.global.cs (streaming; may allocate in L1, so a
+// tiny buffer copied `loops` times by the same block could be served from L1: tuning only);
+// 4 = ld.global.nc.L1::no_allocate; 5 = ld.global.cg.L2::256B (256-byte L2 prefetch);
+// 6 = ld.global.L1::no_allocate with an L2 evict-first policy.
+// Stores: 0 = st.global; 1 = st.global.cs (evict-first in L2, so copied data does not push out
+// what is still to be read); 2 = st.global.cg; 3 = st.global.L1::no_allocate; 4 = st.global
+// with an L2 evict-first policy.
+// GPUBW_COPY_HINT (earlier tuning runs) sets both: 0 = cg/cg, 1 = cs/cs, 2 = cg/cs.
 #ifndef GPUBW_COPY_HINT
 #define GPUBW_COPY_HINT 2
 #endif
+#ifndef GPUBW_COPY_LD
 #if GPUBW_COPY_HINT == 1
-#define GPUBW_LD(p) __ldcs(p)
-#define GPUBW_ST(p, v) __stcs((p), (v))
-#elif GPUBW_COPY_HINT == 2
-#define GPUBW_LD(p) __ldcg(p)
-#define GPUBW_ST(p, v) __stcs((p), (v))
+#define GPUBW_COPY_LD 3
 #else
-#define GPUBW_LD(p) __ldcg(p)
-#define GPUBW_ST(p, v) __stcg((p), (v))
+#define GPUBW_COPY_LD 0
 #endif
+#endif
+#ifndef GPUBW_COPY_ST
+#if GPUBW_COPY_HINT == 0
+#define GPUBW_COPY_ST 2
+#else
+#define GPUBW_COPY_ST 1
+#endif
+#endif
+
+#if GPUBW_COPY_LD == 0
+#define GPUBW_LD_OP "ld.global.cg.v4.u32"
+#elif GPUBW_COPY_LD == 3
+#define GPUBW_LD_OP "ld.global.cs.v4.u32"
+#elif GPUBW_COPY_LD == 4
+#define GPUBW_LD_OP "ld.global.nc.L1::no_allocate.v4.u32"
+#elif GPUBW_COPY_LD == 5
+#define GPUBW_LD_OP "ld.global.cg.L2::256B.v4.u32"
+#elif GPUBW_COPY_LD != 6
+#error "GPUBW_COPY_LD must be 0, 3, 4, 5 or 6"
+#endif
+
+// The copy's 16-byte load (not volatile: each element is loaded once per pass, and the pass
+// loop's stores keep every pass's loads alive).
+__device__ __forceinline__ uint4 copy_ld(const uint4 *p) {
+    uint4 v;
+#if GPUBW_COPY_LD == 6
+    asm("{ .reg .b64 pol;\n\t"
+        "createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n\t"
+        "ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], pol; }"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p)
+        : "memory");
+#else
+    asm(GPUBW_LD_OP " {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p)
+        : "memory");
+#endif
+    return v;
+}
+
+#if GPUBW_COPY_ST == 0
+#define GPUBW_ST_OP "st.global.v4.u32"
+#elif GPUBW_COPY_ST == 1
+#define GPUBW_ST_OP "st.global.cs.v4.u32"
+#elif GPUBW_COPY_ST == 2
+#define GPUBW_ST_OP "st.global.cg.v4.u32"
+#elif GPUBW_COPY_ST == 3
+#define GPUBW_ST_OP "st.global.L1::no_allocate.v4.u32"
+#elif GPUBW_COPY_ST != 4
+#error "GPUBW_COPY_ST must be 0 to 4"
+#endif
+
+__device__ __forceinline__ void copy_st(uint4 *p, uint4 v) {
+#if GPUBW_COPY_ST == 4
+    asm volatile("{ .reg .b64 pol;\n\t"
+                 "createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n\t"
+                 "st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, pol; }" ::"l"(p),
+                 "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+#else
+    asm volatile(GPUBW_ST_OP " [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+                 "r"(v.w)
+                 : "memory");
+#endif
+}
+#define GPUBW_LD(p) copy_ld(p)
+#define GPUBW_ST(p, v) copy_st((p), (v))
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -139,9 +208,28 @@ __device__ __forceinline__ void copy_pass(uint4 *__restrict__ dst, const uint4 *
 // (dst, src, elements, loops): copy `elements` 16-byte elements src -> dst, `loops` times.
 extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK, GPUBW_COPY_MIN_BLOCKS)
     gpubw_copy(uint4 *__restrict__ dst, const uint4 *__restrict__ src, u64 elements, u32 loops) {
+#if GPUBW_COPY_TILED == 2
+    // Tuning only (benchmarks/tune_copy.py flat): the pass-major (pass, tile) space, for a
+    // launch of loops x tiles blocks that each copy one tile of one pass and exit.
+    const u64 bd = (u64)blockDim.x, tile = bd * (u64)GPUBW_COPY_UNROLL;
+    const u64 tiles = (elements + tile - 1) / tile, total = tiles * (u64)loops;
+    for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
+        const u64 base = (k % tiles) * tile, t = base + (u64)threadIdx.x;
+        if (base + tile <= elements) {
+            uint4 v[GPUBW_COPY_UNROLL];
+#pragma unroll
+            for (int u = 0; u < GPUBW_COPY_UNROLL; ++u) v[u] = GPUBW_LD(src + t + (u64)u * bd);
+#pragma unroll
+            for (int u = 0; u < GPUBW_COPY_UNROLL; ++u) GPUBW_ST(dst + t + (u64)u * bd, v[u]);
+        } else {
+            for (u64 i = t; i < elements; i += bd) GPUBW_ST(dst + i, GPUBW_LD(src + i));
+        }
+    }
+#else
     for (u32 l = 0; l < loops; ++l) {
         copy_pass(dst, src, elements);
     }
+#endif
 }
 
 // A 16-byte load that stays a load: `volatile`, so repeating it on one address is never merged.

@@ -51,16 +51,64 @@ def _cell(value: float | None, scale: float) -> str:
 
 
 class TextWriter(Writer):
-    """nvbandwidth-style plain text."""
+    """nvbandwidth-style plain text, printed testcase by testcase as the run goes."""
 
     name = "text"
+    streams = True
+
+    def __init__(self, *, verbose: bool = False, perf_formatter: bool = False) -> None:
+        super().__init__(verbose=verbose, perf_formatter=perf_formatter)
+        self._header: Report | None = None
+        self._sweep = False
+        self._written = 0
 
     def write(self, report: Report, stream: TextIO) -> None:
         stream.write("\n".join(self.lines(report)) + "\n")
 
-    # -- the document ---------------------------------------------------------------------
+    # -- as the run goes --------------------------------------------------------------------
+    def begin(self, header: Report, stream: TextIO) -> None:
+        """Print the header (versions, host, devices) now."""
+        self._header, self._written = header, 0
+        self._sweep = _several_sizes(header)
+        _emit(stream, self.header_lines(header))
+
+    def testcase(self, result: TestcaseResult, stream: TextIO) -> None:
+        """Print one finished testcase (its matrices, or why it has none)."""
+        if self._header is None:
+            return
+        swept = self._sweep and result.size is not None
+        _emit(stream, self.testcase_lines(result, self.verbose, self.perf_formatter, swept))
+        self._written += 1
+
+    def end(self, report: Report, stream: TextIO) -> None:
+        """Print what needs the whole run (size tables, the NOTE); the whole report if
+        nothing was printed yet."""
+        header, self._header = self._header, None
+        if header is None:
+            self.write(report, stream)
+            return
+        out: list[str] = []
+        for t in report.testcases[self._written :]:  # none when every event came
+            out += self.testcase_lines(t, self.verbose, self.perf_formatter, False)
+        late = [w for w in report.warnings if w not in header.warnings]
+        if late:  # e.g. freeing the system failed: said at the end, not in the header
+            out += [*late, ""]
+        out += self.footer_lines(report, sweeps(report))
+        _emit(stream, out)
+
+    # -- the document -----------------------------------------------------------------------
     def lines(self, report: Report) -> list[str]:
-        verbose, perf = self.verbose, self.perf_formatter
+        swept, several = sweeps(report), _several_sizes(report)
+        out = self.header_lines(report)
+        for t in report.testcases:
+            says_size = t.key in swept or several  # as begin/testcase decide it, run or not
+            out += self.testcase_lines(
+                t, self.verbose, self.perf_formatter, says_size, report.verdicts
+            )
+        return out + self.footer_lines(report, swept)
+
+    def header_lines(self, report: Report) -> list[str]:
+        """Everything before the first testcase."""
         out: list[str] = []
         if report.simulated:
             out.append(simulated_banner(report))
@@ -80,17 +128,19 @@ class TextWriter(Writer):
         for i, d in enumerate(report.devices):
             ordinal = d.get("ordinal", i)
             out.append(f"Device {ordinal}: {d.get('name', 'unknown')} ({device_pci_short(d)})")
-            if verbose:
+            if self.verbose:
                 out += device_facts_lines(d)
         out.append("")
         if report.error:
             out.append(f"ERROR: {report.error}")
-        swept = sweeps(report)
-        for t in report.testcases:
-            out += self.testcase_lines(t, verbose, perf, t.key in swept, report.verdicts)
+        return out
+
+    def footer_lines(self, report: Report, swept: dict[str, list[TestcaseResult]]) -> list[str]:
+        """Everything after the last testcase: size tables, how the run ended, the NOTE."""
+        out: list[str] = []
         for key, results in swept.items():
             out += sweep_table(key, results)
-        if report.expectations is not None:
+        if report.expectations is not None:  # the run was judged: every verdict, worst first
             out += verdict_summary(report)
         if report.interrupted:
             out += ["Interrupted: the run stopped before every selected testcase ran.", ""]
@@ -109,6 +159,8 @@ class TextWriter(Writer):
         swept: bool = False,
         verdicts: Sequence[Any] = (),
     ) -> list[str]:
+        """One testcase; ``verdicts`` (the report's) are printed after the matrix they
+        judge."""
         if t.status is Status.WAIVED:
             return [f"Waived: {t.key}: {t.message}" if t.message else f"Waived: {t.key}"]
         if t.status is Status.NOT_FOUND:
@@ -131,6 +183,20 @@ class TextWriter(Writer):
         elif t.status is Status.INTERRUPTED:
             out += [f"Interrupted: {t.message or 'testcase did not finish'}", ""]
         return out
+
+
+def _several_sizes(report: Report) -> bool:
+    """True when the run measured at several buffer sizes: then every sized testcase says its
+    size (``Buffer size:``), known before the first one runs (also when all but one size of a
+    testcase failed, which :func:`sweeps` alone would not count as a sweep)."""
+    return len(set(report.run_options.buffer_sizes)) > 1
+
+
+def _emit(stream: TextIO, lines: list[str]) -> None:
+    """Write ``lines`` (each ended by a newline) and flush, so that a reader sees them now."""
+    if lines:
+        stream.write("\n".join(lines) + "\n")
+        stream.flush()
 
 
 def matrix_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[str]:
