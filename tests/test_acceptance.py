@@ -417,3 +417,17 @@ def test_judge_keeps_evaluate_verdicts():
     ]
     assert judged.expectations == {"name": "", "source": "", "outlier_pct": 99.99,
                                    "cv_threshold": None}  # fmt: skip
+
+
+def test_streamed_text_has_verdicts_after_each_matrix(capsys, tmp_path):
+    """Printed as the run goes, each failed cell follows its matrix, then the summary repeats
+    it; a report written to a file (-o) reads the same."""
+    sim = downtrained(tmp_path)
+    args = ("--simulate", sim, "-t", "0", "1", "-b", "64MiB", "--expect", "builtin", "-q")
+    code, out, _ = run_cli(capsys, *args)
+    fail = f"FAIL {H2D} 64 MiB host -> GPU {GPU}"
+    assert code == 3 and out.count(fail) == 2
+    assert out.index(fail) < out.index("Running device_to_host_memcpy_ce.") < out.index("Verdicts")
+    target = tmp_path / "r.txt"
+    run_cli(capsys, *args, "-o", str(target))
+    assert target.read_text() == out

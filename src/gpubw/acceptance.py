@@ -84,6 +84,7 @@ class RunWatch:
         self.refused: UsageError | None = None
         self.own = own_pids()
         self._no_processes = False
+        self._judging: tuple[Expectations | None, float | None, float | None] | None = None
         #: (ordinal, pids) -> ["start of key (size)", ...]
         self._seen: dict[tuple[int, tuple[int, ...]], list[str]] = {}
 
@@ -128,6 +129,28 @@ class RunWatch:
                 kept = tuple(p for p in f.processes if p.pid not in self.own)
                 d[key] = attrs.evolve(f, processes=kept).as_dict()
         return out
+
+    def judge_as_it_goes(
+        self, expectations: Expectations | None, outlier_pct: float | None, cv: float | None
+    ) -> None:
+        """Judge each testcase as it finishes (:meth:`verdicts_of`) with these settings
+        (with ``--expect builtin`` the built-in expectations found when the System opened)."""
+        self._judging = (expectations, outlier_pct, cv)
+
+    def verdicts_of(self, result: Any) -> tuple[Any, ...]:
+        """The verdicts on one finished testcase (fail and warn), as :func:`judge` gives
+        them for the whole run: every rule works within one matrix, so the same."""
+        if self._judging is None:
+            return ()
+        exp, outlier, cv = self._judging
+        if self._expect_builtin:
+            exp = self.builtin
+        devices = self._with_facts(self.devices, self.start, "nvml")
+        one = Report("gpubw", "", "", False, "", "", {}, devices=devices, testcases=(result,))
+        try:
+            return judge(one, exp, outlier, cv, own=self.own).verdicts
+        except Exception:  # printing early is a courtesy; the summary at the end decides
+            return ()
 
     def _check_processes(self, moment: str) -> None:
         if self._no_processes:

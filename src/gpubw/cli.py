@@ -485,6 +485,9 @@ def _main(argv: list[str]) -> int:
         from gpubw.acceptance import RunWatch, judge
 
         watch = RunWatch(opener, live, expect_builtin=ns.expect == "builtin")
+        if judge_cells and hasattr(type(live.writer), "verdicts_of"):  # verdicts as it goes
+            watch.judge_as_it_goes(expectations, ns.outlier_pct, ns.cv_threshold)
+            live.writer.verdicts_of = watch.verdicts_of
         with live:
             report = runner.run(
                 watch.opener,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from gpubw.expect import FAIL, WARN, cell_noise, format_verdict, worst_first
@@ -55,6 +55,9 @@ class TextWriter(Writer):
 
     name = "text"
     streams = True
+    #: while a judged run streams: the verdicts on one finished testcase (set by the CLI to
+    #: :meth:`gpubw.acceptance.RunWatch.verdicts_of`), printed after the matrices they judge
+    verdicts_of: Callable[[TestcaseResult], Sequence[Any]] | None = None
 
     def __init__(self, *, verbose: bool = False, perf_formatter: bool = False) -> None:
         super().__init__(verbose=verbose, perf_formatter=perf_formatter)
@@ -77,7 +80,9 @@ class TextWriter(Writer):
         if self._header is None:
             return
         swept = self._sweep and result.size is not None
-        _emit(stream, self.testcase_lines(result, self.verbose, self.perf_formatter, swept))
+        verdicts = self.verdicts_of(result) if self.verdicts_of is not None else ()
+        lines = self.testcase_lines(result, self.verbose, self.perf_formatter, swept, verdicts)
+        _emit(stream, lines)
         self._written += 1
 
     def end(self, report: Report, stream: TextIO) -> None:
