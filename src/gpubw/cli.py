@@ -36,9 +36,9 @@ from gpubw.options import (
     DEFAULT_SAMPLES,
     Invocation,
     RunOptions,
+    exit_status,
 )
 from gpubw.registry import Registry, Writers
-from gpubw.results import exit_status
 from gpubw.sizes import parse_sizes
 from gpubw.version import __version__
 
