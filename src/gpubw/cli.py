@@ -302,6 +302,7 @@ PARAM_FLAGS: dict[str, str] = {
     "sizes": "-b/--buffer-size",
     "testcases": "-t/--testcase",
     "testcase_prefixes": "-p/--testcase-prefixes",
+    "testcase_selection": "-t/--testcase with -p/--testcase-prefixes",
     "samples": "-i/--samples",
     "loops": "--loop-count",
 }
