@@ -299,7 +299,7 @@ def test_importing_gpubw_nvml_does_not_import_pynvml():
 def test_every_nvml_name_used_exists_in_the_real_binding():
     """Each pynvml function and constant gpubw.nvml calls exists in nvidia-ml-py."""
     pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
-    source = Path(nvml.__file__).read_text()
+    source = Path(nvml.__file__).read_text(encoding="utf-8")
     names = set(re.findall(r"\bnv\.(nvml\w+|NVML_\w+)", source))
     names |= set(re.findall(r'"(nvmlDevice\w+|NVML_\w+)"', source))
     names -= {"nvmlDeviceGetCurrentClocksEventReasons"}  # optional (newer name), getattr'd

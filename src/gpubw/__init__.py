@@ -66,6 +66,8 @@ data did not match).
 
 from __future__ import annotations
 
+# first: while the gpubw command starts, a signal exits 130/143 quietly (see _startup)
+from gpubw import _startup  # noqa: F401
 from gpubw.api import open_system, report_to_dict, report_to_json, run
 from gpubw.backend.base import DeviceInfo, KernelArg, i32, ptr, u32, u64
 from gpubw.buffers import Buffer, DeviceBuffer, HostBuffer

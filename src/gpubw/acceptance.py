@@ -26,8 +26,6 @@ import attrs
 
 from gpubw.errors import UsageError
 from gpubw.expect import (
-    DEFAULT_CV_THRESHOLD,
-    DEFAULT_OUTLIER_PCT,
     FAIL,
     Expectations,
     builtin_expectations,
@@ -36,7 +34,7 @@ from gpubw.expect import (
     load_expectations,
 )
 from gpubw.nvml import NodeFacts, device_facts, match_devices, suspects
-from gpubw.options import RunOptions
+from gpubw.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT, RunOptions
 from gpubw.results import Report
 from gpubw.sizes import format_size
 

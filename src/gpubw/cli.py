@@ -39,9 +39,9 @@ from gpubw.options import (
     DEFAULT_SAMPLES,
     Invocation,
     RunOptions,
+    exit_status,
 )
 from gpubw.registry import Registry, Writers
-from gpubw.results import exit_status
 from gpubw.sizes import parse_sizes
 from gpubw.version import __version__
 
@@ -286,10 +286,13 @@ class _Output:
         return self._target is None or self._target.is_stdout
 
     @contextlib.contextmanager
-    def stream(self) -> Iterator[IO[str]]:
-        if self._target is None:
-            yield sys.stdout
-            sys.stdout.flush()
+    def stream(self, stdout: IO[str] | None = None) -> Iterator[IO[str]]:
+        """The stream to write the report to; ``stdout`` replaces ``sys.stdout`` where the
+        report goes to standard output."""
+        if self._target is None or (stdout is not None and self._target.is_stdout):
+            out = sys.stdout if stdout is None else stdout
+            yield out
+            out.flush()
             return
         with self._target.open("w") as f:
             yield f
@@ -308,6 +311,7 @@ PARAM_FLAGS: dict[str, str] = {
     "sizes": "-b/--buffer-size",
     "testcases": "-t/--testcase",
     "testcase_prefixes": "-p/--testcase-prefixes",
+    "testcase_selection": "-t/--testcase with -p/--testcase-prefixes",
     "samples": "-i/--samples",
     "loops": "--loop-count",
 }
@@ -386,6 +390,9 @@ def _system_opener(simulate: str | None) -> Callable[[RunOptions], Any]:
 # -- main ----------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
+    from gpubw import _startup
+
+    _startup.restore()  # the start-up handlers: from here a signal is a KeyboardInterrupt
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args and args[0] == "plot":
@@ -394,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compare(args[1:])
         if args and args[0] in _ACCEPT_COMMANDS:
             return _accept_command(args[0], args[1:])
-        return _main(args)
+        return _main(args, command=argv is None)
     except SystemExit as exc:  # -h, --version, and plot's own argparse
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except UsageError as exc:
@@ -428,7 +435,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], command: bool = False) -> int:
+    """The run command, under a :class:`gpubw.interrupts.SignalGuard` from start to exit: a
+    signal at any moment after this gives a valid report (see docs/failures.md). In the
+    gpubw process itself (``command``), once the report is written and the exit code
+    chosen, SIGINT/SIGTERM are ignored: a burst's last signals may arrive while Python shuts
+    down, after it has put back the default handlers, and would kill the process (Python
+    leaves ignored signals alone). Called in-process, the previous handlers are put back."""
+    from gpubw.interrupts import SignalGuard
+
+    guard = SignalGuard()
+    guard.install()
+    try:
+        code = _run_command(argv, guard)
+    finally:
+        guard.uninstall(signal.SIG_IGN if command else None)
+    # a signal that arrived after the report was complete: the report stays complete, and
+    # the exit code still says the run was stopped
+    return code if guard.signum is None else exit_status(signal=guard.signum)
+
+
+def _run_command(argv: list[str], guard: Any) -> int:
     ns = build_parser().parse_args(_attach_negative_values(argv))
     if ns.list:
         _list(Registry.discover(), ns.json, sys.stdout)
@@ -488,6 +515,7 @@ def _main(argv: list[str]) -> int:
         if judge_cells and hasattr(type(live.writer), "verdicts_of"):  # verdicts as it goes
             watch.judge_as_it_goes(expectations, ns.outlier_pct, ns.cv_threshold)
             live.writer.verdicts_of = watch.verdicts_of
+        guard.emergency_write = _emergency(live, output)
         with live:
             report = runner.run(
                 watch.opener,
@@ -501,6 +529,7 @@ def _main(argv: list[str]) -> int:
             )
         if watch.refused is not None:  # e.g. --expect builtin on devices without one
             raise watch.refused
+        guard.writing()  # from here a signal is only recorded; a watchdog waits for this
         report = watch.finish(report)
         if judge_cells:
             exp = watch.builtin if ns.expect == "builtin" else expectations if ns.expect else None
@@ -540,15 +569,37 @@ def _live_output(
         writer = make_writer(writer_cls, verbose=verbose, perf_formatter=perf)
     except (GpubwError, OSError):
         raise
-    except Exception as exc:
-        raise PluginError(f"writer {name!r} failed: {type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:
+        raise PluginError(f"writer {name!r} failed: {_describe_base(exc)}") from exc
     return LiveOutput(writer, name, stream=sys.stdout if output.to_stdout else None, mode=mode)
 
 
-def _write(live: LiveOutput, report: Any, output: _Output) -> None:
-    """Write what is left of the report (all of it with -o); a writer's own bug becomes a
-    PluginError."""
-    live.finish(report, output)
+def _describe_base(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _write(
+    live: LiveOutput, report: Any, output: _Output, *, stdout: IO[str] | None = None
+) -> None:
+    """Write what is left of the report (all of it with -o); a writer's own bug -- any
+    exception, ``SystemExit`` or a ``KeyboardInterrupt`` it raised itself (while the report
+    is written a signal never raises) -- becomes a PluginError."""
+    live.finish(report, output, stdout=stdout)
+
+
+def _emergency(live: LiveOutput, output: _Output) -> Callable[[Any], None]:
+    """What the signal watchdog calls to write the report while the main thread is stuck in
+    a plugin: the same writer and output, standard output being the real one (a capture
+    may be redirecting the process's fd 1 and ``sys.stdout`` at that moment)."""
+
+    def write(report: Any) -> None:
+        from gpubw.capture import real_stdout_fd
+
+        with os.fdopen(os.dup(real_stdout_fd()), "w", encoding="utf-8") as stdout:
+            _write(live, report, output, stdout=stdout)
+
+    return write
 
 
 _ACCEPT_COMMANDS = ("check", "expect-from", "info")

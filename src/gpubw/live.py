@@ -15,7 +15,7 @@ import contextlib
 import sys
 import types
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 from gpubw.errors import GpubwError, PluginError
 from gpubw.sizes import format_size
@@ -145,18 +145,22 @@ class LiveOutput:
             yield
         except (GpubwError, OSError):
             raise
-        except Exception as exc:
-            raise PluginError(f"writer {self.name!r} failed: {type(exc).__name__}: {exc}") from exc
+        except BaseException as exc:  # SystemExit, a KeyboardInterrupt the writer raised
+            text = str(exc).strip()
+            what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+            raise PluginError(f"writer {self.name!r} failed: {what}") from exc
 
-    def finish(self, report: Any, output: Any) -> None:
+    def finish(self, report: Any, output: Any, *, stdout: IO[str] | None = None) -> None:
         """Write what is left of ``report``: the end of a streamed report on the stream, else
-        the whole report into ``output`` (:meth:`gpubw.cli._Output.stream`)."""
+        the whole report into ``output`` (:meth:`gpubw.cli._Output.stream`). ``stdout``
+        replaces the standard output (the signal watchdog passes the real one)."""
         with self._writer_errors():
             if self.stream is not None and self.begun:
-                self.writer.end(report, self.stream)
-                self.stream.flush()
+                target = self.stream if stdout is None else stdout
+                self.writer.end(report, target)
+                target.flush()
                 return
-            with output.stream() as stream:
+            with output.stream(stdout) as stream:
                 end = getattr(self.writer, "end", None)
                 (end if callable(end) else self.writer.write)(report, stream)
 

@@ -317,7 +317,7 @@ def _spread(m: Matrix) -> dict[str, Any]:
 
 
 def testcase_to_dict(t: TestcaseResult) -> dict[str, Any]:
-    return {
+    doc = {
         "key": t.key,
         "index": t.index,
         "status": t.status.value,
@@ -328,6 +328,9 @@ def testcase_to_dict(t: TestcaseResult) -> dict[str, Any]:
         "plugin": t.plugin,
         "matrices": [matrix_to_dict(m) for m in t.matrices],
     }
+    if t.output:  # optional: only when the plugin printed something
+        doc["output"] = t.output
+    return doc
 
 
 def report_to_dict(report: Report) -> dict[str, Any]:
@@ -458,6 +461,7 @@ def report_from_dict(doc: Mapping[str, Any]) -> Report:
                 matrices=[matrix_from_dict(m) for m in t["matrices"]],
                 duration_s=t["duration_s"],
                 plugin=t["plugin"],
+                output=t.get("output", ""),
             )
             for t in doc["testcases"]
         ],

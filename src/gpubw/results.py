@@ -229,6 +229,9 @@ class TestcaseResult:
     matrices: tuple[Matrix, ...] = attrs.field(converter=_tuple, default=())
     duration_s: float = 0.0
     plugin: str = ""  # distribution that provided the testcase
+    #: what the testcase's plugin code printed to standard output while it ran (captured so
+    #: that it cannot corrupt gpubw's own output); "" if nothing
+    output: str = ""
 
     @property
     def ok(self) -> bool:
