@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -193,3 +194,29 @@ def test_rejects_other_json() -> None:
         nvj.parse({"tool": "gpubw"})
     with pytest.raises(UsageError, match="not nvbandwidth JSON"):
         nvj.loads("nvbandwidth Version: v0.8")
+
+
+def test_to_report_builds_a_gpubw_report() -> None:
+    """to_report turns nvbandwidth's document into a Report: statuses, devices, base-unit
+    matrices with kind; a ragged row is padded with N/A; the benchmark file reads whole."""
+    from gpubw.results import KIND_BANDWIDTH, Status
+
+    rep = nvj.to_report(SPEC_EXAMPLE)
+    assert rep.tool == "nvbandwidth" and not rep.simulated and rep.host == "gpu-node-17"
+    assert [t.status for t in rep.testcases] == [Status.PASSED, Status.WAIVED, Status.NOT_FOUND]
+    m = rep.testcases[0].matrices[0]
+    assert m.kind == KIND_BANDWIDTH and m.values[0][0] == pytest.approx(54.8731e9)
+    ragged = _doc(
+        [
+            {
+                "name": "device_to_device_memcpy_read_ce",
+                "status": "Passed",
+                "bandwidth_description": "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)",
+                "bandwidth_matrix": [["N/A", "394.1"], ["394.0"]],
+            }
+        ]
+    )
+    assert nvj.to_report(ragged).testcases[0].matrices[0].values[1] == (394.0e9, None)
+    path = Path(__file__).parents[1] / "benchmarks/results/nvbandwidth-v0.8-h200x2-2026-11-29.json"
+    full = nvj.to_report(path)
+    assert len(full.testcases) == 35 and full.devices[1]["name"] == "NVIDIA H200"
