@@ -1,0 +1,101 @@
+"""gpubw.plot_panels: what each panel draws (skipped without matplotlib)."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from _writer_reports import report, sweep_results
+from gpubw.results import Matrix
+
+
+@pytest.mark.parametrize(("mkey", "drawn"), [("device_local_copy", False), ("rw", True)])
+def test_nominal_line_only_for_read_write_figures(mkey: str, drawn: bool) -> None:
+    """The read+write nominal bandwidth line is drawn only on a matrix counted read + write
+    (Matrix.bytes_counting, not its key or notes); the L2 line on every matrix of a testcase
+    that measures device memory (one of its matrices is counted read + write)."""
+    pytest.importorskip("matplotlib")
+    from gpubw.plot import _pyplot
+    from gpubw.plot_panels import _draw_sweep
+
+    def pair(m: Matrix) -> list[Matrix]:
+        once = attrs.evolve(m, notes=(), bytes_counting="once")
+        return [once, attrs.evolve(once, key="rw", bytes_counting="read+write")]
+
+    results = [attrs.evolve(t, matrices=pair(t.matrices[0])) for t in sweep_results()]
+    rep = report(results)
+    per_size = [(t.size, m) for t in results for m in t.matrices if m.key == mkey]
+    plt = _pyplot()
+    fig, ax = plt.subplots()
+    try:
+        _draw_sweep(ax, "device_local_copy", mkey, per_size, rep)
+        labels = [line.get_label() for line in ax.get_lines()]
+    finally:
+        plt.close(fig)
+    assert any(label.startswith("nominal memory bandwidth") for label in labels) is drawn
+    assert any(label.startswith("L2 cache") for label in labels)
+
+
+def test_no_reference_lines_without_a_read_write_matrix() -> None:
+    """A sweep with no read + write matrix (e.g. a host copy) gets no nominal or L2 line,
+    whatever its key."""
+    pytest.importorskip("matplotlib")
+    from gpubw.plot import _pyplot
+    from gpubw.plot_panels import _draw_sweep
+
+    results = [
+        attrs.evolve(t, matrices=[attrs.evolve(m, bytes_counting="once") for m in t.matrices])
+        for t in sweep_results()
+    ]
+    plt = _pyplot()
+    fig, ax = plt.subplots()
+    try:
+        _draw_sweep(
+            ax,
+            "device_local_copy",
+            "device_local_copy",
+            [(t.size, t.matrices[0]) for t in results],
+            report(results),
+        )
+        labels = [str(line.get_label()) for line in ax.get_lines()]
+    finally:
+        plt.close(fig)
+    assert not [lb for lb in labels if lb.startswith(("nominal memory", "L2 cache"))]
+
+
+def test_l2_line_sits_where_the_working_set_fills_l2() -> None:
+    """With working_set_bytes = 3 x the buffer, the L2 line is drawn at L2 / 3."""
+    pytest.importorskip("matplotlib")
+    from gpubw.plot import _pyplot
+    from gpubw.plot_panels import _draw_sweep
+
+    results = [
+        attrs.evolve(
+            t,
+            matrices=[
+                attrs.evolve(
+                    m,
+                    notes=(("working_set_bytes", 3 * (t.size or 0)),),
+                    bytes_counting="read+write",
+                )
+                for m in t.matrices
+            ],
+        )
+        for t in sweep_results()
+    ]
+    rep = report(results)
+    plt = _pyplot()
+    fig, ax = plt.subplots()
+    try:
+        _draw_sweep(
+            ax,
+            "device_local_copy",
+            "device_local_copy",
+            [(t.size, t.matrices[0]) for t in results],
+            rep,
+        )
+        l2 = [line for line in ax.get_lines() if line.get_label().startswith("L2 cache")]
+        assert l2 and l2[0].get_xdata()[0] == pytest.approx(rep.devices[0]["l2_bytes"] / 3)
+        assert "working set 3 x buffer" in l2[0].get_label()
+    finally:
+        plt.close(fig)
