@@ -346,3 +346,24 @@ def test_bad_report_shapes_are_usage_errors(tmp_path: Path) -> None:
         path = _write(tmp_path / "bad.json", doc)  # type: ignore[arg-type]
         with pytest.raises(UsageError, match=r"bad\.json"):
             load_side(path)
+
+
+def test_nothing_to_compare_and_reference_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A baseline without a single figure is a usage error, not a silent pass; a reference
+    file can only be the baseline; -h describes the options."""
+    a = _write(tmp_path / "a.json", _gpubw(h2d=[55e9]))
+    empty = _write(tmp_path / "empty.json", {"simulated": False, "testcases": []})
+    assert main(["compare", a, empty]) == 2
+    assert "nothing to compare" in capsys.readouterr().err
+    ref = _write(
+        tmp_path / "ref.json",
+        {"testcases": [{"key": "h2d", "unit": "GB/s", "figures": {"h2d": [55.0, 56.0]}}]},
+    )
+    assert main(["compare", a, ref]) == 0
+    assert main(["compare", ref, a]) == 2
+    assert "can only be the baseline" in capsys.readouterr().err
+    assert main(["compare", "-h"]) == 0
+    usage = capsys.readouterr().out
+    assert "--fail-on {low,high,both}" in usage and "--size" in usage and "--format" in usage

@@ -329,6 +329,11 @@ def compare_sides(
     """(comparisons worst first, candidate cells the baseline lacks, warnings)."""
     if fail_on not in FAIL_ON:
         raise UsageError(f"--fail-on {fail_on!r}: allowed: {', '.join(FAIL_ON)}", param="fail_on")
+    if any(c.row == ANY for c in cand.cells):
+        raise UsageError(
+            f"{cand.path} is a reference-figures file: it can only be the baseline "
+            "(the second file)"
+        )
     warnings: list[str] = []
     pairs = _size_pairs(cand, base, warnings)
     index = {(c.matrix, c.size, c.row, c.column): c for c in cand.cells}
@@ -459,16 +464,18 @@ def _where(x: Comparison) -> str:
     return x.source or f"[{x.row}][{x.column}]"
 
 
-def _matrix_lines(rows: Sequence[Comparison]) -> list[str]:
+def _matrix_lines(rows: Sequence[Comparison], fail_on: str) -> list[str]:
     groups: dict[tuple[str, int | None], list[Comparison]] = {}
     for x in rows:
         groups.setdefault((x.matrix, x.size), []).append(x)
     head = f"{'matrix':<54} {'size':>9} {'cells':>5} {'failed':>6} {'median':>7} {'worst':>7}"
     lines = [head + "  worst cell"]
-    ordered = sorted(groups.items(), key=lambda kv: worst_first(kv[1])[0].speed or 0.0)
-    for (key, size), xs in ordered:
+    worst_of = {k: worst_first(xs, fail_on)[0] for k, xs in groups.items()}
+    ordered = worst_first(list(worst_of.values()), fail_on)
+    for worst in ordered:
+        key, size = worst.matrix, worst.size
+        xs = groups[(key, size)]
         ratios = [x.ratio for x in xs if x.ratio is not None]
-        worst = worst_first(xs)[0]
         med = f"{statistics.median(ratios):7.3f}" if ratios else f"{'-':>7}"
         wr = f"{worst.ratio:7.3f}" if worst.ratio is not None else f"{'-':>7}"
         lines.append(
@@ -531,7 +538,7 @@ def text_lines(
             lines += ["", "devices:"] + [f"  {t}" for t in sorted(named, key=_gpu_order)]
     if rows:
         lines += ["", "per matrix (ratio = candidate / baseline; worst first):"]
-        lines += _matrix_lines(rows)
+        lines += _matrix_lines(rows, fail_on)
     if extra:
         lines += ["", f"{len(extra)} candidate cell(s) have no counterpart in the baseline"]
     lines += [
@@ -663,6 +670,11 @@ def compare_files(argv: Sequence[str]) -> tuple[list[str], int]:
     if size is not None:
         cand, base = select_size(cand, size), select_size(base, size)
     rows, extra, warnings = compare_sides(cand, base, a.threshold, a.fail_on)
+    if not rows:
+        raise UsageError(
+            f"nothing to compare: {a.baseline} has no Passed testcase with a figure"
+            + (f" at {format_size(size)}" if size is not None else "")
+        )
     args = (cand, base, rows, extra, warnings, a.threshold, a.fail_on, size)
     if a.format == "json":
         lines = json.dumps(json_doc(*args), indent=2, allow_nan=False).splitlines()
