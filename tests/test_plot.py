@@ -271,3 +271,16 @@ def test_nvbandwidth_json_is_plotted(tmp_path: Path) -> None:
     assert (
         main([str(_write(tmp_path, full_report())), str(path), "-o", str(tmp_path / "x.pdf")]) == 0
     )
+
+
+def test_a_testcase_swept_in_one_run_only_is_not_lost() -> None:
+    """A 1×N testcase run at one size in the first report and swept in the second is drawn
+    as bars; swept in the first, as a sweep: never dropped for being a sweep elsewhere."""
+    pytest.importorskip("matplotlib")
+    from gpubw import plot
+
+    single = report([attrs.evolve(sweep_results()[-1])])
+    specs = plot.figures([("one", single), ("sweep", report(sweep_results()))])
+    assert [s.name for s in specs] == ["1xN-bandwidth"]
+    specs = plot.figures([("sweep", report(sweep_results())), ("one", single)])
+    assert [s.name for s in specs] == ["device_local_copy"]

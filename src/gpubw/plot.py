@@ -193,7 +193,9 @@ def _bar_figures(runs: Sequence[Run], keys: Sequence[str]) -> list[FigureSpec]:
         KIND_LATENCY: [],
     }
     for key in keys:
-        if any(key in s for s in swept):
+        # drawn against size in its own figure when the first run that has it swept it
+        first = next(i for i, (_, r) in enumerate(runs) if _last_passed(r, key) is not None)
+        if key in swept[first]:
             continue
         per_run = [_last_passed(r, key) for _, r in runs]
         mkeys: list[str] = []
