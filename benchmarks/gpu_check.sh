@@ -20,6 +20,10 @@
 #   interrupt    SIGINT and SIGTERM sent 12 s into a default run: exit code, report, leftovers
 #   nvbandwidth  NVIDIA's nvbandwidth -j (whole suite), if carried in .nvbw/ (never committed);
 #                nvbandwidth1 the same on device 0 alone
+#   accept       gpubw --expect builtin: exit code (0 pass, 3 below expectation), the devices'
+#                PCIe/NVLink facts and any failed verdict:                $OUT/accept-<tag>.json
+#   safety       issue 13: -o /dev/stdout and -o /dev/null leave the device nodes as they are;
+#                a second gpubw during a run warns about the other process on the GPUs
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
 tag=$1; shift
@@ -59,6 +63,39 @@ for step in "$@"; do
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' interrupted:', d['interrupted'], '; statuses:', [t['status'] for t in d['testcases']])" "$OUT/interrupt-$sig-$tag.json"
       done
       nvidia-smi --query-compute-apps=pid,used_memory --format=csv ;;
+    accept)  # node acceptance against the built-in expectations (issue 10)
+      s=$(date +%s)
+      timeout 400 python3 -m gpubw --expect builtin -j -o "$OUT/accept-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+      echo "accept rc=$? (0 pass, 3 below expectation) wall=$(( $(date +%s) - s ))s" | tee -a "$OUT/times-$tag.txt"
+      python3 - "$OUT/accept-$tag.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(" nvml:", d.get("nvml"))
+for dev in d["devices"]:
+    f = dev.get("nvml") or {}
+    nv = f.get("nvlink") or {}
+    print(f" GPU {dev['ordinal']} {dev.get('pci_bus_id')} {dev.get('uuid')}: pcie {f.get('pcie')}"
+          f" nvlink {nv.get('links_active')}/{nv.get('links_total')} at {nv.get('speed_mbps')} MB/s"
+          f" peers {nv.get('peers')}; end clocks {(dev.get('nvml_end') or {}).get('clocks')}")
+bad = [v for v in d.get("verdicts", []) if v["severity"] != "pass"]
+print(" verdicts:", len(bad), "fail/warn;", d.get("expectations"))
+for v in bad[:10]:
+    print("  ", v["severity"], v["rule"], v["testcase"], v["row"], "->", v["column"], v["measured"], v.get("suspects"))
+print(" warnings:", [w for w in d["warnings"] if "WARNING" in w])
+PY
+      tail -3 "$OUT/log-$tag.txt" ;;
+    safety)  # issue 13: device nodes survive -o; the other-process warning (item 7)
+      stat -L -c '%n %F %i %t:%T' /dev/null /dev/stdout
+      python3 -m gpubw -t 0 -b 64 -j -o /dev/stdout | python3 -m json.tool > /dev/null; echo "-o /dev/stdout rc=${PIPESTATUS[0]} json.tool rc=${PIPESTATUS[1]}"
+      python3 -m gpubw -t 0 -b 64 -j -o /dev/null; echo "-o /dev/null rc=$?"
+      stat -L -c '%n %F %i %t:%T' /dev/null /dev/stdout
+      python3 -m gpubw -t device_local_copy -b 4GiB -i 20 -j -o "$OUT/busy-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" &
+      bg=$!; sleep 8
+      python3 -m gpubw -t device_local_copy -b 1GiB -j -o "$OUT/safety-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+      echo "second run rc=$?"; wait $bg; echo "first run rc=$?"
+      for f in safety busy; do
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' $f warnings:', [w for w in d['warnings'] if 'process' in w])" "$OUT/$f-$tag.json"
+      done ;;
     peers)
       mib=${PEERS_MIB:-4096}; n=${PEERS_SAMPLES:-5}
       devs=$(python3 -c "import torch; print(','.join(map(str, range(torch.cuda.device_count()))))")

@@ -439,7 +439,9 @@ def test_builtin_h200_is_derived_from_the_benchmark_run():
     derived = expect.expect_from(h200(), tolerance=0.10)
     skip = ("all_to_host", "host_to_all", "all_to_one", "one_to_all")
     rules = [r for r in derived["rules"] if not r["testcase"].startswith(skip)]
-    shipped = json.loads((ROOT / "src/gpubw/expectations/h200-sxm.json").read_text())
+    shipped = json.loads(
+        (ROOT / "src/gpubw/expectations/h200-sxm.json").read_text(encoding="utf-8")
+    )
     assert shipped["rules"] == rules and shipped["tolerance"] == 0.10
     assert {r["testcase"] for r in rules} >= {"device_local_copy", "host_to_device_memcpy_ce"}
 

@@ -112,7 +112,10 @@ def test_testcase_with_prefix_is_a_usage_error(capsys, monkeypatch):
     """-t together with -p is a usage error saying so, before any testcase runs."""
     must_not_run(monkeypatch)
     line = usage_error(capsys, "--simulate", PRESET, "-t", "0", "-p", "host")
-    assert "-t/--testcase and -p/--testcase-prefixes cannot be used together" in line
+    assert line == (
+        "gpubw: error: -t/--testcase with -p/--testcase-prefixes: testcases and testcase "
+        "prefixes cannot be used together; give one of them"
+    )
 
 
 def test_prefix_matching_nothing_exits_1(capsys, monkeypatch):

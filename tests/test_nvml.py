@@ -299,7 +299,7 @@ def test_importing_gpubw_nvml_does_not_import_pynvml():
 def test_every_nvml_name_used_exists_in_the_real_binding():
     """Each pynvml function and constant gpubw.nvml calls exists in nvidia-ml-py."""
     pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
-    source = Path(nvml.__file__).read_text()
+    source = Path(nvml.__file__).read_text(encoding="utf-8")
     names = set(re.findall(r"\bnv\.(nvml\w+|NVML_\w+)", source))
     names |= set(re.findall(r'"(nvmlDevice\w+|NVML_\w+)"', source))
     names -= {"nvmlDeviceGetCurrentClocksEventReasons"}  # optional (newer name), getattr'd
@@ -329,3 +329,18 @@ def test_suspects_explain_a_slow_cell_in_words():
         "2 volatile uncorrected ECC errors",
     )
     assert nvml.suspects(down, "host") == ("2 volatile uncorrected ECC errors",)
+
+
+def test_read_processes_by_bus_id():
+    """read_processes: bus id -> pids of each GPU; None without NVML; init and shutdown."""
+    fake = fake_pynvml()
+    assert nvml.read_processes(fake) == {"0000:1b:00.0": (), "0000:2a:00.0": (4242, 77)}
+    assert nvml.read_processes(fake_pynvml(init_error=NVMLError("no driver"))) is None
+
+
+def test_device_facts_from_a_report_record():
+    """A device record's nvml entry (as_dict form) reads back as the same DeviceFacts."""
+    b = nvml.read_facts(fake_pynvml()).devices[1]
+    back = nvml.device_facts({"nvml": b.as_dict()})
+    assert back == b
+    assert nvml.device_facts({}) is None and nvml.device_facts({"nvml": {"pcie": "x"}}) is None

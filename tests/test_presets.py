@@ -149,7 +149,7 @@ def test_json_full_description(tmp_path: Path) -> None:
 
 def test_docs_example_loads() -> None:
     """The JSON example in docs/simulate.md is valid."""
-    text = (Path(__file__).parents[1] / "docs" / "simulate.md").read_text()
+    text = (Path(__file__).parents[1] / "docs" / "simulate.md").read_text(encoding="utf-8")
     block = text.split("```json", 1)[1].split("```", 1)[0]
     system = load_system_from_text(block)
     assert len(system.devices) == 4

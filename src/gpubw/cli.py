@@ -7,7 +7,9 @@ Only :func:`main` prints errors and picks exit codes:
 1     a testcase Error or Not Found, a prefix that matches nothing, no driver, a run that
       could not start
 2     a usage error: a bad option value, ``-t`` with ``-p``, an unknown format, an
-      unwritable ``-o``, an unreadable ``--simulate``
+      unwritable ``-o``, an unreadable ``--simulate``, a bad expectations file
+3     the run went fine but a cell is below expectation (``--expect``, ``--outlier-pct``,
+      ``gpubw check``): a slow node, not a broken run
 130   interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
 ====  ====================================================================================
 
@@ -27,6 +29,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NoReturn, TextIO
 
+from gpubw.accept_cli import JUDGE_HELP, add_run_options, judging
 from gpubw.argtypes import _positive_float, positive_int
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, PluginError, UsageError
 from gpubw.live import LiveOutput, progress_mode
@@ -36,9 +39,9 @@ from gpubw.options import (
     DEFAULT_SAMPLES,
     Invocation,
     RunOptions,
+    exit_status,
 )
 from gpubw.registry import Registry, Writers
-from gpubw.results import exit_status
 from gpubw.sizes import parse_sizes
 from gpubw.version import __version__
 
@@ -52,12 +55,15 @@ EXIT_CODES = """\
 exit codes:
   0    every selected testcase Passed or was Waived (also -h, -l)
   1    a testcase Error or Not Found, a prefix that matched nothing, no NVIDIA driver
-  2    usage error (bad option value, -t with -p, unknown format, unwritable -o, bad --simulate)
+  2    usage error (bad option value, -t with -p, unknown format, unwritable -o, bad --simulate,
+       bad expectations file)
+  3    ran fine, below expectation: a cell failed --expect / --outlier-pct (gpubw check too)
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
 
 Plot a JSON report: gpubw plot REPORT.json -o FILE.png (needs: pip install 'gpubw[plot]')
 Compare two reports (gpubw JSON or nvbandwidth -j): gpubw compare CANDIDATE BASELINE
 """
+EXIT_CODES += "\n" + JUDGE_HELP
 
 
 # -- argument parsing ----------------------------------------------------------------------
@@ -98,6 +104,8 @@ _NUMERIC_OPTIONS = frozenset(
         "--loop-count",
         "--loopCount",
         "--gate-timeout",
+        "--outlier-pct",
+        "--cv-threshold",
     }
 )
 _NEGATIVE = re.compile(r"-[0-9.]")
@@ -247,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_GATE_TIMEOUT_S,
         help=f"longest a stream may wait at the spin gate (default {DEFAULT_GATE_TIMEOUT_S:g})",
     )
+    add_run_options(p)
     add(
         "-q",
         "--quiet",
@@ -302,6 +311,7 @@ PARAM_FLAGS: dict[str, str] = {
     "sizes": "-b/--buffer-size",
     "testcases": "-t/--testcase",
     "testcase_prefixes": "-p/--testcase-prefixes",
+    "testcase_selection": "-t/--testcase with -p/--testcase-prefixes",
     "samples": "-i/--samples",
     "loops": "--loop-count",
 }
@@ -389,6 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plot(args[1:])
         if args and args[0] == "compare":
             return _compare(args[1:])
+        if args and args[0] in _ACCEPT_COMMANDS:
+            return _accept_command(args[0], args[1:])
         return _main(args, command=argv is None)
     except SystemExit as exc:  # -h, --version, and plot's own argparse
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -466,6 +478,7 @@ def _run_command(argv: list[str], guard: Any) -> int:
         verbose=ns.verbose,
         gate_timeout_s=ns.gate_timeout,
         buffer_sizes=sizes,
+        host_huge_pages=ns.host_huge_pages,
     )
     invocation = Invocation(
         testcase=ns.testcase,
@@ -482,6 +495,12 @@ def _run_command(argv: list[str], guard: Any) -> int:
         from gpubw import api, runner
 
         selection, warnings = api.select(ns.testcase, ns.prefixes)
+        judge_cells = judging(ns)
+        expectations = None
+        if ns.expect is not None and ns.expect != "builtin":
+            from gpubw.expect import load_expectations
+
+            expectations = load_expectations(ns.expect)  # a bad file: exit 2 before the run
         live = _live_output(
             writer_cls,
             fmt,
@@ -490,19 +509,31 @@ def _run_command(argv: list[str], guard: Any) -> int:
             perf=ns.perf_formatter,
             mode=progress_mode(ns.quiet, sys.stderr),
         )
+        from gpubw.acceptance import RunWatch, judge
+
+        watch = RunWatch(opener, live, expect_builtin=ns.expect == "builtin")
+        if judge_cells and hasattr(type(live.writer), "verdicts_of"):  # verdicts as it goes
+            watch.judge_as_it_goes(expectations, ns.outlier_pct, ns.cv_threshold)
+            live.writer.verdicts_of = watch.verdicts_of
         guard.emergency_write = _emergency(live, output)
         with live:
             report = runner.run(
-                opener,
+                watch.opener,
                 selection,
                 options,
                 invocation=invocation,
                 system_name=ns.simulate or "",
                 warnings=warnings,
-                progress=live,
+                progress=watch.progress,
                 handle_signals=True,
             )
+        if watch.refused is not None:  # e.g. --expect builtin on devices without one
+            raise watch.refused
         guard.writing()  # from here a signal is only recorded; a watchdog waits for this
+        report = watch.finish(report)
+        if judge_cells:
+            exp = watch.builtin if ns.expect == "builtin" else expectations if ns.expect else None
+            report = judge(report, exp, ns.outlier_pct, ns.cv_threshold, own=watch.own)
         _write(live, report, output)
     finally:
         output.discard()
@@ -569,6 +600,21 @@ def _emergency(live: LiveOutput, output: _Output) -> Callable[[Any], None]:
             _write(live, report, output, stdout=stdout)
 
     return write
+
+
+_ACCEPT_COMMANDS = ("check", "expect-from", "info")
+
+
+def _accept_command(name: str, argv: list[str]) -> int:
+    """``gpubw check``, ``gpubw expect-from``, ``gpubw info`` (:mod:`gpubw.accept_cli`)."""
+    from gpubw import accept_cli
+
+    run = {
+        "check": accept_cli.check_main,
+        "expect-from": accept_cli.expect_from_main,
+        "info": accept_cli.info_main,
+    }[name]
+    return run(argv)
 
 
 def _compare(argv: list[str]) -> int:

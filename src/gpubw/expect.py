@@ -58,6 +58,7 @@ from gpubw.expectations import (
     load_expectations,
     schema,
 )
+from gpubw.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT, EXIT_BELOW_EXPECTATION
 from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status
 from gpubw.sizes import format_size
 
@@ -84,10 +85,6 @@ __all__ = [
     "worst_first",
 ]
 
-#: exit code of a run that went fine but is below expectation (nvbandwidth's codes are 0/1)
-EXIT_BELOW_EXPECTATION = 3
-DEFAULT_OUTLIER_PCT = 90.0
-DEFAULT_CV_THRESHOLD = 0.10
 
 HOST, PEER, LOCAL, DEVICE, CELL = "host", "peer", "local", "device", "cell"
 FLOOR, CEILING, PEER_OUTLIER, NOISY = "floor", "ceiling", "peer_outlier", "noisy"
@@ -114,7 +111,7 @@ class Endpoint:
 
     def __str__(self) -> str:
         if self.kind == "gpu":
-            ids = ", ".join(x for x in (self.pci_bus_id, self.serial or self.uuid) if x)
+            ids = ", ".join(x for x in (self.pci_bus_id, self.uuid or self.serial) if x)
             return f"GPU {self.index}" + (f" ({ids})" if ids else "")
         return {"host": "host", "peers": "its peers"}.get(self.kind, "?")
 
@@ -126,6 +123,15 @@ class Endpoint:
                 if getattr(self, k):
                     d[k] = getattr(self, k)
         return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Endpoint:
+        """The inverse of :meth:`as_dict`."""
+        return cls(
+            str(d.get("kind", "unknown")),
+            d.get("index"),
+            **{k: str(d.get(k, "")) for k in ("name", "pci_bus_id", "uuid", "serial")},
+        )
 
 
 def _gpu(devices: Sequence[Mapping[str, Any]], label: str) -> Endpoint:
@@ -230,6 +236,10 @@ def cell_noise(m: Matrix) -> tuple[tuple[CellNoise | None, ...], ...]:
 # -- verdicts -------------------------------------------------------------------------------
 
 
+def _strs(items: Sequence[str]) -> tuple[str, ...]:
+    return tuple(str(x) for x in items)
+
+
 @attrs.frozen
 class Verdict:
     """The judgement of one cell by one rule."""
@@ -252,6 +262,9 @@ class Verdict:
     detail: str = ""  # where the expectation came from, in words
     stdev: float | None = None
     cv: float | None = None
+    #: facts (from NVML) that can explain a failed cell, e.g. "GPU 3: PCIe Gen4 x8, max Gen5
+    #: x16"; filled in by :mod:`gpubw.acceptance` where the facts are known
+    suspects: tuple[str, ...] = attrs.field(default=(), converter=_strs)
 
     @property
     def devices(self) -> tuple[Endpoint, ...]:
@@ -287,7 +300,33 @@ class Verdict:
             "detail": self.detail,
             "stdev": self.stdev,
             "cv": self.cv,
+            "suspects": list(self.suspects),
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
+        """The inverse of :meth:`as_dict` (a report's ``verdicts`` read back)."""
+        return cls(
+            testcase=d["testcase"],
+            matrix=d["matrix"],
+            size=d["size_bytes"],
+            row=d["row"],
+            column=d["column"],
+            link=d["link"],
+            source=Endpoint.from_dict(d["source"]),
+            destination=Endpoint.from_dict(d["destination"]),
+            bidirectional=d["bidirectional"],
+            unit=d["unit"],
+            measured=d["measured"],
+            expected=d["expected"],
+            reference=d["reference"],
+            rule=d["rule"],
+            severity=d["severity"],
+            detail=d.get("detail", ""),
+            stdev=d.get("stdev"),
+            cv=d.get("cv"),
+            suspects=tuple(d.get("suspects", ())),
+        )
 
 
 def _rule_matches(rule: Rule, key: str, m: Matrix, size: int | None, p: CellPlace) -> bool:
@@ -451,6 +490,8 @@ def format_verdict(v: Verdict) -> str:
         what = f"{measured}, {word} {_show(v.expected, v.unit)} ({v.detail})"
         if v.cv is not None:
             what += f", CV {v.cv:.1%}"
+    if v.suspects:
+        what += f"; suspect: {'; '.join(v.suspects)}"
     return f"{v.severity.upper()} {v.testcase}{matrix}{size} {where}: {what}"
 
 

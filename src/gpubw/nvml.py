@@ -379,6 +379,33 @@ def read_facts(module: ModuleType | None = None) -> NodeFacts:
             nv.nvmlShutdown()
 
 
+def read_processes(module: ModuleType | None = None) -> dict[str, tuple[int, ...]] | None:
+    """PCI bus id -> pids of the compute processes NVML lists on each GPU (a quick query,
+    for the start and the end of every testcase); None when NVML is not available. Never
+    raises; a GPU whose query fails is left out."""
+    try:
+        nv = module if module is not None else importlib.import_module("pynvml")
+        nv.nvmlInit()
+    except Exception:  # not installed, no driver: the run's facts already say why
+        return None
+    try:
+        out = {}
+        for i in range(int(nv.nvmlDeviceGetCount())):
+            try:
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+                bus = normalise_bus_id(nv.nvmlDeviceGetPciInfo(h).busId)
+                procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
+            except Exception:
+                continue
+            out[bus] = tuple(int(p.pid) for p in procs)
+        return out
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            nv.nvmlShutdown()
+
+
 # -- the simulated counterpart --------------------------------------------------------------
 
 
@@ -479,6 +506,26 @@ def parse_pcie(value: Mapping[str, Any] | str) -> PcieLink:
             "(e.g. 'gen4 x8 of gen5 x16')"
         ) from None
     return PcieLink(gen, width, max_gen, max_width)
+
+
+def device_facts(record: Mapping[str, Any], key: str = "nvml") -> DeviceFacts | None:
+    """The facts kept in a report's device record (``nvml``: at the start of the run,
+    ``nvml_end``: at its end; :meth:`DeviceFacts.as_dict`'s form) as DeviceFacts; None when
+    the record has none (or they do not parse)."""
+    d = record.get(key)
+    if not isinstance(d, Mapping):
+        return None
+    spec = {k: v for k, v in d.items() if k not in ("index", "unavailable")}
+    try:
+        f = facts_from_dict({"devices": [spec]}).devices[0]
+    except (TypeError, ValueError):
+        return None
+    gone = d.get("unavailable") or {}
+    return attrs.evolve(
+        f,
+        index=int(d.get("index", 0)),
+        unavailable=tuple((str(k), str(v)) for k, v in gone.items()),
+    )
 
 
 # -- using the facts ------------------------------------------------------------------------

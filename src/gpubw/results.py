@@ -263,6 +263,21 @@ class Report:
     started: str = ""
     finished: str = ""
     duration_s: float = 0.0
+    #: judgements of the cells (:class:`gpubw.expect.Verdict`, by ``--expect``, ``gpubw
+    #: check`` or the peer-outlier rule); empty when nothing was judged
+    verdicts: tuple[Any, ...] = attrs.field(converter=_tuple, default=())
+    #: node-level NVML facts (driver, NVML version, available or why not); per-device facts
+    #: are in each device record's ``nvml`` (start of run) and ``nvml_end`` (end of run)
+    nvml: dict[str, Any] | None = None
+    #: what the verdicts judged against: name, source, outlier_pct, cv_threshold (None: the
+    #: cells were not judged)
+    expectations: dict[str, Any] | None = None
+
+    @property
+    def below_expectation(self) -> bool:
+        """True when a verdict failed (a cell below its floor, above its ceiling, or an
+        outlier among its peers)."""
+        return any(getattr(v, "severity", None) == "fail" for v in self.verdicts)
 
     @property
     def interrupted(self) -> bool:
@@ -271,10 +286,12 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        """0 if every selected testcase Passed or was Waived, 130/143 if interrupted,
-        else 1 (:func:`exit_status`)."""
+        """0 if every selected testcase Passed or was Waived, 130/143 if interrupted, 1 on
+        an error, else 3 if a verdict failed (:func:`exit_status`)."""
         failed = bool(self.error) or not all(t.ok for t in self.testcases)
-        return exit_status(signal=self.signal, failed=failed)
+        return exit_status(
+            signal=self.signal, failed=failed, below_expectation=self.below_expectation
+        )
 
     @property
     def options(self) -> dict[str, Any]:

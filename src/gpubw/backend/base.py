@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 
 from gpubw.errors import CudaError, UsageError
+from gpubw.nvml import NodeFacts, read_facts, read_processes
 
 #: Kinds of shareable handle for device memory, best first: CUDA fabric handles (across
 #: hosts, need the IMEX service and a channel), POSIX file descriptors (one host; imported
@@ -190,6 +191,45 @@ class Backend(abc.ABC):
             return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
         except (AttributeError, OSError, ValueError):
             return None
+
+    # -- node facts (NVML) and host huge pages ---------------------------------------------
+    #: host buffers come from huge pages (set by :meth:`enable_host_huge_pages`)
+    host_huge_pages: bool = False
+
+    def node_facts(self) -> NodeFacts:
+        """Facts about the node from NVML (:func:`gpubw.nvml.read_facts`); never raises."""
+        return read_facts()
+
+    def gpu_processes(self) -> dict[str, tuple[int, ...]] | None:
+        """PCI bus id -> pids of the compute processes on that GPU (this one included), or
+        None where NVML cannot say. Cheap enough to ask before and after every testcase."""
+        return read_processes()
+
+    def huge_pages(self) -> tuple[int, int] | None:
+        """(page bytes, free pages) of the host's default huge-page pool (/proc/meminfo
+        Hugepagesize, HugePages_Free); None where unknown."""
+        return meminfo_huge_pages()
+
+    def enable_host_huge_pages(self, largest: int) -> None:
+        """From now on host buffers come from huge pages. :class:`UsageError` when the host
+        has none free, or too few for one buffer of ``largest`` bytes."""
+        hp = self.huge_pages()
+        if hp is None:
+            raise UsageError(
+                "--host-huge-pages: this host does not report huge pages (no HugePages_Free "
+                "in /proc/meminfo); run without --host-huge-pages"
+            )
+        page, free = hp
+        need = -(-largest // page)
+        where = "simulated host" if self.simulated else "/proc/meminfo HugePages_Free"
+        if free < need:
+            raise UsageError(
+                f"--host-huge-pages: {free} huge pages of {page >> 10} KiB are free "
+                f"({where}), a {largest}-byte buffer needs {need}; "
+                f"reserve more (e.g. sysctl -w vm.nr_hugepages=<pages>) or run without "
+                "--host-huge-pages"
+            )
+        self.host_huge_pages = True
 
     # -- memory ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -362,3 +402,15 @@ def _destroyed_after(destroy: Callable[[Any], None], handle: Any) -> Iterator[No
             destroy(handle)
         raise
     destroy(handle)
+
+
+def meminfo_huge_pages(path: str = "/proc/meminfo") -> tuple[int, int] | None:
+    """(Hugepagesize in bytes, HugePages_Free) from ``path``; None where it lacks them."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        free = int(fields["HugePages_Free"].split()[0])
+        page = int(fields["Hugepagesize"].split()[0]) * 1024  # "2048 kB"
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+    return page, free

@@ -317,6 +317,9 @@ _TOP_KEYS = {
     "driver_version",
     "cuda_driver",
     "faults",
+    "nvml",
+    "other_processes",
+    "huge_pages",
     "hosts",
     "handle_kinds",
     "multicast_rate",
@@ -516,6 +519,29 @@ def _faults(where: str, obj: Any, n: int) -> Faults:
     return Faults(**kw)
 
 
+def _nvml_keys(d: Mapping[str, Any], kw: dict[str, Any], n: int) -> None:
+    """The NVML-like keys of a system file (gpubw.backend.sim.facts): ``nvml``,
+    ``other_processes``, ``huge_pages``."""
+    from gpubw.backend.sim.facts import check_spec
+
+    if "nvml" in d or "other_processes" in d:
+        try:
+            check_spec(d.get("nvml", {}), d.get("other_processes", {}), n)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if "nvml" in d:
+        kw["nvml"] = d["nvml"]
+    if "other_processes" in d:
+        kw["other_processes"] = {k: tuple(v) for k, v in d["other_processes"].items()}
+    if "huge_pages" in d:
+        hp = _keys("huge_pages", d["huge_pages"], ("page_bytes", "free"))
+        free = _num("huge_pages.free", hp.get("free", 0), integer=True, positive=False)
+        if free < 0:
+            raise UsageError(f"huge_pages.free must be >= 0 (a number of pages), got {free}")
+        page = _num("huge_pages.page_bytes", hp.get("page_bytes", 2 << 20), integer=True)
+        kw["huge_pages"] = (page, free)
+
+
 def _ranks_keys(d: dict[str, Any], kw: dict[str, Any], n: int) -> None:
     """``hosts``, ``handle_kinds`` and ``multicast_rate`` of a system file (multinode)."""
     if "hosts" in d:
@@ -681,6 +707,11 @@ def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
             kw[key] = _num(key, d[key], integer=True, positive=key != "reserved_bytes")
     if "faults" in d:
         kw["faults"] = _faults("faults", d["faults"], n)
+    _nvml_keys(d, kw, n)
+    if "nvml" in kw:  # a downtrained PCIe link also slows that device's host link
+        from gpubw.backend.sim.facts import scale_host_links
+
+        links = scale_host_links(links, kw["nvml"])
     if "driver_version" in d:
         if not isinstance(d["driver_version"], str):
             raise UsageError("driver_version must be a string")

@@ -50,14 +50,16 @@ import attrs
 import numpy as np
 
 from gpubw.backend.base import Backend, DeviceInfo, KernelArg
+from gpubw.backend.sim import facts as sim_facts
 from gpubw.backend.sim.engine import Engine, Event, Op, Stream
 from gpubw.backend.sim.faults import FaultInjector, Faults
 from gpubw.backend.sim.kernels import EMULATIONS, Launch, memcpy_op, plugin_kernel, plugin_op
 from gpubw.backend.sim.memory import Memory
 from gpubw.backend.sim.model import HostLink, Latency, Overheads, Rate, SimSystem, iter_pairs
 from gpubw.backend.sim.sharing import Export, Multicast, SharingMixin, locked
-from gpubw.errors import CudaError, GateTimeoutError, SimulationError, UsageError
+from gpubw.errors import CudaError, GateTimeoutError, GpubwError, SimulationError, UsageError
 from gpubw.kernels import KERNELS
+from gpubw.nvml import NodeFacts
 
 __all__ = [
     "Faults",
@@ -163,6 +165,8 @@ class SimulatedBackend(SharingMixin, Backend):
         self._now = 0.0  # host clock
         self._device_allocs_made = 0
         self._host_allocs_made = 0
+        self._huge_pages_used = 0  # huge pages held by host buffers (host_huge_pages)
+        self._huge_allocs: dict[int, int] = {}
         self._loaded: set[int] = set()
         self.closed = False
         self.view_id = engine.next_id()
@@ -227,6 +231,17 @@ class SimulatedBackend(SharingMixin, Backend):
 
     def devices(self) -> Sequence[DeviceInfo]:
         return self._devices
+
+    def node_facts(self) -> NodeFacts:
+        """The model's NVML-like facts (:mod:`gpubw.backend.sim.facts`)."""
+        return sim_facts.node_facts(self.model)
+
+    def gpu_processes(self) -> dict[str, tuple[int, ...]] | None:
+        return {f.pci_bus_id: f.pids for f in self.node_facts().devices}
+
+    def huge_pages(self) -> tuple[int, int] | None:
+        page, free = sim_facts.huge_pages(self.model)
+        return page, free - self._huge_pages_used
 
     def _device(self, device: int, call: str = "cuDeviceGet") -> int:
         """``device`` (a local ordinal) if this facade shows it."""
@@ -303,13 +318,26 @@ class SimulatedBackend(SharingMixin, Backend):
         if nbytes <= 0:
             raise UsageError(f"host allocation size must be positive, got {nbytes}")
         self._injector.check_host_alloc(self._host_allocs_made)
+        pages = 0
+        if self.host_huge_pages:  # what mmap(MAP_HUGETLB) would do: fail when none are left
+            page, free = sim_facts.huge_pages(self.model)
+            pages = -(-nbytes // page)
+            if pages > free - self._huge_pages_used:
+                raise GpubwError(
+                    f"mmap(MAP_HUGETLB) of {nbytes} bytes failed: ENOMEM ({pages} huge pages "
+                    f"needed, {free - self._huge_pages_used} free; simulated)"
+                )
         base = self._memory.alloc_host(nbytes)
         self._host_allocs_made += 1
+        if pages:
+            self._huge_pages_used += pages
+            self._huge_allocs[base] = pages
         return base
 
     @locked
     def free_host(self, pointer: int) -> None:
         self._tick()
+        self._huge_pages_used -= self._huge_allocs.pop(pointer, 0)
         self._free(pointer, True, "cuMemFreeHost")
 
     def _free(self, pointer: int, host: bool, call: str) -> None:

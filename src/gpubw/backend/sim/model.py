@@ -128,6 +128,13 @@ class SimSystem:
     #: faults to inject by default (a system file's ``"faults"``); the backend's own
     #: ``faults`` argument, when given, replaces them
     faults: Faults | None = None
+    #: NVML-like facts beyond each device's defaults: {"device": {...}, "devices": {"3":
+    #: {...}}} (see :mod:`gpubw.backend.sim.facts`)
+    nvml: Mapping[str, Any] = attrs.field(factory=dict)
+    #: device index (a string) -> pids of other programs' compute processes on it
+    other_processes: Mapping[str, tuple[int, ...]] = attrs.field(factory=dict)
+    #: the host's huge pages: (page bytes, free pages); None: the default (facts.py)
+    huge_pages: tuple[int, int] | None = None
     #: devices per host, in device order (None: every device on one host); ranks of a
     #: simulated multinode run see their host's devices only, with host-local ordinals
     hosts: tuple[int, ...] | None = attrs.field(default=None, converter=_hosts_tuple)
