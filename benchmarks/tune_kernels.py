@@ -291,8 +291,8 @@ def flat_main(argv: list[str]) -> int:
             for v in variants:
                 rows.append(_try(bench, op, v, f"F{sz}M"))
         if sz in (sizes[0], 256):
-            # gpubw_copy as gpubw launches it (2 x 512 per SM), and gpubw_copy_flat (needs
-            # benchmarks/patches/device-local-flat-copy.patch) as one launch of loops x pieces
+            # gpubw_copy as gpubw launches it (2 x 512 per SM), and gpubw_copy_flat (what
+            # device_local_copy_sm launches beyond L2) as one launch of loops x pieces
             for u in (2, 8):
                 g = {"GPUBW_COPY_UNROLL": str(u)}
                 v = {"name": f"resident-2x512-u{u}", "block": 512, "unroll": u, "per_sm": 2}

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 from gpubw import RunOptions, System
+from gpubw.backend.presets import from_preset
 
 from gpubw_stream.kernels import FLAT_BLOCK, FLAT_WRITE_BLOCK, MAX_GRID, flat_block, flat_launches
 from gpubw_stream.testcases import StreamCopy, StreamRead, StreamTestcase, StreamWrite
 
-simulated = pytest.importorskip("gpubw.backend.simulated")
 MIB = 1 << 20
 #: an array size whose working set is beyond the simulated H200's L2 (60 MiB)
 SIZE = 64 * MIB
@@ -46,7 +46,7 @@ def test_measured_passes_use_the_flat_kernels(
 ) -> None:
     """Beyond L2 the measured launches are the flat kernel with loops x pieces blocks (the
     read keeps its resident grid-stride kernel)."""
-    backend = simulated.SimulatedBackend.from_preset("h200x1")
+    backend = from_preset("h200x1")
     launches: list[tuple[str, int, int, Any]] = []
     real = backend.launch
 
@@ -56,7 +56,7 @@ def test_measured_passes_use_the_flat_kernels(
 
     monkeypatch.setattr(backend, "launch", spy)
     with System(backend, RunOptions(samples=1, loops=4)) as system:
-        type(cls.__name__, (cls,), {"key": key})(system).run(SIZE, 4)
+        _made(system, cls, key).run(SIZE, 4)
     measured = [x for x in launches if x[0] == kernel]
     assert measured, [x[0] for x in launches]
     assert {x[2] for x in measured} == {block}
@@ -66,7 +66,7 @@ def test_measured_passes_use_the_flat_kernels(
 
 def test_within_l2_the_resident_kernels_stay(monkeypatch: pytest.MonkeyPatch) -> None:
     """Arrays that fit in L2 together are measured with the resident grid-stride kernel."""
-    backend = simulated.SimulatedBackend.from_preset("h200x1")
+    backend = from_preset("h200x1")
     names: list[str] = []
     real = backend.launch
 
@@ -76,5 +76,11 @@ def test_within_l2_the_resident_kernels_stay(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(backend, "launch", spy)
     with System(backend, RunOptions(samples=1, loops=4)) as system:
-        type("StreamCopy", (StreamCopy,), {"key": "stream_copy"})(system).run(16 * MIB, 4)
+        _made(system, StreamCopy, "stream_copy").run(16 * MIB, 4)
     assert "stream_copy" in names and "stream_copy_flat" not in names
+
+
+def _made(system: System, cls: type[StreamTestcase], key: str) -> StreamTestcase:
+    """``cls`` on ``system`` as the runner makes it: its kernel modules loaded, its key given."""
+    system.load_kernel_modules(cls.kernel_modules)
+    return cls(system, key)

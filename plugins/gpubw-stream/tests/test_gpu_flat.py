@@ -3,7 +3,7 @@ vector is caught (marked ``gpu``; skipped, with the reason, without one)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -68,8 +68,17 @@ def short(base: type[StreamKernel]) -> type[StreamKernel]:
     return type(f"Short{base.__name__}", (base,), {"args": args})
 
 
-def keyed_testcase(cls: type[StreamTestcase], key: str, kernel: type[StreamKernel]) -> type:
-    return type(cls.__name__, (cls,), {"key": key, "kernel": kernel})
+def keyed_testcase(
+    cls: type[StreamTestcase], key: str, kernel: type[StreamKernel]
+) -> Callable[[System], StreamTestcase]:
+    """``cls`` with ``kernel``, made as the runner makes it: modules loaded, key given."""
+
+    def make(system: System) -> StreamTestcase:
+        made = type(cls.__name__, (cls,), {"kernel": kernel})
+        system.load_kernel_modules(made.kernel_modules)
+        return made(system, key)
+
+    return make
 
 
 @pytest.mark.parametrize(("cls", "kernel", "key"), CASES)

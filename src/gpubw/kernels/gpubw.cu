@@ -208,28 +208,45 @@ __device__ __forceinline__ void copy_pass(uint4 *__restrict__ dst, const uint4 *
 // (dst, src, elements, loops): copy `elements` 16-byte elements src -> dst, `loops` times.
 extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK, GPUBW_COPY_MIN_BLOCKS)
     gpubw_copy(uint4 *__restrict__ dst, const uint4 *__restrict__ src, u64 elements, u32 loops) {
-#if GPUBW_COPY_TILED == 2
-    // Tuning only (benchmarks/tune_copy.py flat): the pass-major (pass, tile) space, for a
-    // launch of loops x tiles blocks that each copy one tile of one pass and exit.
-    const u64 bd = (u64)blockDim.x, tile = bd * (u64)GPUBW_COPY_UNROLL;
-    const u64 tiles = (elements + tile - 1) / tile, total = tiles * (u64)loops;
+    for (u32 l = 0; l < loops; ++l) {
+        copy_pass(dst, src, elements);
+    }
+}
+
+// Elements per thread of gpubw_copy_flat (benchmarks/tune_copy.py flat, H200, 4 GiB
+// device-local, launched with loops x pieces blocks: one element per thread in 128-thread
+// blocks 4,294-4,318 GB/s read + write, 256-thread blocks 4,233-4,274, two per thread in
+// 128-thread blocks 4,257-4,266; gpubw_copy's resident grid 3,940-3,947).
+#ifndef GPUBW_FLAT_UNROLL
+#define GPUBW_FLAT_UNROLL 1
+#endif
+
+// (dst, src, elements, loops): the same copy as gpubw_copy, `loops` times, over the
+// pass-major (pass, piece) space: step k copies piece k % pieces (blockDim x FLAT_UNROLL
+// consecutive elements) of pass k / pieces. Launched with loops x pieces blocks (gpubw's
+// device-local SM copies beyond L2: initiators.flat_copy_launches), every block copies one
+// piece of one pass and exits; blocks start in index order, so the elements in flight stay
+// one compact window moving through the buffers (what makes a one-shot grid of small blocks
+// faster on HBM than a resident grid whose blocks drift apart). Any grid is correct; a grid
+// of exactly `pieces` blocks would copy each piece `loops` times in a row (served from L2):
+// launch loops x pieces, or a resident grid.
+extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK)
+    gpubw_copy_flat(uint4 *__restrict__ dst, const uint4 *__restrict__ src, u64 elements,
+                    u32 loops) {
+    const u64 bd = (u64)blockDim.x, piece = bd * (u64)GPUBW_FLAT_UNROLL;
+    const u64 pieces = (elements + piece - 1) / piece, total = pieces * (u64)loops;
     for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
-        const u64 base = (k % tiles) * tile, t = base + (u64)threadIdx.x;
-        if (base + tile <= elements) {
-            uint4 v[GPUBW_COPY_UNROLL];
+        const u64 base = (k % pieces) * piece, t = base + (u64)threadIdx.x;
+        if (base + piece <= elements) {
+            uint4 v[GPUBW_FLAT_UNROLL];
 #pragma unroll
-            for (int u = 0; u < GPUBW_COPY_UNROLL; ++u) v[u] = GPUBW_LD(src + t + (u64)u * bd);
+            for (int u = 0; u < GPUBW_FLAT_UNROLL; ++u) v[u] = GPUBW_LD(src + t + (u64)u * bd);
 #pragma unroll
-            for (int u = 0; u < GPUBW_COPY_UNROLL; ++u) GPUBW_ST(dst + t + (u64)u * bd, v[u]);
+            for (int u = 0; u < GPUBW_FLAT_UNROLL; ++u) GPUBW_ST(dst + t + (u64)u * bd, v[u]);
         } else {
             for (u64 i = t; i < elements; i += bd) GPUBW_ST(dst + i, GPUBW_LD(src + i));
         }
     }
-#else
-    for (u32 l = 0; l < loops; ++l) {
-        copy_pass(dst, src, elements);
-    }
-#endif
 }
 
 // A 16-byte load that stays a load: `volatile`, so repeating it on one address is never merged.

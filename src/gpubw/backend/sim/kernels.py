@@ -98,11 +98,13 @@ def memcpy_op(c: Launch, dst: int, src: int, nbytes: int) -> Op:
     return op
 
 
-def _copy_kernel(c: Launch, dst: int, src: int, elements: int, loops: int, split: bool) -> Op:
+def _copy_kernel(
+    c: Launch, dst: int, src: int, elements: int, loops: int, split: bool, name: str = ""
+) -> Op:
     memory = c.memory
     device = c.stream.device
     nbytes = elements * ELEMENT_BYTES
-    op = Op("xfer", c.now, "gpubw_copy_split_warp" if split else "gpubw_copy")
+    op = Op("xfer", c.now, name or ("gpubw_copy_split_warp" if split else "gpubw_copy"))
     op.overhead = c.model.overheads.kernel_launch
     src_loc, dst_loc = memory.loc(src), memory.loc(dst)
     jit = c.engine.jitter()
@@ -166,6 +168,12 @@ def multicast_flow(
 
 def copy(c: Launch, dst: int, src: int, elements: int, loops: int) -> Op:
     return _copy_kernel(c, dst, src, elements, loops, split=False)
+
+
+def copy_flat(c: Launch, dst: int, src: int, elements: int, loops: int) -> Op:
+    """gpubw_copy_flat: the same bytes as gpubw_copy (the model times a copy by its traffic,
+    not by its launch shape), whatever the grid; a plan of several launches is several ops."""
+    return _copy_kernel(c, dst, src, elements, loops, split=False, name="gpubw_copy_flat")
 
 
 def copy_split_warp(c: Launch, dst: int, src: int, elements: int, loops: int) -> Op:
@@ -328,6 +336,7 @@ def pointer_chase(c: Launch, start: int, steps: int, target: int, sink: int) -> 
 EMULATIONS: dict[str, Emulation] = {
     "gpubw_gate_wait": gate_wait,
     "gpubw_copy": copy,
+    "gpubw_copy_flat": copy_flat,
     "gpubw_copy_split_warp": copy_split_warp,
     "gpubw_fill": fill,
     "gpubw_verify": verify,
