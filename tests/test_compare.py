@@ -367,3 +367,17 @@ def test_nothing_to_compare_and_reference_order(
     assert main(["compare", "-h"]) == 0
     usage = capsys.readouterr().out
     assert "--fail-on {low,high,both}" in usage and "--size" in usage and "--format" in usage
+
+
+def test_a_size_the_candidate_lacks_is_missing() -> None:
+    """Sweeps: a baseline size the candidate did not run is MISSING (it fails); a size only
+    the candidate ran has no counterpart and is counted apart."""
+    base = side_from(_sweep("h2d", {1 << 20: [30e9], GIB: [55e9]}))
+    cand = side_from(_sweep("h2d", {GIB: [55e9], 2 * GIB: [56e9]}))
+    rows, extra, warnings = compare_sides(cand, base, 3.0)
+    assert [(x.size, x.flag, x.fails) for x in rows] == [
+        (1 << 20, "MISSING", True),
+        (GIB, "", False),
+    ]
+    assert [(c.size, c.low) for c in extra] == [(2 * GIB, pytest.approx(56.0))]
+    assert warnings == []
