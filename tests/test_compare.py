@@ -241,7 +241,7 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["compare", str(a), b]) == 1
     assert main(["compare", str(tmp_path / "missing.json"), b]) == 2
     assert "cannot read report" in capsys.readouterr().err
-    for bad in (["--threshold", "-1"], ["--threshold", "nan"], ["--fail-on", "sideways"]):
+    for bad in (["--threshold", "-1"], ["--fail-on", "sideways"]):
         assert main(["compare", str(a), b, *bad]) == 2
         assert capsys.readouterr().err
 
@@ -356,7 +356,7 @@ def test_nothing_to_compare_and_reference_order(
     a = _write(tmp_path / "a.json", _gpubw(h2d=[55e9]))
     empty = _write(tmp_path / "empty.json", {"simulated": False, "testcases": []})
     assert main(["compare", a, empty]) == 2
-    assert "nothing to compare" in capsys.readouterr().err
+    assert "holds no figure to compare" in capsys.readouterr().err
     ref = _write(
         tmp_path / "ref.json",
         {"testcases": [{"key": "h2d", "unit": "GB/s", "figures": {"h2d": [55.0, 56.0]}}]},
@@ -381,3 +381,94 @@ def test_a_size_the_candidate_lacks_is_missing() -> None:
     ]
     assert [(c.size, c.low) for c in extra] == [(2 * GIB, pytest.approx(56.0))]
     assert warnings == []
+
+
+# -- input robustness (issue 13 item 5, the same checks as robust-input's) -------------------
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0], err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('{"testcases": "x"}', "'testcases' must be a list of objects"),
+        ('{"testcases": [1, 2]}', "'testcases' must be a list of objects"),
+        ('{"testcases": [{"status": "Passed", "matrices": 5}]}', "'matrices' must be a list"),
+        ('{"testcases": [{"status": "Passed", "matrices": [{"key": "a", "values": "x"}]}]}',
+         "values must be a list of rows"),
+        ('{"testcases": [{"status": "Passed", "matrices": [{"key": "a", "values": [["1"]]}]}]}',
+         "not a number or null"),
+        ('{"testcases": [{"status": "Passed", "matrices": [{"key": "a", "values": [[true]]}]}]}',
+         "not a number or null"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"testcases": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+        ("{}", "holds no figure to compare"),
+        ('{"testcases": []}', "holds no figure to compare"),
+    ],
+)  # fmt: skip
+def test_bad_reports_are_one_line_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, words: str
+) -> None:
+    """A report of the wrong shape, an empty one or a deeply nested one, on either side: one
+    line, exit 2."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    good = _write(tmp_path / "good.json", _gpubw(host_to_device_memcpy_ce=[27.5e9]))
+    for argv in ([str(bad), good], [good, str(bad)]):
+        assert main(["compare", *argv]) == 2
+        assert words in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("value", ["NaN", "0.0", "Infinity"])
+def test_nan_zero_and_infinite_figures_are_flagged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """A NaN, infinite or zero cell on either side is INVALID and fails (exit 1), whatever
+    --fail-on says."""
+    good = _write(tmp_path / "good.json", _gpubw(host_to_device_memcpy_ce=[27.5e9]))
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        json.dumps(_gpubw(host_to_device_memcpy_ce=[1.0])).replace("[[1.0]]", f"[[{value}]]")
+    )
+    assert main(["compare", str(bad), good]) == 1
+    assert "INVALID (candidate is NaN, infinite or 0)" in capsys.readouterr().out
+    assert main(["compare", good, str(bad), "--fail-on", "high"]) == 1
+    assert "INVALID (baseline is NaN, infinite or 0)" in capsys.readouterr().out
+    assert main(["compare", str(bad), good, "--format", "json"]) == 1
+    cell = json.loads(capsys.readouterr().out)["cells"][0]
+    assert cell["flag"] == "INVALID" and cell["ratio"] is None
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "NaN"])
+def test_non_finite_threshold_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """--threshold nan/inf: a usage error (nan would flag nothing, whatever the figures)."""
+    good = _write(tmp_path / "good.json", _gpubw(host_to_device_memcpy_ce=[27.5e9]))
+    assert main(["compare", good, good, "--threshold", value]) == 2
+    assert f"'{value}' must be a finite number" in capsys.readouterr().err
+
+
+def test_comparing_nothing_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two reports without a matrix in common: exit 2, not '0 failed'."""
+    a = _write(tmp_path / "a.json", _gpubw(host_to_device_memcpy_ce=[27.5e9]))
+    b = _write(tmp_path / "b.json", _gpubw(device_local_copy=[1000e9]))
+    assert main(["compare", a, b]) == 2
+    assert "have no matrix in common: nothing to compare" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [([], "the following arguments are required"), (["a", "b", "--threshold", "x"], "'x'")],
+)
+def test_bad_arguments_are_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], words: str
+) -> None:
+    """Missing files or a bad option value: one error line, exit 2."""
+    assert main(["compare", *argv]) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("gpubw: error: gpubw compare: ") and words in line

@@ -45,13 +45,14 @@ from gpubw.errors import UsageError
 from gpubw.results import BANDWIDTH, KIND_BANDWIDTH, KIND_LATENCY, LATENCY, Matrix
 from gpubw.sizes import format_size, parse_size
 
-LOW, HIGH, SLOWER, FASTER, MISSING = "LOW", "HIGH", "SLOWER", "FASTER", "MISSING"
+LOW, HIGH, SLOWER, FASTER = "LOW", "HIGH", "SLOWER", "FASTER"
+MISSING, INVALID = "MISSING", "INVALID"  # these two always fail
 FAIL_ON = ("low", "high", "both")
 #: which flags fail for each --fail-on (MISSING always does)
 FAILING = {
-    "low": frozenset({LOW, SLOWER, MISSING}),
-    "high": frozenset({HIGH, FASTER, MISSING}),
-    "both": frozenset({LOW, SLOWER, HIGH, FASTER, MISSING}),
+    "low": frozenset({LOW, SLOWER, MISSING, INVALID}),
+    "high": frozenset({HIGH, FASTER, MISSING, INVALID}),
+    "both": frozenset({LOW, SLOWER, HIGH, FASTER, MISSING, INVALID}),
 }
 #: how many failing cells the text output lists (JSON lists all)
 TEXT_CELLS = 25
@@ -109,7 +110,9 @@ class Comparison:
         if self.candidate is None or self.baseline_low is None or self.baseline_high is None:
             return None
         mid = (self.baseline_low + self.baseline_high) / 2
-        return self.candidate / mid if mid else None
+        if not (_usable(mid) and _usable(self.candidate)):  # INVALID: no ratio
+            return None
+        return self.candidate / mid
 
     @property
     def speed(self) -> float | None:
@@ -173,7 +176,7 @@ def _ends(m: Mapping[str, Any], rows: list[str], cols: list[str]) -> Any:
 def _matrix_cells(m: Mapping[str, Any], size: int | None, scale: float, unit: str) -> list[Cell]:
     values = m["values"]
     if not isinstance(values, list) or not all(isinstance(r, list) for r in values):
-        raise TypeError(f"matrix {m.get('key')!r}: values is not a list of rows")
+        raise TypeError("a matrix's values must be a list of rows")
     ncols = max((len(r) for r in values), default=0)
     rows = [str(x) for x in (m.get("row_labels") or range(len(values)))]
     cols = [str(x) for x in (m.get("column_labels") or range(ncols))]
@@ -182,9 +185,9 @@ def _matrix_cells(m: Mapping[str, Any], size: int | None, scale: float, unit: st
     out = []
     for r, row in enumerate(values):
         for c, v in enumerate(row):
-            if v is not None and not isinstance(v, (int, float)):
-                raise TypeError(f"matrix {m.get('key')!r}: cell [{r}][{c}] is {v!r}")
-            x = None if v is None or not math.isfinite(v) else float(v) * scale
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise TypeError(f"a matrix cell is {v!r:.40}, not a number or null")
+            x = None if v is None else float(v) * scale  # NaN, inf: compared as INVALID
             src, dst = ends.get((r, c), (f"row {rows[r]}", f"column {cols[c]}"))
             out.append(Cell(str(m["key"]), size, rows[r], cols[c], x, x, unit, kind, src, dst))
     return out
@@ -206,9 +209,9 @@ def side_from(doc: Mapping[str, Any], path: str = "") -> Side:
                 u = str(m["unit"])
                 cells += _matrix_cells(m, None, display_scale(u), display_unit(u))
         return Side(path, "nvbandwidth", tuple(cells), tuple(parsed["devices"]), sized=False)
-    tcs = doc.get("testcases")
-    if not isinstance(tcs, list):
-        raise TypeError("no list of testcases")
+    tcs = doc.get("testcases", [])
+    if not isinstance(tcs, list) or not all(isinstance(t, Mapping) for t in tcs):
+        raise TypeError("'testcases' must be a list of objects")
     if tcs and isinstance(tcs[0], Mapping) and "figures" in tcs[0]:  # reference file
         for tc in tcs:
             unit = str(tc["unit"])
@@ -218,6 +221,8 @@ def side_from(doc: Mapping[str, Any], path: str = "") -> Side:
         return Side(path, "reference", tuple(cells), sized=False)
     label = "gpubw" + (" (SIMULATED)" if doc.get("simulated") else "")
     for tc in tcs:
+        if not isinstance(tc.get("matrices", []), list):
+            raise TypeError("a testcase's 'matrices' must be a list")
         if tc.get("status") != "Passed":
             continue
         size = tc.get("size_bytes")
@@ -235,17 +240,24 @@ def load_side(path: str) -> Side:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise UsageError(f"cannot read report {path!r}: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"cannot read report {path!r}: JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise UsageError(f"report {path!r} is not a JSON object")
     try:
-        return side_from(doc, path)
+        side = side_from(doc, path)
     except UsageError as exc:
         raise UsageError(f"{path!r}: {exc}") from None
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError) as exc:
         raise UsageError(
             f"{path!r} is neither a gpubw report, nvbandwidth -j output nor a reference file "
-            f"({type(exc).__name__}: {exc})"
+            f"({type(exc).__name__}: {str(exc)[:200]})"
         ) from None
+    if not any(c.low is not None for c in side.cells):
+        raise UsageError(
+            f"report {path!r} holds no figure to compare (no Passed testcase with applicable cells)"
+        )
+    return side
 
 
 # -- matching sizes --------------------------------------------------------------------------
@@ -381,12 +393,27 @@ def _compare_one(
 ) -> Comparison:
     assert b.low is not None and b.high is not None
     value = None if cc is None else cc.low
-    flag = MISSING if value is None else _flag(b.kind, value, b.low, b.high, threshold)
+    if value is None:
+        flag = MISSING
+    elif not (_usable(value) and _usable(b.low) and _usable(b.high)):
+        flag = INVALID  # NaN, infinite or 0 on either side: no figure to compare
+    else:
+        flag = _flag(b.kind, value, b.low, b.high, threshold)
     row, col = (cc.row, cc.column) if cc else (b.row, b.column)
     return Comparison(
         b.matrix, size, row, col, src, dst, b.kind, b.unit, value, b.low, b.high, flag,
         flag in failing,
     )  # fmt: skip
+
+
+def _usable(x: float) -> bool:
+    """A figure that can be compared: finite and above zero."""
+    return math.isfinite(x) and x > 0
+
+
+def invalid_side(x: Comparison) -> str:
+    """Which side of an INVALID cell holds the NaN, infinite or zero figure."""
+    return "candidate" if x.candidate is None or not _usable(x.candidate) else "baseline"
 
 
 def worst_first(rows: Sequence[Comparison], fail_on: str = "low") -> list[Comparison]:
@@ -523,6 +550,8 @@ def text_lines(
         for x in shown:
             ratio = f"{x.ratio:6.3f}" if x.ratio is not None else f"{'':>6}"
             note = "" if x.fails or not x.flag else " (not failing)"
+            if x.flag == INVALID:
+                note = f" ({invalid_side(x)} is NaN, infinite or 0)"
             lines.append(
                 f"{x.matrix:<54} {_size(x.size):>9}  {_where(x):<24} {_num(x.candidate)} "
                 f"{_base(x):>11} {x.unit:<4} {ratio}  {x.flag}{note}"
@@ -614,8 +643,21 @@ def _finite(x: float | None) -> float | None:
 
 
 class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (one line, exit 2) instead of printing usage."""
+
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"gpubw compare: {message}")
+        raise UsageError(f"gpubw compare: {message} (see gpubw compare -h)")
+
+
+def _finite_float(text: str) -> float:
+    """argparse type: a finite number (no nan, no inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -629,7 +671,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("candidate", help="gpubw JSON report, nvbandwidth -j output or reference")
     p.add_argument("baseline", help="the same kinds of file")
-    p.add_argument("--threshold", type=float, default=3.0, help="tolerance in percent (default 3)")
+    p.add_argument(
+        "--threshold", type=_finite_float, default=3.0, help="tolerance in percent (default 3)"
+    )
     p.add_argument(
         "--size",
         default=None,
@@ -654,11 +698,8 @@ def compare_files(argv: Sequence[str]) -> tuple[list[str], int]:
     from gpubw.outfile import OutputTarget
 
     a = _parser().parse_args(list(argv))
-    if not math.isfinite(a.threshold) or a.threshold < 0:
-        raise UsageError(
-            f"--threshold must be a finite number >= 0 percent, got {a.threshold!r}",
-            param="threshold",
-        )
+    if a.threshold < 0:
+        raise UsageError(f"--threshold must be >= 0 percent, got {a.threshold:g}")
     size = None
     if a.size is not None:
         try:
@@ -669,12 +710,14 @@ def compare_files(argv: Sequence[str]) -> tuple[list[str], int]:
     cand, base = load_side(a.candidate), load_side(a.baseline)
     if size is not None:
         cand, base = select_size(cand, size), select_size(base, size)
-    rows, extra, warnings = compare_sides(cand, base, a.threshold, a.fail_on)
-    if not rows:
+    common = {c.matrix for c in cand.cells} & {c.matrix for c in base.cells}
+    if not common:
+        ck, bk = sorted({c.matrix for c in cand.cells}), sorted({c.matrix for c in base.cells})
         raise UsageError(
-            f"nothing to compare: {a.baseline} has no Passed testcase with a figure"
-            + (f" at {format_size(size)}" if size is not None else "")
+            f"{a.candidate!r} and {a.baseline!r} have no matrix in common: nothing to compare "
+            f"(candidate: {', '.join(ck[:4])}; baseline: {', '.join(bk[:4])})"
         )
+    rows, extra, warnings = compare_sides(cand, base, a.threshold, a.fail_on)
     args = (cand, base, rows, extra, warnings, a.threshold, a.fail_on, size)
     if a.format == "json":
         lines = json.dumps(json_doc(*args), indent=2, allow_nan=False).splitlines()
