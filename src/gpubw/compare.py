@@ -9,7 +9,8 @@ output, or a reference-figures file like ``reference/h200x2-nvbandwidth-v0.8.jso
 Every cell of every matrix is compared with the same cell (same matrix, buffer size, row and
 column) of the baseline, so one slow GPU or link is found even when the mean of its matrix
 hides it. A reference file gives one range per matrix, for every device and pair: each cell
-of the candidate's matrix is compared with that range.
+of the candidate's matrix is compared with that range (a reference is only ever the
+baseline). NaN, infinite or zero figures on either side are INVALID, and fail.
 
 **Sizes.** Results of a size sweep are compared size by size. ``--size`` (parsed like ``-b``:
 ``512``, ``1GiB``, ``64M``) keeps only that buffer size. A sweep against a report without
@@ -22,11 +23,13 @@ unit ns). A cell outside the baseline by more than the threshold is flagged LOW 
 (bandwidth below / above) or SLOWER / FASTER (latency above / below). ``--fail-on low`` (the
 default) fails on cells *slower* than the baseline (LOW, SLOWER): faster is not a regression;
 ``high`` fails on faster cells (HIGH, FASTER), ``both`` on either. A cell the baseline has and
-the candidate lacks (or reports as N/A) is MISSING, and always fails.
+the candidate lacks (or reports as N/A) is MISSING, and always fails. A file with no figure,
+or two files without a matrix in common, is a usage error.
 
-Output: the failing cells worst first, each with the devices at its two ends (index, name and
-PCI bus id from the reports' ``devices``), then one line per matrix. ``--format json`` gives
-every cell. Exit status: 1 if any cell fails, 0 otherwise, 2 on bad input.
+Output (:mod:`gpubw.compare_output`): the failing cells worst first, each with the devices
+at its two ends (index, name and PCI bus id from the reports' ``devices``), then one line per
+matrix. ``--format json`` gives every cell. Exit status: 1 if any cell fails, 0 otherwise,
+2 on bad input.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -433,212 +435,6 @@ def worst_first(rows: Sequence[Comparison], fail_on: str = "low") -> list[Compar
     return sorted(rows, key=lambda x: (not x.fails, not x.flag, badness(x)))
 
 
-# -- output ----------------------------------------------------------------------------------
-
-
-def _device_text(devices: Sequence[Mapping[str, Any]], end: str) -> str | None:
-    """``GPU 3: NVIDIA H200, 0000:3B:00.0`` for an end naming a GPU the report describes."""
-    if not end.startswith("GPU "):
-        return None
-    try:
-        i = int(end[4:])
-    except ValueError:
-        return None
-    rec = next((d for d in devices if d.get("ordinal") == i), None)
-    if rec is None and i < len(devices):
-        rec = devices[i]
-    if rec is None:
-        return None
-    bus = rec.get("pci_bus_id") or rec.get("pci_short") or ""
-    return f"{end}: {rec.get('name', '?')}" + (f", {bus}" if bus else "")
-
-
-def device_record(devices: Sequence[Mapping[str, Any]], end: str) -> dict[str, Any] | None:
-    """The JSON record of one end of a cell: index, name, PCI bus id (GPUs only)."""
-    text = _device_text(devices, end)
-    if text is None:
-        return None
-    i = int(end[4:])
-    rec = next((d for d in devices if d.get("ordinal") == i), None) or devices[i]
-    return {
-        "index": i,
-        "name": str(rec.get("name", "")),
-        "pci_bus_id": str(rec.get("pci_bus_id") or rec.get("pci_short") or ""),
-    }
-
-
-def _num(x: float | None, width: int = 9) -> str:
-    return f"{'N/A':>{width}}" if x is None else f"{x:>{width}.2f}"
-
-
-def _base(x: Comparison) -> str:
-    if x.baseline_low is None or x.baseline_high is None:
-        return "N/A"
-    if x.baseline_low == x.baseline_high:
-        return f"{x.baseline_low:.2f}"
-    return f"{x.baseline_low:.2f}-{x.baseline_high:.2f}"
-
-
-def _size(s: int | None) -> str:
-    return "-" if s is None else format_size(s)
-
-
-def _where(x: Comparison) -> str:
-    if x.row == ANY:
-        return "(whole matrix)"
-    if x.source and x.destination and x.source != x.destination:
-        return f"{x.source} -> {x.destination}"
-    return x.source or f"[{x.row}][{x.column}]"
-
-
-def _matrix_lines(rows: Sequence[Comparison], fail_on: str) -> list[str]:
-    groups: dict[tuple[str, int | None], list[Comparison]] = {}
-    for x in rows:
-        groups.setdefault((x.matrix, x.size), []).append(x)
-    head = f"{'matrix':<54} {'size':>9} {'cells':>5} {'failed':>6} {'median':>7} {'worst':>7}"
-    lines = [head + "  worst cell"]
-    worst_of = {k: worst_first(xs, fail_on)[0] for k, xs in groups.items()}
-    ordered = worst_first(list(worst_of.values()), fail_on)
-    for worst in ordered:
-        key, size = worst.matrix, worst.size
-        xs = groups[(key, size)]
-        ratios = [x.ratio for x in xs if x.ratio is not None]
-        med = f"{statistics.median(ratios):7.3f}" if ratios else f"{'-':>7}"
-        wr = f"{worst.ratio:7.3f}" if worst.ratio is not None else f"{'-':>7}"
-        lines.append(
-            f"{key:<54} {_size(size):>9} {len(xs):>5} {sum(x.fails for x in xs):>6} {med} {wr}"
-            f"  {_where(worst)}{' ' + worst.flag if worst.flag else ''}"
-        )
-    return lines
-
-
-def text_lines(
-    cand: Side,
-    base: Side,
-    rows: Sequence[Comparison],
-    extra: Sequence[Cell],
-    warnings: Sequence[str],
-    threshold: float,
-    fail_on: str,
-    size: int | None,
-    limit: int = TEXT_CELLS,
-) -> list[str]:
-    failed = [x for x in rows if x.fails]
-    flagged = [x for x in rows if x.flag and not x.fails]
-    direction = {
-        "low": "slower than the baseline",
-        "high": "faster than the baseline",
-        "both": "slower or faster than the baseline",
-    }[fail_on]
-    lines = [
-        f"candidate: {cand.path} [{cand.label}]",
-        f"baseline:  {base.path} [{base.label}]",
-        f"{len(rows)} cell(s) of {len({(x.matrix, x.size) for x in rows})} matrices compared"
-        + (f" at {format_size(size)}" if size is not None else "")
-        + f"; a cell fails when {direction} by more than {threshold:g} % (--fail-on {fail_on})"
-        " or MISSING",
-    ]
-    lines += [f"note: sizes differ: {w}" for w in warnings]
-    shown = (failed + flagged)[:limit]
-    if shown:
-        lines += ["", "cells outside the threshold, worst first:"]
-        lines.append(
-            f"{'matrix':<54} {'size':>9}  {'cell':<24} {'candidate':>9} {'baseline':>16} "
-            f"{'ratio':>6}  flag"
-        )
-        named: list[str] = []
-        for x in shown:
-            ratio = f"{x.ratio:6.3f}" if x.ratio is not None else f"{'':>6}"
-            note = "" if x.fails or not x.flag else " (not failing)"
-            if x.flag == INVALID:
-                note = f" ({invalid_side(x)} is NaN, infinite or 0)"
-            lines.append(
-                f"{x.matrix:<54} {_size(x.size):>9}  {_where(x):<24} {_num(x.candidate)} "
-                f"{_base(x):>11} {x.unit:<4} {ratio}  {x.flag}{note}"
-            )
-            for end in (x.source, x.destination):
-                text = _device_text(cand.devices or base.devices, end)
-                if text and text not in named:
-                    named.append(text)
-        more = len(failed) + len(flagged) - len(shown)
-        if more > 0:
-            lines.append(f"... and {more} more (--format json lists every cell)")
-        if named:
-            lines += ["", "devices:"] + [f"  {t}" for t in sorted(named, key=_gpu_order)]
-    if rows:
-        lines += ["", "per matrix (ratio = candidate / baseline; worst first):"]
-        lines += _matrix_lines(rows, fail_on)
-    if extra:
-        lines += ["", f"{len(extra)} candidate cell(s) have no counterpart in the baseline"]
-    lines += [
-        "",
-        f"{len(failed)} cell(s) failed (LOW/HIGH: bandwidth below/above; SLOWER/FASTER: "
-        f"latency above/below; +/-{threshold:g} %)",
-    ]
-    return lines
-
-
-def _gpu_order(text: str) -> int:
-    head = text.split(":", 1)[0]
-    return int(head[4:]) if head[4:].isdigit() else 0
-
-
-def json_doc(
-    cand: Side,
-    base: Side,
-    rows: Sequence[Comparison],
-    extra: Sequence[Cell],
-    warnings: Sequence[str],
-    threshold: float,
-    fail_on: str,
-    size: int | None,
-) -> dict[str, Any]:
-    devices = cand.devices or base.devices
-
-    def cell(x: Comparison) -> dict[str, Any]:
-        return {
-            "matrix": x.matrix,
-            "size_bytes": x.size,
-            "row": x.row,
-            "column": x.column,
-            "source": x.source,
-            "destination": x.destination,
-            "source_device": device_record(devices, x.source),
-            "destination_device": device_record(devices, x.destination),
-            "kind": x.kind,
-            "unit": x.unit,
-            "candidate": _finite(x.candidate),
-            "baseline_low": _finite(x.baseline_low),
-            "baseline_high": _finite(x.baseline_high),
-            "ratio": _finite(x.ratio),
-            "flag": x.flag,
-            "fails": x.fails,
-        }
-
-    failed = sum(x.fails for x in rows)
-    return {
-        "tool": "gpubw compare",
-        "candidate": {"path": cand.path, "label": cand.label},
-        "baseline": {"path": base.path, "label": base.label},
-        "threshold_pct": threshold,
-        "fail_on": fail_on,
-        "size_bytes": size,
-        "compared": len(rows),
-        "failed": failed,
-        "exit_code": 1 if failed else 0,
-        "warnings": list(warnings),
-        "cells": [cell(x) for x in rows],
-        "extra": [
-            {"matrix": c.matrix, "size_bytes": c.size, "row": c.row, "column": c.column}
-            for c in extra
-        ],
-    }
-
-
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
-
-
 # -- the command -----------------------------------------------------------------------------
 
 
@@ -695,6 +491,7 @@ def _parser() -> argparse.ArgumentParser:
 def compare_files(argv: Sequence[str]) -> tuple[list[str], int]:
     """Run ``gpubw compare``: return the lines to print (none when written with ``-o``) and
     the number of failing cells."""
+    from gpubw.compare_output import json_doc, text_lines
     from gpubw.outfile import OutputTarget
 
     a = _parser().parse_args(list(argv))
