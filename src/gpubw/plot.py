@@ -28,6 +28,7 @@ A simulated report says so in the title, in red. matplotlib is an optional depen
 from __future__ import annotations
 
 import argparse
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -50,6 +51,7 @@ from gpubw.results import (
     Status,
     TestcaseResult,
 )
+from gpubw.sizes import format_size_short
 from gpubw.writers import sweeps
 
 
@@ -382,8 +384,11 @@ def _select(report: Report, prefixes: Sequence[str]) -> Report:
     return attrs.evolve(report, testcases=kept)
 
 
-def load_any(path: str) -> Report:
-    """A gpubw JSON report or nvbandwidth's ``-j`` output, as a Report."""
+def load(path: str) -> Report:
+    """The Report in ``path``, a gpubw JSON report or nvbandwidth's ``-j`` output; any file
+    that is neither (not JSON, nested too deeply, the wrong shape, values no Report can hold)
+    is a one-line UsageError."""
+    from gpubw.errors import GpubwError
     from gpubw.report_io import load_report, report_from_dict
 
     try:
@@ -391,14 +396,65 @@ def load_any(path: str) -> Report:
             head = f.read(4096)
     except (OSError, UnicodeDecodeError):
         head = ""  # load_report says what is wrong
-    if '"nvbandwidth"' in head:
-        from gpubw import nvbandwidth_json
+    try:
+        if '"nvbandwidth"' in head:
+            from gpubw import nvbandwidth_json
 
-        try:
             return nvbandwidth_json.to_report(Path(path))
-        except UsageError as exc:
-            raise UsageError(f"{path}: {exc}") from None
-    return report_from_dict(load_report(path))
+        doc = load_report(path)
+    except UsageError as exc:
+        raise UsageError(f"gpubw plot: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"gpubw plot: cannot read report {path}: JSON nested too deeply") from None
+    except GpubwError as exc:  # schema mismatch: its first problem, on one line
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        first = " ".join(lines[:2]).replace(":: ", ": ")
+        raise UsageError(f"gpubw plot: {path} is not a gpubw report ({first[:300]})") from None
+    try:
+        return report_from_dict(doc)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
+        raise UsageError(
+            f"gpubw plot: {path} is not a gpubw report this version can read: "
+            f"{type(exc).__name__}: {str(exc)[:200]}"
+        ) from None
+
+
+def _usable(v: float | None) -> bool:
+    return v is None or (math.isfinite(v) and v > 0)
+
+
+def screen(report: Report) -> tuple[Report, list[str]]:
+    """(the report to draw, notes): testcases that are not drawn (Error, Interrupted, Not
+    Found, Waived) are named; NaN, infinite and zero cells of Passed testcases are flagged
+    and drawn as N/A, never as figures."""
+    import attrs
+
+    notes: list[str] = []
+    left_out = [
+        f"{t.key}{f' @ {format_size_short(t.size)}' if t.size else ''} ({t.status.value})"
+        for t in report.testcases
+        if t.status is not Status.PASSED
+    ]
+    if left_out:
+        notes.append(f"not drawn: {', '.join(left_out)}")
+    kept: list[TestcaseResult] = []
+    for t in report.testcases:
+        if t.status is not Status.PASSED:
+            kept.append(t)
+            continue
+        matrices = []
+        for m in t.matrices:
+            bad = sum(1 for row in m.values for v in row if not _usable(v))
+            if bad:
+                size = f" @ {format_size_short(t.size)}" if t.size else ""
+                notes.append(
+                    f"flagged: {m.key}{size} has {bad} NaN, infinite or zero cell(s), drawn as N/A"
+                )
+                values = [[v if _usable(v) else None for v in row] for row in m.values]
+                m = attrs.evolve(m, values=values)
+            matrices.append(m)
+        kept.append(attrs.evolve(t, matrices=tuple(matrices)))
+    return attrs.evolve(report, testcases=tuple(kept)), notes
 
 
 def _labels(paths: Sequence[str]) -> list[str]:
@@ -410,15 +466,28 @@ def _labels(paths: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``gpubw plot REPORT [OTHER] -o FILE [-t PREFIX] [--dpi N]``; returns 0."""
+    """``gpubw plot REPORT [OTHER] -o FILE [-t PREFIX] [--dpi N]``; returns 0. The files
+    written are printed when their names were derived from -o; notes on what is not drawn
+    (testcases that did not pass, NaN or zero cells) go to stderr, with the run's label when
+    there are two."""
+    import sys
+
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     check_output(_pyplot(), args.output)  # fail early, before reading: no matplotlib, bad -o
     paths = [args.report, *([args.other] if args.other else [])]
-    reports = [_select(load_any(p), args.testcase) for p in paths]
-    written = render(list(zip(_labels(paths), reports)), args.output, dpi=args.dpi)
+    labels = _labels(paths)
+    runs: list[Run] = []
+    notes: list[str] = []
+    for label, path in zip(labels, paths):
+        report, found = screen(_select(load(path), args.testcase))
+        runs.append((label, report))
+        notes += [f"{label}: {n}" if len(paths) > 1 else n for n in found]
+    written = render(runs, args.output, dpi=args.dpi)
     if len(written) > 1 and written[0] != written[-1]:
         print("\n".join(written))  # the names were derived from -o: say what they are
+    for note in notes:
+        print(f"gpubw plot: {note}", file=sys.stderr)
     return 0
