@@ -622,7 +622,7 @@ def _accept_command(name: str, argv: list[str]) -> int:
 def _compare(argv: list[str]) -> int:
     """``gpubw compare CANDIDATE BASELINE``: 1 if any cell fails, else 0 (nothing printed
     when the result went to a file with -o)."""
-    from gpubw.compare import compare_files
+    from gpubw.compare_cli import compare_files
 
     lines, failed = compare_files(argv)
     if lines:

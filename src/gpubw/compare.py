@@ -26,26 +26,25 @@ default) fails on cells *slower* than the baseline (LOW, SLOWER): faster is not 
 the candidate lacks (or reports as N/A) is MISSING, and always fails. A file with no figure,
 or two files without a matrix in common, is a usage error.
 
-Output (:mod:`gpubw.compare_output`): the failing cells worst first, each with the devices
-at its two ends (index, name and PCI bus id from the reports' ``devices``), then one line per
-matrix. ``--format json`` gives every cell. Exit status: 1 if any cell fails, 0 otherwise,
-2 on bad input.
+Output and command line (:mod:`gpubw.compare_cli`): the failing cells worst first, each
+with the devices at its two ends (index, name and PCI bus id from the reports' ``devices``),
+then one line per matrix; ``--format json`` gives every cell. Exit status: 1 if any cell
+fails, 0 otherwise, 2 on bad input.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import attrs
 
 from gpubw.errors import UsageError
 from gpubw.results import BANDWIDTH, KIND_BANDWIDTH, KIND_LATENCY, LATENCY, Matrix
-from gpubw.sizes import format_size, parse_size
+from gpubw.sizes import format_size
 
 LOW, HIGH, SLOWER, FASTER = "LOW", "HIGH", "SLOWER", "FASTER"
 MISSING, INVALID = "MISSING", "INVALID"  # these two always fail
@@ -433,99 +432,3 @@ def worst_first(rows: Sequence[Comparison], fail_on: str = "low") -> list[Compar
         return s
 
     return sorted(rows, key=lambda x: (not x.fails, not x.flag, badness(x)))
-
-
-# -- the command -----------------------------------------------------------------------------
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError (one line, exit 2) instead of printing usage."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"gpubw compare: {message} (see gpubw compare -h)")
-
-
-def _finite_float(text: str) -> float:
-    """argparse type: a finite number (no nan, no inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number")
-    return value
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="gpubw compare",
-        description="Compare two bandwidth reports cell by cell (per GPU, per pair, per size).",
-        epilog=(
-            "Each file may be a gpubw JSON report, nvbandwidth -j output or a reference-figures "
-            "file. Exit status: 1 if a cell fails, 0 if none does, 2 on bad input."
-        ),
-    )
-    p.add_argument("candidate", help="gpubw JSON report, nvbandwidth -j output or reference")
-    p.add_argument("baseline", help="the same kinds of file")
-    p.add_argument(
-        "--threshold", type=_finite_float, default=3.0, help="tolerance in percent (default 3)"
-    )
-    p.add_argument(
-        "--size",
-        default=None,
-        help="compare only results at this buffer size, written as for -b (512, 1GiB, 64M); "
-        "needed for a sweep compared with a report without sizes",
-    )
-    p.add_argument(
-        "--fail-on",
-        choices=FAIL_ON,
-        default="low",
-        help="low (default): cells slower than the baseline fail (bandwidth lower, latency "
-        "higher); high: faster cells fail; both",
-    )
-    p.add_argument("--format", choices=("text", "json"), default="text", help="default text")
-    p.add_argument("-o", "--output", default=None, help="write the result to FILE (- : stdout)")
-    return p
-
-
-def compare_files(argv: Sequence[str]) -> tuple[list[str], int]:
-    """Run ``gpubw compare``: return the lines to print (none when written with ``-o``) and
-    the number of failing cells."""
-    from gpubw.compare_output import json_doc, text_lines
-    from gpubw.outfile import OutputTarget
-
-    a = _parser().parse_args(list(argv))
-    if a.threshold < 0:
-        raise UsageError(f"--threshold must be >= 0 percent, got {a.threshold:g}")
-    size = None
-    if a.size is not None:
-        try:
-            size = parse_size(a.size)
-        except UsageError as exc:
-            raise UsageError(f"--size: {exc}", param="size") from None
-    target = OutputTarget(a.output, label="gpubw compare: -o").check() if a.output else None
-    cand, base = load_side(a.candidate), load_side(a.baseline)
-    if size is not None:
-        cand, base = select_size(cand, size), select_size(base, size)
-    common = {c.matrix for c in cand.cells} & {c.matrix for c in base.cells}
-    if not common:
-        ck, bk = sorted({c.matrix for c in cand.cells}), sorted({c.matrix for c in base.cells})
-        raise UsageError(
-            f"{a.candidate!r} and {a.baseline!r} have no matrix in common: nothing to compare "
-            f"(candidate: {', '.join(ck[:4])}; baseline: {', '.join(bk[:4])})"
-        )
-    rows, extra, warnings = compare_sides(cand, base, a.threshold, a.fail_on)
-    args = (cand, base, rows, extra, warnings, a.threshold, a.fail_on, size)
-    if a.format == "json":
-        lines = json.dumps(json_doc(*args), indent=2, allow_nan=False).splitlines()
-    else:
-        lines = text_lines(*args)
-    failed = sum(x.fails for x in rows)
-    if target is not None and not target.is_stdout:
-        try:
-            with target.open("w") as f:
-                f.write("\n".join(lines) + "\n")
-        except OSError as exc:
-            raise UsageError(f"gpubw compare: -o {a.output}: {exc.strerror or exc}") from None
-        return [], failed
-    return lines, failed
