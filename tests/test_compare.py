@@ -214,3 +214,16 @@ def test_comparing_nothing_is_an_error(tmp_path: Path, capsys: pytest.CaptureFix
     b.write_text(json.dumps(_gpubw(device_local_copy=1000e9)))
     assert main(["compare", str(a), str(b)]) == 2
     assert "have no matrix in common: nothing to compare" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [([], "the following arguments are required"), (["a", "b", "--threshold", "x"], "'x'")],
+)
+def test_bad_arguments_are_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], words: str
+) -> None:
+    """Missing files or a bad option value: one error line, exit 2 (was usage + error)."""
+    assert main(["compare", *argv]) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("gpubw: error: gpubw compare: ") and words in line

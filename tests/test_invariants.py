@@ -135,7 +135,7 @@ def _check_report(path: Path, code: int) -> None:
     assert doc["exit_code"] == code
 
 
-@settings(max_examples=25, **_SETTINGS)
+@settings(max_examples=50, **_SETTINGS)
 @given(argv=command_lines(), doc=system_docs, output=st.sampled_from(["file", "null"]))
 def test_any_command_line_keeps_the_invariants(
     tmp_path_factory: pytest.TempPathFactory,
@@ -170,7 +170,7 @@ def test_any_command_line_keeps_the_invariants(
         _check_report(target, code)
 
 
-@settings(max_examples=40, **_SETTINGS)
+@settings(max_examples=60, **_SETTINGS)
 @given(doc=system_docs)
 def test_any_system_file_loads_or_is_one_usage_error(
     tmp_path_factory: pytest.TempPathFactory, doc: dict[str, Any]
@@ -299,7 +299,8 @@ def _check_signalled(folder: Path, code: int, out: str, err: str) -> None:
 _SIGNALS = st.sampled_from([signal.SIGINT, signal.SIGTERM])
 
 
-@pytest.mark.xfail(strict=False, reason="needs robust-runner")  # SIGINT during start-up
+# A SIGINT while Python imports gpubw prints a KeyboardInterrupt traceback until then.
+@pytest.mark.xfail(strict=False, reason="needs robust-runner")
 @settings(max_examples=4, **_SETTINGS)
 @given(offset=st.floats(min_value=0.0, max_value=2.0), sig=_SIGNALS)
 def test_one_signal_at_any_moment_leaves_a_valid_report(

@@ -17,10 +17,11 @@ The command exits 1 if any line is flagged, 0 otherwise, 2 on bad input.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from gpubw.argtypes import finite_float
 from gpubw.errors import UsageError
@@ -170,11 +171,16 @@ def load_figures(path: str, size: int | None = None) -> tuple[str, Figures]:
     return label, figures
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (one line, exit 2) instead of printing usage."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"gpubw compare: {message} (see gpubw compare -h)")
+
+
 def compare_files(argv: list[str]) -> tuple[list[str], int]:
     """Parse ``gpubw compare`` arguments; return the lines to print and the flagged count."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="gpubw compare", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="gpubw compare", description=__doc__.split("\n\n")[0])
     p.add_argument("candidate", help="gpubw JSON report, nvbandwidth -j output or reference")
     p.add_argument("baseline", help="the same kinds of file")
     p.add_argument("--threshold", type=finite_float, default=3.0, help="percent (default 3)")
