@@ -8,10 +8,22 @@
 #   full1/warm1  the same on device 0 alone (CUDA_VISIBLE_DEVICES=0):  $OUT/full1-<tag>.json
 #   plugin       install plugins/gpubw-stream
 #   stream       the stream plugin's sweep 1 MiB .. 4 GiB:              $OUT/stream-<tag>.json
-#   tune-MODE    benchmarks/tune_copy.py MODE (local, peer, host)
+#   tune-MODE    benchmarks/tune_copy.py MODE (local, peer, host, split); tune-kernels: the
+#                device-memory kernels through CuPy (benchmarks/tune_kernels.py), TUNE_MIB MiB
+#   tune-flat    launch strategies of the device-memory kernels at 4 GiB .. 16 MiB (CuPy;
+#                TUNE_SIZES=4096,256 MiB to choose)
+#   ncu          Nsight Compute's DRAM counters for the resident and the flat kernels, 4 GiB
+#   peers        gpubw's device-memory testcases (device_local_copy[_sm] and the stream
+#                plugin's, PEERS_MIB MiB arrays, default 4096) then benchmarks/peers.py (the
+#                same work through PyTorch and CuPy) on every GPU, back to back:
+#                $OUT/peers-gpubw-<tag>.json, $OUT/peers-<tag>.json (needs `plugin` first)
 #   interrupt    SIGINT and SIGTERM sent 12 s into a default run: exit code, report, leftovers
 #   nvbandwidth  NVIDIA's nvbandwidth -j (whole suite), if carried in .nvbw/ (never committed);
 #                nvbandwidth1 the same on device 0 alone
+#   accept       gpubw --expect builtin: exit code (0 pass, 3 below expectation), the devices'
+#                PCIe/NVLink facts and any failed verdict:                $OUT/accept-<tag>.json
+#   safety       issue 13: -o /dev/stdout and -o /dev/null leave the device nodes as they are;
+#                a second gpubw during a run warns about the other process on the GPUs
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
 tag=$1; shift
@@ -51,6 +63,58 @@ for step in "$@"; do
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' interrupted:', d['interrupted'], '; statuses:', [t['status'] for t in d['testcases']])" "$OUT/interrupt-$sig-$tag.json"
       done
       nvidia-smi --query-compute-apps=pid,used_memory --format=csv ;;
+    accept)  # node acceptance against the built-in expectations (issue 10)
+      s=$(date +%s)
+      timeout 400 python3 -m gpubw --expect builtin -j -o "$OUT/accept-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+      echo "accept rc=$? (0 pass, 3 below expectation) wall=$(( $(date +%s) - s ))s" | tee -a "$OUT/times-$tag.txt"
+      python3 - "$OUT/accept-$tag.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(" nvml:", d.get("nvml"))
+for dev in d["devices"]:
+    f = dev.get("nvml") or {}
+    nv = f.get("nvlink") or {}
+    print(f" GPU {dev['ordinal']} {dev.get('pci_bus_id')} {dev.get('uuid')}: pcie {f.get('pcie')}"
+          f" nvlink {nv.get('links_active')}/{nv.get('links_total')} at {nv.get('speed_mbps')} MB/s"
+          f" peers {nv.get('peers')}; end clocks {(dev.get('nvml_end') or {}).get('clocks')}")
+bad = [v for v in d.get("verdicts", []) if v["severity"] != "pass"]
+print(" verdicts:", len(bad), "fail/warn;", d.get("expectations"))
+for v in bad[:10]:
+    print("  ", v["severity"], v["rule"], v["testcase"], v["row"], "->", v["column"], v["measured"], v.get("suspects"))
+print(" warnings:", [w for w in d["warnings"] if "WARNING" in w])
+PY
+      tail -3 "$OUT/log-$tag.txt" ;;
+    safety)  # issue 13: device nodes survive -o; the other-process warning (item 7)
+      stat -L -c '%n %F %i %t:%T' /dev/null /dev/stdout
+      python3 -m gpubw -t 0 -b 64 -j -o /dev/stdout | python3 -m json.tool > /dev/null; echo "-o /dev/stdout rc=${PIPESTATUS[0]} json.tool rc=${PIPESTATUS[1]}"
+      python3 -m gpubw -t 0 -b 64 -j -o /dev/null; echo "-o /dev/null rc=$?"
+      stat -L -c '%n %F %i %t:%T' /dev/null /dev/stdout
+      # the default suite (about 43 s on 2 x H200) keeps the GPUs busy while a second run starts
+      python3 -m gpubw -j -o "$OUT/busy-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" &
+      bg=$!; sleep 10
+      python3 -m gpubw -t device_local_copy -b 1GiB -j -o "$OUT/safety-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+      echo "second run rc=$?"; wait $bg; echo "first run rc=$?"
+      for f in safety busy; do
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' $f warnings:', [w for w in d['warnings'] if 'process' in w])" "$OUT/$f-$tag.json"
+      done ;;
+    peers)
+      mib=${PEERS_MIB:-4096}; n=${PEERS_SAMPLES:-5}
+      devs=$(python3 -c "import torch; print(','.join(map(str, range(torch.cuda.device_count()))))")
+      s=$(date +%s)
+      timeout 300 python3 -m gpubw -t device_local_copy device_local_copy_sm stream_copy \
+        stream_scale stream_add stream_triad stream_write stream_read -b "${mib}MiB" -i "$n" \
+        -j -o "$OUT/peers-gpubw-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+      echo "peers gpubw rc=$? wall=$(( $(date +%s) - s ))s" | tee -a "$OUT/times-$tag.txt"
+      timeout 300 python3 benchmarks/peers.py "$OUT/peers-$tag.json" --size-mib "$mib" \
+        --samples "$n" --devices "$devs" --gpubw "$OUT/peers-gpubw-$tag.json" 2>&1 | tail -20 ;;
+    tune-flat) timeout 240 python3 benchmarks/tune_copy.py flat "$OUT/tune-flat-$tag.json" ${TUNE_SIZES:-} 2>&1 | tail -45 ;;
+    ncu)
+      ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      timeout 200 "$ncu" --clock-control none -k regex:'stream_|gpubw_' --csv --metrics \
+        gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
+        python3 benchmarks/tune_copy.py ncu > "$OUT/ncu-$tag.csv" 2>> "$OUT/log-$tag.txt"
+      echo "ncu rc=$? lines=$(wc -l < "$OUT/ncu-$tag.csv")" ;;
+    tune-kernels) python3 benchmarks/tune_copy.py kernels "${TUNE_OUT:-$OUT}/tune-kernels-$tag.json" "${TUNE_MIB:-4096}" "${TUNE_OPS:-}" 2>&1 | tail -60 ;;
     tune-*) python3 benchmarks/tune_copy.py "${step#tune-}" "${TUNE_OUT:-$OUT}/$step-$tag.json" 2>&1 | tail -14 ;;
     nvbandwidth|nvbandwidth1)  # the whole default suite of NVIDIA's nvbandwidth, if carried
       [ -x .nvbw/nvbandwidth ] || { echo "no .nvbw/nvbandwidth"; continue; }

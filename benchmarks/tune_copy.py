@@ -6,6 +6,10 @@ warm-up, events, median as the testcases), printing GB/s per path.
     python3 benchmarks/tune_copy.py host    # grid sizes on host paths, one GPU and all at once
     python3 benchmarks/tune_copy.py peer    # kernel variants on NVLink peer read / write
     python3 benchmarks/tune_copy.py split   # the split-warp kernel, one GPU and all at once
+    python3 benchmarks/tune_copy.py kernels OUT.json [SIZE_MIB]
+                                            # device-memory kernels (gpubw_copy and every
+                                            # STREAM kernel): launch shapes x cache hints
+    python3 benchmarks/tune_copy.py flat OUT.json  # launch strategies at 16 MiB .. 4 GiB
 
 Each variant runs in a child process that recompiles the kernel with GPUBW_KERNEL_DEFINES
 (unroll, tiled layout, cache hints, launch bounds) and fixes the launch shape to match.
@@ -110,6 +114,18 @@ def child(mode: str, name: str, grid: int | None) -> dict[str, float]:
 
 
 def main() -> int:
+    if sys.argv[1] == "kernels":
+        from tune_kernels import main as kernels_main
+
+        return kernels_main(sys.argv[2:])
+    if sys.argv[1] == "flat":
+        from tune_kernels import flat_main
+
+        return flat_main(sys.argv[2:])
+    if sys.argv[1] == "ncu":
+        from tune_kernels import ncu_main
+
+        return ncu_main(sys.argv[2:])
     if sys.argv[1] == "--child":
         mode, name, grid = sys.argv[2], sys.argv[3], sys.argv[4]
         print(json.dumps(child(mode, name, int(grid) or None)))

@@ -122,7 +122,7 @@ def test_run_leaves_signal_handlers_alone_unless_asked():
         ({"samples": 0}, ["samples", ">= 1", "0"]),
         ({"statistic": "avg"}, ["statistic", "avg", "median"]),
         ({"simulate": "no-such-system"}, ["'no-such-system'", "h200x2"]),
-        ({"testcases": ["0"], "prefixes": ["host"]}, ["-t/--testcase", "together"]),
+        ({"testcases": ["0"], "prefixes": ["host"]}, ["testcase prefixes", "together"]),
     ],
 )
 def test_bad_arguments_raise_usage_error(kwargs, words):

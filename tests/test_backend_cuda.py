@@ -26,7 +26,14 @@ from gpubw.backend.cuda import (
     parse_cpulist,
     read_numa,
 )
-from gpubw.errors import CudaError, GateTimeoutError, NoDriverError, UsageError, VerificationError
+from gpubw.errors import (
+    CudaError,
+    GateTimeoutError,
+    GpubwError,
+    NoDriverError,
+    UsageError,
+    VerificationError,
+)
 
 R = real_cu.CUresult
 MIB = 1 << 20
@@ -676,3 +683,58 @@ def test_system_close_leaks_nothing(backend: CudaBackend) -> None:
     one_run()
     after = backend.memory_info(0)[0]
     assert abs(before - after) <= 8 * MIB, (before, after)
+
+
+class HugePageDriver(FakeDriver):
+    """FakeDriver plus cuMemHostRegister / cuMemHostUnregister (huge-page host buffers)."""
+
+    CU_MEMHOSTREGISTER_PORTABLE = real_cu.CU_MEMHOSTREGISTER_PORTABLE
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.registered: dict[int, int] = {}
+
+    def cuMemHostRegister(self, p: int, nbytes: int, flags: int) -> tuple[Any, ...]:
+        assert flags == real_cu.CU_MEMHOSTREGISTER_PORTABLE
+        self.registered[p] = nbytes
+        return (R.CUDA_SUCCESS,)
+
+    def cuMemHostUnregister(self, p: int) -> tuple[Any, ...]:
+        del self.registered[p]
+        return (R.CUDA_SUCCESS,)
+
+
+def test_huge_page_host_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--host-huge-pages: host buffers are mapped in whole pages, registered with the driver,
+    usable, and unregistered and unmapped by free_host and by close(). (MAP_HUGETLB is
+    dropped here: this machine need not have huge pages; the flags are the only difference.)"""
+    driver = HugePageDriver()
+    monkeypatch.setattr(cuda_backend, "cu", driver)
+    monkeypatch.setattr(cuda_backend, "HUGE_MMAP_FLAGS", 0x02 | 0x20)
+    backend = CudaBackend()
+    monkeypatch.setattr(backend, "huge_pages", lambda: (2 << 20, 8))
+    backend.enable_host_huge_pages(3 << 20)
+    p = backend.alloc_host(3 << 20, 0)
+    assert driver.registered == {p: 4 << 20} and driver.host == {}
+    backend.host_write(p + (3 << 20) - 4, b"last")
+    assert backend.host_read(p + (3 << 20) - 4, 4) == b"last"
+    backend.free_host(p)
+    assert driver.registered == {}
+    backend.alloc_host(1, 1)
+    backend.close()
+    assert driver.registered == {}
+
+
+def test_huge_pages_failing_mmap_and_none_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failing mmap is a GpubwError naming MAP_HUGETLB; too few free pages a UsageError."""
+    driver = HugePageDriver()
+    monkeypatch.setattr(cuda_backend, "cu", driver)
+    backend = CudaBackend()
+    monkeypatch.setattr(backend, "huge_pages", lambda: (1 << 40, 1))  # absurd page: ENOMEM
+    backend.enable_host_huge_pages(4096)
+    with pytest.raises(GpubwError, match="MAP_HUGETLB"):
+        backend.alloc_host(4096, 0)
+    monkeypatch.setattr(backend, "huge_pages", lambda: (2 << 20, 0))
+    with pytest.raises(UsageError, match="HugePages_Free"):
+        backend.enable_host_huge_pages(4096)
+    backend.close()

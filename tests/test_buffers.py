@@ -171,7 +171,7 @@ def _gpubw_imports(module: str) -> set[str]:
     ``gpubw.backend.base`` runs ``gpubw/backend/__init__.py``)."""
     spec = importlib.util.find_spec(module)
     assert spec is not None and spec.origin is not None, module
-    tree = ast.parse(pathlib.Path(spec.origin).read_text(), spec.origin)
+    tree = ast.parse(pathlib.Path(spec.origin).read_text(encoding="utf-8"), spec.origin)
     package = module if spec.submodule_search_locations else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):

@@ -112,7 +112,10 @@ def test_testcase_with_prefix_is_a_usage_error(capsys, monkeypatch):
     """-t together with -p is a usage error saying so, before any testcase runs."""
     must_not_run(monkeypatch)
     line = usage_error(capsys, "--simulate", PRESET, "-t", "0", "-p", "host")
-    assert "-t/--testcase and -p/--testcase-prefixes cannot be used together" in line
+    assert line == (
+        "gpubw: error: -t/--testcase with -p/--testcase-prefixes: testcases and testcase "
+        "prefixes cannot be used together; give one of them"
+    )
 
 
 def test_prefix_matching_nothing_exits_1(capsys, monkeypatch):
@@ -226,7 +229,8 @@ def test_unknown_writer(capsys, monkeypatch):
     """An unknown --format is a usage error listing the allowed formats, before anything runs."""
     must_not_run(monkeypatch)
     line = usage_error(capsys, "--simulate", PRESET, "--format", "yaml", "-t", "0")
-    assert line == "gpubw: error: unknown output format 'yaml'; allowed: csv, json, text"
+    allowed = "csv, json, openmetrics, text"
+    assert line == f"gpubw: error: unknown output format 'yaml'; allowed: {allowed}"
 
 
 @pytest.mark.parametrize("where", ["missing_dir", "is_dir", "proc"])
@@ -394,6 +398,7 @@ def test_plugin_that_returns_no_result(capsys, plugins):
         ("fixture_nan", "values[0][0] is nan, not a finite number (use None for N/A)"),
         ("fixture_string_cell", "values[0][0] is 'fast' (str), not a number or None"),
         ("fixture_bad_unit", "unit: 'furlongs/fortnight' is not one of ['bytes/s', 's']"),
+        ("fixture_huge_int", "values[0][0] is an integer too large for a float (401 digits)"),
     ],
 )
 def test_plugin_result_that_breaks_the_schema(capsys, plugins, key, words):
@@ -419,6 +424,81 @@ def test_plugin_errors_in_text_output(capsys, plugins):
     assert code == 1
     assert "ERROR: gpubw-fixture-broken fixture_string_cell: run() returned matrix" in out
     assert "fixture fixture_good (GB/s)" in out
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("fixture_run_exits", "run() failed: SystemExit: 3"),
+        ("fixture_filter_exits", "filter() failed: SystemExit: fixture: filter wants out"),
+        ("fixture_keyboard_interrupt", "run() failed: KeyboardInterrupt"),
+        ("fixture_base_exception", "run() failed: FixtureBaseError: fixture: not an Exception"),
+    ],
+)
+def test_plugin_that_raises_system_exit_or_keyboard_interrupt(capsys, plugins, key, message):
+    """SystemExit, KeyboardInterrupt (no signal) or a bare BaseException: that testcase's Error."""
+    # The run goes on, the report is written, exit 1 (before 2026-11-30 it ended the run).
+    code, got = plugin_run(capsys, key, "0")
+    assert code == 1
+    assert got[key] == ("Error", f"{BROKEN_DIST} {key}: {message}")
+    assert got["host_to_device_memcpy_ce"][0] == "Passed"
+
+
+def test_writer_that_raises_system_exit(capsys, plugins, tmp_path):
+    """A writer calling sys.exit(): a writer error, exit 1; the old -o file is untouched."""
+    target = tmp_path / "report.txt"
+    target.write_text("previous\n")
+    code, out, err = run_cli(capsys, "--simulate", "h200x1", *FAST, "-t", "fixture_good",
+                             "--format", "fixture_exiting_writer", "-o", str(target))  # fmt: skip
+    assert code == 1 and out == ""
+    assert err.strip().splitlines()[-1] == (
+        "gpubw: error: writer 'fixture_exiting_writer' failed: SystemExit: 0"
+    )
+    assert target.read_text() == "previous\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_matrix_validation_is_inside_the_testcase_guard(capsys, plugins, monkeypatch):
+    """Whatever matrix validation raises is that testcase's Error (it once lost the report)."""
+
+    check = runner.matrix_problem
+
+    def overflow(m: Any) -> str | None:
+        if m.key == "fixture_prints":
+            raise OverflowError("int too large to convert to float")
+        return check(m)
+
+    monkeypatch.setattr(runner, "matrix_problem", overflow)
+    code, got = plugin_run(capsys, "fixture_prints")
+    assert code == 1
+    assert got["fixture_prints"][0] == "Error"
+    assert "OverflowError: int too large to convert to float" in got["fixture_prints"][1]
+
+
+def test_plugin_that_prints_cannot_corrupt_json_on_stdout(tmp_path):
+    """print(), os.write(1, ...) and a child's output inside a plugin: -j on stdout stays JSON."""
+    # What the plugin printed is kept, in order of the three ways, as the testcase's output.
+    paths = copy_fixtures(tmp_path / "site", GOOD, BROKEN)
+    argv = ["--simulate", PRESET, *FAST, "-j", "-t", "fixture_prints", "fixture_good"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpubw", *argv],
+        env=subprocess_env(paths),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # nothing but the report on stdout
+    validate(doc)
+    printed = {t["key"]: t.get("output") for t in doc["testcases"]}
+    assert printed["fixture_good"] is None  # printed nothing: no output field
+    lines = printed["fixture_prints"].splitlines()
+    assert sorted(lines) == [
+        "fixture: hello from a child",
+        "fixture: hello from fd 1",
+        "fixture: hello from print",
+    ]
+    assert "fixture: hello" not in proc.stderr
 
 
 # == 3. Faults during a run ================================================================
@@ -588,7 +668,7 @@ def start_slow_run(tmp_path: Path, target: Path) -> tuple[subprocess.Popen[str],
     paths = copy_fixtures(tmp_path / "site", GOOD)
     marker = tmp_path / "started"
     env = subprocess_env(paths, GPUBW_FIXTURE_MARKER=str(marker), GPUBW_FIXTURE_SLOW_S="60")
-    argv = ["--simulate", PRESET, *FAST, "-j", "-o", str(target),
+    argv = ["--simulate", PRESET, *FAST, "-q", "-j", "-o", str(target),
             "-t", "fixture_fixed", "0", "fixture_slow", "fixture_fixed"]  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpubw", *argv],
@@ -633,7 +713,7 @@ def test_interrupt_writes_what_finished(tmp_path, signum, code, name):
         ("host_to_device_memcpy_ce", "Passed"),
         ("fixture_slow", "Interrupted"),
     ]
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".report")] == []
+    assert leftovers(tmp_path) == []
 
 
 @pytest.mark.parametrize("previous", [True, False])
@@ -650,6 +730,172 @@ def test_kill_9_never_leaves_a_half_written_file(tmp_path, previous):
         assert target.read_text() == '{"previous": true}\n'
     else:
         assert not target.exists()
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temporary files an atomic write would leave behind."""
+    return sorted(
+        p.name for p in folder.iterdir() if p.name.endswith(".tmp") or p.name.startswith(".gpubw-")
+    )
+
+
+def start_run(
+    tmp_path: Path, argv: list[str], names: tuple[str, ...] = (GOOD,), **env: str
+) -> subprocess.Popen[str]:
+    """``python -m gpubw ARGV`` in a subprocess that sees the fixture distributions."""
+    paths = copy_fixtures(tmp_path / "site", *names)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpubw", *argv],
+        env=subprocess_env(paths, **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(proc: subprocess.Popen[str], marker: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        if proc.poll() is not None:
+            raise AssertionError(proc.communicate())
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"{marker.name} never appeared")
+        time.sleep(0.01)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
+    """stdout and stderr of a run that must end within ``timeout`` seconds."""
+    try:
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+@pytest.mark.parametrize(
+    "burst",
+    [
+        (signal.SIGINT, signal.SIGINT),
+        (signal.SIGTERM, signal.SIGTERM),
+        (signal.SIGINT, signal.SIGTERM, signal.SIGINT, signal.SIGTERM, signal.SIGINT),
+    ],
+    ids=["2xSIGINT", "2xSIGTERM", "mixed-5"],
+)
+def test_signal_burst_keeps_the_report(tmp_path, burst):
+    """Signals 10-20 ms apart: the first interrupts, the rest are absorbed; the report stays."""
+    # Before 2026-11-30 a second signal during clean-up or writing lost the report.
+    target = tmp_path / "report.json"
+    proc, _ = start_slow_run(tmp_path, target)
+    for signum in burst:
+        proc.send_signal(signum)
+        time.sleep(0.015)
+    out, err = finish(proc)
+    code = 128 + burst[0]
+    assert proc.returncode == code, err
+    assert out == "" and err == ""
+    doc = load_report(target)
+    assert doc["interrupted"] is True and doc["exit_code"] == code
+    assert doc["options"]["signal"] == signal.Signals(burst[0]).name
+    assert [(t["key"], t["status"]) for t in doc["testcases"]] == [
+        ("fixture_fixed", "Passed"),
+        ("host_to_device_memcpy_ce", "Passed"),
+        ("fixture_slow", "Interrupted"),
+    ]
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_while_the_report_is_written_keeps_the_complete_report(tmp_path, signum):
+    """Signals while the complete report is written: it is written whole; exit 130/143."""
+    # Before 2026-11-30 the write was abandoned: no report, the old file kept.
+    target = tmp_path / "report.txt"
+    target.write_text("previous\n")
+    marker = tmp_path / "writing"
+    argv = ["--simulate", PRESET, *FAST, "-q", "-t", "fixture_fixed", "fixture_good",
+            "--format", "fixture_slow_writer", "-o", str(target)]  # fmt: skip
+    proc = start_run(tmp_path, argv, GPUBW_FIXTURE_WRITER_MARKER=str(marker))
+    wait_for(proc, marker)
+    proc.send_signal(signum)
+    time.sleep(0.015)
+    proc.send_signal(signum)
+    out, err = finish(proc)
+    assert proc.returncode == 128 + signum, err
+    assert out == "" and err == ""
+    assert target.read_text() == "fixture_fixed Passed\nfixture_good Passed\ncomplete\n"
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("to_stdout", [False, True], ids=["-o FILE", "stdout"])
+def test_plugin_that_swallows_every_signal_is_left_behind(tmp_path, to_stdout):
+    """A plugin that swallows every interrupt: 2 s after a second signal the report is
+    written without it (it Interrupted) and gpubw exits 130, not waiting for it."""
+    # Before 2026-11-30 only SIGKILL could stop such a run (and lost the report).
+    target = tmp_path / "report.json"
+    marker = tmp_path / "started"
+    output = [] if to_stdout else ["-o", str(target)]
+    argv = ["--simulate", PRESET, *FAST, "-q", "-j", *output,
+            "-t", "fixture_fixed", "fixture_swallows_everything", "fixture_fixed"]  # fmt: skip
+    proc = start_run(
+        tmp_path,
+        argv,
+        (GOOD, BROKEN),
+        GPUBW_FIXTURE_MARKER=str(marker),
+        GPUBW_FIXTURE_SLOW_S="40",
+    )
+    wait_for(proc, marker)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = finish(proc, timeout=20)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - t0 < 15
+    assert "Traceback" not in err
+    assert err.strip().splitlines() == [
+        "gpubw: the running testcase did not stop within 2 s of a second signal; the report "
+        "was written without waiting for it"
+    ]
+    doc = json.loads(out) if to_stdout else load_report(target)
+    validate(doc)
+    assert out == "" or to_stdout
+    assert doc["interrupted"] is True and doc["exit_code"] == 130
+    (fixed, stuck) = doc["testcases"]
+    assert (fixed["key"], fixed["status"]) == ("fixture_fixed", "Passed")
+    assert (stuck["key"], stuck["status"]) == ("fixture_swallows_everything", "Interrupted")
+    assert stuck["message"].startswith("interrupted by SIGINT; it did not stop within 2 s")
+    assert any("without waiting for fixture_swallows_everything" in w for w in doc["warnings"])
+    assert leftovers(tmp_path) == []
+
+
+@pytest.fixture(scope="module")
+def python_start_s() -> float:
+    """How long a bare Python takes to start here (a signal before gpubw's first line is
+    Python's own business: the start-up tests signal well after that)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    return time.perf_counter() - t0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("delay", [0.0, 0.15, 0.4])
+def test_signal_during_start_up_exits_quietly(tmp_path, python_start_s, signum, delay):
+    """A signal while gpubw imports or starts: exit 130/143, nothing on stderr, no traceback;
+    a report, if one was written, is valid and interrupted; no temporary file."""
+    # Before 2026-11-30: a KeyboardInterrupt traceback (exit 1), or killed by SIGTERM.
+    target = tmp_path / "report.json"
+    argv = ["--simulate", PRESET, *FAST, "-q", "-j", "-o", str(target), "-t", "fixture_slow"]
+    proc = start_run(tmp_path, argv, GPUBW_FIXTURE_SLOW_S="30")
+    time.sleep(max(0.1, 3 * python_start_s) + delay)
+    proc.send_signal(signum)
+    out, err = finish(proc)
+    assert proc.returncode == 128 + signum, err
+    assert out == "" and err == ""
+    if target.exists():
+        doc = load_report(target)
+        assert doc["interrupted"] is True and doc["exit_code"] == 128 + signum
+    assert leftovers(tmp_path) == []
 
 
 # == 5. No leaks ===========================================================================

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,16 +12,21 @@ from hypothesis import strategies as st
 from conftest import MIB, SimSystemFactory
 from gpubw.backend.presets import load_system
 from gpubw.buffers import DeviceBuffer, HostBuffer
+from gpubw.errors import VerificationError
 from gpubw.initiators import (
     CE,
+    FLAT_COPY_BLOCK,
+    MAX_GRID,
     SM,
     SM_TRUNCATION_THRESHOLD,
     SPLIT_WARP,
     Initiator,
     copy_launch_shape,
+    flat_copy_applies,
+    flat_copy_launches,
     sm_truncated_bytes,
 )
-from gpubw.system import SRC_SEED
+from gpubw.system import SRC_SEED, System
 
 H200 = load_system("h200x1").devices[0]
 
@@ -116,3 +124,171 @@ def test_enqueue_arguments_are_keyword_only(sim_system: SimSystemFactory) -> Non
         CE.prepare(system, src, dst, MIB, None, H200)  # type: ignore[misc]
     with pytest.raises(TypeError):
         CE.enqueue_checks(src, dst, MIB, None, H200, 0)  # type: ignore[misc]
+
+
+# -- the flat device-local copy (gpubw_copy_flat) ---------------------------------------------
+
+
+def flat_kernel_passes(elements: int, loops: int, grid: int, block: int, unroll: int) -> list:
+    """What gpubw_copy_flat (kernels/gpubw.cu) does in one launch, step by step: for each
+    pass, how many times each element is copied (block k covers piece k % pieces of pass
+    k // pieces; a whole piece is blockDim x unroll elements, a short last piece is copied by
+    a block-stride loop)."""
+    piece = block * unroll
+    pieces = -(-elements // piece)
+    counts = [[0] * elements for _ in range(loops)]
+    for first in range(grid):
+        for k in range(first, pieces * loops, grid):
+            base, p = (k % pieces) * piece, k // pieces
+            for t in range(base, base + block):
+                if base + piece <= elements:
+                    for u in range(unroll):
+                        counts[p][t + u * block] += 1
+                else:
+                    for i in range(t, elements, block):
+                        counts[p][i] += 1
+    return counts
+
+
+@given(
+    elements=st.integers(1, 700),
+    loops=st.integers(1, 4),
+    block=st.sampled_from([1, 3, 32, FLAT_COPY_BLOCK]),
+    unroll=st.sampled_from([1, 2]),
+    shrink=st.integers(1, 5),
+)
+def test_flat_copy_covers_every_element_once_per_pass(
+    elements: int, loops: int, block: int, unroll: int, shrink: int
+) -> None:
+    """The flat copy's pass-major plan copies every element exactly once per pass, odd sizes
+    and short last pieces included, with the planned grid (loops x pieces) or any smaller one."""
+    pieces = -(-elements // (block * unroll))
+    for grid in (pieces * loops, max(1, pieces * loops // shrink)):
+        counts = flat_kernel_passes(elements, loops, grid, block, unroll)
+        assert all(c == 1 for row in counts for c in row), (grid, counts)
+
+
+@given(elements=st.integers(1, 1 << 40), loops=st.integers(1, 4096))
+def test_flat_copy_launches_cover_all_passes(elements: int, loops: int) -> None:
+    """The launches of one enqueue run every pass once, one block per (pass, piece) within
+    CUDA's grid limit (a grid-stride grid of MAX_GRID beyond it), and only as many launches
+    as that limit needs."""
+    plan = flat_copy_launches(elements, loops)
+    pieces = -(-elements // FLAT_COPY_BLOCK)
+    assert sum(passes for _, passes in plan) == loops
+    assert all(grid == min(pieces * passes, MAX_GRID) for grid, passes in plan)
+    if pieces * loops <= MAX_GRID:
+        assert plan == [(pieces * loops, loops)]
+    else:
+        assert len(plan) == -(-loops // max(1, MAX_GRID // pieces))
+
+
+def test_flat_copy_applies_to_device_local_beyond_l2(sim_system: SimSystemFactory) -> None:
+    """Only copies within one device's memory whose source + destination exceed its L2 take
+    the flat kernel; host, peer and within-L2 copies keep gpubw_copy."""
+    system = sim_system("h200x2")
+    d0, d1 = system.devices[0], system.devices[1]
+    half_l2 = d0.l2_bytes // 2 // 16  # elements whose two buffers fill L2 exactly
+    a, b = DeviceBuffer.allocate(system, 0, MIB), DeviceBuffer.allocate(system, 0, MIB)
+    peer, host = DeviceBuffer.allocate(system, 1, MIB), HostBuffer.allocate(system, 0, MIB)
+    assert flat_copy_applies(a, b, half_l2 + 1, d0)
+    assert not flat_copy_applies(a, b, half_l2, d0)
+    assert not flat_copy_applies(a, b, half_l2 + 1, d1)  # executed by another device
+    for src, dst in ((host, a), (a, host), (a, peer), (peer, a)):
+        assert not flat_copy_applies(src, dst, 1 << 30, d0)
+
+
+def _launches(system: System, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
+    """Record (kernel, grid, block) of every launch made through ``system``'s backend."""
+    seen: list[tuple[str, int, int]] = []
+    real = system.backend.launch
+
+    def spy(kernel: str, grid: int, block: int, args: Any, stream: Any) -> None:
+        seen.append((kernel, grid, block))
+        real(kernel, grid, block, args, stream)
+
+    monkeypatch.setattr(system.backend, "launch", spy)
+    return seen
+
+
+def flat_copy_catches_planted_words(system: System, seen: list[tuple[str, int, int]]) -> None:
+    """SM copies a device-local pair beyond L2 (an odd size, so the last piece is short) with
+    gpubw_copy_flat, and the destination verifies; a bad word planted in the source before the
+    copy (in the short last piece) and one planted in the destination after it are each caught
+    at their offset."""
+    dev = system.devices[0]
+    system.load_kernels()
+    backend = system.backend
+    nbytes = (dev.l2_bytes // 2 // MIB + 8) * MIB + 52
+    checked = SM.checked_bytes(nbytes, dev)
+    elements = SM.copied_elements(nbytes, dev)
+    assert checked == elements * 16
+    if nbytes < SM_TRUNCATION_THRESHOLD:  # (from 64 MiB on, SM truncation keeps whole pieces)
+        assert elements % FLAT_COPY_BLOCK, "the last piece should be short"
+    junk = system.pool.host_scratch("test junk", 4096)
+    junk.write(b"\x13\x37\x13\x37")
+    cases: list[tuple[str, int | None]] = [
+        ("none", None),
+        ("src", checked - 4),
+        ("dst", 4 * 777_777),
+    ]
+    with (
+        DeviceBuffer.allocate(system, 0, nbytes) as src,
+        DeviceBuffer.allocate(system, 0, nbytes) as dst,
+        backend.stream(0) as stream,
+    ):
+        assert flat_copy_applies(src, dst, elements, dev)
+        for where, offset in cases:
+            seen.clear()
+            SM.prepare(system, src, dst, checked=checked, stream=stream, exec_device=dev)
+            if where == "src" and offset is not None:
+                backend.memcpy_async(src.ptr + offset, junk.ptr, 4, stream)
+            SM.enqueue(system, src, dst, nbytes=nbytes, loops=3, stream=stream, exec_device=dev)
+            if where == "dst" and offset is not None:
+                backend.memcpy_async(dst.ptr + offset, junk.ptr, 4, stream)
+            checks = SM.enqueue_checks(
+                src, dst, checked=checked, stream=stream, exec_device=dev, first_slot=0
+            )
+            backend.synchronize(stream, 30.0)
+            pieces = -(-elements // FLAT_COPY_BLOCK)
+            assert ("gpubw_copy_flat", 3 * pieces, FLAT_COPY_BLOCK) in seen
+            assert not any(k == "gpubw_copy" for k, _, _ in seen)
+            ((slot, buf),) = checks
+            if offset is None:
+                buf.check_verified(slot)
+                continue
+            with pytest.raises(VerificationError) as info:
+                buf.check_verified(slot)
+            assert info.value.offset == offset, where
+
+
+def test_flat_copy_verifies_and_catches_planted_words(
+    sim_system: SimSystemFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the simulated backend the flat copy is emulated: verified, planted words caught."""
+    system = sim_system("h200x1")
+    flat_copy_catches_planted_words(system, _launches(system, monkeypatch))
+
+
+@pytest.fixture
+def cuda_system() -> Iterator[System]:
+    """A System on the real CUDA backend (skips without cuda-python, a driver or a GPU)."""
+    cuda = pytest.importorskip("gpubw.backend.cuda")
+    from gpubw.errors import NoDriverError
+    from gpubw.options import RunOptions
+
+    try:
+        backend = cuda.CudaBackend()
+    except NoDriverError:
+        pytest.skip("no NVIDIA GPU/driver")
+    with System(backend, RunOptions(samples=2, loops=2)) as system:
+        yield system
+
+
+@pytest.mark.gpu
+def test_flat_copy_catches_planted_words_on_gpu(
+    cuda_system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpubw_copy_flat on a real GPU copies every byte, and gpubw_verify catches a bad word
+    planted before (in the short last piece) or after the flat copy."""
+    flat_copy_catches_planted_words(cuda_system, _launches(cuda_system, monkeypatch))

@@ -16,7 +16,7 @@ from gpubw.kernels import cache as kcache
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
 
 ARCHS = ("sm_80", "sm_90")
-COPY_KERNELS = ("gpubw_copy", "gpubw_copy_split_warp")
+COPY_KERNELS = ("gpubw_copy", "gpubw_copy_flat", "gpubw_copy_split_warp")
 #: C parameter types in gpubw.cu that each catalogue type may be written as
 C_TYPES = {
     "ptr": re.compile(r"\*"),
@@ -115,6 +115,19 @@ def test_copy_kernels_do_not_spill(arch: str) -> None:
         block = text.split(f"Compiling entry function '{name}'", 1)[1].split("Compile time", 1)[0]
         spills = re.search(r"(\d+) bytes spill stores", block)
         assert spills is not None and int(spills.group(1)) == 0, f"{name} spills on {arch}"
+
+
+def test_flat_copy_moves_one_element_per_thread() -> None:
+    """gpubw_copy_flat's default piece is one element per thread, which the launch plan
+    (initiators.flat_copy_launches: pieces of FLAT_COPY_BLOCK elements) assumes, and its
+    launch bounds admit FLAT_COPY_BLOCK threads."""
+    from gpubw.initiators import FLAT_COPY_BLOCK
+
+    text = source()
+    assert re.search(r"#define GPUBW_FLAT_UNROLL 1\n", text)
+    assert "__launch_bounds__(GPUBW_COPY_BLOCK)\n    gpubw_copy_flat(" in text
+    block = re.search(r"#define GPUBW_COPY_BLOCK (\d+)", text)
+    assert block is not None and int(block.group(1)) >= FLAT_COPY_BLOCK
 
 
 def test_pattern_length_is_passed_to_the_compiler() -> None:

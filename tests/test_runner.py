@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import signal
+import sys
 import time
 from typing import Any, ClassVar
 
@@ -451,11 +452,98 @@ def test_second_signal_stops_a_plugin_that_swallowed_the_first():
 
 
 def test_system_closed_when_something_escapes():
-    """A BaseException from a plugin propagates, but the System is closed first."""
+    """Without signal handling a KeyboardInterrupt (Ctrl-C) propagates; the System is closed."""
     f = Factory()
     with pytest.raises(KeyboardInterrupt):
-        run(f, [entry(ProcessInterrupt, "kbd")], sizes(MIB), handle_signals=True)
+        run(f, [entry(ProcessInterrupt, "kbd"), entry(Sized, "never")], sizes(MIB))
     assert f.backend.closed
+
+
+class ProcessExit(gpubw.Testcase):
+    """Calls sys.exit() in filter()."""
+
+    def filter(self):
+        sys.exit("bye")
+
+
+def test_base_exceptions_from_a_plugin_are_its_error():
+    """With signal handling, a plugin's own KeyboardInterrupt or SystemExit is its Error."""
+    # No signal arrived, so the run goes on; before 2026-11-30 they ended the run.
+    f = Factory()
+    sel = [entry(ProcessInterrupt, "kbd"), entry(ProcessExit, "exits"), entry(Sized, "after")]
+    report = run(f, sel, sizes(MIB), handle_signals=True)
+    assert [(t.key, t.status, t.message) for t in report.testcases] == [
+        ("kbd", Status.ERROR, "tests kbd: run() failed: KeyboardInterrupt"),
+        ("exits", Status.ERROR, "tests exits: filter() failed: SystemExit: bye"),
+        ("after", Status.PASSED, ""),
+    ]
+    assert report.exit_code == 1 and not report.interrupted
+    assert f.backend.closed and f.backend.live == set()
+
+
+def test_signal_outside_plugin_code_is_recorded_and_stops_the_run():
+    """A signal while gpubw's own code runs (here: the progress display) raises nothing
+    there: the testcase about to run is Interrupted, nothing else runs."""
+    # Before 2026-11-30 it raised out of the progress callback and the step was lost.
+    events: list[str] = []
+
+    def progress(event: Progress) -> None:
+        events.append(event.phase)
+        if event.phase == "start":
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here, and must not raise
+
+    f = Factory()
+    report = run(
+        f,
+        [entry(Sized, "first"), entry(Sized, "never")],
+        sizes(MIB),
+        progress=progress,
+        handle_signals=True,
+    )
+    assert [(t.key, t.status, t.message) for t in report.testcases] == [
+        ("first", Status.INTERRUPTED, "interrupted by SIGINT")
+    ]
+    assert events == ["start", "end"] and report.exit_code == 130
+    assert f.backend.closed and f.backend.live == set()
+
+
+def test_signal_before_the_run_gives_an_interrupted_report_without_opening_the_system():
+    """A signal recorded before run() starts (CLI start-up): an interrupted Report with no
+    testcases; the System is never opened."""
+    from gpubw.interrupts import SignalGuard
+
+    guard = SignalGuard()
+    guard.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.02)
+        f = Factory()
+        report = run(f, [entry(Sized, "never")], sizes(MIB), handle_signals=True)
+    finally:
+        guard.uninstall()
+    assert report.testcases == () and report.signal == "SIGTERM" and report.exit_code == 143
+    assert f.system is None
+    assert guard.snapshot is not None and guard.snapshot() is report
+
+
+class Chatty(gpubw.Testcase):
+    """Prints, then passes."""
+
+    def run(self, size, loops):
+        print("chatty says hello")
+        os.write(1, b"chatty on fd 1\n")
+        return [row(self.key, 1.0)]
+
+
+def test_plugin_output_is_kept_on_its_result(capfd):
+    """What a testcase prints goes to its result's output, not to stdout."""
+    report = run(Factory(), [entry(Chatty, "chatty"), entry(Sized, "quiet")], sizes(MIB))
+    chatty, quiet = report.testcases
+    assert chatty.status is Status.PASSED
+    assert chatty.output == "chatty says hello\nchatty on fd 1\n"
+    assert quiet.output == ""
+    assert capfd.readouterr().out == ""
 
 
 def test_progress_events():
@@ -474,6 +562,20 @@ def test_progress_events():
         ("end", 4, 4, "b", None),
     ]
     assert events[1].result is not None and events[1].result.status is Status.PASSED
+
+
+def test_progress_events_carry_the_header():
+    """Every event carries the run's header: the Report so far, devices and options, no
+    testcases (what a streaming writer prints first); the final Report agrees with it."""
+    events: list[Progress] = []
+    rep = run(Factory(), [entry(Sized, "a")], sizes(MIB, 2 * MIB), progress=events.append)
+    headers = {id(e.header) for e in events}
+    assert len(headers) == 1
+    header = events[0].header
+    assert header is not None and header.testcases == ()
+    assert header.devices == rep.devices and header.devices
+    assert header.run_options == rep.run_options and header.started == rep.started
+    assert header.warnings == rep.warnings and header.host == rep.host
 
 
 def test_report_metadata():

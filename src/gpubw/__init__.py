@@ -66,41 +66,127 @@ data did not match).
 
 from __future__ import annotations
 
-from gpubw.api import open_system, report_to_dict, report_to_json, run
-from gpubw.backend.base import DeviceInfo, KernelArg, i32, ptr, u32, u64
-from gpubw.buffers import Buffer, DeviceBuffer, HostBuffer
-from gpubw.errors import (
-    CudaError,
-    GpubwError,
-    NoDriverError,
-    PluginError,
-    UsageError,
-    VerificationError,
-)
-from gpubw.initiators import CE, SM, SPLIT_WARP, Initiator
-from gpubw.kernels import KernelSpec
-from gpubw.kernels.modules import KernelModule, SimulatedLaunch, register_kernel_module
-from gpubw.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
-from gpubw.options import RunOptions
-from gpubw.results import (
-    BANDWIDTH,
-    COUNTED_NONE,
-    COUNTED_ONCE,
-    COUNTED_READ_WRITE,
-    KIND_BANDWIDTH,
-    KIND_LATENCY,
-    LATENCY,
-    Matrix,
-    Report,
-    Status,
-    TestcaseResult,
-)
-from gpubw.sizes import format_size
-from gpubw.system import System
-from gpubw.testcase import Testcase
-from gpubw.testcases.shapes import labels as device_labels
+import importlib
+import typing as _typing
+
+# first: while the gpubw command starts, a signal exits 130/143 quietly (see _startup)
+from gpubw import _startup  # noqa: F401
 from gpubw.version import __version__
-from gpubw.writers import Writer
+
+if _typing.TYPE_CHECKING:  # the names below are imported on first use (__getattr__)
+    from gpubw.api import open_system, report_to_dict, report_to_json, run
+    from gpubw.backend.base import DeviceInfo, KernelArg, i32, ptr, u32, u64
+    from gpubw.buffers import Buffer, DeviceBuffer, HostBuffer
+    from gpubw.errors import (
+        CudaError,
+        GpubwError,
+        NoDriverError,
+        PluginError,
+        UsageError,
+        VerificationError,
+    )
+    from gpubw.initiators import CE, SM, SPLIT_WARP, Initiator
+    from gpubw.kernels import KernelSpec
+    from gpubw.kernels.modules import KernelModule, SimulatedLaunch, register_kernel_module
+    from gpubw.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
+    from gpubw.options import RunOptions
+    from gpubw.results import (
+        BANDWIDTH,
+        COUNTED_NONE,
+        COUNTED_ONCE,
+        COUNTED_READ_WRITE,
+        KIND_BANDWIDTH,
+        KIND_LATENCY,
+        LATENCY,
+        Matrix,
+        Report,
+        Status,
+        TestcaseResult,
+    )
+    from gpubw.sizes import format_size
+    from gpubw.system import System
+    from gpubw.testcase import Testcase
+    from gpubw.testcases.shapes import labels as device_labels
+    from gpubw.writers import Writer
+
+#: Public name -> (module, name in it). Imported on first use, so that ``gpubw -l`` and
+#: ``gpubw --version`` load only the modules they need (issue 11: start-up time); every name
+#: of ``__all__`` is here or defined above.
+_LAZY: dict[str, tuple[str, str]] = {
+    "open_system": ("gpubw.api", "open_system"),
+    "report_to_dict": ("gpubw.api", "report_to_dict"),
+    "report_to_json": ("gpubw.api", "report_to_json"),
+    "run": ("gpubw.api", "run"),
+    "DeviceInfo": ("gpubw.backend.base", "DeviceInfo"),
+    "KernelArg": ("gpubw.backend.base", "KernelArg"),
+    "i32": ("gpubw.backend.base", "i32"),
+    "ptr": ("gpubw.backend.base", "ptr"),
+    "u32": ("gpubw.backend.base", "u32"),
+    "u64": ("gpubw.backend.base", "u64"),
+    "Buffer": ("gpubw.buffers", "Buffer"),
+    "DeviceBuffer": ("gpubw.buffers", "DeviceBuffer"),
+    "HostBuffer": ("gpubw.buffers", "HostBuffer"),
+    "CudaError": ("gpubw.errors", "CudaError"),
+    "GpubwError": ("gpubw.errors", "GpubwError"),
+    "NoDriverError": ("gpubw.errors", "NoDriverError"),
+    "PluginError": ("gpubw.errors", "PluginError"),
+    "UsageError": ("gpubw.errors", "UsageError"),
+    "VerificationError": ("gpubw.errors", "VerificationError"),
+    "CE": ("gpubw.initiators", "CE"),
+    "SM": ("gpubw.initiators", "SM"),
+    "SPLIT_WARP": ("gpubw.initiators", "SPLIT_WARP"),
+    "Initiator": ("gpubw.initiators", "Initiator"),
+    "KernelSpec": ("gpubw.kernels", "KernelSpec"),
+    "KernelModule": ("gpubw.kernels.modules", "KernelModule"),
+    "SimulatedLaunch": ("gpubw.kernels.modules", "SimulatedLaunch"),
+    "register_kernel_module": ("gpubw.kernels.modules", "register_kernel_module"),
+    "CellMeasurement": ("gpubw.measurement", "CellMeasurement"),
+    "Copy": ("gpubw.measurement", "Copy"),
+    "Kind": ("gpubw.measurement", "Kind"),
+    "MemcpyOperation": ("gpubw.measurement", "MemcpyOperation"),
+    "Prefer": ("gpubw.measurement", "Prefer"),
+    "RunOptions": ("gpubw.options", "RunOptions"),
+    "BANDWIDTH": ("gpubw.results", "BANDWIDTH"),
+    "COUNTED_NONE": ("gpubw.results", "COUNTED_NONE"),
+    "COUNTED_ONCE": ("gpubw.results", "COUNTED_ONCE"),
+    "COUNTED_READ_WRITE": ("gpubw.results", "COUNTED_READ_WRITE"),
+    "KIND_BANDWIDTH": ("gpubw.results", "KIND_BANDWIDTH"),
+    "KIND_LATENCY": ("gpubw.results", "KIND_LATENCY"),
+    "LATENCY": ("gpubw.results", "LATENCY"),
+    "Matrix": ("gpubw.results", "Matrix"),
+    "Report": ("gpubw.results", "Report"),
+    "Status": ("gpubw.results", "Status"),
+    "TestcaseResult": ("gpubw.results", "TestcaseResult"),
+    "format_size": ("gpubw.sizes", "format_size"),
+    "System": ("gpubw.system", "System"),
+    "Testcase": ("gpubw.testcase", "Testcase"),
+    "device_labels": ("gpubw.testcases.shapes", "labels"),
+    "Writer": ("gpubw.writers", "Writer"),
+}
+
+
+if not _typing.TYPE_CHECKING:  # (for mypy the names are the imports above: a typo stays an error)
+
+    def __getattr__(name: str) -> _typing.Any:
+        """A public name, imported from its module on first use (PEP 562); a submodule's
+        name (``gpubw.api`` after ``import gpubw``) imports that submodule."""
+        if name in _LAZY:
+            module, attribute = _LAZY[name]
+            value = getattr(importlib.import_module(module), attribute)
+            globals()[name] = value
+            return value
+        if not name.startswith("_"):
+            try:
+                return importlib.import_module(f"{__name__}.{name}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{__name__}.{name}":
+                    raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "BANDWIDTH",

@@ -7,7 +7,9 @@ Only :func:`main` prints errors and picks exit codes:
 1     a testcase Error or Not Found, a prefix that matches nothing, no driver, a run that
       could not start
 2     a usage error: a bad option value, ``-t`` with ``-p``, an unknown format, an
-      unwritable ``-o``, an unreadable ``--simulate``
+      unwritable ``-o``, an unreadable ``--simulate``, a bad expectations file
+3     the run went fine but a cell is below expectation (``--expect``, ``--outlier-pct``,
+      ``gpubw check``): a slow node, not a broken run
 130   interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
 ====  ====================================================================================
 
@@ -27,8 +29,10 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NoReturn
 
+from gpubw.accept_cli import JUDGE_HELP, add_run_options, judging
 from gpubw.argtypes import gate_timeout_seconds, loops_int, samples_int
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, PluginError, UsageError
+from gpubw.live import LiveOutput, progress_mode
 from gpubw.options import (
     DEFAULT_BUFFER_SIZE,
     DEFAULT_LOOPS,
@@ -38,10 +42,10 @@ from gpubw.options import (
     MAX_SAMPLES,
     Invocation,
     RunOptions,
+    exit_status,
 )
 from gpubw.registry import Registry, Writers
-from gpubw.results import exit_status
-from gpubw.sizes import format_size, parse_sizes
+from gpubw.sizes import parse_sizes
 from gpubw.version import __version__
 
 PROG = "gpubw"
@@ -54,12 +58,15 @@ EXIT_CODES = """\
 exit codes:
   0    every selected testcase Passed or was Waived (also -h, -l)
   1    a testcase Error or Not Found, a prefix that matched nothing, no NVIDIA driver
-  2    usage error (bad option value, -t with -p, unknown format, unwritable -o, bad --simulate)
+  2    usage error (bad option value, -t with -p, unknown format, unwritable -o, bad --simulate,
+       bad expectations file)
+  3    ran fine, below expectation: a cell failed --expect / --outlier-pct (gpubw check too)
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
 
 Plot a JSON report: gpubw plot REPORT.json -o FILE.png (needs: pip install 'gpubw[plot]')
 Compare two reports (gpubw JSON or nvbandwidth -j): gpubw compare CANDIDATE BASELINE
 """
+EXIT_CODES += "\n" + JUDGE_HELP
 
 
 # -- argument parsing ----------------------------------------------------------------------
@@ -100,6 +107,8 @@ _NUMERIC_OPTIONS = frozenset(
         "--loop-count",
         "--loopCount",
         "--gate-timeout",
+        "--outlier-pct",
+        "--cv-threshold",
     }
 )
 _NEGATIVE = re.compile(r"-[0-9.]")
@@ -251,6 +260,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="longest a stream may wait at the spin gate, at most "
         f"{MAX_GATE_TIMEOUT_S:g} (default {DEFAULT_GATE_TIMEOUT_S:g})",
     )
+    add_run_options(p)
+    add(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress on stderr (by default a progress line on a terminal, else one line "
+        "per finished testcase)",
+    )
     add("--version", action="version", version=f"{PROG} {__version__}")
     return p
 
@@ -267,11 +284,20 @@ class _Output:
         self.path = path
         self._target = None if path is None else OutputTarget(path).check()
 
+    @property
+    def to_stdout(self) -> bool:
+        """True when the report goes to standard output (no ``-o``, or ``-o -``): then it is
+        written as the run goes."""
+        return self._target is None or self._target.is_stdout
+
     @contextlib.contextmanager
-    def stream(self) -> Iterator[IO[str]]:
-        if self._target is None:
-            yield sys.stdout
-            sys.stdout.flush()
+    def stream(self, stdout: IO[str] | None = None) -> Iterator[IO[str]]:
+        """The stream to write the report to; ``stdout`` replaces ``sys.stdout`` where the
+        report goes to standard output."""
+        if self._target is None or (stdout is not None and self._target.is_stdout):
+            out = sys.stdout if stdout is None else stdout
+            yield out
+            out.flush()
             return
         with self._target.open("w") as f:
             yield f
@@ -290,6 +316,7 @@ PARAM_FLAGS: dict[str, str] = {
     "sizes": "-b/--buffer-size",
     "testcases": "-t/--testcase",
     "testcase_prefixes": "-p/--testcase-prefixes",
+    "testcase_selection": "-t/--testcase with -p/--testcase-prefixes",
     "samples": "-i/--samples",
     "loops": "--loop-count",
 }
@@ -362,6 +389,10 @@ _NOT_FOR_LIST = (
     ("disable_affinity", "-d/--disable-affinity"),
     ("verbose", "-v/--verbose"),
     ("perf_formatter", "--perf-formatter"),
+    ("expect", "--expect"),
+    ("outlier_pct", "--outlier-pct"),
+    ("cv_threshold", "--cv-threshold"),
+    ("host_huge_pages", "--host-huge-pages"),
 )
 
 
@@ -369,9 +400,9 @@ def _list_command(ns: argparse.Namespace) -> int:
     """``gpubw -l``: the testcase list as text or JSON (``-j``, ``--format``), on stdout or
     into ``-o FILE``; an option that only applies to a run is a usage error."""
     given: set[str] = getattr(ns, "_given", set())
+    parser = build_parser()
     for dest, flag in _NOT_FOR_LIST:
-        value = getattr(ns, dest)
-        if dest in given or (value and dest in ("testcase", "prefixes")) or value is True:
+        if dest in given or getattr(ns, dest) != parser.get_default(dest):
             raise UsageError(
                 f"-l/--list only lists the testcases; {flag} does not apply to it "
                 "(-l takes -j/--json, --format text|json and -o/--output)"
@@ -408,51 +439,21 @@ def _system_opener(simulate: str | None) -> Callable[[RunOptions], Any]:
         raise UsageError(f"--simulate: {exc}") from None
 
 
-@contextlib.contextmanager
-def _progress_display(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
-    """A rich progress line on stderr (only when asked for)."""
-    if not enabled:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    bar = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    task = bar.add_task("starting", total=None)
-
-    def update(event: Any) -> None:
-        size = f" ({format_size(event.size)})" if event.size is not None else ""
-        bar.update(task, total=event.total, completed=event.done, description=event.key + size)
-
-    with bar:
-        yield update
-
-
 # -- main ----------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
+    from gpubw import _startup
+
+    _startup.restore()  # the start-up handlers: from here a signal is a KeyboardInterrupt
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args and args[0] == "plot":
             return _plot(args[1:])
         if args and args[0] == "compare":
             return _compare(args[1:])
-        return _main(args)
+        if args and args[0] in _ACCEPT_COMMANDS:
+            return _accept_command(args[0], args[1:])
+        return _main(args, command=argv is None)
     except SystemExit as exc:  # -h, --version, and plot's own argparse
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except UsageError as exc:
@@ -486,7 +487,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], command: bool = False) -> int:
+    """The run command, under a :class:`gpubw.interrupts.SignalGuard` from start to exit: a
+    signal at any moment after this gives a valid report (see docs/failures.md). In the
+    gpubw process itself (``command``), once the report is written and the exit code
+    chosen, SIGINT/SIGTERM are ignored: a burst's last signals may arrive while Python shuts
+    down, after it has put back the default handlers, and would kill the process (Python
+    leaves ignored signals alone). Called in-process, the previous handlers are put back."""
+    from gpubw.interrupts import SignalGuard
+
+    guard = SignalGuard()
+    guard.install()
+    try:
+        code = _run_command(argv, guard)
+    finally:
+        guard.uninstall(signal.SIG_IGN if command else None)
+    # a signal that arrived after the report was complete: the report stays complete, and
+    # the exit code still says the run was stopped
+    return code if guard.signum is None else exit_status(signal=guard.signum)
+
+
+def _run_command(argv: list[str], guard: Any) -> int:
     ns = build_parser().parse_args(_attach_negative_values(argv))
     if ns.list:
         return _list_command(ns)
@@ -508,6 +529,7 @@ def _main(argv: list[str]) -> int:
         verbose=ns.verbose,
         gate_timeout_s=ns.gate_timeout,
         buffer_sizes=sizes,
+        host_huge_pages=ns.host_huge_pages,
     )
     invocation = Invocation(
         testcase=ns.testcase,
@@ -524,19 +546,46 @@ def _main(argv: list[str]) -> int:
         from gpubw import api, runner
 
         selection, warnings = api.select(ns.testcase, ns.prefixes)
-        show_progress = fmt != "json" and sys.stderr.isatty()
-        with _progress_display(show_progress) as progress:
+        judge_cells = judging(ns)
+        expectations = None
+        if ns.expect is not None and ns.expect != "builtin":
+            from gpubw.expect import load_expectations
+
+            expectations = load_expectations(ns.expect)  # a bad file: exit 2 before the run
+        live = _live_output(
+            writer_cls,
+            fmt,
+            output,
+            verbose=ns.verbose,
+            perf=ns.perf_formatter,
+            mode=progress_mode(ns.quiet, sys.stderr),
+        )
+        from gpubw.acceptance import RunWatch, judge
+
+        watch = RunWatch(opener, live, expect_builtin=ns.expect == "builtin")
+        if judge_cells and hasattr(type(live.writer), "verdicts_of"):  # verdicts as it goes
+            watch.judge_as_it_goes(expectations, ns.outlier_pct, ns.cv_threshold)
+            live.writer.verdicts_of = watch.verdicts_of
+        guard.emergency_write = _emergency(live, output)
+        with live:
             report = runner.run(
-                opener,
+                watch.opener,
                 selection,
                 options,
                 invocation=invocation,
                 system_name=ns.simulate or "",
                 warnings=warnings,
-                progress=progress,
+                progress=watch.progress,
                 handle_signals=True,
             )
-        _write(writer_cls, fmt, report, output, verbose=ns.verbose, perf=ns.perf_formatter)
+        if watch.refused is not None:  # e.g. --expect builtin on devices without one
+            raise watch.refused
+        guard.writing()  # from here a signal is only recorded; a watchdog waits for this
+        report = watch.finish(report)
+        if judge_cells:
+            exp = watch.builtin if ns.expect == "builtin" else expectations if ns.expect else None
+            report = judge(report, exp, ns.outlier_pct, ns.cv_threshold, own=watch.own)
+        _write(live, report, output)
     finally:
         output.discard()
     if report.error:
@@ -562,18 +611,61 @@ def make_writer(cls: Any, *, verbose: bool = False, perf_formatter: bool = False
     return cls(**flags)
 
 
-def _write(
-    writer_cls: Any, name: str, report: Any, output: _Output, *, verbose: bool, perf: bool
-) -> None:
-    """Format the report with the writer; a writer's own bug becomes a PluginError."""
+def _live_output(
+    writer_cls: Any, name: str, output: _Output, *, verbose: bool, perf: bool, mode: str
+) -> LiveOutput:
+    """The writer, driven as the run goes when the report goes to stdout
+    (:class:`gpubw.live.LiveOutput`); a writer that cannot be made is a PluginError."""
     try:
         writer = make_writer(writer_cls, verbose=verbose, perf_formatter=perf)
-        with output.stream() as stream:
-            writer.write(report, stream)
     except (GpubwError, OSError):
         raise
-    except Exception as exc:
-        raise PluginError(f"writer {name!r} failed: {type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:
+        raise PluginError(f"writer {name!r} failed: {_describe_base(exc)}") from exc
+    return LiveOutput(writer, name, stream=sys.stdout if output.to_stdout else None, mode=mode)
+
+
+def _describe_base(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _write(
+    live: LiveOutput, report: Any, output: _Output, *, stdout: IO[str] | None = None
+) -> None:
+    """Write what is left of the report (all of it with -o); a writer's own bug -- any
+    exception, ``SystemExit`` or a ``KeyboardInterrupt`` it raised itself (while the report
+    is written a signal never raises) -- becomes a PluginError."""
+    live.finish(report, output, stdout=stdout)
+
+
+def _emergency(live: LiveOutput, output: _Output) -> Callable[[Any], None]:
+    """What the signal watchdog calls to write the report while the main thread is stuck in
+    a plugin: the same writer and output, standard output being the real one (a capture
+    may be redirecting the process's fd 1 and ``sys.stdout`` at that moment)."""
+
+    def write(report: Any) -> None:
+        from gpubw.capture import real_stdout_fd
+
+        with os.fdopen(os.dup(real_stdout_fd()), "w", encoding="utf-8") as stdout:
+            _write(live, report, output, stdout=stdout)
+
+    return write
+
+
+_ACCEPT_COMMANDS = ("check", "expect-from", "info")
+
+
+def _accept_command(name: str, argv: list[str]) -> int:
+    """``gpubw check``, ``gpubw expect-from``, ``gpubw info`` (:mod:`gpubw.accept_cli`)."""
+    from gpubw import accept_cli
+
+    run = {
+        "check": accept_cli.check_main,
+        "expect-from": accept_cli.expect_from_main,
+        "info": accept_cli.info_main,
+    }[name]
+    return run(argv)
 
 
 def _compare(argv: list[str]) -> int:

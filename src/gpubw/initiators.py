@@ -11,7 +11,7 @@ import abc
 from typing import Any
 
 from gpubw.backend.base import DeviceInfo, ptr, u32, u64
-from gpubw.buffers import DST_SEED, SRC_SEED, Buffer
+from gpubw.buffers import DST_SEED, SRC_SEED, Buffer, DeviceBuffer
 from gpubw.kernels import ELEMENT_BYTES
 from gpubw.options import MIB
 from gpubw.system import System
@@ -131,6 +131,47 @@ def copy_launch_shape(device: DeviceInfo, elements: int) -> tuple[int, int]:
     return grid, block
 
 
+#: Threads per block of gpubw_copy_flat (device-local SM copies beyond L2), one 16-byte element
+#: per thread: a 128-thread piece moves 4 KiB (4,294-4,318 GB/s read + write at 4 GiB on an
+#: H200, 256-thread blocks 4,233-4,274; benchmarks/README.md).
+FLAT_COPY_BLOCK = 128
+#: The most blocks of one launch (CUDA's grid x limit).
+MAX_GRID = 2**31 - 1
+
+
+def flat_copy_launches(elements: int, loops: int) -> list[tuple[int, int]]:
+    """(grid, passes) of each launch of gpubw_copy_flat copying ``elements`` 16-byte elements
+    ``loops`` times: one block per (pass, piece of FLAT_COPY_BLOCK elements), all ``loops``
+    passes in as few launches as the grid limit allows (one, unless pieces x loops exceeds
+    it), so there is no gap between passes. The passes add up to ``loops``. (Beyond
+    MAX_GRID pieces - 4 TiB - a launch has MAX_GRID blocks, which the kernel's block-stride
+    loop covers.)"""
+    pieces = max(1, -(-elements // FLAT_COPY_BLOCK))
+    per = max(1, min(loops, MAX_GRID // pieces))
+    out = []
+    left = loops
+    while left > 0:
+        n = min(per, left)
+        out.append((min(pieces * n, MAX_GRID), n))
+        left -= n
+    return out
+
+
+def flat_copy_applies(src: Buffer, dst: Buffer, elements: int, exec_device: DeviceInfo) -> bool:
+    """Whether a KernelCopy uses gpubw_copy_flat: a copy between two buffers in the executing
+    device's own memory (not host, peer or shared/multicast memory: over links the resident
+    kernel's 8 loads in flight per thread cover the latency) whose working set (source and
+    destination, ``2 x elements x 16`` bytes) does not fit in the device's L2. Within L2 the
+    resident kernel stays: a one-shot grid's block starts cap it there (benchmarks/README.md:
+    16 MiB 5,890 vs 9,694 GB/s resident), and beyond L2 the flat grid is faster on HBM."""
+    return (
+        type(src) is DeviceBuffer
+        and type(dst) is DeviceBuffer
+        and src.device == dst.device == exec_device.ordinal
+        and 2 * elements * ELEMENT_BYTES > exec_device.l2_bytes
+    )
+
+
 #: Threads per block of the split-warp kernel (its __launch_bounds__ in kernels/gpubw.cu).
 SPLIT_WARP_BLOCK = 1024
 
@@ -172,6 +213,13 @@ class KernelCopy(Initiator):
     ) -> None:
         elements = self.copied_elements(nbytes, exec_device)
         if elements == 0:
+            return
+        if self.kernel == "gpubw_copy" and flat_copy_applies(src, dst, elements, exec_device):
+            args = (ptr(dst.ptr), ptr(src.ptr), u64(elements))
+            for grid, passes in flat_copy_launches(elements, loops):
+                system.backend.launch(
+                    "gpubw_copy_flat", grid, FLAT_COPY_BLOCK, (*args, u32(passes)), stream
+                )
             return
         grid, block = self.launch_shape(exec_device, elements)
         system.backend.launch(

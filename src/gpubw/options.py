@@ -29,6 +29,13 @@ MAX_GATE_TIMEOUT_S = 86_400.0
 MAX_SYNC_TIMEOUT_S = 86_400.0
 _BOUNDS = {"samples": MAX_SAMPLES, "loops": MAX_LOOPS}
 _SECONDS = {"gate_timeout_s": MAX_GATE_TIMEOUT_S, "sync_timeout_s": MAX_SYNC_TIMEOUT_S}
+#: exit code of a run that went fine but is below expectation (``--expect``, ``gpubw check``;
+#: nvbandwidth's own codes are 0 and 1)
+EXIT_BELOW_EXPECTATION = 3
+#: the peer-outlier rule's default: a cell below this % of its peers' median fails
+DEFAULT_OUTLIER_PCT = 90.0
+#: the noise rule's default: a cell whose samples' CV exceeds this fraction is noisy
+DEFAULT_CV_THRESHOLD = 0.10
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
@@ -86,6 +93,8 @@ class RunOptions:
     buffer_sizes: tuple[int, ...] = attrs.field(
         default=(DEFAULT_BUFFER_SIZE,), converter=_sizes, validator=_check_sizes
     )
+    #: host buffers from huge pages (mmap MAP_HUGETLB, then registered with the driver)
+    host_huge_pages: bool = False
 
 
 @attrs.frozen
@@ -126,6 +135,8 @@ def options_record(
         "verbose": o.verbose,
         "gate_timeout_s": o.gate_timeout_s,
     }
+    if o.host_huge_pages:  # only when asked for: older readers never see the key
+        record["host_huge_pages"] = True
     if invocation is not None:
         i = invocation
         record.update(
@@ -163,6 +174,7 @@ def options_from_record(
             "affinity",
             "verbose",
             "gate_timeout_s",
+            "host_huge_pages",
         )
         if record.get(name) is not None
     }
@@ -185,10 +197,13 @@ def options_from_record(
     return run_options, invocation, None if signal is None else str(signal)
 
 
-def exit_status(*, signal: str | int | None = None, failed: bool = False) -> int:
+def exit_status(
+    *, signal: str | int | None = None, failed: bool = False, below_expectation: bool = False
+) -> int:
     """gpubw's one exit-code rule: a run stopped by a signal exits 128 + its number (130 for
-    SIGINT, 143 for SIGTERM), else 1 if anything failed, else 0. ``signal`` is a name
-    ("SIGINT") or a number."""
+    SIGINT, 143 for SIGTERM), else 1 if anything failed, else 3
+    (:data:`EXIT_BELOW_EXPECTATION`) if it ran fine but a verdict failed, else 0.
+    ``signal`` is a name ("SIGINT") or a number."""
     if signal is not None:
         if isinstance(signal, str):
             try:
@@ -198,7 +213,9 @@ def exit_status(*, signal: str | int | None = None, failed: bool = False) -> int
         else:
             number = int(signal)
         return 128 + number
-    return 1 if failed else 0
+    if failed:
+        return 1
+    return EXIT_BELOW_EXPECTATION if below_expectation else 0
 
 
 def _signal_name(value: str | int | None) -> str | None:

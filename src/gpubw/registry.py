@@ -298,7 +298,8 @@ class Registry:
         or the ``-p`` matches, or everything."""
         if testcases and prefixes:
             raise UsageError(
-                "-t/--testcase and -p/--testcase-prefixes cannot be used together; give one of them"
+                "testcases and testcase prefixes cannot be used together; give one of them",
+                param="testcase_selection",
             )
         if testcases:
             return [self.resolve(t) for t in testcases]

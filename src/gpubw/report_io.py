@@ -22,6 +22,7 @@ import functools
 import itertools
 import json
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -294,11 +295,29 @@ def matrix_to_dict(m: Matrix, *, cells: bool = True) -> dict[str, Any]:
         "max": _num(m.maximum) if cells else None,
         "average": _num(m.average) if cells else None,
         "notes": json_safe(dict(m.notes)),
+        **(_spread(m) if m.samples and cells else {}),
     }
 
 
+def _spread(m: Matrix) -> dict[str, Any]:
+    """``stdev`` and ``cv`` per cell: the sample standard deviation of the cell's finite
+    samples and the coefficient of variation (stdev / mean); None with fewer than two."""
+    stdev: list[list[float | None]] = []
+    cv: list[list[float | None]] = []
+    for row in m.samples:
+        stdev.append([])
+        cv.append([])
+        for cell in row:
+            xs = [float(x) for x in cell or () if x is not None and math.isfinite(float(x))]
+            sd = statistics.stdev(xs) if len(xs) > 1 else None
+            mean = statistics.fmean(xs) if xs else 0.0
+            stdev[-1].append(_num(sd))
+            cv[-1].append(_num(sd / mean) if sd is not None and mean else None)
+    return {"stdev": stdev, "cv": cv}
+
+
 def testcase_to_dict(t: TestcaseResult) -> dict[str, Any]:
-    return {
+    doc = {
         "key": t.key,
         "index": t.index,
         "status": t.status.value,
@@ -309,6 +328,9 @@ def testcase_to_dict(t: TestcaseResult) -> dict[str, Any]:
         "plugin": t.plugin,
         "matrices": [matrix_to_dict(m) for m in t.matrices],
     }
+    if t.output:  # optional: only when the plugin printed something
+        doc["output"] = t.output
+    return doc
 
 
 def report_to_dict(report: Report) -> dict[str, Any]:
@@ -339,6 +361,12 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "testcases": [testcase_to_dict(t) for t in report.testcases],
         }
     )
+    if report.verdicts or report.expectations is not None:
+        doc["verdicts"] = [json_safe(v.as_dict()) for v in report.verdicts]
+    if report.expectations is not None:
+        doc["expectations"] = json_safe(report.expectations)
+    if report.nvml is not None:
+        doc["nvml"] = json_safe(report.nvml)
     return doc
 
 
@@ -433,6 +461,7 @@ def report_from_dict(doc: Mapping[str, Any]) -> Report:
                 matrices=[matrix_from_dict(m) for m in t["matrices"]],
                 duration_s=t["duration_s"],
                 plugin=t["plugin"],
+                output=t.get("output", ""),
             )
             for t in doc["testcases"]
         ],
@@ -441,7 +470,18 @@ def report_from_dict(doc: Mapping[str, Any]) -> Report:
         started=doc["started"],
         finished=doc["finished"],
         duration_s=doc["duration_s"],
+        verdicts=_verdicts(doc.get("verdicts") or ()),
+        nvml=doc.get("nvml"),
+        expectations=doc.get("expectations"),
     )
+
+
+def _verdicts(items: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+    if not items:
+        return ()
+    from gpubw.expect import Verdict
+
+    return tuple(Verdict.from_dict(v) for v in items)
 
 
 __all__ = [

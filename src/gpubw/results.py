@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -173,6 +174,37 @@ class Matrix:
         c = [v for v in self.cells if v > 0]
         return sum(c) / len(c) if c else None
 
+    def cell_stats(self) -> tuple[tuple[CellStats | None, ...], ...]:
+        """The spread of each cell's raw samples (same shape as ``values``; None where a cell
+        has no samples); empty when the matrix kept no samples."""
+        if not self.samples:
+            return ()
+        return tuple(tuple(cell_stats(cell) for cell in row) for row in self.samples)
+
+
+@attrs.frozen
+class CellStats:
+    """The spread of one cell's samples: how many, their mean, the sample standard deviation
+    and the coefficient of variation (stdev / mean); stdev and cv are None with fewer than 2
+    samples, cv also when the mean is 0."""
+
+    n: int
+    mean: float
+    stdev: float | None
+    cv: float | None
+
+
+def cell_stats(samples: Sequence[float] | None) -> CellStats | None:
+    """:class:`CellStats` of one cell's samples (None for no samples)."""
+    if not samples:
+        return None
+    xs = [float(x) for x in samples]
+    mean = statistics.fmean(xs)
+    if len(xs) < 2:
+        return CellStats(len(xs), mean, None, None)
+    sd = statistics.stdev(xs)
+    return CellStats(len(xs), mean, sd, sd / mean if mean else None)
+
 
 class Status(enum.Enum):
     PASSED = "Passed"
@@ -197,6 +229,9 @@ class TestcaseResult:
     matrices: tuple[Matrix, ...] = attrs.field(converter=_tuple, default=())
     duration_s: float = 0.0
     plugin: str = ""  # distribution that provided the testcase
+    #: what the testcase's plugin code printed to standard output while it ran (captured so
+    #: that it cannot corrupt gpubw's own output); "" if nothing
+    output: str = ""
 
     @property
     def ok(self) -> bool:
@@ -228,6 +263,21 @@ class Report:
     started: str = ""
     finished: str = ""
     duration_s: float = 0.0
+    #: judgements of the cells (:class:`gpubw.expect.Verdict`, by ``--expect``, ``gpubw
+    #: check`` or the peer-outlier rule); empty when nothing was judged
+    verdicts: tuple[Any, ...] = attrs.field(converter=_tuple, default=())
+    #: node-level NVML facts (driver, NVML version, available or why not); per-device facts
+    #: are in each device record's ``nvml`` (start of run) and ``nvml_end`` (end of run)
+    nvml: dict[str, Any] | None = None
+    #: what the verdicts judged against: name, source, outlier_pct, cv_threshold (None: the
+    #: cells were not judged)
+    expectations: dict[str, Any] | None = None
+
+    @property
+    def below_expectation(self) -> bool:
+        """True when a verdict failed (a cell below its floor, above its ceiling, or an
+        outlier among its peers)."""
+        return any(getattr(v, "severity", None) == "fail" for v in self.verdicts)
 
     @property
     def interrupted(self) -> bool:
@@ -236,10 +286,12 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        """0 if every selected testcase Passed or was Waived, 130/143 if interrupted,
-        else 1 (:func:`exit_status`)."""
+        """0 if every selected testcase Passed or was Waived, 130/143 if interrupted, 1 on
+        an error, else 3 if a verdict failed (:func:`exit_status`)."""
         failed = bool(self.error) or not all(t.ok for t in self.testcases)
-        return exit_status(signal=self.signal, failed=failed)
+        return exit_status(
+            signal=self.signal, failed=failed, below_expectation=self.below_expectation
+        )
 
     @property
     def options(self) -> dict[str, Any]:

@@ -6,9 +6,15 @@ in order (duplicates kept, as nvbandwidth), and for each buffer size (a ``fixed_
 testcase runs once): construct it with the run's System, ``filter()`` (False: Waived with its
 reason), ``run(size, loops)`` (Passed with its matrices). Anything a plugin raises becomes an
 Error entry with the message, and the run goes on; the results of completed testcases are
-always kept. With ``handle_signals=True`` (the CLI) SIGINT/SIGTERM stop the run: the current
-testcase is Interrupted, nothing further runs, and the System is still closed. Without it no
-handler is touched: Ctrl-C raises KeyboardInterrupt out of :func:`run` (the System closed).
+always kept. Plugin code (constructor, ``filter()``, ``run()``) and the check of what it
+returned run inside one guard: any ``BaseException`` there -- ``SystemExit``, a
+``KeyboardInterrupt`` the plugin raised itself, anything else -- becomes that testcase's Error;
+what the plugin printed to standard output is captured (:mod:`gpubw.capture`) and kept as the
+result's ``output``. With ``handle_signals=True`` (the CLI) SIGINT/SIGTERM stop the run
+(:mod:`gpubw.interrupts`): the current testcase is Interrupted, nothing further runs, and
+the System is still closed. Without it no handler is touched: Ctrl-C raises
+KeyboardInterrupt out of :func:`run` (the System closed), so a ``KeyboardInterrupt`` from a
+plugin is then taken for Ctrl-C and not caught.
 
 Nothing here prints: progress goes to an optional callback, everything else into the Report.
 """
@@ -21,14 +27,15 @@ import importlib.metadata
 import platform
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
+from gpubw.capture import OutputCapture
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, UsageError
+from gpubw.interrupts import HANDLED_SIGNALS, SignalGuard, current
 from gpubw.kernels import PATTERN_WORDS
 from gpubw.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
 from gpubw.registry import Entry, Selected, Unresolved
@@ -45,8 +52,7 @@ SMALL_BUFFER_NOTE = (
     "It is suggested to use the default buffer size (512 MiB) to achieve maximal peak "
     "bandwidth."
 )
-#: the signals that stop a run when :func:`run` handles signals
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+__all__ = ["HANDLED_SIGNALS", "Progress", "ProgressCallback", "run"]
 
 
 @attrs.frozen
@@ -55,6 +61,8 @@ class Progress:
 
     ``phase`` is "start" (``result`` None) or "end" (``result`` set); ``done`` counts the
     steps finished before this event, out of ``total`` (one step per testcase and size).
+    ``header`` is the run's Report so far without testcases (system, devices, versions,
+    options, warnings): what a streaming writer prints before the first testcase.
     """
 
     phase: str
@@ -63,6 +71,7 @@ class Progress:
     key: str
     size: int | None
     result: TestcaseResult | None = None
+    header: Report | None = None
 
 
 ProgressCallback = Callable[[Progress], None]
@@ -177,39 +186,6 @@ def _check_matrices(value: object) -> tuple[Matrix, ...] | str:
     return tuple(value)
 
 
-class _Signals:
-    """SIGINT/SIGTERM handlers for the duration of a run: while testcases run, every signal
-    raises :class:`InterruptedRun` in the main thread (a second Ctrl-C still stops a plugin
-    that swallowed the first); once clean-up has begun they are only recorded."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        #: False: install() is a no-op (the process's handlers stay as they are)
-        self.enabled = enabled
-        self.signum: int | None = None
-        #: False once testcases are over: a signal during clean-up is only recorded
-        self.raising = True
-        self._old: dict[int, Any] = {}
-
-    def _handler(self, signum: int, _frame: object) -> None:
-        if self.signum is None:
-            self.signum = signum
-        if self.raising:
-            raise InterruptedRun(self.signum)
-
-    def install(self) -> None:
-        """Install the handlers (only when enabled, and only possible in the main thread;
-        elsewhere a no-op)."""
-        if self.enabled and threading.current_thread() is threading.main_thread():
-            for sig in HANDLED_SIGNALS:
-                self._old[sig] = signal.signal(sig, self._handler)
-
-    def uninstall(self) -> None:
-        """Put back the handlers that were there before."""
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        self._old.clear()
-
-
 def _release(system: System) -> None:
     """Free whatever buffers the last testcase left behind (errors while freeing are not the
     testcase's result; the System's close reports them at the end)."""
@@ -217,33 +193,100 @@ def _release(system: System) -> None:
         system.release_leaked()
 
 
+def _name(signum: int) -> str:
+    """A signal's name ("SIGINT"); a number that is no signal, as "signal N"."""
+    try:
+        return signal.Signals(signum).name
+    except (ValueError, TypeError):
+        return f"signal {signum}"
+
+
+def _passes(exc: BaseException, guard: SignalGuard | None) -> bool:
+    """True for what must leave the per-testcase guard: the interrupt of a signal that
+    arrived; without a signal guard, any KeyboardInterrupt (Ctrl-C under Python's default
+    handler cannot be told from one a plugin raised)."""
+    if guard is None:
+        return isinstance(exc, KeyboardInterrupt)
+    return isinstance(exc, InterruptedRun) and guard.signum is not None
+
+
 def _run_one(
-    entry: Entry, system: System, size: int | None
+    entry: Entry, system: System, size: int | None, guard: SignalGuard | None
 ) -> tuple[Status, str, tuple[Matrix, ...]]:
-    """filter() then run(); returns (status, message, matrices). InterruptedRun passes."""
+    """filter() then run() then the check of what it returned; returns (status, message,
+    matrices). Anything raised is an Error, except a signal's interrupt (:func:`_passes`)."""
     assert entry.cls is not None
+    stage = "filter()"
     try:
         testcase = entry.create(system)
         if not testcase.filter():
-            return Status.WAIVED, testcase.waive_reason, ()
-    except InterruptedRun:
-        raise
-    except Exception as exc:
-        return Status.ERROR, f"{entry.plugin} {entry.key}: filter() failed: {_describe(exc)}", ()
-    try:
+            return Status.WAIVED, str(testcase.waive_reason), ()
+        stage = "run()"
         system.load_kernel_modules(testcase.kernel_modules)
         loops = system.options.loops
         value = testcase.run(size if size is not None else DEFAULT_BUFFER_SIZE, loops)
-    except InterruptedRun:
-        raise
-    except GpubwError as exc:  # a CUDA error, a verification mismatch, ...: as it is
-        return Status.ERROR, str(exc), ()
-    except Exception as exc:  # a plugin bug: name the distribution and the testcase
-        return Status.ERROR, f"{entry.plugin} {entry.key}: run() failed: {_describe(exc)}", ()
-    checked = _check_matrices(value)
+        stage = "checking what run() returned"
+        checked = _check_matrices(value)
+    except BaseException as exc:  # SystemExit, a plugin's own KeyboardInterrupt, ...
+        if _passes(exc, guard):
+            raise
+        if isinstance(exc, GpubwError) and stage == "run()":
+            return Status.ERROR, str(exc), ()  # a CUDA error, a verification mismatch: as is
+        return Status.ERROR, f"{entry.plugin} {entry.key}: {stage} failed: {_describe(exc)}", ()
     if isinstance(checked, str):
         return Status.ERROR, f"{entry.plugin} {entry.key}: {checked}", ()
     return Status.PASSED, "", checked
+
+
+@attrs.define
+class _RunState:
+    """What a run has so far, readable from the signal watchdog's thread."""
+
+    meta: dict[str, Any]
+    warnings: list[str]
+    started: str
+    t0: float
+    results: list[TestcaseResult] = attrs.field(factory=list)
+    #: the step running now: (its TestcaseResult fields, its start time, its place in
+    #: ``results``), or None
+    current: tuple[dict[str, Any], float, int] | None = None
+
+    def report(self, signum: int | None, extra_warnings: Sequence[str] = ()) -> Report:
+        return Report(
+            testcases=list(self.results),
+            warnings=[*self.warnings, *extra_warnings],
+            signal=None if signum is None else signal.Signals(signum).name,
+            started=self.started,
+            finished=_now(),
+            duration_s=time.perf_counter() - self.t0,
+            **self.meta,
+        )
+
+    def snapshot(self, guard: SignalGuard) -> Report:
+        """The report as it stands, the running step Interrupted (for the watchdog)."""
+        signum = guard.signum if guard.signum is not None else int(signal.SIGINT)
+        name = signal.Signals(signum).name
+        results = list(self.results)
+        current = self.current
+        extra = []
+        if current is not None and current[2] == len(results):  # not yet in the results
+            common, t0, _ = current
+            results.append(
+                TestcaseResult(
+                    status=Status.INTERRUPTED,
+                    message=f"interrupted by {name}; it did not stop within "
+                    f"{guard.grace_s:g} s of a second signal, so gpubw did not wait for it",
+                    duration_s=time.perf_counter() - t0,
+                    **common,
+                )
+            )
+            extra.append(
+                f"the report was written without waiting for {common['key']}, which did not "
+                f"stop within {guard.grace_s:g} s of a second signal; its resources were "
+                "freed by the process exit"
+            )
+        state = attrs.evolve(self, results=results, current=None)
+        return state.report(signum, extra)
 
 
 def run(
@@ -256,6 +299,7 @@ def run(
     warnings: Sequence[str] = (),
     progress: ProgressCallback | None = None,
     handle_signals: bool = False,
+    capture_output: bool = True,
 ) -> Report:
     """Run ``selection`` at every size of ``options.buffer_sizes`` on the System that
     ``open_system(options)`` opens.
@@ -264,39 +308,78 @@ def run(
     the Report's ``error`` (except :class:`NoDriverError`, which is raised for the caller to
     explain). A buffer size that cannot fit in a device's or the host's memory raises
     :class:`UsageError` before anything runs (:func:`check_sizes`). ``handle_signals``
-    installs SIGINT/SIGTERM handlers for the run (main thread only) and puts the old ones
-    back. The System is always closed.
+    uses the installed :class:`gpubw.interrupts.SignalGuard` (the CLI's), or installs one
+    for the run (main thread only) and puts the old handlers back; a signal that arrived
+    before the System opened gives an interrupted Report with no testcases.
+    ``capture_output`` (default True) keeps what plugin code prints to standard output out
+    of it, as each result's ``output``. The System is always closed.
     """
-    options = options or RunOptions()
+    guard = current() if handle_signals else None
+    own = None
+    if handle_signals and guard is None:
+        own = SignalGuard()
+        guard = own if own.install() else None
+    try:
+        return _run(
+            open_system,
+            selection,
+            options or RunOptions(),
+            invocation=invocation,
+            system_name=system_name,
+            warnings=warnings,
+            progress=progress,
+            guard=guard,
+            capture_output=capture_output,
+        )
+    finally:
+        if own is not None:
+            own.uninstall()
+
+
+def _run(
+    open_system: Callable[[RunOptions], System],
+    selection: Sequence[Selected],
+    options: RunOptions,
+    *,
+    invocation: Invocation | None,
+    system_name: str,
+    warnings: Sequence[str],
+    progress: ProgressCallback | None,
+    guard: SignalGuard | None,
+    capture_output: bool,
+) -> Report:
     sizes = options.buffer_sizes
-    started, t0 = _now(), time.perf_counter()
-    all_warnings = [*warnings, *small_buffer_warnings(selection, sizes)]
-    meta: dict[str, Any] = dict(
-        tool="gpubw",
-        tool_version=__version__,
-        system_name=system_name,
-        host=socket.gethostname(),
-        run_options=options,
-        invocation=invocation,
+    state = _RunState(
+        meta=dict(
+            tool="gpubw",
+            tool_version=__version__,
+            system_name=system_name,
+            host=socket.gethostname(),
+            run_options=options,
+            invocation=invocation,
+            backend="simulated" if system_name else "cuda",
+            simulated=bool(system_name),
+            versions=software_versions({}),
+            devices=(),
+        ),
+        warnings=[*warnings, *small_buffer_warnings(selection, sizes)],
+        started=_now(),
+        t0=time.perf_counter(),
     )
+    if guard is not None:
+        guard.snapshot = lambda: state.snapshot(guard)
+        if guard.signum is not None:  # stopped before anything started
+            return _final(state, guard)
 
     try:
         system = open_system(options)
     except NoDriverError:
         raise
     except GpubwError as exc:
-        return Report(
-            backend="simulated" if system_name else "cuda",
-            simulated=bool(system_name),
-            versions=software_versions({}),
-            devices=(),
-            warnings=all_warnings,
-            error=f"could not start: {exc}",
-            started=started,
-            finished=_now(),
-            duration_s=time.perf_counter() - t0,
-            **meta,
-        )
+        report = attrs.evolve(state.report(None), error=f"could not start: {exc}")
+        if guard is not None:
+            guard.snapshot = lambda: report
+        return report
 
     if system.options != options:
         system.close()
@@ -310,66 +393,77 @@ def run(
         system.close()
         raise
 
-    results: list[TestcaseResult] = []
-    signals = _Signals(handle_signals)
     backend = system.backend
-    meta.update(backend=backend.name, simulated=bool(backend.simulated), versions={}, devices=())
+    state.meta.update(backend=backend.name, simulated=bool(backend.simulated), versions={})
     try:
-        signals.install()
-        meta.update(
+        state.meta.update(
             versions=software_versions(backend.versions()),
             devices=tuple(device_record(d) for d in system.devices),
         )
-        _run_all(system, selection, signals, results, progress)
-    except InterruptedRun:
-        pass  # recorded in signals; the interrupted testcase, if any, is in results
+        if progress is not None:
+            header = Report(warnings=list(state.warnings), started=state.started, **state.meta)
+            progress = _with_header(progress, header)
+        _run_all(system, selection, guard, state, progress, capture_output)
     finally:
-        signals.raising = False
         try:
             system.close()
         except Exception as exc:
-            all_warnings.append(f"freeing the system's resources failed: {_describe(exc)}")
-        finally:
-            signals.uninstall()
+            state.warnings.append(f"freeing the system's resources failed: {_describe(exc)}")
+    return _final(state, guard)
 
-    stopped_by = None if signals.signum is None else signal.Signals(signals.signum).name
-    return Report(
-        testcases=results,
-        warnings=all_warnings,
-        signal=stopped_by,
-        started=started,
-        finished=_now(),
-        duration_s=time.perf_counter() - t0,
-        **meta,
-    )
+
+def _final(state: _RunState, guard: SignalGuard | None) -> Report:
+    """The run's Report; the guard's snapshot becomes this complete report."""
+    report = state.report(None if guard is None else guard.signum)
+    if guard is not None:
+        guard.snapshot = lambda: report
+    return report
+
+
+def _with_header(progress: ProgressCallback, header: Report) -> ProgressCallback:
+    """``progress`` with every event carrying the run's ``header``."""
+
+    def call(event: Progress) -> None:
+        progress(attrs.evolve(event, header=header))
+
+    return call
 
 
 def _run_all(
     system: System,
     selection: Sequence[Selected],
-    signals: _Signals,
-    results: list[TestcaseResult],
+    guard: SignalGuard | None,
+    state: _RunState,
     progress: ProgressCallback | None,
+    capture_output: bool,
 ) -> None:
-    """Every step in order, appending to ``results``; stops after an interrupted one."""
+    """Every step in order, appending to ``state.results``; stops once a signal arrived."""
     sizes = system.options.buffer_sizes
     total = sum(len(_steps(item, sizes)) for item in selection)
     done = 0
     for item in selection:
         for size in _steps(item, sizes):
+            if guard is not None and guard.signum is not None:
+                return
             key = item.key if isinstance(item, Entry) else item.token
             if progress is not None:
                 progress(Progress("start", done, total, key, size))
-            result = _step(item, system, size, signals)
-            results.append(result)
+            result = _step(item, system, size, guard, state, capture_output)
+            state.results.append(result)
+            state.current = None
             done += 1
             if progress is not None:
                 progress(Progress("end", done, total, key, size, result))
-            if signals.signum is not None:
-                return
 
 
-def _step(item: Selected, system: System, size: int | None, signals: _Signals) -> TestcaseResult:
+def _step(
+    item: Selected,
+    system: System,
+    size: int | None,
+    guard: SignalGuard | None,
+    state: _RunState,
+    capture_output: bool,
+) -> TestcaseResult:
     """One testcase at one size, always as a TestcaseResult (Interrupted included)."""
     if isinstance(item, Unresolved):
         return TestcaseResult(item.token, Status.NOT_FOUND, item.message)
@@ -388,25 +482,32 @@ def _step(item: Selected, system: System, size: int | None, signals: _Signals) -
             **common,
         )
     t0 = time.perf_counter()
+    state.current = (common, t0, len(state.results))
+    capture = OutputCapture() if capture_output else None
     try:
-        status, message, matrices = _run_one(item, system, size)
+        with (
+            capture or contextlib.nullcontext(),
+            guard.interruptible() if guard is not None else contextlib.nullcontext(),
+        ):
+            status, message, matrices = _run_one(item, system, size, guard)
     except InterruptedRun as exc:
-        name = signal.Signals(exc.signum).name
-        status, message, matrices = Status.INTERRUPTED, f"interrupted by {name}", ()
+        signum = guard.signum if guard is not None and guard.signum is not None else exc.signum
+        status, message, matrices = Status.INTERRUPTED, f"interrupted by {_name(signum)}", ()
     finally:
         _release(system)
     if status is not Status.PASSED and status is not Status.WAIVED:
         # a failed testcase's buffers may sit idle in the pool: give the memory back
         with contextlib.suppress(Exception):
             system.release_pool()
-    if signals.signum is not None and status is not Status.INTERRUPTED:
+    if guard is not None and guard.signum is not None and status is not Status.INTERRUPTED:
         # the signal arrived while the plugin swallowed it (a broad except): still stop
-        name = signal.Signals(signals.signum).name
+        name = signal.Signals(guard.signum).name
         status, message, matrices = Status.INTERRUPTED, f"interrupted by {name}", ()
     return TestcaseResult(
         status=status,
         message=message,
         matrices=matrices,
         duration_s=time.perf_counter() - t0,
+        output=capture.text if capture is not None else "",
         **common,
     )

@@ -27,6 +27,8 @@ class System:
         self.backend = backend
         self.options = options or RunOptions()
         self.devices: Sequence[DeviceInfo] = tuple(backend.devices())
+        if self.options.host_huge_pages:  # refuse now when the host has too few
+            backend.enable_host_huge_pages(max(self.options.buffer_sizes))
         #: every buffer's memory, the run's scratch, patterns and the gate page
         self.pool = BufferPool(backend, self.devices, self.options)
         #: the spin gate (its page belongs to the pool)

@@ -7,12 +7,15 @@ name. Work runs in each device's primary context, retained on first use and rele
 memory, modules), so a run never leaks. Kernels are compiled by NVRTC for each device's
 exact architecture (see :mod:`gpubw.kernels.cache`) and loaded up front.
 
-This backend never creates multicast objects; it only reads whether a device supports them.
+Memory shared across processes (fabric, POSIX-fd and IPC handles, multicast objects) is in
+:mod:`gpubw.backend.cuda_sharing`; multicast objects are never created where the environment
+disables them (:func:`gpubw.backend.base.multicast_disabled`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import time
 from collections.abc import Sequence
@@ -22,9 +25,11 @@ from typing import Any
 import attrs
 
 from gpubw.backend.base import Backend, DeviceInfo, KernelArg
+from gpubw.backend.cuda_sharing import CudaSharingMixin
 from gpubw.errors import (
     CudaError,
     GateTimeoutError,
+    GpubwError,
     KernelCompileError,
     NoDriverError,
     UsageError,
@@ -191,7 +196,11 @@ class _Event:
     device: int
 
 
-class CudaBackend(Backend):
+#: mmap flags of a huge-page host buffer: MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB (Linux)
+HUGE_MMAP_FLAGS = 0x02 | 0x20 | 0x40000
+
+
+class CudaBackend(CudaSharingMixin, Backend):
     """The CUDA driver, through ``cuda.bindings.driver``."""
 
     name = "cuda"
@@ -221,9 +230,18 @@ class CudaBackend(Backend):
         self._events: set[_Event] = set()
         self._device_memory: dict[int, int] = {}  # pointer -> device
         self._host_memory: dict[int, int] = {}  # pointer -> device whose context allocated it
+        self._huge: dict[int, int] = {}  # huge-page host buffers: pointer -> mapped bytes
+        self._init_sharing()
         self._closed = False
 
     # -- helpers --------------------------------------------------------------------------
+    def _cu(self) -> Any:
+        """The driver module (tests replace this module's ``cu``)."""
+        return cu
+
+    def _call(self, call: str, result: tuple[Any, ...]) -> Any:
+        return _check(call, result)
+
     def _device_index(self, device: int) -> int:
         if not isinstance(device, int) or not 0 <= device < len(self._handles):
             raise UsageError(f"no device {device!r}; devices are 0..{len(self._handles) - 1}")
@@ -360,17 +378,59 @@ class CudaBackend(Backend):
             raise UsageError(f"host allocation size must be positive, got {nbytes}")
         owner = 0 if device is None else self._device_index(device)
         self._use(owner)
-        pointer = int(
-            _check("cuMemHostAlloc", cu.cuMemHostAlloc(nbytes, cu.CU_MEMHOSTALLOC_PORTABLE))
-        )
+        if self.host_huge_pages:
+            pointer = self._alloc_huge(nbytes)
+        else:
+            pointer = int(
+                _check("cuMemHostAlloc", cu.cuMemHostAlloc(nbytes, cu.CU_MEMHOSTALLOC_PORTABLE))
+            )
         self._host_memory[pointer] = owner
         return pointer
+
+    def _alloc_huge(self, nbytes: int) -> int:
+        """Host memory from huge pages (mmap MAP_HUGETLB), pinned and mapped for every
+        context with cuMemHostRegister; freed by :meth:`_free_huge`."""
+        hp = self.huge_pages()
+        page = hp[0] if hp else 2 << 20
+        size = -(-nbytes // page) * page
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]  # fmt: skip
+        addr = libc.mmap(None, size, 0x1 | 0x2, HUGE_MMAP_FLAGS, -1, 0)  # PROT_READ|WRITE
+        if addr in (None, ctypes.c_void_p(-1).value):
+            err = ctypes.get_errno()
+            raise GpubwError(
+                f"mmap(MAP_HUGETLB) of {size} bytes failed: {os.strerror(err)} "
+                f"(free huge pages: {hp[1] if hp else 'unknown'}; /proc/meminfo HugePages_Free)"
+            )
+        try:
+            _check(
+                "cuMemHostRegister",
+                cu.cuMemHostRegister(addr, size, cu.CU_MEMHOSTREGISTER_PORTABLE),
+            )
+        except BaseException:
+            libc.munmap(ctypes.c_void_p(addr), ctypes.c_size_t(size))
+            raise
+        self._huge[int(addr)] = size
+        return int(addr)
+
+    def _free_huge(self, pointer: int) -> None:
+        size = self._huge.pop(pointer)
+        try:
+            _check("cuMemHostUnregister", cu.cuMemHostUnregister(pointer))
+        finally:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.munmap(ctypes.c_void_p(pointer), ctypes.c_size_t(size))
 
     def free_host(self, pointer: int) -> None:
         owner = self._host_memory.pop(pointer, None)
         if owner is None:
             raise UsageError(f"0x{pointer:x} is not pinned memory allocated by this backend")
         self._use(owner)
+        if pointer in self._huge:
+            self._free_huge(pointer)
+            return
         _check("cuMemFreeHost", cu.cuMemFreeHost(pointer))
 
     def host_write(self, pointer: int, data: bytes) -> None:
@@ -583,10 +643,18 @@ class CudaBackend(Backend):
         for e in list(self._events):
             attempt(e.device, "cuEventDestroy", cu.cuEventDestroy, e.handle)
         self._events.clear()
+        errors.extend(self._release_sharing())  # mappings of other ranks' memory, exports
         for pointer, device in list(self._device_memory.items()):
             attempt(device, "cuMemFree", cu.cuMemFree, pointer)
         self._device_memory.clear()
         for pointer, device in list(self._host_memory.items()):
+            if pointer in self._huge:
+                try:
+                    self._use(device)
+                    self._free_huge(pointer)
+                except BaseException as exc:
+                    errors.append(exc)
+                continue
             attempt(device, "cuMemFreeHost", cu.cuMemFreeHost, pointer)
         self._host_memory.clear()
         for device, modules in list(self._modules.items()):

@@ -48,6 +48,16 @@ KERNELS: dict[str, KernelSpec] = {
             "correct; blocks of at most 512 threads (see initiators.copy_launch_shape).",
         ),
         KernelSpec(
+            "gpubw_copy_flat",
+            ("ptr", "ptr", "u64", "u32"),
+            "(dst, src, elements, loops): the same copy as gpubw_copy, over the pass-major "
+            "(pass, piece of blockDim 16-byte elements) space: launched with loops x pieces "
+            "blocks, each block copies one piece of one pass and exits (device-local copies "
+            "beyond L2: initiators.flat_copy_launches). Any grid is correct; a grid of exactly "
+            "`pieces` blocks would re-copy each piece from L2, so use loops x pieces or a "
+            "resident grid; blocks of at most 512 threads.",
+        ),
+        KernelSpec(
             "gpubw_copy_split_warp",
             ("ptr", "ptr", "u64", "u32"),
             "(dst, src, elements, loops): element e belongs to group e / 32; elements of odd "

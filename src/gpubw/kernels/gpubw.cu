@@ -31,23 +31,92 @@
 #ifndef GPUBW_COPY_TILED
 #define GPUBW_COPY_TILED 1
 #endif
-// Cache hints of the copy loads/stores: 0 = .cg loads and stores (L2 only); 1 = .cs loads and
-// stores (streaming, evict-first; ld.cs may allocate in L1, so a tiny buffer copied `loops`
-// times by the same block could be served from L1: tuning only); 2 = .cg loads (never L1)
-// with .cs stores (evict-first in L2, so copied data does not push out what is still read).
+// Cache operators of the copy's loads and stores (benchmarks/tune_copy.py measures them).
+// Loads: 0 = ld.global.cg (L2 only); 3 = ld.global.cs (streaming; may allocate in L1, so a
+// tiny buffer copied `loops` times by the same block could be served from L1: tuning only);
+// 4 = ld.global.nc.L1::no_allocate; 5 = ld.global.cg.L2::256B (256-byte L2 prefetch);
+// 6 = ld.global.L1::no_allocate with an L2 evict-first policy.
+// Stores: 0 = st.global; 1 = st.global.cs (evict-first in L2, so copied data does not push out
+// what is still to be read); 2 = st.global.cg; 3 = st.global.L1::no_allocate; 4 = st.global
+// with an L2 evict-first policy.
+// GPUBW_COPY_HINT (earlier tuning runs) sets both: 0 = cg/cg, 1 = cs/cs, 2 = cg/cs.
 #ifndef GPUBW_COPY_HINT
 #define GPUBW_COPY_HINT 2
 #endif
+#ifndef GPUBW_COPY_LD
 #if GPUBW_COPY_HINT == 1
-#define GPUBW_LD(p) __ldcs(p)
-#define GPUBW_ST(p, v) __stcs((p), (v))
-#elif GPUBW_COPY_HINT == 2
-#define GPUBW_LD(p) __ldcg(p)
-#define GPUBW_ST(p, v) __stcs((p), (v))
+#define GPUBW_COPY_LD 3
 #else
-#define GPUBW_LD(p) __ldcg(p)
-#define GPUBW_ST(p, v) __stcg((p), (v))
+#define GPUBW_COPY_LD 0
 #endif
+#endif
+#ifndef GPUBW_COPY_ST
+#if GPUBW_COPY_HINT == 0
+#define GPUBW_COPY_ST 2
+#else
+#define GPUBW_COPY_ST 1
+#endif
+#endif
+
+#if GPUBW_COPY_LD == 0
+#define GPUBW_LD_OP "ld.global.cg.v4.u32"
+#elif GPUBW_COPY_LD == 3
+#define GPUBW_LD_OP "ld.global.cs.v4.u32"
+#elif GPUBW_COPY_LD == 4
+#define GPUBW_LD_OP "ld.global.nc.L1::no_allocate.v4.u32"
+#elif GPUBW_COPY_LD == 5
+#define GPUBW_LD_OP "ld.global.cg.L2::256B.v4.u32"
+#elif GPUBW_COPY_LD != 6
+#error "GPUBW_COPY_LD must be 0, 3, 4, 5 or 6"
+#endif
+
+// The copy's 16-byte load (not volatile: each element is loaded once per pass, and the pass
+// loop's stores keep every pass's loads alive).
+__device__ __forceinline__ uint4 copy_ld(const uint4 *p) {
+    uint4 v;
+#if GPUBW_COPY_LD == 6
+    asm("{ .reg .b64 pol;\n\t"
+        "createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n\t"
+        "ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], pol; }"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p)
+        : "memory");
+#else
+    asm(GPUBW_LD_OP " {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p)
+        : "memory");
+#endif
+    return v;
+}
+
+#if GPUBW_COPY_ST == 0
+#define GPUBW_ST_OP "st.global.v4.u32"
+#elif GPUBW_COPY_ST == 1
+#define GPUBW_ST_OP "st.global.cs.v4.u32"
+#elif GPUBW_COPY_ST == 2
+#define GPUBW_ST_OP "st.global.cg.v4.u32"
+#elif GPUBW_COPY_ST == 3
+#define GPUBW_ST_OP "st.global.L1::no_allocate.v4.u32"
+#elif GPUBW_COPY_ST != 4
+#error "GPUBW_COPY_ST must be 0 to 4"
+#endif
+
+__device__ __forceinline__ void copy_st(uint4 *p, uint4 v) {
+#if GPUBW_COPY_ST == 4
+    asm volatile("{ .reg .b64 pol;\n\t"
+                 "createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n\t"
+                 "st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, pol; }" ::"l"(p),
+                 "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+#else
+    asm volatile(GPUBW_ST_OP " [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+                 "r"(v.w)
+                 : "memory");
+#endif
+}
+#define GPUBW_LD(p) copy_ld(p)
+#define GPUBW_ST(p, v) copy_st((p), (v))
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -141,6 +210,42 @@ extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK, GPUBW_COPY_MIN_BL
     gpubw_copy(uint4 *__restrict__ dst, const uint4 *__restrict__ src, u64 elements, u32 loops) {
     for (u32 l = 0; l < loops; ++l) {
         copy_pass(dst, src, elements);
+    }
+}
+
+// Elements per thread of gpubw_copy_flat (benchmarks/tune_copy.py flat, H200, 4 GiB
+// device-local, launched with loops x pieces blocks: one element per thread in 128-thread
+// blocks 4,294-4,318 GB/s read + write, 256-thread blocks 4,233-4,274, two per thread in
+// 128-thread blocks 4,257-4,266; gpubw_copy's resident grid 3,940-3,947).
+#ifndef GPUBW_FLAT_UNROLL
+#define GPUBW_FLAT_UNROLL 1
+#endif
+
+// (dst, src, elements, loops): the same copy as gpubw_copy, `loops` times, over the
+// pass-major (pass, piece) space: step k copies piece k % pieces (blockDim x FLAT_UNROLL
+// consecutive elements) of pass k / pieces. Launched with loops x pieces blocks (gpubw's
+// device-local SM copies beyond L2: initiators.flat_copy_launches), every block copies one
+// piece of one pass and exits; blocks start in index order, so the elements in flight stay
+// one compact window moving through the buffers (what makes a one-shot grid of small blocks
+// faster on HBM than a resident grid whose blocks drift apart). Any grid is correct; a grid
+// of exactly `pieces` blocks would copy each piece `loops` times in a row (served from L2):
+// launch loops x pieces, or a resident grid.
+extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK)
+    gpubw_copy_flat(uint4 *__restrict__ dst, const uint4 *__restrict__ src, u64 elements,
+                    u32 loops) {
+    const u64 bd = (u64)blockDim.x, piece = bd * (u64)GPUBW_FLAT_UNROLL;
+    const u64 pieces = (elements + piece - 1) / piece, total = pieces * (u64)loops;
+    for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
+        const u64 base = (k % pieces) * piece, t = base + (u64)threadIdx.x;
+        if (base + piece <= elements) {
+            uint4 v[GPUBW_FLAT_UNROLL];
+#pragma unroll
+            for (int u = 0; u < GPUBW_FLAT_UNROLL; ++u) v[u] = GPUBW_LD(src + t + (u64)u * bd);
+#pragma unroll
+            for (int u = 0; u < GPUBW_FLAT_UNROLL; ++u) GPUBW_ST(dst + t + (u64)u * bd, v[u]);
+        } else {
+            for (u64 i = t; i < elements; i += bd) GPUBW_ST(dst + i, GPUBW_LD(src + i));
+        }
     }
 }
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from gpubw.expect import FAIL, WARN, cell_noise, format_verdict, worst_first
+from gpubw.nvml import DeviceFacts, device_facts
 from gpubw.results import KIND_LATENCY, Matrix, Report, Status, TestcaseResult
 from gpubw.sizes import format_size
 from gpubw.writers import (
@@ -49,16 +51,69 @@ def _cell(value: float | None, scale: float) -> str:
 
 
 class TextWriter(Writer):
-    """nvbandwidth-style plain text."""
+    """nvbandwidth-style plain text, printed testcase by testcase as the run goes."""
 
     name = "text"
+    streams = True
+    #: while a judged run streams: the verdicts on one finished testcase (set by the CLI to
+    #: :meth:`gpubw.acceptance.RunWatch.verdicts_of`), printed after the matrices they judge
+    verdicts_of: Callable[[TestcaseResult], Sequence[Any]] | None = None
+
+    def __init__(self, *, verbose: bool = False, perf_formatter: bool = False) -> None:
+        super().__init__(verbose=verbose, perf_formatter=perf_formatter)
+        self._header: Report | None = None
+        self._sweep = False
+        self._written = 0
 
     def write(self, report: Report, stream: TextIO) -> None:
         stream.write("\n".join(self.lines(report)) + "\n")
 
-    # -- the document ---------------------------------------------------------------------
+    # -- as the run goes --------------------------------------------------------------------
+    def begin(self, header: Report, stream: TextIO) -> None:
+        """Print the header (versions, host, devices) now."""
+        self._header, self._written = header, 0
+        self._sweep = _several_sizes(header)
+        _emit(stream, self.header_lines(header))
+
+    def testcase(self, result: TestcaseResult, stream: TextIO) -> None:
+        """Print one finished testcase (its matrices, or why it has none)."""
+        if self._header is None:
+            return
+        swept = self._sweep and result.size is not None
+        verdicts = self.verdicts_of(result) if self.verdicts_of is not None else ()
+        lines = self.testcase_lines(result, self.verbose, self.perf_formatter, swept, verdicts)
+        _emit(stream, lines)
+        self._written += 1
+
+    def end(self, report: Report, stream: TextIO) -> None:
+        """Print what needs the whole run (size tables, the NOTE); the whole report if
+        nothing was printed yet."""
+        header, self._header = self._header, None
+        if header is None:
+            self.write(report, stream)
+            return
+        out: list[str] = []
+        for t in report.testcases[self._written :]:  # none when every event came
+            out += self.testcase_lines(t, self.verbose, self.perf_formatter, False)
+        late = [w for w in report.warnings if w not in header.warnings]
+        if late:  # e.g. freeing the system failed: said at the end, not in the header
+            out += [*late, ""]
+        out += self.footer_lines(report, sweeps(report))
+        _emit(stream, out)
+
+    # -- the document -----------------------------------------------------------------------
     def lines(self, report: Report) -> list[str]:
-        verbose, perf = self.verbose, self.perf_formatter
+        swept, several = sweeps(report), _several_sizes(report)
+        out = self.header_lines(report)
+        for t in report.testcases:
+            says_size = t.key in swept or several  # as begin/testcase decide it, run or not
+            out += self.testcase_lines(
+                t, self.verbose, self.perf_formatter, says_size, report.verdicts
+            )
+        return out + self.footer_lines(report, swept)
+
+    def header_lines(self, report: Report) -> list[str]:
+        """Everything before the first testcase."""
         out: list[str] = []
         if report.simulated:
             out.append(simulated_banner(report))
@@ -78,14 +133,20 @@ class TextWriter(Writer):
         for i, d in enumerate(report.devices):
             ordinal = d.get("ordinal", i)
             out.append(f"Device {ordinal}: {d.get('name', 'unknown')} ({device_pci_short(d)})")
+            if self.verbose:
+                out += device_facts_lines(d)
         out.append("")
         if report.error:
             out.append(f"ERROR: {report.error}")
-        swept = sweeps(report)
-        for t in report.testcases:
-            out += self.testcase_lines(t, verbose, perf, t.key in swept)
+        return out
+
+    def footer_lines(self, report: Report, swept: dict[str, list[TestcaseResult]]) -> list[str]:
+        """Everything after the last testcase: size tables, how the run ended, the NOTE."""
+        out: list[str] = []
         for key, results in swept.items():
             out += sweep_table(key, results)
+        if report.expectations is not None:  # the run was judged: every verdict, worst first
+            out += verdict_summary(report)
         if report.interrupted:
             out += ["Interrupted: the run stopped before every selected testcase ran.", ""]
         if not report.error:
@@ -96,8 +157,15 @@ class TextWriter(Writer):
 
     # -- one testcase ---------------------------------------------------------------------
     def testcase_lines(
-        self, t: TestcaseResult, verbose: bool, perf: bool, swept: bool = False
+        self,
+        t: TestcaseResult,
+        verbose: bool,
+        perf: bool,
+        swept: bool = False,
+        verdicts: Sequence[Any] = (),
     ) -> list[str]:
+        """One testcase; ``verdicts`` (the report's) are printed after the matrix they
+        judge."""
         if t.status is Status.WAIVED:
             return [f"Waived: {t.key}: {t.message}" if t.message else f"Waived: {t.key}"]
         if t.status is Status.NOT_FOUND:
@@ -109,11 +177,31 @@ class TextWriter(Writer):
             if verbose:
                 out += sample_lines(m)
             out += matrix_lines(m, verbose, perf)
+            if verbose and m.samples:
+                out += spread_lines(m)
+            mine = [v for v in verdicts if v.matrix == m.key and v.testcase == t.key
+                    and v.size == t.size]  # fmt: skip
+            if mine:
+                out += [f"  {format_verdict(v)}" for v in mine] + [""]
         if t.status is Status.ERROR:
             out += [f"ERROR: {t.message or 'testcase failed'}", ""]
         elif t.status is Status.INTERRUPTED:
             out += [f"Interrupted: {t.message or 'testcase did not finish'}", ""]
         return out
+
+
+def _several_sizes(report: Report) -> bool:
+    """True when the run measured at several buffer sizes: then every sized testcase says its
+    size (``Buffer size:``), known before the first one runs (also when all but one size of a
+    testcase failed, which :func:`sweeps` alone would not count as a sweep)."""
+    return len(set(report.run_options.buffer_sizes)) > 1
+
+
+def _emit(stream: TextIO, lines: list[str]) -> None:
+    """Write ``lines`` (each ended by a newline) and flush, so that a reader sees them now."""
+    if lines:
+        stream.write("\n".join(lines) + "\n")
+        stream.flush()
 
 
 def matrix_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[str]:
@@ -140,6 +228,108 @@ def matrix_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[s
         out.append(f"AVG {m.key} {_f(avg)}")
     out.append(counting_line(m))
     out.append("")
+    return out
+
+
+def spread_lines(m: Matrix) -> list[str]:
+    """Verbose: the coefficient of variation of each cell's samples, in %, as a matrix."""
+    noise = cell_noise(m)
+    if not noise:
+        return []
+    w = max([2, *(len(label) for label in m.row_labels)])
+    out = [f"CV (%) {m.key}", " " * w + "".join(f"{c:>10}" for c in m.column_labels)]
+    for label, row in zip(m.row_labels, noise):
+        cells = ("N/A" if n is None or n.cv is None else f"{n.cv * 100:.2f}" for n in row)
+        out.append(f"{label:>{w}}" + "".join(f"{c:>10}" for c in cells))
+    out.append("")
+    return out
+
+
+def verdict_summary(report: Report) -> list[str]:
+    """The verdicts, worst first, and what the cells were judged against."""
+    exp = report.expectations or {}
+    against = [f"expectations {exp['name']} ({exp['source']})" if exp.get("source") else ""]
+    if exp.get("outlier_pct") is not None:
+        against.append(f"outliers below {exp['outlier_pct']:g} % of their peers' median")
+    if exp.get("cv_threshold") is not None:
+        against.append(f"noise above CV {exp['cv_threshold']:.0%}")
+    fails = [v for v in report.verdicts if v.severity == FAIL]
+    warns = [v for v in report.verdicts if v.severity == WARN]
+    out = ["Verdicts (judged against: " + "; ".join(a for a in against if a) + "):"]
+    if not fails and not warns:
+        out.append("  PASS: every judged cell is as fast as expected")
+    out += [f"  {format_verdict(v)}" for v in worst_first([*fails, *warns])]
+    if fails:
+        gpus = sorted({str(e) for v in fails for e in v.devices})
+        out.append(
+            f"BELOW EXPECTATION: {len(fails)} cell{'s' if len(fails) != 1 else ''} failed"
+            + (f" ({'; '.join(gpus)})" if gpus else "")
+            + f"; {len(warns)} noisy; exit code 3"
+        )
+    elif warns:
+        out.append(f"PASS with {len(warns)} noisy cell{'s' if len(warns) != 1 else ''}")
+    out.append("")
+    return out
+
+
+def device_facts_lines(record: Any) -> list[str]:
+    """Verbose: a device record's NVML facts (start of run; clocks again at the end)."""
+    f = device_facts(record)
+    if f is None:
+        return []
+    out = facts_lines(f)
+    end = device_facts(record, "nvml_end")
+    if end is not None and end.clocks is not None and end.clocks != f.clocks:
+        c = end.clocks
+        out.append(
+            f"  at the end: SM {c.sm_mhz}/{c.sm_max_mhz} MHz; clock reasons: "
+            + (", ".join(c.reasons) or "none")
+        )
+    return out
+
+
+def facts_lines(f: DeviceFacts, indent: str = "  ") -> list[str]:
+    """NVML facts of one device, for people (``gpubw info`` and ``-v`` text)."""
+    out = []
+    ids = ", ".join(x for x in (f.uuid and f"UUID {f.uuid}", f.serial and f"serial {f.serial}",
+                                f.vbios and f"VBIOS {f.vbios}") if x)  # fmt: skip
+    if ids:
+        out.append(indent + ids)
+    if f.pcie is not None:
+        down = ""
+        if f.pcie.width_degraded:
+            down = " (DEGRADED: fewer lanes than the link has)"
+        elif f.pcie.gen_below_max:
+            down = " (below its maximum generation: normal at idle, a fault under load)"
+        out.append(f"{indent}{f.pcie}{down}")
+    out.append(indent + (str(f.nvlink) if f.nvlink is not None else "NVLink: none"))
+    ecc = "ECC " + {True: "on", False: "off", None: "?"}[f.ecc_enabled]
+    if f.ecc_enabled:
+        ecc += (f" (volatile errors: {f.ecc_volatile_corrected} corrected, "
+                f"{f.ecc_volatile_uncorrected} uncorrected)")  # fmt: skip
+    flags = [
+        ecc,
+        "persistence mode " + {True: "on", False: "off", None: "?"}[f.persistence_mode],
+        "MIG " + {True: "on", False: "off", None: "?"}[f.mig_enabled],
+    ]
+    out.append(indent + "; ".join(flags))
+    c = f.clocks
+    if c is not None:
+        parts = []
+        if c.sm_mhz is not None:
+            parts.append(f"SM {c.sm_mhz}/{c.sm_max_mhz or '?'} MHz")
+        if c.memory_mhz is not None:
+            parts.append(f"memory {c.memory_mhz}/{c.memory_max_mhz or '?'} MHz")
+        if c.power_w is not None:
+            parts.append(f"power {c.power_w:.0f}/{c.power_limit_w or 0:.0f} W")
+        if c.temperature_c is not None:
+            parts.append(f"{c.temperature_c} C")
+        parts.append("clock reasons: " + (", ".join(c.reasons) or "none"))
+        out.append(indent + "clocks " + "; ".join(parts))
+    if f.processes:
+        out.append(indent + "compute processes: pid " + ", ".join(str(p) for p in f.pids))
+    if f.unavailable:
+        out.append(indent + "not available: " + ", ".join(k for k, _ in f.unavailable))
     return out
 
 

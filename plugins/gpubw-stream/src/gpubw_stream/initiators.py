@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from gpubw import Buffer, Copy, DeviceInfo, Initiator, KernelArg, System, ptr, u32, u64
 
 from gpubw_stream.dtypes import VECTOR_BYTES, DType
-from gpubw_stream.kernels import BLOCK, launch_grid
+from gpubw_stream.kernels import BLOCK, FLAT, flat_block, flat_launches, launch_grid
 from gpubw_stream.metrics import strided_count
 
 #: Initial values of the arrays called a, b and c.
@@ -109,8 +109,19 @@ class StreamKernel(Initiator):
         exec_device: DeviceInfo,
     ) -> None:
         vecs = vectors(nbytes)
+        kernel = self.kernel()
+        flat = kernel.removesuffix(f"_{self.dtype.suffix}") in FLAT
+        if flat and self.working_set(nbytes, self.dtype) > exec_device.l2_bytes:
+            # beyond L2, one block per (pass, piece): kernels.FLAT says why; within L2 the
+            # resident grid-stride kernel (block starts would cap the flat one there)
+            block = flat_block(kernel)
+            for grid, passes in flat_launches(vecs, loops, block):
+                system.backend.launch(
+                    f"{kernel}_flat", grid, block, self.args(vecs, passes), stream
+                )
+            return
         grid = launch_grid(exec_device.sm_count, vecs)
-        system.backend.launch(self.kernel(), grid, BLOCK, self.args(vecs, loops), stream)
+        system.backend.launch(kernel, grid, BLOCK, self.args(vecs, loops), stream)
 
     def fill(self, system: System, buf: Buffer, value: float, stream: Any, sm_count: int) -> None:
         """Set every whole vector of ``buf`` to ``value`` (one pass of stream_write)."""

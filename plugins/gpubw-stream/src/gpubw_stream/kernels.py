@@ -28,8 +28,23 @@ MODULE_NAME = "gpubw_stream"
 SCALAR = 3.0
 #: Threads per block of every kernel (the source's STREAM_BLOCK).
 BLOCK = 256
-#: Resident blocks per SM the launch grid is sized for.
+#: Resident blocks per SM the launch grid of the grid-stride kernels is sized for.
 BLOCKS_PER_SM = 4
+#: The largest grid of one launch (CUDA's gridDim.x limit).
+MAX_GRID = (1 << 31) - 1
+#: Kernels with a "_flat" variant (same parameters; see stream.cu's unary_flat), which the
+#: measured passes use when the arrays do not fit in L2: one launch of loops x pieces blocks,
+#: each block one piece (one vector per thread) of one pass. Within L2 the resident
+#: grid-stride kernels stay (16 MiB triad: 9,694 GB/s resident, 5,890 flat, whose block
+#: starts cap it there). benchmarks/tune_copy.py flat, 4 GiB fp32 on an H200: copy 4,275
+#: vs 3,942 GB/s for the resident grid-stride kernels, triad 4,387 vs 4,105, write 4,710 vs
+#: 4,310 (benchmarks/results/tune-flat-h200-2026-11-30.json).
+FLAT = ("stream_copy", "stream_write", "stream_scale", "stream_add", "stream_triad")
+#: Threads per block of the flat kernels: 128 for the kernels that read (a 128-thread copy
+#: piece moves 4 KiB: gpubw_copy_flat 4,318 GB/s vs 4,274 with 256), 256 for the write-only
+#: one (128-thread pieces of 2 KiB start too many blocks: 3,389 vs 4,694 GB/s).
+FLAT_BLOCK = 128
+FLAT_WRITE_BLOCK = 256
 
 
 def source() -> str:
@@ -41,6 +56,26 @@ def launch_grid(sm_count: int, work: int) -> int:
     """Blocks for ``work`` items per pass (vectors, or elements of the strided read): a
     grid-stride grid of BLOCKS_PER_SM blocks per SM, fewer when there is less work."""
     return max(1, min(sm_count * BLOCKS_PER_SM, -(-work // BLOCK)))
+
+
+def flat_block(kernel: str) -> int:
+    """Threads per block of the flat variant of ``kernel`` (FLAT_BLOCK, FLAT_WRITE_BLOCK)."""
+    return FLAT_WRITE_BLOCK if kernel.startswith("stream_write") else FLAT_BLOCK
+
+
+def flat_launches(vecs: int, loops: int, block: int = FLAT_BLOCK) -> list[tuple[int, int]]:
+    """(grid, loops) of each launch of a "_flat" kernel over ``vecs`` vectors, ``loops``
+    passes: one block per (pass, piece of ``block`` vectors), as few launches as MAX_GRID
+    allows."""
+    pieces = max(1, -(-vecs // block))
+    per = max(1, min(loops, MAX_GRID // pieces))
+    out = []
+    left = loops
+    while left > 0:
+        n = min(per, left)
+        out.append((pieces * n, n))
+        left -= n
+    return out
 
 
 # -- the simulations ---------------------------------------------------------------------------
@@ -248,6 +283,30 @@ SIMULATE: dict[str, Any] = {
 }
 for _dt in DTYPES.values():
     SIMULATE.update(_typed(_dt))
+
+
+def _flat_specs() -> tuple[KernelSpec, ...]:
+    """The "_flat" variants: same parameters and result as the kernel they are named after."""
+    by_name = {spec.name: spec for spec in SPECS}
+    out = []
+    for name, spec in by_name.items():
+        if name.rsplit("_", 1)[0] in FLAT or name in FLAT:
+            out.append(
+                KernelSpec(
+                    f"{name}_flat",
+                    spec.params,
+                    f"{spec.doc} Flat: one 16-byte vector per thread over the pass-major "
+                    "(pass, blockDim-vector piece) space; launch loops x pieces blocks "
+                    "(kernels.flat_launches).",
+                )
+            )
+    return tuple(out)
+
+
+FLAT_SPECS = _flat_specs()
+SPECS = (*SPECS, *FLAT_SPECS)
+for _spec in FLAT_SPECS:
+    SIMULATE[_spec.name] = SIMULATE[_spec.name.removesuffix("_flat")]
 
 #: The kernel module the STREAM testcases declare (``StreamTestcase.kernel_modules``).
 MODULE = KernelModule(name=MODULE_NAME, source=source(), kernels=SPECS, simulate=SIMULATE)

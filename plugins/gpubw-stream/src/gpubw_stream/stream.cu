@@ -8,10 +8,14 @@
 //
 // Every array is accessed as 16-byte vectors (uint4): `vecs` is the number of vectors. One
 // 16-byte vector is 4 fp32, 8 fp16 or 2 fp64 elements, so the bytes moved per vector, and the
-// memory access pattern, are the same whatever the element type. Loads use ld.global.cg (L2
-// only, never L1) in volatile asm: a small array read `loops` times is not served from L1, and
-// the compiler cannot drop or hoist a repeated load. Every kernel is grid-stride and keeps
-// STREAM_UNROLL independent 16-byte loads in flight per thread; `loops` passes run in one launch.
+// memory access pattern, are the same whatever the element type. Loads are volatile asm, so
+// the compiler cannot drop, merge or hoist a repeated load. Two kinds of kernel, both correct
+// for any grid and running `loops` passes in one launch: the resident grid-stride ones keep
+// STREAM_UNROLL independent 16-byte loads in flight per thread and are launched with a few
+// blocks per SM; the "_flat" ones (copy, scale, add, triad, write) do one vector per thread
+// and are launched with one block per (pass, piece), a one-shot grid (see unary_flat). The
+// host's choice is gpubw_stream/kernels.py (FLAT, flat_launches); benchmarks/tune_copy.py
+// measured the choices below on an H200 (benchmarks/README.md).
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -22,6 +26,46 @@ typedef unsigned short u16;
 #endif
 #ifndef STREAM_BLOCK
 #define STREAM_BLOCK 256
+#endif
+// Minimum resident blocks per SM the register budget is sized for (__launch_bounds__).
+#ifndef STREAM_MIN_BLOCKS
+#define STREAM_MIN_BLOCKS 1
+#endif
+// Which vectors a thread touches: 0 = grid-stride (thread t of T: t, t + T, ...); 1 = block
+// tiles (a block handles STREAM_BLOCK x STREAM_UNROLL consecutive vectors, thread t the
+// vectors t, t + STREAM_BLOCK, ...; the tiles b, b + grid, ...: one tile per block when the
+// grid covers the array, as in PyTorch's vectorized element-wise kernel).
+#ifndef STREAM_LAYOUT
+#define STREAM_LAYOUT 0
+#endif
+// Cache operators of the vector loads: 0 = ld.global.cg (L2 only); 1 = ld.global (L1 and L2);
+// 2 = ld.global.nc (non-coherent/texture path); 3 = ld.global.cs (streaming);
+// 4 = ld.global.nc.L1::no_allocate; 5 = ld.global.cg.L2::256B (256-byte L2 prefetch);
+// 6 = ld.global.L1::no_allocate with an L2 evict-first policy.
+// 0 is the default. 1, 2 and 3 may allocate in L1, so a resident grid re-reading a small
+// array `loops` times could be served from L1: tuning only.
+#ifndef STREAM_LD
+#define STREAM_LD 0
+#endif
+// Cache operators of the vector stores: 0 = st.global (write-back); 1 = st.global.cs
+// (streaming, evict-first); 2 = st.global.cg; 3 = st.global.L1::no_allocate; 4 = st.global
+// with an L2 evict-first policy; 5 = st.global with an L2 evict-last policy. STREAM_ST is the
+// resident grid-stride kernels' (0, as measured on 2026-11-29), STREAM_FLAT_ST the flat
+// kernels': 4 measured best or equal on every one-shot shape (4 GiB on an H200: copy 4,291 vs
+// 4,282 GB/s for 0, triad 4,405 vs 4,399, write 4,704 vs 4,704 and 4,686 for .cs;
+// benchmarks/results/tune-kernels-h200-2026-11-30.json).
+#ifndef STREAM_ST
+#define STREAM_ST 0
+#endif
+#ifndef STREAM_FLAT_ST
+#define STREAM_FLAT_ST 4
+#endif
+// L2 cache policies and prefetch sizes need sm_80: older devices get the plain operators.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#if STREAM_LD == 5 || STREAM_LD == 6
+#undef STREAM_LD
+#define STREAM_LD 0
+#endif
 #endif
 
 static_assert(sizeof(void *) == 8, "gpubw-stream needs 64-bit device pointers");
@@ -39,7 +83,8 @@ __device__ __forceinline__ u64 first_index() {
 
 __device__ __forceinline__ u64 grid_threads() { return (u64)gridDim.x * (u64)blockDim.x; }
 
-__device__ __forceinline__ uint4 ld16(const uint4 *p) {
+// The checks read with .cg whatever STREAM_LD is.
+__device__ __forceinline__ uint4 ld16_cg(const uint4 *p) {
     uint4 v;
     asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -47,11 +92,68 @@ __device__ __forceinline__ uint4 ld16(const uint4 *p) {
     return v;
 }
 
-__device__ __forceinline__ void st16(uint4 *p, uint4 v) {
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
-                 "r"(v.z), "r"(v.w)
-                 : "memory");
+#if STREAM_LD == 0
+#define STREAM_LD_OP "ld.global.cg.v4.u32"
+#elif STREAM_LD == 1
+#define STREAM_LD_OP "ld.global.v4.u32"
+#elif STREAM_LD == 2
+#define STREAM_LD_OP "ld.global.nc.v4.u32"
+#elif STREAM_LD == 3
+#define STREAM_LD_OP "ld.global.cs.v4.u32"
+#elif STREAM_LD == 4
+#define STREAM_LD_OP "ld.global.nc.L1::no_allocate.v4.u32"
+#elif STREAM_LD == 5
+#define STREAM_LD_OP "ld.global.cg.L2::256B.v4.u32"
+#endif
+
+__device__ __forceinline__ uint4 ld16(const uint4 *p) {
+    uint4 v;
+#if STREAM_LD == 6
+    asm volatile("{ .reg .b64 pol;\n\t"
+                 "createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n\t"
+                 "ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], pol; }"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+#else
+    asm volatile(STREAM_LD_OP " {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+#endif
+    return v;
 }
+
+// One store function per operator (st16_0 .. st16_5, numbered as STREAM_ST); st16 is the
+// resident kernels' one, st16_flat the flat kernels'.
+#define STREAM_ST_PLAIN(N, OP)                                                                  \
+    __device__ __forceinline__ void st16_##N(uint4 *p, uint4 v) {                              \
+        asm volatile(OP " [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),    \
+                     "r"(v.w)                                                                  \
+                     : "memory");                                                              \
+    }
+STREAM_ST_PLAIN(0, "st.global.v4.u32")
+STREAM_ST_PLAIN(1, "st.global.cs.v4.u32")
+STREAM_ST_PLAIN(2, "st.global.cg.v4.u32")
+STREAM_ST_PLAIN(3, "st.global.L1::no_allocate.v4.u32")
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+// L2 cache policies need sm_80: older devices store plainly.
+__device__ __forceinline__ void st16_4(uint4 *p, uint4 v) { st16_0(p, v); }
+__device__ __forceinline__ void st16_5(uint4 *p, uint4 v) { st16_0(p, v); }
+#else
+#define STREAM_ST_POLICY(N, POLICY)                                                             \
+    __device__ __forceinline__ void st16_##N(uint4 *p, uint4 v) {                              \
+        asm volatile("{ .reg .b64 pol;\n\t"                                                     \
+                     "createpolicy.fractional.L2::" POLICY ".b64 pol, 1.0;\n\t"                \
+                     "st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, pol; }" ::"l"(p), \
+                     "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)                                    \
+                     : "memory");                                                              \
+    }
+STREAM_ST_POLICY(4, "evict_first")
+STREAM_ST_POLICY(5, "evict_last")
+#endif
+#define STREAM_ST_FN_(N) st16_##N
+#define STREAM_ST_FN(N) STREAM_ST_FN_(N)
+#define st16 STREAM_ST_FN(STREAM_ST)
+#define st16_flat STREAM_ST_FN(STREAM_FLAT_ST)
 
 // -- element types: the arithmetic on one 16-byte vector ------------------------------------
 
@@ -154,22 +256,36 @@ struct F64 {
     static __device__ __forceinline__ acc sum(uint4 v) { return d_of(v.x, v.y) + d_of(v.z, v.w); }
 };
 
-// -- the grid-stride skeletons ----------------------------------------------------------------
+// -- the skeletons ----------------------------------------------------------------------------
+
+// The vectors of one thread: start, start + su, ..., start + (UNROLL - 1) su in one step, then
+// the next step at + step (see STREAM_LAYOUT). Every vector < n is visited exactly once.
+struct Walk {
+    u64 start, su, step;
+};
+template <int Layout> __device__ __forceinline__ Walk walk() {
+    if (Layout == 1) {
+        const u64 bd = (u64)blockDim.x, tile = bd * (u64)STREAM_UNROLL;
+        return {(u64)blockIdx.x * tile + (u64)threadIdx.x, bd, (u64)gridDim.x * tile};
+    }
+    const u64 T = grid_threads();
+    return {first_index(), T, T * (u64)STREAM_UNROLL};
+}
 
 // dst[i] = OP(src[i]) for i < n vectors, `loops` times.
 template <class Op>
 __device__ __forceinline__ void unary(uint4 *dst, const uint4 *src, u64 n, u32 loops, Op op) {
-    const u64 t = first_index(), T = grid_threads();
+    const Walk w = walk<STREAM_LAYOUT>();
     for (u32 l = 0; l < loops; ++l) {
-        u64 i = t;
-        for (; i + (STREAM_UNROLL - 1) * T < n; i += STREAM_UNROLL * T) {
+        u64 i = w.start;
+        for (; i + (STREAM_UNROLL - 1) * w.su < n; i += w.step) {
             uint4 v[STREAM_UNROLL];
 #pragma unroll
-            for (int u = 0; u < STREAM_UNROLL; ++u) v[u] = ld16(src + i + u * T);
+            for (int u = 0; u < STREAM_UNROLL; ++u) v[u] = ld16(src + i + u * w.su);
 #pragma unroll
-            for (int u = 0; u < STREAM_UNROLL; ++u) st16(dst + i + u * T, op(v[u]));
+            for (int u = 0; u < STREAM_UNROLL; ++u) st16(dst + i + u * w.su, op(v[u]));
         }
-        for (; i < n; i += T) st16(dst + i, op(ld16(src + i)));
+        for (; i < n; i += w.su) st16(dst + i, op(ld16(src + i)));
     }
 }
 
@@ -177,20 +293,48 @@ __device__ __forceinline__ void unary(uint4 *dst, const uint4 *src, u64 n, u32 l
 template <class Op>
 __device__ __forceinline__ void binary(uint4 *dst, const uint4 *x, const uint4 *y, u64 n,
                                        u32 loops, Op op) {
-    const u64 t = first_index(), T = grid_threads();
+    const Walk w = walk<STREAM_LAYOUT>();
     for (u32 l = 0; l < loops; ++l) {
-        u64 i = t;
-        for (; i + (STREAM_UNROLL - 1) * T < n; i += STREAM_UNROLL * T) {
+        u64 i = w.start;
+        for (; i + (STREAM_UNROLL - 1) * w.su < n; i += w.step) {
             uint4 p[STREAM_UNROLL], q[STREAM_UNROLL];
 #pragma unroll
             for (int u = 0; u < STREAM_UNROLL; ++u) {
-                p[u] = ld16(x + i + u * T);
-                q[u] = ld16(y + i + u * T);
+                p[u] = ld16(x + i + u * w.su);
+                q[u] = ld16(y + i + u * w.su);
             }
 #pragma unroll
-            for (int u = 0; u < STREAM_UNROLL; ++u) st16(dst + i + u * T, op(p[u], q[u]));
+            for (int u = 0; u < STREAM_UNROLL; ++u) st16(dst + i + u * w.su, op(p[u], q[u]));
         }
-        for (; i < n; i += T) st16(dst + i, op(ld16(x + i), ld16(y + i)));
+        for (; i < n; i += w.su) st16(dst + i, op(ld16(x + i), ld16(y + i)));
+    }
+}
+
+// The "flat" skeletons: one vector per thread per step over the (pass, block-sized piece)
+// space, pass-major: step k covers pass k / pieces, vectors (k % pieces) x blockDim + thread.
+// Launched with a grid of loops x pieces blocks (kernels.py: launch_plan), every block does
+// one piece of one pass and exits, and blocks start in index order, so at any moment the
+// vectors in flight are one compact window moving through the arrays -- what a one-shot grid
+// of small blocks (PyTorch's element-wise kernels) does. With a smaller grid it is a
+// grid-stride loop that still visits every vector of every pass once.
+template <class Op>
+__device__ __forceinline__ void unary_flat(uint4 *dst, const uint4 *src, u64 n, u32 loops, Op op) {
+    const u64 bd = (u64)blockDim.x, pieces = (n + bd - 1) / bd, total = pieces * (u64)loops;
+    for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
+        const u64 i = (k % pieces) * bd + (u64)threadIdx.x;
+        if (i < n) st16_flat(dst + i, op(ld16(src + i)));
+    }
+}
+template <class Op>
+__device__ __forceinline__ void binary_flat(uint4 *dst, const uint4 *x, const uint4 *y, u64 n,
+                                            u32 loops, Op op) {
+    const u64 bd = (u64)blockDim.x, pieces = (n + bd - 1) / bd, total = pieces * (u64)loops;
+    for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
+        const u64 i = (k % pieces) * bd + (u64)threadIdx.x;
+        if (i < n) {
+            const uint4 p = ld16(x + i), q = ld16(y + i);
+            st16_flat(dst + i, op(p, q));
+        }
     }
 }
 
@@ -221,23 +365,29 @@ __device__ __forceinline__ double block_sum(double v) {
     return total;
 }
 
+// Layout of the read (its partial sums are per block, so the layout decides which block sums
+// which vectors; only their total is checked). 0 = grid-stride, as the simulation models it.
+#ifndef STREAM_READ_LAYOUT
+#define STREAM_READ_LAYOUT 0
+#endif
+
 // partials[blockIdx.x] = this block's sum of the elements it read, every pass.
 template <class T>
 __device__ __forceinline__ void reduce(const uint4 *src, u64 n, double *partials, u32 loops) {
-    const u64 t = first_index(), T_ = grid_threads();
+    const Walk w = walk<STREAM_READ_LAYOUT>();
     for (u32 l = 0; l < loops; ++l) {
         typename T::acc s[STREAM_UNROLL];
 #pragma unroll
         for (int u = 0; u < STREAM_UNROLL; ++u) s[u] = 0;
-        u64 i = t;
-        for (; i + (STREAM_UNROLL - 1) * T_ < n; i += STREAM_UNROLL * T_) {
+        u64 i = w.start;
+        for (; i + (STREAM_UNROLL - 1) * w.su < n; i += w.step) {
             uint4 v[STREAM_UNROLL];
 #pragma unroll
-            for (int u = 0; u < STREAM_UNROLL; ++u) v[u] = ld16(src + i + u * T_);
+            for (int u = 0; u < STREAM_UNROLL; ++u) v[u] = ld16(src + i + u * w.su);
 #pragma unroll
             for (int u = 0; u < STREAM_UNROLL; ++u) s[u] += T::sum(v[u]);
         }
-        for (; i < n; i += T_) s[0] += T::sum(ld16(src + i));
+        for (; i < n; i += w.su) s[0] += T::sum(ld16(src + i));
         double mine = 0.0;
 #pragma unroll
         for (int u = 0; u < STREAM_UNROLL; ++u) mine += (double)s[u];
@@ -291,19 +441,39 @@ __device__ __forceinline__ void strided(E *dst, const E *src, u64 m, u32 stride,
 
 // -- the kernels ------------------------------------------------------------------------------
 
-#define STREAM_KERNEL extern "C" __global__ void __launch_bounds__(STREAM_BLOCK)
+#define STREAM_KERNEL extern "C" __global__ void __launch_bounds__(STREAM_BLOCK, STREAM_MIN_BLOCKS)
 
 // c = a (16-byte vectors; the element type does not enter)
 STREAM_KERNEL stream_copy(uint4 *c, const uint4 *a, u64 vecs, u32 loops) {
     unary(c, a, vecs, loops, Identity());
 }
 
-// dst = pattern (16 bytes, lo then hi), `loops` times (the write test and every fill)
+// dst = pattern (16 bytes, lo then hi), `loops` times (the write test and every fill): stores
+// only, nothing is read.
 STREAM_KERNEL stream_write(uint4 *dst, u64 vecs, u64 lo, u64 hi, u32 loops) {
     const uint4 v = make_uint4((u32)lo, (u32)(lo >> 32), (u32)hi, (u32)(hi >> 32));
-    const u64 t = first_index(), T = grid_threads();
-    for (u32 l = 0; l < loops; ++l)
-        for (u64 i = t; i < vecs; i += T) st16(dst + i, v);
+    const Walk w = walk<STREAM_LAYOUT>();
+    for (u32 l = 0; l < loops; ++l) {
+        u64 i = w.start;
+        for (; i + (STREAM_UNROLL - 1) * w.su < vecs; i += w.step) {
+#pragma unroll
+            for (int u = 0; u < STREAM_UNROLL; ++u) st16(dst + i + u * w.su, v);
+        }
+        for (; i < vecs; i += w.su) st16(dst + i, v);
+    }
+}
+
+// The same operations over the flat space (see unary_flat), same parameters.
+STREAM_KERNEL stream_copy_flat(uint4 *c, const uint4 *a, u64 vecs, u32 loops) {
+    unary_flat(c, a, vecs, loops, Identity());
+}
+STREAM_KERNEL stream_write_flat(uint4 *dst, u64 vecs, u64 lo, u64 hi, u32 loops) {
+    const uint4 v = make_uint4((u32)lo, (u32)(lo >> 32), (u32)hi, (u32)(hi >> 32));
+    const u64 bd = (u64)blockDim.x, pieces = (vecs + bd - 1) / bd, total = pieces * (u64)loops;
+    for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
+        const u64 i = (k % pieces) * bd + (u64)threadIdx.x;
+        if (i < vecs) st16_flat(dst + i, v);
+    }
 }
 
 // atomicMin(first_bad, 4 * i) for every vector i < vecs that differs from the pattern
@@ -312,7 +482,7 @@ STREAM_KERNEL stream_check(const uint4 *buf, u64 vecs, u64 lo, u64 hi, u64 *firs
     const uint4 v = make_uint4((u32)lo, (u32)(lo >> 32), (u32)hi, (u32)(hi >> 32));
     const u64 t = first_index(), T = grid_threads();
     for (u64 i = t; i < vecs; i += T) {
-        const uint4 x = ld16(buf + i);
+        const uint4 x = ld16_cg(buf + i);
         if (x.x != v.x || x.y != v.y || x.z != v.z || x.w != v.w) {
             atomicMin(first_bad, 4ULL * i);
             return;
@@ -339,6 +509,17 @@ STREAM_KERNEL stream_check_sum(const double *partials, u64 count, u64 expected, 
     STREAM_KERNEL stream_triad_##sfx(uint4 *a, const uint4 *b, const uint4 *c, u64 vecs,       \
                                      u32 loops) {                                              \
         binary(a, b, c, vecs, loops, Triad<T>());                                              \
+    }                                                                                          \
+    STREAM_KERNEL stream_scale_##sfx##_flat(uint4 *b, const uint4 *c, u64 vecs, u32 loops) {     \
+        unary_flat(b, c, vecs, loops, Scale<T>());                                             \
+    }                                                                                          \
+    STREAM_KERNEL stream_add_##sfx##_flat(uint4 *c, const uint4 *a, const uint4 *b, u64 vecs,    \
+                                        u32 loops) {                                           \
+        binary_flat(c, a, b, vecs, loops, Add<T>());                                           \
+    }                                                                                          \
+    STREAM_KERNEL stream_triad_##sfx##_flat(uint4 *a, const uint4 *b, const uint4 *c, u64 vecs,  \
+                                          u32 loops) {                                         \
+        binary_flat(a, b, c, vecs, loops, Triad<T>());                                         \
     }                                                                                          \
     STREAM_KERNEL stream_read_##sfx(const uint4 *a, u64 vecs, double *partials, u32 loops) {   \
         reduce<T>(a, vecs, partials, loops);                                                   \

@@ -9,14 +9,15 @@ direction, each device's peer-link send and receive side, each device's memory, 
 flows that overlap on a resource share it equally, a link busy in both directions runs at its
 bidirectional factor, and rates are re-evaluated whenever a flow starts or ends.
 
-The engine knows devices only as numbers of the model, and nothing of memory, kernels or the
-host: an operation carries what it does (``effect``, ``prepare``, a gate's ``probe``), and the
-host clock belongs to the caller, which passes its time in. **Ranks go here**: to run N
-simulated ranks (processes) in one process, give each rank its own facade
-(:class:`gpubw.backend.sim.SimulatedBackend`, its own host clock and the devices it may see)
-and let all of them share one :class:`Engine` (one device clock, one set of links, one random
-stream), so that the ranks' copies compete for the same links. The engine needs no change
-for that; what a rank sees is chosen in the facade (its ``_device`` check and ``devices()``).
+The engine knows devices only as numbers of the model (global ordinals), and nothing of memory,
+kernels or the host: an operation carries what it does (``effect``, ``prepare``, a gate's
+``probe``), and the host clock belongs to the caller, which passes its time in. Simulated
+ranks share one engine (:class:`gpubw.backend.sim.SimEngine`: one device clock, one set of
+links, one random stream), each through its own facade with its own host clock, so that the
+ranks' copies compete for the same links. A gate whose flag lives in device memory
+(``Op.remote``: another rank's release reaches it through a device-side write) is re-probed
+whenever work finishes, and :meth:`Engine.held_remotely` tells a facade to wait for that
+rank rather than run the clock into a false timeout.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class Op:
         "prepare",
         "probe",
         "record",
+        "remote",
         "submit",
     )
 
@@ -118,6 +120,8 @@ class Op:
         self.probe: Callable[[], bool | None] | None = None
         #: a gate that timed out reports it (writes its status word)
         self.on_timeout: Callable[[], None] | None = None
+        #: a gate whose flag is in device memory: another rank may release it
+        self.remote = False
 
 
 class Engine:
@@ -132,6 +136,8 @@ class Engine:
         self._rates: dict[int, float] = {}
         self._ids = 0
         self._rng = random.Random(model.seed)
+        #: a gate waiting on a flag in device memory was ever started (multi-rank protocol)
+        self.remote_gates = False
 
     # -- objects ----------------------------------------------------------------------------
     def _next_id(self) -> int:
@@ -158,6 +164,21 @@ class Engine:
         s.queue.append(op)
         self.advance(now)
 
+    def held_remotely(self, s: Stream) -> bool:
+        """Whether ``s`` has a gate ahead whose flag lives in device memory and is not
+        released yet (in a multi-rank engine another rank's work releases it)."""
+        for op in (s.cur, *s.queue):
+            if (
+                op is not None
+                and op.kind == "gate"
+                and op.remote
+                and not op.done
+                and op.probe is not None
+                and op.probe() is False
+            ):
+                return True
+        return False
+
     def release_gates(self) -> None:
         """The host wrote memory: running gates whose flag is now released end soon."""
         for s in self.streams:
@@ -176,6 +197,7 @@ class Engine:
         t = self.t
         if op.kind == "gate":
             op.deadline = t + op.duration
+            self.remote_gates = self.remote_gates or op.remote
             assert op.probe is not None
             if op.probe() is None:
                 op.end = t
@@ -255,6 +277,8 @@ class Engine:
                 op.effect()
             except GpubwError as exc:
                 self._fail(s, exc)
+            if self.remote_gates and op.kind != "gate":
+                self.release_gates()  # the work may have released a flag in device memory
 
     @staticmethod
     def _fail(s: Stream, exc: GpubwError) -> None:

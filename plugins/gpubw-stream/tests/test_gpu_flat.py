@@ -1,0 +1,111 @@
+"""On a real GPU: the flat kernels' results are verified, and a planted corruption or a skipped
+vector is caught (marked ``gpu``; skipped, with the reason, without one)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from gpubw import RunOptions, System, VerificationError
+
+from gpubw_stream.initiators import CopyKernel, StreamKernel, TriadKernel, WriteKernel
+from gpubw_stream.kernels import FLAT
+from gpubw_stream.testcases import StreamCopy, StreamTestcase, StreamTriad, StreamWrite
+
+from _stream_devices import gpu_unavailable
+
+_WHY = gpu_unavailable()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(bool(_WHY), reason=f"needs a GPU: {_WHY}")]
+
+MIB = 1 << 20
+CASES = [
+    (StreamCopy, CopyKernel, "stream_copy"),
+    (StreamTriad, TriadKernel, "stream_triad"),
+    (StreamWrite, WriteKernel, "stream_write"),
+]
+#: a 32-bit word inside the checked array (vector 194,444, not on a piece boundary)
+BAD_WORD = 777_776
+
+
+@pytest.fixture(scope="module")
+def gpu() -> Iterator[System]:
+    from gpubw.backend.cuda import CudaBackend
+
+    with System(CudaBackend(), RunOptions(samples=2, loops=4)) as system:
+        yield system
+
+
+def planted(base: type[StreamKernel]) -> type[StreamKernel]:
+    """``base`` whose measured passes are followed by a 4-byte write of junk into the checked
+    array (on the same stream, so before the verification kernel)."""
+
+    def enqueue(
+        self: Any,
+        system: System,
+        src: Any,
+        dst: Any,
+        nbytes: int,
+        loops: int,
+        stream: Any,
+        exec_device: Any,
+    ) -> None:
+        base.enqueue(self, system, src, dst, nbytes, loops, stream, exec_device)
+        junk = system.host_scratch(4096)
+        junk.write(b"\x13\x37\x13\x37")
+        buf = self.arrays[self.checked_array]
+        system.backend.memcpy_async(buf.ptr + 4 * BAD_WORD, junk.ptr, 4, stream)
+
+    return type(f"Planted{base.__name__}", (base,), {"enqueue": enqueue})
+
+
+def short(base: type[StreamKernel]) -> type[StreamKernel]:
+    """``base`` whose kernel is told one vector fewer than the array holds."""
+
+    def args(self: Any, vecs: int, loops: int) -> Any:
+        return base.args(self, vecs - 1, loops)
+
+    return type(f"Short{base.__name__}", (base,), {"args": args})
+
+
+def keyed_testcase(
+    cls: type[StreamTestcase], key: str, kernel: type[StreamKernel]
+) -> Callable[[System], StreamTestcase]:
+    """``cls`` with ``kernel``, made as the runner makes it: modules loaded, key given."""
+
+    def make(system: System) -> StreamTestcase:
+        made = type(cls.__name__, (cls,), {"kernel": kernel})
+        system.load_kernel_modules(made.kernel_modules)
+        return made(system, key)
+
+    return make
+
+
+@pytest.mark.parametrize(("cls", "kernel", "key"), CASES)
+def test_flat_kernels_measure_and_verify(
+    gpu: System, cls: type[StreamTestcase], kernel: type[StreamKernel], key: str
+) -> None:
+    """The flat path (one launch of loops x pieces blocks; arrays far beyond L2) runs,
+    verifies and gives a figure."""
+    assert key in FLAT
+    (m,) = keyed_testcase(cls, key, kernel)(gpu).run(128 * MIB + 48, 4)
+    assert all(v is not None and v > 0 for v in m.values[0])
+
+
+@pytest.mark.parametrize(("cls", "kernel", "key"), CASES)
+def test_a_planted_bad_word_is_caught(
+    gpu: System, cls: type[StreamTestcase], kernel: type[StreamKernel], key: str
+) -> None:
+    """Junk written into the result after the flat kernel fails verification at its word."""
+    with pytest.raises(VerificationError) as info:
+        keyed_testcase(cls, key, planted(kernel))(gpu).run(128 * MIB, 4)
+    assert 4 * BAD_WORD <= info.value.offset < 4 * BAD_WORD + 16  # the vector holding it
+
+
+@pytest.mark.parametrize(("cls", "kernel", "key"), CASES)
+def test_a_skipped_vector_is_caught(
+    gpu: System, cls: type[StreamTestcase], kernel: type[StreamKernel], key: str
+) -> None:
+    """A flat kernel that leaves the last vector unwritten fails verification."""
+    with pytest.raises(VerificationError):
+        keyed_testcase(cls, key, short(kernel))(gpu).run(128 * MIB, 4)

@@ -1,0 +1,160 @@
+"""NVML-like facts of a simulated system (:class:`gpubw.nvml.NodeFacts`), and host huge pages.
+
+Every simulated device gets facts a healthy node of its kind would show, by device name
+(:data:`DEFAULTS_BY_NAME`; other names: PCIe Gen4 x16, no NVLink), plus what the model knows
+(name, UUID, PCI bus id, clocks from the device's attributes, NVLink peers from the model's
+peer links). A system file changes them (docs/simulate.md):
+
+* ``"nvml": {"device": {...}, "devices": {"3": {...}}}`` -- facts for every device, then for
+  one device by index, in :func:`gpubw.nvml.facts_from_dict`'s keys (``"pcie": "gen4 x8 of
+  gen5 x16"``, ``"clocks": {"reasons": ["sw_power_cap"]}``, ``"nvlink": {...}``, ...);
+* ``"other_processes": {"0": [1234]}`` -- compute processes of other programs on a GPU (at the
+  start and the end of every testcase, as NVML would list them);
+* ``"huge_pages": {"page_bytes": 2097152, "free": 0}`` -- the host's free huge pages
+  (default: 2 MiB pages, enough for 128 GiB).
+
+**A downtrained link is modelled, not only reported**: where a device's ``pcie`` is below its
+maximum, :func:`scale_host_links` multiplies that device's host link (both directions, CE and
+SM) by the ratio of lanes x per-lane rate (Gen1 2.5, Gen2 5, Gen3 8, Gen4 16, Gen5 32, Gen6 64
+GT/s), so ``"gen4 x8 of gen5 x16"`` runs that GPU's host copies at a quarter of the others'.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from gpubw.nvml import NodeFacts, facts_from_dict, parse_pcie
+
+#: GT/s per lane, by PCIe generation
+LANE_RATE = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+#: the facts a healthy device of this name shows (before a system file's "nvml")
+DEFAULTS_BY_NAME: dict[str, dict[str, Any]] = {
+    "NVIDIA H200": {
+        "pcie": "gen5 x16",
+        "nvlink": {"links_active": 18, "links_total": 18, "speed_mbps": 26562,
+                   "versions": [4] * 18},
+        "vbios": "96.00.A5.00.01 (simulated)",
+    },
+}  # fmt: skip
+OTHER_DEFAULTS: dict[str, Any] = {"pcie": "gen4 x16", "vbios": "95.02.00.00.01 (simulated)"}
+#: the host's huge pages when a system file does not say: 2 MiB pages, 128 GiB free
+DEFAULT_HUGE_PAGES = (2 << 20, 65536)
+
+
+def _serial(uuid: str) -> str:
+    return str(int(hashlib.sha1(uuid.encode()).hexdigest()[:10], 16)).zfill(13)[:13]
+
+
+def device_specs(model: Any) -> list[dict[str, Any]]:
+    """Per device, the facts spec (:func:`gpubw.nvml.facts_from_dict`'s device keys)."""
+    spec: Mapping[str, Any] = getattr(model, "nvml", None) or {}
+    common = spec.get("device", {})
+    per = spec.get("devices", {})
+    others: Mapping[str, Sequence[int]] = getattr(model, "other_processes", None) or {}
+    out = []
+    for d in model.devices:
+        i = d.ordinal
+        s: dict[str, Any] = {
+            "name": d.name,
+            "uuid": d.uuid,
+            "serial": _serial(d.uuid),
+            "pci_bus_id": d.pci_bus_id,
+            "ecc_enabled": True,
+            "ecc_pending": True,
+            "ecc_volatile_corrected": 0,
+            "ecc_volatile_uncorrected": 0,
+            "persistence_mode": True,
+            "mig_enabled": False,
+            "clocks": {
+                "sm_mhz": d.clock_khz // 1000,
+                "sm_max_mhz": d.clock_khz // 1000,
+                "memory_mhz": d.memory_clock_khz // 1000,
+                "memory_max_mhz": d.memory_clock_khz // 1000,
+                "reasons": [],
+            },
+        }
+        s.update(DEFAULTS_BY_NAME.get(d.name, OTHER_DEFAULTS))
+        s.update(common)
+        s.update(per.get(str(i), {}))
+        if isinstance(s.get("nvlink"), Mapping) and "peers" not in s["nvlink"]:
+            peers = sorted({b for a, b in model.peers if a == i} | {a for a, b in model.peers
+                                                                     if b == i})  # fmt: skip
+            s["nvlink"] = {**s["nvlink"], "peers": peers}
+        if str(i) in others:
+            s["processes"] = [*s.get("processes", ()), *others[str(i)]]
+        out.append(s)
+    return out
+
+
+def node_facts(model: Any) -> NodeFacts:
+    """The simulated node's facts (``simulated=True``)."""
+    return facts_from_dict(
+        {
+            "driver_version": f"{model.driver_version} (simulated)",
+            "nvml_version": "13.580 (simulated)",
+            "cuda_driver_version": model.cuda_driver,
+            "devices": device_specs(model),
+        }
+    )
+
+
+def check_spec(nvml: Any, other_processes: Any, n: int) -> None:
+    """Validate a system file's ``nvml`` and ``other_processes``; ValueError naming the key."""
+    if not isinstance(nvml, Mapping) or set(nvml) - {"device", "devices"}:
+        raise ValueError("nvml must be an object with 'device' (every device) and/or 'devices'")
+    per = nvml.get("devices", {})
+    if not isinstance(per, Mapping) or not all(k.isdigit() and int(k) < n for k in per):
+        raise ValueError(f"nvml.devices must map device indexes '0'..'{n - 1}' to facts")
+    specs = [nvml.get("device", {}), *per.values()]
+    try:
+        facts_from_dict({"devices": specs})
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"nvml: {exc}") from None
+    if not isinstance(other_processes, Mapping):
+        raise ValueError("other_processes must map device indexes to lists of process ids")
+    for k, pids in other_processes.items():
+        if not (k.isdigit() and int(k) < n):
+            raise ValueError(f"other_processes: {k!r} is not a device index '0'..'{n - 1}'")
+        if not isinstance(pids, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in pids
+        ):
+            raise ValueError(f"other_processes[{k!r}] must be a list of process ids (> 0)")
+
+
+def link_factor(pcie: Any) -> float:
+    """How fast a link trained as ``pcie`` runs against its maximum (1.0 when at it)."""
+    link = parse_pcie(pcie)
+    if None in (link.gen, link.width, link.max_gen, link.max_width):
+        return 1.0
+    now = LANE_RATE.get(link.gen or 0, 0.0) * (link.width or 0)
+    most = LANE_RATE.get(link.max_gen or 0, 0.0) * (link.max_width or 0)
+    return min(1.0, now / most) if now > 0 and most > 0 else 1.0
+
+
+def scale_host_links(links: Sequence[Any], nvml: Mapping[str, Any]) -> tuple[Any, ...]:
+    """``links`` (one HostLink per device) with each downtrained device's link scaled by
+    :func:`link_factor` (see the module docstring)."""
+    common = nvml.get("device", {})
+    per = nvml.get("devices", {})
+    out = []
+    for i, link in enumerate(links):
+        pcie = per.get(str(i), {}).get("pcie", common.get("pcie"))
+        f = 1.0 if pcie is None else link_factor(pcie)
+        if f < 1.0:
+
+            def scaled(rate: Any, f: float = f) -> Any:
+                return attrs.evolve(rate, ce=rate.ce * f, sm=rate.sm * f)
+
+            link = attrs.evolve(link, h2d=scaled(link.h2d), d2h=scaled(link.d2h))
+        out.append(link)
+    return tuple(out)
+
+
+def huge_pages(model: Any) -> tuple[int, int]:
+    """(page bytes, free pages) of the simulated host."""
+    hp = getattr(model, "huge_pages", None)
+    return DEFAULT_HUGE_PAGES if hp is None else (int(hp[0]), int(hp[1]))

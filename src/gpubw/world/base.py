@@ -1,0 +1,345 @@
+"""The world of ranks a run belongs to, and the bounded collectives the protocol needs.
+
+A :class:`World` knows its rank, the world size, where it sits on its host (local rank and
+local size, counted in rank order among the ranks sharing the host's memory) and the host
+layout of every rank. Its collectives (barrier, bcast, gather to a root, allgather,
+allreduce, and :meth:`World.agree` on a status) are *bounded in time*: a rank that died or
+hangs makes the others raise :class:`WorldTimeoutError` after ``timeout_s`` instead of
+waiting forever. After any :class:`WorldError` the world is *broken*: every later
+collective raises at once (naming the first failure), so one dead rank costs one timeout,
+not one per remaining collective (an exception or Ctrl-C inside a collective breaks it too).
+A broken world cannot be shut down cleanly: the caller writes what it has, then every rank
+calls :meth:`World.close` last, which ends the run (MPI_Abort) when the world is broken.
+
+Every rank must call the same collectives in the same order. Values travel pickled (as over
+MPI), so they must be picklable and small: handles, figures, statuses, not buffers.
+
+Implementations: :class:`SingleWorld` (one process, size 1, here), ``MpiWorld``
+(:mod:`gpubw.world.mpi`, imports mpi4py) and ``SimulatedWorld``
+(:mod:`gpubw.world.simulated`, N ranks as threads of one process).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import operator
+import socket
+import time
+from collections.abc import Callable, Sequence
+from functools import reduce
+from typing import Any, Literal
+
+import attrs
+
+from gpubw.errors import GpubwError
+
+#: Default bound of one collective, in seconds. Long waits (a rank waiting while another
+#: measures) must pass their own ``timeout_s``.
+DEFAULT_TIMEOUT_S = 60.0
+
+ReduceOp = Literal["max", "min", "sum"]
+_REDUCERS: dict[str, Callable[[Any, Any], Any]] = {
+    "max": max,
+    "min": min,
+    "sum": operator.add,
+}
+
+#: nvbandwidth's warning when a host runs more ranks than it has GPUs (§6 of the spec).
+MORE_RANKS_THAN_GPUS = (
+    "Warning: there are more processes than GPUs on {host}. "
+    "Please reduce number of processes to match GPU count."
+)
+
+
+class WorldError(GpubwError):
+    """A collective across ranks failed: a peer left, the ranks disagree, MPI is missing."""
+
+
+class WorldTimeoutError(WorldError):
+    """A collective did not complete within its bound (a rank died or hangs)."""
+
+    def __init__(self, collective: str, rank: int, timeout_s: float, detail: str = "") -> None:
+        self.collective = collective
+        self.rank = rank
+        self.timeout_s = timeout_s
+        text = f"rank {rank}: {collective} did not complete within {timeout_s:g} s"
+        if detail:
+            text += f" ({detail})"
+        super().__init__(text)
+
+
+class CollectiveExpired(Exception):
+    """Raised by a World implementation when a collective passes its deadline; carries what
+    it was still waiting for. :meth:`World._run` turns it into :class:`WorldTimeoutError`."""
+
+    def __init__(self, detail: str = "") -> None:
+        self.detail = detail
+        super().__init__(detail)
+
+
+@attrs.frozen
+class Agreement:
+    """What the ranks agreed on after :meth:`World.agree`: did every rank succeed?
+
+    ``failures`` holds ``(rank, message)`` for every rank that reported an error, by rank;
+    the lowest one is *the* failure (``failed_rank``, ``message``)."""
+
+    ok: bool
+    failures: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def failed_rank(self) -> int | None:
+        return self.failures[0][0] if self.failures else None
+
+    @property
+    def message(self) -> str | None:
+        return self.failures[0][1] if self.failures else None
+
+    def describe(self) -> str:
+        """One line for a report: ``rank 1: <message>`` (+ how many other ranks failed)."""
+        if self.ok:
+            return "every rank succeeded"
+        text = f"rank {self.failed_rank}: {self.message}"
+        if len(self.failures) > 1:
+            text += f" (and {len(self.failures) - 1} more rank(s) failed)"
+        return text
+
+
+@attrs.frozen
+class DeviceAssignment:
+    """Which local GPU a rank drives, and nvbandwidth's warning for its host (set on the
+    host's first rank only, so that it is recorded once per host)."""
+
+    device: int
+    warning: str | None = None
+
+
+def _error_message(error: str | BaseException) -> str:
+    if isinstance(error, BaseException):
+        return str(error) or type(error).__name__
+    return error
+
+
+class World(abc.ABC):
+    """One rank's view of the world of ranks. See the module docstring."""
+
+    #: "single", "mpi" or "simulated"
+    kind: str = ""
+
+    def __init__(
+        self,
+        rank: int,
+        size: int,
+        rank_hosts: Sequence[int],
+        host_names: Sequence[str],
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if not 0 <= rank < size:
+            raise ValueError(f"rank must be in [0, {size}), got {rank}")
+        if len(rank_hosts) != size or not all(0 <= h < len(host_names) for h in rank_hosts):
+            raise ValueError(
+                f"rank_hosts must give each of {size} ranks a host index below "
+                f"{len(host_names)}, got {tuple(rank_hosts)}"
+            )
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.rank = rank
+        self.size = size
+        #: host index of every rank, by rank; host indexes are 0.. in order of first rank
+        self.rank_hosts = tuple(rank_hosts)
+        #: name of every host, by host index
+        self.host_names = tuple(host_names)
+        self.timeout_s = timeout_s
+        self.host_index = self.rank_hosts[rank]
+        self.host_name = self.host_names[self.host_index]
+        same_host = self.ranks_on_host(self.host_index)
+        self.local_rank = same_host.index(rank)
+        self.local_size = len(same_host)
+        self._broken: str | None = None
+        self._closed = False
+        self._seq = 0
+
+    # -- layout -------------------------------------------------------------------------------
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def host_count(self) -> int:
+        return len(self.host_names)
+
+    @property
+    def broken(self) -> str | None:
+        """Why the world is broken (the first collective failure), or None."""
+        return self._broken
+
+    def ranks_on_host(self, host_index: int) -> tuple[int, ...]:
+        """The world ranks on one host, in rank order (local rank = position here)."""
+        return tuple(r for r, h in enumerate(self.rank_hosts) if h == host_index)
+
+    def host_leaders(self) -> tuple[int, ...]:
+        """The first (local rank 0) rank of every host, by host index."""
+        return tuple(self.ranks_on_host(h)[0] for h in range(self.host_count))
+
+    def describe(self) -> str:
+        return (
+            f"rank {self.rank} of {self.size} ({self.kind}), host {self.host_index} "
+            f"{self.host_name!r}, local rank {self.local_rank} of {self.local_size}"
+        )
+
+    # -- collectives --------------------------------------------------------------------------
+
+    def barrier(self, timeout_s: float | None = None) -> None:
+        """Return once every rank has entered the barrier."""
+        self._run("barrier", timeout_s, lambda seq, dl: self._barrier("barrier", seq, dl))
+
+    def bcast(self, value: Any, root: int = 0, timeout_s: float | None = None) -> Any:
+        """``root``'s ``value`` on every rank (what other ranks pass is ignored)."""
+        self._check_root(root)
+        return self._run(
+            "bcast", timeout_s, lambda seq, dl: self._bcast("bcast", seq, value, root, dl)
+        )
+
+    def gather(self, value: Any, root: int = 0, timeout_s: float | None = None) -> list | None:
+        """Every rank's value, by rank, on ``root``; None elsewhere."""
+        self._check_root(root)
+        return self._run(
+            "gather", timeout_s, lambda seq, dl: self._gather("gather", seq, value, root, dl)
+        )
+
+    def allgather(self, value: Any, timeout_s: float | None = None) -> list:
+        """Every rank's value, by rank, on every rank."""
+        return self._run(
+            "allgather", timeout_s, lambda s, dl: self._allgather("allgather", s, value, dl)
+        )
+
+    def allreduce(self, value: Any, op: ReduceOp, timeout_s: float | None = None) -> Any:
+        """``op`` ("max", "min" or "sum") of every rank's value, on every rank."""
+        if op not in _REDUCERS:
+            raise ValueError(f"allreduce op must be one of {sorted(_REDUCERS)}, got {op!r}")
+        values = self._run(
+            f"allreduce({op})",
+            timeout_s,
+            lambda seq, dl: self._allgather(f"allreduce({op})", seq, value, dl),
+        )
+        return reduce(_REDUCERS[op], values)
+
+    def agree(
+        self, error: str | BaseException | None = None, timeout_s: float | None = None
+    ) -> Agreement:
+        """Status agreement: each rank passes None (it succeeded) or its error; every rank
+        gets the same :class:`Agreement` (ok only if every rank succeeded)."""
+        mine = None if error is None else _error_message(error)
+        values = self._run("agree", timeout_s, lambda s, dl: self._allgather("agree", s, mine, dl))
+        failures = tuple((r, m) for r, m in enumerate(values) if m is not None)
+        return Agreement(ok=not failures, failures=failures)
+
+    def abort(self, exit_code: int = 1) -> None:
+        """End every rank now (after a broken world, once rank 0 has written its report)."""
+        raise SystemExit(exit_code)
+
+    def close(self, exit_code: int = 1) -> None:
+        """The last call of every rank (collective): a final bounded barrier, then free what
+        the world holds. If the world is broken, or that barrier fails (a rank is lost or
+        hangs: MPI_Finalize would wait for it forever, measured), end the run instead with
+        ``exit_code`` (:meth:`_end_broken`). Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._broken is None:
+            with contextlib.suppress(WorldError):
+                self.barrier()
+        if self._broken is not None:
+            self._end_broken(exit_code)
+        self._free()
+
+    def _end_broken(self, exit_code: int) -> None:
+        """How a rank with a broken world ends (MPI: MPI_Abort)."""
+        self.abort(exit_code)
+
+    def _free(self) -> None:  # noqa: B027 - nothing to free by default
+        """Free what the world holds once closed (MPI: its communicator)."""
+
+    # -- machinery ----------------------------------------------------------------------------
+
+    def _check_root(self, root: int) -> None:
+        if not 0 <= root < self.size:
+            raise ValueError(f"root must be a rank in [0, {self.size}), got {root}")
+
+    def _run(self, name: str, timeout_s: float | None, body: Callable[[int, float], Any]) -> Any:
+        if self._broken is not None:
+            raise WorldError(
+                f"rank {self.rank}: {name} refused: the world is broken ({self._broken})"
+            )
+        bound = self.timeout_s if timeout_s is None else timeout_s
+        if bound <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {bound}")
+        seq = self._seq
+        self._seq += 1
+        try:
+            return body(seq, time.monotonic() + bound)
+        except CollectiveExpired as expired:
+            exc = WorldTimeoutError(name, self.rank, bound, expired.detail)
+            self._broken = str(exc)
+            raise exc from None
+        except WorldError as exc:
+            self._broken = str(exc)
+            raise
+        except BaseException as exc:
+            # Ctrl-C, SIGTERM (InterruptedRun), an unpicklable value: the other ranks are now
+            # a step out of line with this one, so no later collective can be trusted.
+            self._broken = f"rank {self.rank}: {name} interrupted ({type(exc).__name__}: {exc})"
+            raise
+
+    def _allgather(self, name: str, seq: int, value: Any, deadline: float) -> list:
+        """Default allgather: gather to rank 0, then bcast (implementations may do better)."""
+        values = self._gather(name, seq, value, 0, deadline)
+        return self._bcast(name, seq, values, 0, deadline)
+
+    @abc.abstractmethod
+    def _barrier(self, name: str, seq: int, deadline: float) -> None:
+        """Raise :class:`CollectiveExpired` once ``time.monotonic()`` passes ``deadline``
+        (likewise the other primitives), :class:`WorldError` when a peer is known gone."""
+
+    @abc.abstractmethod
+    def _bcast(self, name: str, seq: int, value: Any, root: int, deadline: float) -> Any: ...
+
+    @abc.abstractmethod
+    def _gather(
+        self, name: str, seq: int, value: Any, root: int, deadline: float
+    ) -> list | None: ...
+
+
+class SingleWorld(World):
+    """One process, size 1, holding every local GPU: every collective returns at once."""
+
+    kind = "single"
+
+    def __init__(self, host_name: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
+        super().__init__(0, 1, (0,), (host_name or socket.gethostname(),), timeout_s)
+
+    def _barrier(self, name: str, seq: int, deadline: float) -> None:
+        return None
+
+    def _bcast(self, name: str, seq: int, value: Any, root: int, deadline: float) -> Any:
+        return value
+
+    def _gather(self, name: str, seq: int, value: Any, root: int, deadline: float) -> list:
+        return [value]
+
+
+def device_assignment(world: World, device_count: int) -> DeviceAssignment:
+    """The local GPU a rank drives, as nvbandwidth maps it: local rank mod device count, with
+    nvbandwidth's warning (on the host's first rank) when the host has more ranks than GPUs.
+
+    A :class:`SingleWorld` holds every GPU; callers use this only for worlds of size > 1."""
+    if device_count < 1:
+        raise WorldError(
+            f"rank {world.rank} on {world.host_name}: no CUDA device visible to this rank"
+        )
+    warning = None
+    if world.local_rank == 0 and world.local_size > device_count:
+        warning = MORE_RANKS_THAN_GPUS.format(host=world.host_name)
+    return DeviceAssignment(device=world.local_rank % device_count, warning=warning)

@@ -1,0 +1,202 @@
+"""The world of an MPI run, over mpi4py (imported here only, never by ``gpubw -l`` or a
+single-process run).
+
+MPI's own collectives block without a bound, so gpubw builds its few collectives from
+non-blocking calls polled against a deadline: ``Ibarrier`` for the barrier, and pickled
+``isend`` + ``improbe`` (point to point, through rank 0 for the all-to-all ones) for the
+rest. A rank that died or hangs thus makes the others raise :class:`WorldTimeoutError`
+naming the collective, the rank and the bound. Every message carries the collective's step
+and name, so ranks calling different collectives is reported, not mismatched silently.
+
+Ranks on one host are found with ``Split_type(COMM_TYPE_SHARED)`` (the ranks sharing memory
+with this one), never by comparing host names; that split is a blocking MPI call made once,
+right after MPI starts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpubw.world.base import DEFAULT_TIMEOUT_S, CollectiveExpired, World, WorldError
+
+#: Polling back-off while a non-blocking call is pending (seconds): short enough for the
+#: per-sample barriers, long enough not to steal a shared CPU from the ranks being waited on.
+_FIRST_SLEEP_S = 20e-6
+_MAX_SLEEP_S = 2e-4
+
+
+def _import_mpi() -> Any:
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise WorldError(
+            "this process was started by an MPI launcher with several ranks, but mpi4py "
+            f"cannot be imported ({exc}); install it with: pip install 'gpubw[mpi]'"
+        ) from exc
+    return MPI
+
+
+def _wait(test: Callable[[], bool], deadline: float, waiting_for: Callable[[], str]) -> None:
+    """Poll ``test`` until it is true, or raise CollectiveExpired at ``deadline``."""
+    sleep = _FIRST_SLEEP_S
+    while not test():
+        if time.monotonic() >= deadline:
+            raise CollectiveExpired(waiting_for())
+        time.sleep(sleep)
+        sleep = min(sleep * 2, _MAX_SLEEP_S)
+
+
+class MpiWorld(World):
+    """One MPI rank. Build it with :meth:`create` (which starts MPI through mpi4py)."""
+
+    kind = "mpi"
+
+    def __init__(
+        self,
+        comm: Any,
+        rank_hosts: tuple[int, ...],
+        host_names: tuple[str, ...],
+        timeout_s: float,
+        library: str,
+    ) -> None:
+        super().__init__(comm.Get_rank(), comm.Get_size(), rank_hosts, host_names, timeout_s)
+        self._comm = comm
+        #: the MPI library's version string (nvbandwidth prints it as "MPI version: ...")
+        self.library = library
+
+    @classmethod
+    def create(
+        cls, expected_size: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> MpiWorld:
+        """Start MPI (if mpi4py has not), find each rank's host and return this rank's world.
+
+        ``expected_size`` is the size the launcher announced in the environment; an MPI that
+        sees another size (mpi4py built for another MPI than the launcher's, or ``srun``
+        without a PMI plugin) is a clear error, not N independent single-rank runs."""
+        mpi = _import_mpi()
+        world_comm = mpi.COMM_WORLD
+        if expected_size is not None and world_comm.Get_size() != expected_size:
+            raise WorldError(
+                f"the launcher started {expected_size} ranks but MPI sees "
+                f"{world_comm.Get_size()}: mpi4py uses an MPI library "
+                f"({' '.join(mpi.Get_library_version().splitlines()[0].split())}) that is not the "
+                "launcher's (use the mpiexec of the MPI that mpi4py loads, or srun --mpi=pmix)"
+            )
+        comm = world_comm.Dup()  # gpubw's messages never meet anyone else's
+        rank = comm.Get_rank()
+        local = comm.Split_type(mpi.COMM_TYPE_SHARED, key=rank)
+        try:
+            leader = local.bcast(rank, root=0)  # world rank of this host's first rank
+        finally:
+            local.Free()
+        name = mpi.Get_processor_name()
+        library = mpi.Get_library_version().strip()
+        # Host layout through gpubw's own, bounded allgather.
+        probe = cls(comm, (0,) * comm.Get_size(), ("?",), timeout_s, library)
+        try:
+            pairs = probe.allgather((leader, name))
+        except WorldError:
+            atexit.register(probe._at_exit)  # broken from the start: abort, never hang, at exit
+            raise
+        leaders = sorted({lead for lead, _ in pairs})
+        rank_hosts = tuple(leaders.index(lead) for lead, _ in pairs)
+        host_names = tuple(pairs[lead][1] for lead in leaders)
+        world = cls(comm, rank_hosts, host_names, timeout_s, library)
+        world._seq = probe._seq
+        atexit.register(world._at_exit)
+        return world
+
+    # -- primitives ---------------------------------------------------------------------------
+
+    def _tag(self, seq: int) -> int:
+        return seq % 32768  # MPI guarantees tags up to 32767
+
+    def _send_all(self, dests: list[int], message: Any, seq: int, deadline: float) -> None:
+        requests = [self._comm.isend(message, dest=d, tag=self._tag(seq)) for d in dests]
+        try:
+            _wait(
+                lambda: all(r.Test() for r in requests),
+                deadline,
+                lambda: (
+                    "the message to rank(s) "
+                    + ", ".join(str(d) for d, r in zip(dests, requests) if not r.Test())
+                    + " was not received"
+                ),
+            )
+        except CollectiveExpired:
+            for r in requests:
+                if not r.Test():
+                    r.Cancel()
+            raise
+
+    def _receive(self, source: int, name: str, seq: int, deadline: float) -> Any:
+        found: list[Any] = []
+
+        def arrived() -> bool:
+            msg = self._comm.improbe(source=source, tag=self._tag(seq))
+            if msg is not None:
+                found.append(msg.recv())
+            return bool(found)
+
+        _wait(arrived, deadline, lambda: f"nothing from rank {source}")
+        return self._check(found[0], source, name, seq)
+
+    def _barrier(self, name: str, seq: int, deadline: float) -> None:
+        request = self._comm.Ibarrier()
+        _wait(request.Test, deadline, lambda: "not every rank entered the barrier")
+
+    def _bcast(self, name: str, seq: int, value: Any, root: int, deadline: float) -> Any:
+        if self.rank == root:
+            others = [r for r in range(self.size) if r != root]
+            self._send_all(others, (seq, name, value), seq, deadline)
+            return value
+        return self._receive(root, name, seq, deadline)
+
+    def _gather(self, name: str, seq: int, value: Any, root: int, deadline: float) -> list | None:
+        if self.rank != root:
+            self._send_all([root], (seq, name, value), seq, deadline)
+            return None
+        values: dict[int, Any] = {root: value}
+        pending = [r for r in range(self.size) if r != root]
+
+        def all_in() -> bool:
+            for r in list(pending):
+                msg = self._comm.improbe(source=r, tag=self._tag(seq))
+                if msg is not None:
+                    values[r] = self._check(msg.recv(), r, name, seq)
+                    pending.remove(r)
+            return not pending
+
+        _wait(all_in, deadline, lambda: "nothing from rank(s) " + ", ".join(map(str, pending)))
+        return [values[r] for r in range(self.size)]
+
+    def _check(self, message: Any, source: int, name: str, seq: int) -> Any:
+        their_seq, their_name, value = message
+        if (their_seq, their_name) != (seq, name):
+            raise WorldError(
+                f"rank {self.rank}: the ranks called different collectives: rank {self.rank} "
+                f"{name} (step {seq}), rank {source} {their_name} (step {their_seq}): "
+                "a protocol bug"
+            )
+        return value
+
+    # -- ending -------------------------------------------------------------------------------
+
+    def abort(self, exit_code: int = 1) -> None:
+        """MPI_Abort: ends every rank of the run (the launcher exits with ``exit_code``)."""
+        self._comm.Abort(exit_code)
+
+    def _free(self) -> None:
+        """Free gpubw's communicator; MPI itself is finalized by mpi4py at exit."""
+        if self._comm is not None:
+            self._comm.Free()
+            self._comm = None
+
+    def _at_exit(self) -> None:
+        # Runs before mpi4py's MPI_Finalize: a process leaving with a broken world (an
+        # uncaught error, a caller that forgot close()) must not hang in MPI_Finalize.
+        if self._broken is not None and self._comm is not None:
+            self._comm.Abort(1)

@@ -1,0 +1,247 @@
+"""N ranks emulated in one process: one thread per rank, collectives through a shared hub.
+
+So that CI exercises the multinode protocol without MPI. The hub behaves like MPI where it
+matters to gpubw: values are copied by pickling (a rank never sees another rank's objects),
+every collective is bounded by the same timeouts, and ranks calling different collectives at
+the same step is an error. Unlike MPI it also notices a rank that *left* (its function
+returned or raised while others still wait) and fails the waiting ranks at once, naming it.
+
+    cluster = SimulatedCluster([4, 4])          # 2 hosts x 4 ranks
+    outcomes = cluster.run(lambda world: world.allreduce(world.rank, "sum"))
+    assert [o.value for o in outcomes] == [28] * 8
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+from gpubw.world.base import DEFAULT_TIMEOUT_S, CollectiveExpired, World, WorldError
+
+T = TypeVar("T")
+
+
+def _ranks(missing: Sequence[int]) -> str:
+    return "rank(s) " + ", ".join(str(r) for r in missing)
+
+
+class _Hub:
+    """The rendezvous of one simulated world: contributions per collective step."""
+
+    def __init__(self, size: int, on_step: Callable[[int, str], None] | None = None) -> None:
+        self.size = size
+        self.on_step = on_step
+        self.cond = threading.Condition()
+        #: step -> rank -> (collective name, pickled value)
+        self.slots: dict[int, dict[int, tuple[str, bytes]]] = {}
+        self.taken: dict[int, int] = {}
+        #: rank -> why it left (its function returned or raised)
+        self.departed: dict[int, str] = {}
+        #: Ctrl-C / SIGTERM that reached the process: every rank raises it at its collectives
+        self.interruption: BaseException | None = None
+
+    def exchange(self, rank: int, seq: int, name: str, value: Any, deadline: float) -> list:
+        data = pickle.dumps(value)
+        with self.cond:
+            self._check_interrupted()
+            slot = self.slots.setdefault(seq, {})
+            slot[rank] = (name, data)
+            if len(slot) == self.size and self.on_step is not None:
+                # the last rank to arrive: every other rank is blocked in this step
+                self.on_step(seq, name)
+            self.cond.notify_all()
+            while len(slot) < self.size:
+                self._check_interrupted()
+                missing = [r for r in range(self.size) if r not in slot]
+                gone = [r for r in missing if r in self.departed]
+                if gone:
+                    raise WorldError(
+                        f"rank {rank}: {name} cannot complete: rank {gone[0]} left the world "
+                        f"({self.departed[gone[0]]})"
+                    )
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CollectiveExpired(f"no contribution from {_ranks(missing)}")
+                self.cond.wait(remaining)
+            names = {r: n for r, (n, _) in slot.items()}
+            if len(set(names.values())) > 1:
+                calls = ", ".join(f"rank {r} {n}" for r, n in sorted(names.items()))
+                raise WorldError(
+                    f"rank {rank}: the ranks called different collectives at step {seq} "
+                    f"({calls}): a protocol bug"
+                )
+            values = [pickle.loads(slot[r][1]) for r in range(self.size)]
+            self.taken[seq] = self.taken.get(seq, 0) + 1
+            if self.taken[seq] == self.size:
+                del self.slots[seq], self.taken[seq]
+            return values
+
+    def _check_interrupted(self) -> None:
+        if self.interruption is not None:
+            raise copy.copy(self.interruption)  # one instance per rank (own traceback)
+
+    def interrupt(self, exc: BaseException) -> None:
+        with self.cond:
+            self.interruption = exc
+            self.cond.notify_all()
+
+    def leave(self, rank: int, why: str) -> None:
+        with self.cond:
+            self.departed.setdefault(rank, why)  # the first reason (abort) is the real one
+            self.cond.notify_all()
+
+
+class SimulatedWorld(World):
+    """One rank of a :class:`SimulatedCluster`; use it only from that rank's thread."""
+
+    kind = "simulated"
+
+    def __init__(
+        self,
+        hub: _Hub,
+        rank: int,
+        rank_hosts: Sequence[int],
+        host_names: Sequence[str],
+        timeout_s: float,
+    ) -> None:
+        super().__init__(rank, hub.size, rank_hosts, host_names, timeout_s)
+        self._hub = hub
+
+    def _barrier(self, name: str, seq: int, deadline: float) -> None:
+        self._hub.exchange(self.rank, seq, name, None, deadline)
+
+    def _bcast(self, name: str, seq: int, value: Any, root: int, deadline: float) -> Any:
+        mine = value if self.rank == root else None
+        return self._hub.exchange(self.rank, seq, name, mine, deadline)[root]
+
+    def _gather(self, name: str, seq: int, value: Any, root: int, deadline: float) -> list | None:
+        values = self._hub.exchange(self.rank, seq, name, value, deadline)
+        return values if self.rank == root else None
+
+    def _allgather(self, name: str, seq: int, value: Any, deadline: float) -> list:
+        return self._hub.exchange(self.rank, seq, name, value, deadline)
+
+    def _end_broken(self, exit_code: int) -> None:
+        """Leave the world (the other ranks' waits end at once, as MPI_Abort would end
+        them); the thread carries on, so that its caller can return ``exit_code``."""
+        self._hub.leave(self.rank, f"closed a broken world (exit code {exit_code})")
+
+    def abort(self, exit_code: int = 1) -> None:
+        """Leave the world (the other ranks fail at their next collective), then end this
+        rank's thread with SystemExit."""
+        self._hub.leave(self.rank, f"aborted with exit code {exit_code}")
+        raise SystemExit(exit_code)
+
+
+@attrs.frozen
+class RankOutcome(Generic[T]):
+    """How one rank's function ended: its value, its exception, or still running (hung)."""
+
+    rank: int
+    value: T | None = None
+    error: BaseException | None = None
+    hung: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.hung
+
+
+class SimulatedCluster:
+    """N ranks on hosts of given sizes, emulated by threads of this process.
+
+    ``hosts`` is the number of ranks on each host (``[4] * 18`` for an NVL72 rack) or, as an
+    int, the number of ranks on one host. Ranks are numbered host by host, as ``mpirun``
+    places them by default.
+
+    A Ctrl-C or SIGTERM (InterruptedRun) that reaches the thread in :meth:`run` is raised in
+    every rank at its next collective, then re-raised by :meth:`run`.
+
+    ``on_step(step, name)``, if given, is called once per completed collective, by the last
+    rank to arrive, while every other rank is still blocked in it: a deterministic point at
+    which a shared simulated engine can line up the ranks' clocks."""
+
+    def __init__(
+        self,
+        hosts: Sequence[int] | int,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        host_names: Sequence[str] | None = None,
+        on_step: Callable[[int, str], None] | None = None,
+    ) -> None:
+        per_host = [hosts] if isinstance(hosts, int) else list(hosts)
+        if not per_host or any(n < 1 for n in per_host):
+            raise ValueError(f"hosts must be one or more rank counts >= 1, got {hosts!r}")
+        names = list(host_names) if host_names is not None else None
+        if names is None:
+            names = [f"simhost{h:02d}" for h in range(len(per_host))]
+        if len(names) != len(per_host) or len(set(names)) != len(names):
+            raise ValueError(f"host_names must be {len(per_host)} distinct names, got {names}")
+        self.rank_hosts = tuple(h for h, n in enumerate(per_host) for _ in range(n))
+        self.host_names = tuple(names)
+        self.size = len(self.rank_hosts)
+        self.timeout_s = timeout_s
+        self.on_step = on_step
+
+    def worlds(self) -> list[SimulatedWorld]:
+        """A fresh set of connected worlds, one per rank (for a caller's own threads)."""
+        hub = _Hub(self.size, self.on_step)
+        return [
+            SimulatedWorld(hub, r, self.rank_hosts, self.host_names, self.timeout_s)
+            for r in range(self.size)
+        ]
+
+    def run(
+        self, fn: Callable[[SimulatedWorld], T], join_timeout_s: float | None = None
+    ) -> list[RankOutcome[T]]:
+        """Run ``fn(world)`` on every rank, each in its own thread, and return how each ended.
+
+        A rank still running after ``join_timeout_s`` (default: twice the collective bound)
+        is reported ``hung``; its thread is a daemon and is left behind, never waited for."""
+        worlds = self.worlds()
+        hub = worlds[0]._hub
+        outcomes: list[RankOutcome[T] | None] = [None] * self.size
+
+        def body(world: SimulatedWorld) -> None:
+            try:
+                value = fn(world)
+            except BaseException as exc:  # a rank's failure is its outcome, never lost
+                outcomes[world.rank] = RankOutcome(world.rank, error=exc)
+                hub.leave(world.rank, f"{type(exc).__name__}: {exc}")
+            else:
+                outcomes[world.rank] = RankOutcome(world.rank, value=value)
+                hub.leave(world.rank, "it finished")
+
+        threads = [
+            threading.Thread(target=body, args=(w,), name=f"gpubw-rank-{w.rank}", daemon=True)
+            for w in worlds
+        ]
+        bound = 2 * self.timeout_s if join_timeout_s is None else join_timeout_s
+        try:
+            for t in threads:
+                t.start()
+            _join(threads, time.monotonic() + bound)
+        except BaseException as exc:
+            # Ctrl-C/SIGTERM arrive in this (main) thread: pass them to every rank, at its
+            # next collective, as MPI launchers forward them to every rank; give the ranks
+            # one collective bound to write what they have, then re-raise.
+            hub.interrupt(exc)
+            _join([t for t in threads if t.ident is not None], time.monotonic() + self.timeout_s)
+            raise
+        return [o if o is not None else RankOutcome(r, hung=True) for r, o in enumerate(outcomes)]
+
+
+def _join(threads: Sequence[threading.Thread], deadline: float) -> None:
+    """Join until every thread ended or ``deadline``, in short slices so that a signal
+    reaches the joining thread promptly."""
+    while True:
+        alive = [t for t in threads if t.is_alive()]
+        remaining = deadline - time.monotonic()
+        if not alive or remaining <= 0:
+            return
+        alive[0].join(min(0.05, remaining))

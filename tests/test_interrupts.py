@@ -1,0 +1,121 @@
+"""Tests for gpubw.interrupts: the signal guard and its watchdog."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from gpubw import interrupts
+from gpubw.errors import InterruptedRun
+from gpubw.interrupts import SignalGuard
+
+
+def wait_until(condition: Any, timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while not condition() and time.monotonic() < end:
+        time.sleep(0.01)
+
+
+def test_install_records_and_uninstall_restores():
+    """Signals outside interruptible() are only recorded; the old handlers come back."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    guard = SignalGuard()
+    assert guard.install() and interrupts.current() is guard
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.02)  # the handler runs, and raises nothing
+    finally:
+        guard.uninstall()
+    assert guard.signum == signal.SIGTERM and guard.count == 2
+    assert interrupts.current() is None
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_interruptible_raises_inside_and_for_an_earlier_signal():
+    """Inside interruptible() a signal raises; one that came before raises at its start."""
+    guard = SignalGuard()
+    guard.install()
+    try:
+        with pytest.raises(InterruptedRun) as raised, guard.interruptible():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        assert raised.value.signum == signal.SIGINT
+        with pytest.raises(InterruptedRun), guard.interruptible():
+            raise AssertionError("not reached: the signal came before the block")
+    finally:
+        guard.uninstall()
+
+
+def test_install_elsewhere_than_the_main_thread_is_a_no_op():
+    """Handlers can only be installed from the main thread: elsewhere install() says no."""
+    got: list[bool] = []
+    t = threading.Thread(target=lambda: got.append(SignalGuard().install()))
+    t.start()
+    t.join()
+    assert got == [False] and interrupts.current() is None
+
+
+def test_watchdog_writes_the_snapshot_and_exits_after_a_second_signal(monkeypatch):
+    """Two signals and a main thread that does not finish: after the grace period the
+    watchdog writes the snapshot and exits 128 + the first signal."""
+    exits: list[int] = []
+    monkeypatch.setattr(interrupts.os, "_exit", exits.append)
+    written: list[str] = []
+    guard = SignalGuard(grace_s=0.1)
+    guard.snapshot = lambda: "the report so far"
+    guard.emergency_write = written.append
+    guard.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+        wait_until(lambda: exits)
+    finally:
+        guard.uninstall()
+    assert written == ["the report so far"] and exits == [143]
+
+
+def test_watchdog_stands_down_when_the_run_ends_in_time(monkeypatch):
+    """A run that finishes within the grace period: no emergency write, no exit."""
+    exits: list[int] = []
+    monkeypatch.setattr(interrupts.os, "_exit", exits.append)
+    written: list[str] = []
+    guard = SignalGuard(grace_s=0.3)
+    guard.snapshot = lambda: "the report so far"
+    guard.emergency_write = written.append
+    guard.install()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.02)
+    finally:
+        guard.uninstall()
+    time.sleep(0.5)
+    assert written == [] and exits == []
+
+
+def test_watchdog_waits_for_the_complete_report_being_written(monkeypatch):
+    """While the main thread writes the complete report, the watchdog does not write its
+    own; once the main thread is done, it stands down."""
+    exits: list[int] = []
+    monkeypatch.setattr(interrupts.os, "_exit", exits.append)
+    written: list[str] = []
+    guard = SignalGuard(grace_s=0.1)
+    guard.snapshot = lambda: "partial"
+    guard.emergency_write = written.append
+    guard.install()
+    try:
+        guard.writing()
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.15)  # past the first grace period, within the second
+    finally:
+        guard.uninstall()
+    time.sleep(0.3)
+    assert written == [] and exits == []

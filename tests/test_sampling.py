@@ -1,0 +1,93 @@
+"""Pair sampling for N×N testcases: size, coverage, determinism and bad input."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpubw.errors import UsageError
+from gpubw.sampling import parse_sample_pairs, sample_pairs, sample_size
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> tuple[int, int | float, int, bool]:
+    diagonal = draw(st.booleans())
+    n = draw(st.integers(1 if diagonal else 2, 40))
+    total = n * n if diagonal else n * (n - 1)
+    k: int | float = draw(
+        st.one_of(st.integers(n, total + 5), st.floats(1e-6, 1.0, allow_nan=False))
+    )
+    return n, k, draw(st.integers(0, 2**32)), diagonal
+
+
+@given(requests())
+def test_sample_covers_every_device_both_ways(request: tuple) -> None:
+    """Every device is a source and a destination; cells are valid and of the asked number."""
+    n, k, seed, diagonal = request
+    pairs = sample_pairs(n, k, seed, diagonal)
+    assert {s for s, _ in pairs} == set(range(n))
+    assert {d for _, d in pairs} == set(range(n))
+    assert all(0 <= s < n and 0 <= d < n for s, d in pairs)
+    if not diagonal:
+        assert all(s != d for s, d in pairs)
+    assert len(pairs) == sample_size(n, k, diagonal)
+
+
+@given(requests())
+def test_sample_is_deterministic_with_its_seed(request: tuple) -> None:
+    """The same n, size and seed give the same cells."""
+    n, k, seed, diagonal = request
+    assert sample_pairs(n, k, seed, diagonal) == sample_pairs(n, k, seed, diagonal)
+
+
+def test_seeds_change_the_sample_and_the_rack_figures() -> None:
+    """A 72-GPU rack: 5,112 cells; 10 % keeps 512 of them, and another seed picks others."""
+    a = sample_pairs(72, 0.1, seed=1)
+    b = sample_pairs(72, 0.1, seed=2)
+    assert len(a) == len(b) == 512
+    assert a != b
+    assert len(sample_pairs(72, 1.0, seed=1)) == 72 * 71
+
+
+def test_sizes() -> None:
+    """Counts are kept, capped at all cells; fractions round up and never fall below n."""
+    assert sample_size(8, 8) == 8
+    assert sample_size(8, 1000) == 56
+    assert sample_size(8, 0.5) == 28
+    assert sample_size(8, 0.01) == 8
+    assert sample_size(8, 0.01, diagonal=True) == 8
+    assert sample_size(3, 1.0, diagonal=True) == 9
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "diagonal", "match"),
+    [
+        (8, 7, False, "cannot cover 8 devices"),
+        (8, 0, False, "cannot cover"),
+        (8, 0.0, False, r"in \(0, 1\]"),
+        (8, 1.5, False, r"in \(0, 1\]"),
+        (8, float("nan"), False, r"in \(0, 1\]"),
+        (8, True, False, "int or a fraction"),
+        (8, "8", False, "int or a fraction"),
+        (1, 1, False, "at least 2 devices"),
+        (0, 1, True, "device count"),
+    ],
+)
+def test_bad_requests_name_the_value(n: int, k: object, diagonal: bool, match: str) -> None:
+    """Impossible or malformed sample sizes are refused with the value and what is allowed."""
+    with pytest.raises(ValueError, match=match):
+        sample_pairs(n, k, 0, diagonal)  # type: ignore[arg-type]
+
+
+def test_parse_sample_pairs() -> None:
+    """A sample size is a count, a fraction or a percentage; anything else is a UsageError
+    naming the value and its parameter (which the CLI maps to its flag)."""
+    assert parse_sample_pairs("64") == 64
+    assert parse_sample_pairs("0.25") == 0.25
+    assert parse_sample_pairs("25%") == 0.25
+    assert parse_sample_pairs("1") == 1
+    for bad in ("0", "-3", "abc", "0%", "150%", "1.5", ""):
+        with pytest.raises(UsageError, match=f"invalid pair sample '{bad}': expected") as info:
+            parse_sample_pairs(bad)
+        assert info.value.param == "sample_pairs"
