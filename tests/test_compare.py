@@ -136,3 +136,94 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["compare", str(a), str(b)]) == 1
     assert main(["compare", str(tmp_path / "missing.json"), str(b)]) == 2
     assert "cannot read report" in capsys.readouterr().err
+
+
+# -- input robustness (issue 13 item 5) ----------------------------------------------------
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0], err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('{"testcases": "x"}', "'testcases' must be a list of objects"),
+        ('{"testcases": [1, 2]}', "'testcases' must be a list of objects"),
+        ('{"testcases": [{"status": "Passed", "matrices": 5}]}', "'matrices' must be a list"),
+        ('{"testcases": [{"status": "Passed", "matrices": [{"key": "a", "values": "x"}]}]}',
+         "values must be a list of rows"),
+        ('{"testcases": [{"status": "Passed", "matrices": [{"key": "a", "values": [["1"]]}]}]}',
+         "not a number or null"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"testcases": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+        ("{}", "holds no figure to compare"),
+        ('{"testcases": []}', "holds no figure to compare"),
+    ],
+)  # fmt: skip
+def test_bad_reports_are_one_line_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, words: str
+) -> None:
+    """A report of the wrong shape, an empty one or a deeply nested one: one line, exit 2
+    (they were AttributeError / RecursionError tracebacks, or an empty comparison that
+    passed)."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_gpubw(host_to_device_memcpy_ce=27.5e9)))
+    for argv in ([str(bad), str(good)], [str(good), str(bad)]):
+        assert main(["compare", *argv]) == 2
+        assert words in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("value", ["NaN", "0.0", "Infinity"])
+def test_nan_zero_and_infinite_figures_are_flagged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """A NaN, infinite or zero figure on either side is flagged INVALID, exit 1 (a NaN
+    candidate once compared as 'within the threshold')."""
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_gpubw(host_to_device_memcpy_ce=27.5e9)))
+    bad = tmp_path / "bad.json"
+    doc = json.dumps(_gpubw(host_to_device_memcpy_ce=1.0)).replace("[[1.0, 3.0]]", f"[[{value}]]")
+    bad.write_text(doc)
+    assert main(["compare", str(bad), str(good)]) == 1
+    assert "INVALID (candidate is NaN, infinite or 0)" in capsys.readouterr().out
+    assert main(["compare", str(good), str(bad)]) == 1
+    assert "INVALID (baseline is NaN, infinite or 0)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "NaN"])
+def test_non_finite_threshold_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """--threshold nan/inf: a usage error (nan once flagged nothing, whatever the figures)."""
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_gpubw(host_to_device_memcpy_ce=27.5e9)))
+    assert main(["compare", str(good), str(good), "--threshold", value]) == 2
+    assert f"'{value}' must be a finite number" in capsys.readouterr().err
+
+
+def test_comparing_nothing_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two reports without a matrix in common: exit 2, not '0 outside'."""
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps(_gpubw(host_to_device_memcpy_ce=27.5e9)))
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(_gpubw(device_local_copy=1000e9)))
+    assert main(["compare", str(a), str(b)]) == 2
+    assert "have no matrix in common: nothing to compare" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [([], "the following arguments are required"), (["a", "b", "--threshold", "x"], "'x'")],
+)
+def test_bad_arguments_are_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], words: str
+) -> None:
+    """Missing files or a bad option value: one error line, exit 2 (was usage + error)."""
+    assert main(["compare", *argv]) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("gpubw: error: gpubw compare: ") and words in line

@@ -199,3 +199,63 @@ def test_l2_line_sits_where_the_working_set_fills_l2() -> None:
         assert "working set 3 x buffer" in l2[0].get_label()
     finally:
         plt.close(fig)
+
+
+# -- input robustness (issue 13 item 5) ----------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[]", "is not a gpubw report"),
+        ("{}", "is not a gpubw report"),
+        ('{"testcases": "x"}', "is not a gpubw report"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"testcases": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+        ("not json", "not JSON"),
+    ],
+)
+def test_plot_bad_reports_are_one_line_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, words: str
+) -> None:
+    """A report of the wrong shape, an empty or a deeply nested one: one line, exit 2 (a deep
+    one was a RecursionError traceback, a wrong shape a multi-line exit 1)."""
+    pytest.importorskip("matplotlib")
+    from gpubw.cli import main
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    assert main(["plot", str(bad), "-o", str(tmp_path / "p.png")]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1 and "Traceback" not in err, err
+    assert words in lines[0]
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_plot_names_what_it_leaves_out_and_flags_nan_and_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Testcases that did not pass are named on stderr; NaN and zero cells are flagged and
+    drawn as N/A, not as figures (both were silently dropped or drawn)."""
+    pytest.importorskip("matplotlib")
+    from gpubw.plot import main, screen
+
+    rep = full_report()
+    first = next(t for t in rep.testcases if t.matrices)
+    m = first.matrices[0]
+    n = len(m.column_labels)
+    broken = attrs.evolve(m, values=[[float("nan"), *([0.0] * (n - 1))], *m.values[1:]])
+    rep = attrs.evolve(
+        rep,
+        testcases=[attrs.evolve(first, matrices=[broken, *first.matrices[1:]]), *rep.testcases[1:]],
+    )
+    screened, notes = screen(rep)
+    assert any(note.startswith("not drawn: ") and "(Error)" in note for note in notes), notes
+    assert any("(Waived)" in note and "bogus (Not Found)" in note for note in notes), notes
+    assert any(f"flagged: {m.key}" in note and f"has {n} NaN" in note for note in notes), notes
+    cleaned = next(t for t in screened.testcases if t.key == first.key).matrices[0]
+    assert list(cleaned.values[0]) == [None] * n
+    path = tmp_path / "r.json"
+    path.write_text(dumps(rep).replace("NaN", "0.0"))  # JSON reports hold no NaN
+    assert main([str(path), "-o", str(tmp_path / "p.png")]) == 0
+    err = capsys.readouterr().err
+    assert "gpubw plot: not drawn: " in err and f"gpubw plot: flagged: {m.key}" in err

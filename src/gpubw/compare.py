@@ -17,10 +17,13 @@ The command exits 1 if any line is flagged, 0 otherwise, 2 on bad input.
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
+from gpubw.argtypes import finite_float
 from gpubw.errors import UsageError
 from gpubw.results import KIND_BANDWIDTH, KIND_LATENCY, LATENCY
 
@@ -46,8 +49,18 @@ def _kind(m: dict[str, Any]) -> str:
 
 
 def _mean(values: list[list[float | None]]) -> float | None:
+    if not isinstance(values, list) or not all(isinstance(row, list) for row in values):
+        raise TypeError("a matrix's values must be a list of rows")
     cells = [v for row in values for v in row if v is not None]
+    for v in cells:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"a matrix cell is {v!r:.40}, not a number or null")
     return sum(cells) / len(cells) if cells else None
+
+
+def _usable(x: float) -> bool:
+    """A figure that can be compared: finite and above zero (NaN, inf and 0 are flagged)."""
+    return math.isfinite(x) and x > 0
 
 
 def figures_from(doc: dict[str, Any], size: int | None = None) -> tuple[str, Figures]:
@@ -72,7 +85,12 @@ def figures_from(doc: dict[str, Any], size: int | None = None) -> tuple[str, Fig
                 out[key] = Figure(lo, hi, tc["unit"], kind)
         return "reference", out
     label = "gpubw" + (" (SIMULATED)" if doc.get("simulated") else "")
-    for tc in doc.get("testcases", []):
+    testcases = doc.get("testcases", [])
+    if not isinstance(testcases, list) or not all(isinstance(t, dict) for t in testcases):
+        raise TypeError("'testcases' must be a list of objects")
+    for tc in testcases:
+        if not isinstance(tc.get("matrices", []), list):
+            raise TypeError("a testcase's 'matrices' must be a list")
         if tc.get("status") != "Passed":
             continue
         if size is not None and tc.get("size_bytes") not in (None, size):
@@ -97,6 +115,14 @@ def compare(cand: Figures, base: Figures, threshold: float) -> tuple[list[str], 
         c = cand[key][0]
         mid = (lo + hi) / 2
         ratio = c / mid if mid else float("nan")
+        if not _usable(c) or not (_usable(lo) and _usable(hi)):  # NaN, inf or 0: no figure
+            flagged += 1
+            which = "candidate" if not _usable(c) else "baseline"
+            lines.append(
+                f"{key:<52} {c:>8.1f} {unit:<4}{_fmt(lo, hi):>13} {'':>7}  INVALID ({which} "
+                "is NaN, infinite or 0)"
+            )
+            continue
         if kind == KIND_LATENCY:  # lower is better
             flag = "SLOWER" if c > hi * (1 + threshold / 100) else ""
         elif c < lo * (1 - threshold / 100):
@@ -125,25 +151,39 @@ def load_figures(path: str, size: int | None = None) -> tuple[str, Figures]:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise UsageError(f"cannot read report {path!r}: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"cannot read report {path!r}: JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise UsageError(f"report {path!r} is not a JSON object")
     try:
-        return figures_from(doc, size)
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        label, figures = figures_from(doc, size)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError) as exc:
         raise UsageError(
             f"{path!r} is neither a gpubw report, nvbandwidth -j output nor a reference file "
-            f"({type(exc).__name__}: {exc})"
+            f"({type(exc).__name__}: {str(exc)[:200]})"
         ) from None
+    if not figures:
+        at = f" at --size {size}" if size is not None else ""
+        raise UsageError(
+            f"report {path!r} holds no figure to compare{at} (no Passed testcase with "
+            "applicable cells)"
+        )
+    return label, figures
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (one line, exit 2) instead of printing usage."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"gpubw compare: {message} (see gpubw compare -h)")
 
 
 def compare_files(argv: list[str]) -> tuple[list[str], int]:
     """Parse ``gpubw compare`` arguments; return the lines to print and the flagged count."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="gpubw compare", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="gpubw compare", description=__doc__.split("\n\n")[0])
     p.add_argument("candidate", help="gpubw JSON report, nvbandwidth -j output or reference")
     p.add_argument("baseline", help="the same kinds of file")
-    p.add_argument("--threshold", type=float, default=3.0, help="percent (default 3)")
+    p.add_argument("--threshold", type=finite_float, default=3.0, help="percent (default 3)")
     p.add_argument(
         "--size",
         type=int,
@@ -155,6 +195,11 @@ def compare_files(argv: list[str]) -> tuple[list[str], int]:
         raise UsageError(f"--threshold must be >= 0 percent, got {a.threshold:g}")
     cl, cf = load_figures(a.candidate, a.size)
     bl, bf = load_figures(a.baseline, a.size)
+    if not set(cf) & set(bf):
+        raise UsageError(
+            f"{a.candidate!r} and {a.baseline!r} have no matrix in common: nothing to compare "
+            f"(candidate: {', '.join(sorted(cf)[:4])}; baseline: {', '.join(sorted(bf)[:4])})"
+        )
     lines, flagged = compare(cf, bf, a.threshold)
     head = [f"candidate: {a.candidate} [{cl}]", f"baseline:  {a.baseline} [{bl}]"]
     tail = [

@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from gpubw.argtypes import positive_int
+from gpubw.argtypes import MAX_DPI, dpi_int
 from gpubw.errors import UsageError
 from gpubw.outfile import OutputTarget
 from gpubw.report_io import display_scale, display_unit
@@ -61,7 +61,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PREFIX",
         help="only testcases whose key starts with PREFIX (repeatable)",
     )
-    p.add_argument("--dpi", type=positive_int, default=120, help="resolution (default 120)")
+    p.add_argument(
+        "--dpi", type=dpi_int, default=120, help=f"resolution, 1..{MAX_DPI} (default 120)"
+    )
     return p
 
 
@@ -417,15 +419,81 @@ def _select(report: Report, prefixes: Sequence[str]) -> Report:
     return attrs.evolve(report, testcases=kept)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``gpubw plot REPORT.json -o FILE.png [-t PREFIX] [--dpi N]``; returns 0."""
+def load(path: str) -> Report:
+    """The Report in ``path``; any file that is not a readable gpubw report (not JSON, nested
+    too deeply, the wrong shape, values no Report can hold) is a one-line UsageError."""
+    from gpubw.errors import GpubwError
     from gpubw.report_io import load_report, report_from_dict
+
+    try:
+        doc = load_report(path)
+    except UsageError as exc:
+        raise UsageError(f"gpubw plot: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"gpubw plot: cannot read report {path}: JSON nested too deeply") from None
+    except GpubwError as exc:  # schema mismatch: its first problem, on one line
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        first = " ".join(lines[:2]).replace(":: ", ": ")
+        raise UsageError(f"gpubw plot: {path} is not a gpubw report ({first[:300]})") from None
+    try:
+        return report_from_dict(doc)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
+        raise UsageError(
+            f"gpubw plot: {path} is not a gpubw report this version can read: "
+            f"{type(exc).__name__}: {str(exc)[:200]}"
+        ) from None
+
+
+def _usable(v: float | None) -> bool:
+    return v is None or (math.isfinite(v) and v > 0)
+
+
+def screen(report: Report) -> tuple[Report, list[str]]:
+    """(the report to draw, notes): testcases that are not drawn (Error, Interrupted, Not
+    Found, Waived) are named; NaN, infinite and zero cells of Passed testcases are flagged
+    and drawn as N/A, never as figures."""
+    import attrs
+
+    notes: list[str] = []
+    left_out = [
+        f"{t.key}{f' @ {format_size_short(t.size)}' if t.size else ''} ({t.status.value})"
+        for t in report.testcases
+        if t.status is not Status.PASSED
+    ]
+    if left_out:
+        notes.append(f"not drawn: {', '.join(left_out)}")
+    kept: list[TestcaseResult] = []
+    for t in report.testcases:
+        if t.status is not Status.PASSED:
+            kept.append(t)
+            continue
+        matrices = []
+        for m in t.matrices:
+            bad = sum(1 for row in m.values for v in row if not _usable(v))
+            if bad:
+                size = f" @ {format_size_short(t.size)}" if t.size else ""
+                notes.append(
+                    f"flagged: {m.key}{size} has {bad} NaN, infinite or zero cell(s), drawn as N/A"
+                )
+                values = [[v if _usable(v) else None for v in row] for row in m.values]
+                m = attrs.evolve(m, values=values)
+            matrices.append(m)
+        kept.append(attrs.evolve(t, matrices=tuple(matrices)))
+    return attrs.evolve(report, testcases=tuple(kept)), notes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``gpubw plot REPORT.json -o FILE.png [-t PREFIX] [--dpi N]``; returns 0. Notes on what
+    is not drawn (testcases that did not pass, NaN or zero cells) go to stderr."""
+    import sys
 
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     check_output(_pyplot(), args.output)  # fail early, before reading: no matplotlib, bad -o
-    report = _select(report_from_dict(load_report(args.report)), args.testcase)
+    report, notes = screen(_select(load(args.report), args.testcase))
     render(report, args.output, dpi=args.dpi)
+    for note in notes:
+        print(f"gpubw plot: {note}", file=sys.stderr)
     return 0
