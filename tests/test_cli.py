@@ -234,6 +234,119 @@ def test_list_is_fast_and_never_imports_cuda(tmp_path):
     assert elapsed < 1.0, f"gpubw -l took {elapsed:.2f} s"
 
 
+# -- upper bounds (issue 13 item 4) --------------------------------------------------------
+@pytest.mark.parametrize(
+    ("option", "value", "bound"),
+    [
+        ("-i", str(10**20), "at most 100000"),
+        ("--samples", "100001", "at most 100000"),
+        ("--loop-count", str(10**20), "at most 1000000"),
+        ("--loopCount", "1000001", "at most 1000000"),
+        ("--gate-timeout", "1e300", "at most 86400 seconds"),
+        ("--gate-timeout", "1.8e10", "at most 86400 seconds"),
+        ("--gate-timeout", "86400.5", "at most 86400 seconds"),
+    ],
+)
+def test_numbers_have_upper_bounds(capsys, option, value, bound):
+    """-i, --loop-count and --gate-timeout past their bound: one usage line, exit 2."""
+    # Before: -i 10**20 ran forever, --gate-timeout 1e300 failed every testcase with an
+    # OverflowError worded like a plugin bug.
+    code, out, err = run_cli(capsys, "--simulate", PRESET, "-b", "1", "-t", "0", option, value)
+    line = only_error_line(err)
+    assert code == 2 and out == ""
+    assert f"{value!r} must be {bound}" in line and option in line
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "dest"),
+    [("-i", "100000", "samples"), ("--loop-count", "1000000", "loops"),
+     ("--gate-timeout", "86400", "gate_timeout")],
+)  # fmt: skip
+def test_upper_bounds_are_inclusive(option, value, dest):
+    """The bound itself is accepted."""
+    ns = cli.build_parser().parse_args([option, value])
+    assert getattr(ns, dest) == float(value)
+
+
+def test_run_options_and_the_api_have_the_same_bounds():
+    """RunOptions refuses what the flags refuse; gpubw.run turns it into a UsageError."""
+    import gpubw
+    from gpubw.errors import UsageError
+    from gpubw.options import RunOptions
+
+    for field, value in [
+        ("samples", 10**20),
+        ("loops", 10**7),
+        ("gate_timeout_s", 1e300),
+        ("gate_timeout_s", float("inf")),
+        ("gate_timeout_s", float("nan")),
+        ("gate_timeout_s", 0.0),
+        ("sync_timeout_s", 1e300),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            RunOptions(**{field: value})
+    with pytest.raises(UsageError, match="samples must be at most 100000"):
+        gpubw.run(["0"], sizes=1 << 20, samples=10**20, simulate="h200x1")
+    with pytest.raises(UsageError, match="gate_timeout_s"):
+        gpubw.run(["0"], sizes=1 << 20, gate_timeout_s=1e300, simulate="h200x1")
+
+
+# -- options that do not apply to -l (issue 13 item 6) --------------------------------------
+def test_list_writes_to_o(capsys, tmp_path):
+    """-l -o FILE writes the list into FILE (it was ignored: the list went to stdout)."""
+    target = tmp_path / "list.txt"
+    code, out, err = run_cli(capsys, "-l", "-o", str(target))
+    assert (code, out, err) == (0, "", "")
+    assert "34, device_local_copy:" in target.read_text()
+    code, out, _ = run_cli(capsys, "-l", "-j", "-o", str(target))
+    assert code == 0 and out == ""
+    assert json.loads(target.read_text())[34]["key"] == "device_local_copy"
+
+
+def test_list_honours_format(capsys):
+    """-l --format json is -l -j; --format text the default; any other format is refused."""
+    code, out, _ = run_cli(capsys, "-l", "--format", "json")
+    assert code == 0 and json.loads(out)[0]["index"] == 0
+    code, out, _ = run_cli(capsys, "-l", "--format", "text")
+    assert code == 0 and "Index, Name:" in out
+    code, out, err = run_cli(capsys, "-l", "--format", "csv")
+    assert code == 2 and out == ""
+    assert "-l/--list writes text or json, not --format 'csv'" in only_error_line(err)
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["-b", "abc"], "-b/--buffer-size"),
+        (["-b", "64"], "-b/--buffer-size"),
+        (["--simulate", "missing.json"], "--simulate"),
+        (["--simulate", "h200x2"], "--simulate"),
+        (["-t", "0"], "-t/--testcase"),
+        (["-p", "host"], "-p/--testcase-prefixes"),
+        (["-i", "5"], "-i/--samples"),
+        (["--loop-count", "4"], "--loop-count"),
+        (["--gate-timeout", "1"], "--gate-timeout"),
+        (["-m"], "-m/--use-mean"),
+        (["-s"], "-s/--skip-verification"),
+        (["-d"], "-d/--disable-affinity"),
+        (["-v"], "-v/--verbose"),
+        (["--expect", "builtin"], "--expect"),
+        (["--outlier-pct", "80"], "--outlier-pct"),
+        (["--cv-threshold", "off"], "--cv-threshold"),
+        (["--host-huge-pages"], "--host-huge-pages"),
+    ],
+)
+def test_list_refuses_options_that_do_not_apply(capsys, tmp_path, argv, flag):
+    """-l with a run-only option: a usage error naming it, exit 2, no -o file (it was
+    silently ignored, exit 0)."""
+    target = tmp_path / "list.txt"
+    code, out, err = run_cli(capsys, "-l", *argv, "-o", str(target))
+    assert code == 2 and out == ""
+    line = only_error_line(err)
+    assert f"{flag} does not apply to it" in line
+    assert not target.exists()
+
+
 # -- plot routing -------------------------------------------------------------------------
 def test_plot_is_routed_to_gpubw_plot(capsys, monkeypatch):
     """'gpubw plot ARGS' hands ARGS to gpubw.plot.main and returns its code."""

@@ -167,8 +167,23 @@ def test_buffer_size_larger_than_device_memory(capsys, monkeypatch, tmp_path):
     target = tmp_path / "r.json"
     line = usage_error(capsys, "--simulate", PRESET, "-b", "200GiB", "-t", "0", "-o", str(target))
     assert "buffer size 200 GiB (214748364800 bytes) is larger than the memory of device 0" in line
-    assert "(NVIDIA H200, 143771 MiB)" in line and "must be at most 150754820096 bytes" in line
+    assert "(NVIDIA H200, 143771 MiB)" in line and "must be at most 150211657728 bytes" in line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_buffer_size_check_counts_the_context_reserve(capsys, monkeypatch):
+    """A size between what a device can allocate and its total memory is refused (the
+    context keeps 512 MiB, gpubw 6 MiB); the largest size accepted really allocates."""
+    # Before the check counted the reserve, 143500 MiB passed it and every testcase then
+    # failed with CUDA_ERROR_OUT_OF_MEMORY.
+    line = usage_error(capsys, "--simulate", PRESET, "-b", "143500MiB", "-t", "0")
+    assert "143259 MiB free (512 MiB kept by the CUDA context" in line
+    assert "must be at most 150211657728 bytes" in line
+    code, doc, _ = json_run(
+        capsys, "--simulate", "h200x1", "-b", "150211657728B", "-i", "1", "-s", "-t", "0", "1"
+    )
+    assert [t["status"] for t in doc["testcases"]] == ["Passed", "Passed"], doc["testcases"]
+    assert code == 0
 
 
 def test_buffer_size_larger_than_host_memory(capsys, monkeypatch, tmp_path):

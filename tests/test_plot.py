@@ -120,6 +120,7 @@ def test_plot_without_matplotlib(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     [
         (["--dpi", "0"], "--dpi: '0' must be at least 1"),
         (["--dpi", "x"], "--dpi: 'x' is not a whole number"),
+        (["--dpi", "100000"], "--dpi: '100000' must be at most 2400"),
         (["-o", "plot.xyz"], "the format 'xyz' is not supported; allowed: .*png"),
     ],
 )

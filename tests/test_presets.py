@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -176,6 +178,110 @@ def test_from_preset_keeps_a_system_files_faults(tmp_path: Path) -> None:
     path.write_text(json.dumps({"base": "h200x1", "faults": {"gate_never_opens": True}}))
     assert from_preset(str(path)).faults.gate_never_opens
     assert not from_preset(str(path), Faults()).faults.gate_never_opens
+
+
+# -- every value bounded, Infinity refused (issue 13 item 4) --------------------------------
+def _load(tmp_path: Path, text: str) -> SimSystem:
+    path = tmp_path / "system.json"
+    path.write_text(text)
+    return load_system(str(path))
+
+
+@pytest.mark.parametrize(
+    ("fragment", "where"),
+    [
+        ('"host_link": {"h2d": {"ce": Infinity, "sm": 1e9}, "d2h": {"ce": 1e9, "sm": 1e9}}',
+         "host_link.h2d.ce must be a finite number"),
+        ('"peers": {"pairs": "all", "ce": Infinity, "sm": 1e9}', "peers.ce must be a finite"),
+        ('"local_copy": {"ce": 1e9, "sm": Infinity}', "local_copy.sm must be a finite"),
+        ('"latency": {"host": Infinity}', "latency.host must be a finite number"),
+        ('"overheads": {"memcpy": Infinity}', "overheads.memcpy must be a finite number"),
+        ('"host_memory_bandwidth": Infinity', "host_memory_bandwidth must be a finite"),
+        ('"jitter": Infinity', "jitter must be a finite number"),
+        ('"latency": {"peer": -Infinity}', "latency.peer must be a finite number"),
+        ('"overheads": {"gate_poll": NaN}', "overheads.gate_poll must be a finite number"),
+    ],
+)  # fmt: skip
+def test_infinity_is_refused_everywhere(tmp_path: Path, fragment: str, where: str) -> None:
+    """Infinity (and NaN) in any number of a system file is refused, naming the key (link
+    bandwidths, latencies and overheads once accepted it)."""
+    with pytest.raises(UsageError, match=re.escape(where)):
+        _load(tmp_path, '{"base": "h200x2", ' + fragment + "}")
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"local_copy": {"ce": 1e300, "sm": 1e9}}, "local_copy.ce must be in [1e+06, 1e+15]"),
+        ({"local_copy": {"ce": 1e-300, "sm": 1e9}}, "local_copy.ce must be in [1e+06, 1e+15]"),
+        ({"latency": {"host": 1e300}}, "latency.host must be in [1e-09, 0.001]"),
+        ({"overheads": {"memcpy": 1e300}}, "overheads.memcpy must be in [0, 0.001]"),
+        ({"host_memory_bandwidth": 1e-300}, "host_memory_bandwidth must be in [1e+06, 1e+15]"),
+        ({"host_link": {"bidirectional_factor": 1e-300}}, "bidirectional_factor must be in"),
+        ({"jitter": 0.9}, "jitter must be in [0, 0.5]"),
+        ({"device": {"sm_count": 10**30}}, "device.sm_count must be in [1, 65536]"),
+        ({"device": {"memory_bytes": 10**30}}, "memory_bytes must be in [1, 281474976710656]"),
+        ({"device": {"compute_capability": [10**30, 0]}}, "each 0..99"),
+        ({"reserved_bytes": 10**30}, "reserved_bytes must be in [0, 281474976710656]"),
+        ({"reserved_bytes": 200 << 30}, "less than the smallest device's memory"),
+        ({"real_bytes_limit": 10**12}, "real_bytes_limit must be in [0, 268435456]"),
+        ({"seed": 10**400}, "seed must be in [0, 9223372036854775807], got 10000000..."),
+        ({"faults": {"alloc_fail_after": 10**30}}, "faults.alloc_fail_after must be in [0,"),
+    ],
+)  # fmt: skip
+def test_out_of_range_values_are_refused(tmp_path: Path, doc: dict, message: str) -> None:
+    """Values that would stall the simulated clock, outlast every timeout, overflow a kernel
+    argument or exhaust memory are refused with the allowed range (they once made every
+    testcase fail, or hang)."""
+    with pytest.raises(UsageError, match=re.escape(message)):
+        _load(tmp_path, json.dumps({"base": "h200x1", **doc}))
+
+
+def test_the_documented_device_count_works(tmp_path: Path) -> None:
+    """A system of MAX_DEVICES devices builds; device and host address ranges never meet
+    (with 200 devices, device 111's memory once overlapped pinned host memory)."""
+    from gpubw.backend.sim.model import MAX_DEVICES
+
+    system = _load(tmp_path, json.dumps({"base": "h200x1", "count": MAX_DEVICES}))
+    assert len({d.pci_bus_id for d in system.devices}) == MAX_DEVICES
+    backend = SimulatedBackend(system)
+    host = backend.alloc_host(4 << 20, None)
+    pointers = [backend.alloc_device(d, 4 << 20) for d in (0, 110, 111, 112, MAX_DEVICES - 1)]
+    spans = sorted([(host, host + (4 << 20))] + [(p, p + (4 << 20)) for p in pointers])
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+    with pytest.raises(UsageError, match="count must be at most 1024"):
+        _load(tmp_path, json.dumps({"base": "h200x1", "count": MAX_DEVICES + 1}))
+
+
+def test_a_run_on_device_111_works(tmp_path: Path) -> None:
+    """device_local_copy on a 200-device system Passes (it failed with 'not inside pinned
+    host memory' when device 111's addresses were the host's)."""
+    import gpubw
+
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps({"base": "h200x1", "count": 200}))
+    report = gpubw.run(["device_local_copy"], sizes=1 << 20, samples=1, simulate=str(path))
+    assert [t.status.value for t in report.testcases] == ["Passed"], report.testcases[0].message
+
+
+def test_fault_kernel_names_are_checked(tmp_path: Path) -> None:
+    """faults.kernel_error must name a known kernel (gpubw's or an installed plugin's), and
+    kernel_error_result a CUresult error name (a typo was accepted and injected nothing)."""
+    from gpubw.api import system_opener
+
+    with pytest.raises(UsageError, match="'no_such' is not a known kernel; known: gpubw_"):
+        _load(tmp_path, '{"base": "h200x1", "faults": {"kernel_error": "no_such"}}')
+    with pytest.raises(UsageError, match="kernel_error_result must be a CUresult error name"):
+        _load(tmp_path, '{"base": "h200x1", "faults": {"kernel_error_result": "oops"}}')
+    ok = _load(tmp_path, '{"base": "h200x1", "faults": {"kernel_error": "gpubw_copy"}}')
+    assert ok.faults is not None and ok.faults.kernel_error == "gpubw_copy"
+    # a plugin's kernel (gpubw-stream is installed in the test environment) through the API
+    path = tmp_path / "stream.json"
+    path.write_text('{"base": "h200x1", "faults": {"kernel_error": "stream_copy"}}')
+    system_opener(str(path))
+    path.write_text('{"base": "h200x1", "faults": {"kernel_error": "stream_nope"}}')
+    with pytest.raises(UsageError, match="not a known kernel"):
+        system_opener(str(path))
 
 
 def test_gb200nvl72_is_a_rack_of_18_hosts() -> None:

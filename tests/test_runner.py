@@ -54,7 +54,7 @@ class FakeBackend(Backend):
                 compute_capability=(9, 0),
                 sm_count=132,
                 l2_bytes=50 * MIB,
-                memory_bytes=1 << 30,
+                memory_bytes=2 << 30,
                 memory_bus_width_bits=5120,
                 memory_clock_khz=2_619_000,
                 clock_khz=1_980_000,
@@ -71,7 +71,7 @@ class FakeBackend(Backend):
         pass
 
     def memory_info(self, device: int) -> tuple[int, int]:
-        return (1 << 30, 1 << 30)
+        return (2 << 30, 2 << 30)
 
     def _alloc(self) -> int:
         self.next += 0x1000

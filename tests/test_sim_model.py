@@ -28,9 +28,9 @@ def test_model_checks_its_devices_links_and_peers() -> None:
     with pytest.raises(ValueError, match="host_links has 1 entries for 2 devices"):
         attrs.evolve(base, host_links=base.host_links[:1])
     with pytest.raises(ValueError, match=r"peer pair \(0, 2\)"):
-        attrs.evolve(base, peers={(0, 2): Rate(1, 1)})
+        attrs.evolve(base, peers={(0, 2): Rate(1e9, 1e9)})
     with pytest.raises(ValueError, match="bidirectional_factor must be in"):
-        HostLink(Rate(1, 1), Rate(1, 1), bidirectional_factor=1.5)
+        HostLink(Rate(1e9, 1e9), Rate(1e9, 1e9), bidirectional_factor=1.5)
 
 
 def test_iter_pairs() -> None:

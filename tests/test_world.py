@@ -509,7 +509,7 @@ def _json_objects(text: str) -> list[dict]:
 def _run_mpi(
     tmp_path: Path, body: str, timeout_s: float, ranks: int = 2, flags: tuple[str, ...] = ()
 ) -> tuple[int, list[dict], str, float]:
-    """mpiexec -n ranks python script timeout_s; killed (all of it) after 60 s at most."""
+    """mpiexec -n ranks python script timeout_s; killed (all of it) after 90 s at most."""
     script = tmp_path / "ranks.py"
     script.write_text(_PRELUDE + textwrap.dedent(body))
     argv = [_mpiexec(), *flags, "-n", str(ranks), sys.executable, str(script), str(timeout_s)]
@@ -518,11 +518,11 @@ def _run_mpi(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=90)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        pytest.fail(f"mpiexec did not end within 60 s: {argv}")
+        pytest.fail(f"mpiexec did not end within 90 s: {argv}")
     return proc.returncode, _json_objects(out), err, time.monotonic() - start
 
 
@@ -603,7 +603,7 @@ world.close(5)  # broken world: MPI_Abort, never a hang in MPI_Finalize
 
 @needs_mpi
 @pytest.mark.parametrize(
-    "fault", ["time.sleep(30)", "os._exit(0)"], ids=["rank-hangs", "rank-exits-early"]
+    "fault", ["time.sleep(120)", "os._exit(0)"], ids=["rank-hangs", "rank-exits-early"]
 )
 def test_mpi_lost_rank_gives_a_clear_error_not_a_hang(tmp_path: Path, fault: str) -> None:
     """Rank 1 hangs or leaves: rank 0 raises WorldTimeoutError after 1 s, then aborts."""
@@ -614,7 +614,9 @@ def test_mpi_lost_rank_gives_a_clear_error_not_a_hang(tmp_path: Path, fault: str
     rc, lines, err, elapsed = _run_mpi(
         tmp_path, _LOSE_RANK_1.format(fault=fault), timeout_s=1, flags=flags
     )
-    assert elapsed < 20
+    # well under the hung rank's 120 s: MPI_Abort ended it (a loaded 2-core CI machine has
+    # been seen to take 30 s to tear MPICH down, hence not a tighter bound)
+    assert elapsed < 50
     assert rc == 5, err
     [line] = [x for x in lines if x["rank"] == 0]
     assert line["error"] == (
@@ -632,13 +634,13 @@ def test_mpi_close_never_waits_for_a_hung_rank(tmp_path: Path) -> None:
         """
         world.barrier()
         if world.rank == 1:
-            time.sleep(30)
+            time.sleep(120)
         world.close(6)
         """,
         timeout_s=1,
     )
     assert rc == 6, err
-    assert elapsed < 20
+    assert elapsed < 50  # well under the hung rank's 120 s
 
 
 @needs_mpi

@@ -47,6 +47,18 @@ def _preset_names() -> list[str]:
     return sorted(presets.names())
 
 
+def _plugin_kernel_names() -> set[str]:
+    """Kernels of the kernel modules every installed testcase declares (a system file's
+    ``faults.kernel_error`` may name one of them)."""
+    from gpubw.registry import Registry
+
+    names: set[str] = set()
+    for entry in Registry.discover().entries:
+        for module in getattr(entry.cls, "kernel_modules", ()):
+            names.update(module.names)
+    return names
+
+
 def system_opener(simulate: Simulate = None) -> Callable[[RunOptions], System]:
     """A function that opens the System for given RunOptions: on the real GPUs when
     ``simulate`` is None (the CUDA driver is loaded only when it is called), else on the
@@ -65,7 +77,7 @@ def system_opener(simulate: Simulate = None) -> Callable[[RunOptions], System]:
     try:
         from gpubw.backend.presets import load_system
 
-        model = load_system(text)
+        model = load_system(text, plugin_kernels=_plugin_kernel_names)
     except ImportError as exc:
         raise UsageError(f"simulation is not available: {exc}") from None
     except UsageError:  # already names the value and what is allowed

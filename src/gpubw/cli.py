@@ -27,16 +27,19 @@ import re
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import IO, Any, NoReturn, TextIO
+from typing import IO, Any, NoReturn
 
 from gpubw.accept_cli import JUDGE_HELP, add_run_options, judging
-from gpubw.argtypes import _positive_float, positive_int
+from gpubw.argtypes import gate_timeout_seconds, loops_int, samples_int
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, PluginError, UsageError
 from gpubw.live import LiveOutput, progress_mode
 from gpubw.options import (
     DEFAULT_BUFFER_SIZE,
     DEFAULT_LOOPS,
     DEFAULT_SAMPLES,
+    MAX_GATE_TIMEOUT_S,
+    MAX_LOOPS,
+    MAX_SAMPLES,
     Invocation,
     RunOptions,
     exit_status,
@@ -197,10 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--testSamples",
         dest="samples",
         metavar="N",
-        type=positive_int,
+        type=samples_int,
         action=_Once,
         default=DEFAULT_SAMPLES,
-        help=f"samples (iterations) of each measurement (default {DEFAULT_SAMPLES})",
+        help=f"samples (iterations) of each measurement, 1..{MAX_SAMPLES} (default "
+        f"{DEFAULT_SAMPLES})",
     )
     add(
         "-m",
@@ -216,10 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--loopCount",
         dest="loops",
         metavar="N",
-        type=positive_int,
+        type=loops_int,
         action=_Once,
         default=DEFAULT_LOOPS,
-        help=f"copies per sample (default {DEFAULT_LOOPS})",
+        help=f"copies per sample, 1..{MAX_LOOPS} (default {DEFAULT_LOOPS})",
     )
     add(
         "--perf-formatter",
@@ -252,10 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--gate-timeout",
         dest="gate_timeout",
         metavar="SECONDS",
-        type=_positive_float,
+        type=gate_timeout_seconds,
         action=_Once,
         default=DEFAULT_GATE_TIMEOUT_S,
-        help=f"longest a stream may wait at the spin gate (default {DEFAULT_GATE_TIMEOUT_S:g})",
+        help="longest a stream may wait at the spin gate, at most "
+        f"{MAX_GATE_TIMEOUT_S:g} (default {DEFAULT_GATE_TIMEOUT_S:g})",
     )
     add_run_options(p)
     add(
@@ -326,7 +331,7 @@ def usage_message(exc: UsageError) -> str:
 
 
 # -- -l ------------------------------------------------------------------------------------
-def _list(registry: Registry, as_json: bool, out: TextIO) -> None:
+def _list(registry: Registry, as_json: bool, out: IO[str]) -> None:
     if as_json:
         items: list[dict[str, Any]] = [
             {
@@ -368,6 +373,53 @@ def _list(registry: Registry, as_json: bool, out: TextIO) -> None:
         lines += [f"\t{f.key} ({f.plugin}): {f.message}" for f in registry.failures]
         lines.append("")
     out.write("\n".join(lines) + "\n")
+
+
+#: what -l/--list honours; every other option is refused with it (never silently ignored)
+LIST_FORMATS = ("text", "json")
+#: (namespace attribute, flag) of the options that do not apply to -l
+_NOT_FOR_LIST = (
+    ("buffer_size", "-b/--buffer-size"),
+    ("testcase", "-t/--testcase"),
+    ("prefixes", "-p/--testcase-prefixes"),
+    ("samples", "-i/--samples"),
+    ("loops", "--loop-count"),
+    ("gate_timeout", "--gate-timeout"),
+    ("simulate", "--simulate"),
+    ("use_mean", "-m/--use-mean"),
+    ("skip_verification", "-s/--skip-verification"),
+    ("disable_affinity", "-d/--disable-affinity"),
+    ("verbose", "-v/--verbose"),
+    ("perf_formatter", "--perf-formatter"),
+    ("expect", "--expect"),
+    ("outlier_pct", "--outlier-pct"),
+    ("cv_threshold", "--cv-threshold"),
+    ("host_huge_pages", "--host-huge-pages"),
+)
+
+
+def _list_command(ns: argparse.Namespace) -> int:
+    """``gpubw -l``: the testcase list as text or JSON (``-j``, ``--format``), on stdout or
+    into ``-o FILE``; an option that only applies to a run is a usage error."""
+    given: set[str] = getattr(ns, "_given", set())
+    parser = build_parser()
+    for dest, flag in _NOT_FOR_LIST:
+        if dest in given or getattr(ns, dest) != parser.get_default(dest):
+            raise UsageError(
+                f"-l/--list only lists the testcases; {flag} does not apply to it "
+                "(-l takes -j/--json, --format text|json and -o/--output)"
+            )
+    fmt = ns.format or ("json" if ns.json else "text")
+    if ns.json and fmt != "json":
+        raise UsageError(
+            f"-j/--json means --format json; it cannot be combined with --format {fmt}"
+        )
+    if fmt not in LIST_FORMATS:
+        raise UsageError(f"-l/--list writes {' or '.join(LIST_FORMATS)}, not --format {fmt!r}")
+    output = _Output(ns.output)
+    with output.stream() as stream:
+        _list(Registry.discover(), fmt == "json", stream)
+    return 0
 
 
 # -- systems -------------------------------------------------------------------------------
@@ -460,8 +512,7 @@ def _main(argv: list[str], command: bool = False) -> int:
 def _run_command(argv: list[str], guard: Any) -> int:
     ns = build_parser().parse_args(_attach_negative_values(argv))
     if ns.list:
-        _list(Registry.discover(), ns.json, sys.stdout)
-        return 0
+        return _list_command(ns)
     sizes = [DEFAULT_BUFFER_SIZE] if ns.buffer_size is None else parse_sizes(ns.buffer_size)
 
     fmt = ns.format or ("json" if ns.json else DEFAULT_FORMAT)

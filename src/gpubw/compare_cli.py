@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from gpubw.argtypes import finite_float
 from gpubw.compare import (
     ANY,
     FAIL_ON,
@@ -245,17 +246,6 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"gpubw compare: {message} (see gpubw compare -h)")
 
 
-def _finite_float(text: str) -> float:
-    """argparse type: a finite number (no nan, no inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="gpubw compare",
@@ -268,7 +258,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("candidate", help="gpubw JSON report, nvbandwidth -j output or reference")
     p.add_argument("baseline", help="the same kinds of file")
     p.add_argument(
-        "--threshold", type=_finite_float, default=3.0, help="tolerance in percent (default 3)"
+        "--threshold", type=finite_float, default=3.0, help="tolerance in percent (default 3)"
     )
     p.add_argument(
         "--size",

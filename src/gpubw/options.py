@@ -20,6 +20,15 @@ DEFAULT_BUFFER_SIZE = 512 * MIB
 DEFAULT_LOOPS = 16
 DEFAULT_SAMPLES = 3
 WARMUP_ITERATIONS = 4
+#: Upper bounds of the measurement options (docs/failures.md): past them a run would not end
+#: in any useful time (10**20 samples), or a timeout would overflow the spin-gate kernel's
+#: 64-bit nanosecond argument (near 1.8e10 s).
+MAX_SAMPLES = 100_000
+MAX_LOOPS = 1_000_000
+MAX_GATE_TIMEOUT_S = 86_400.0
+MAX_SYNC_TIMEOUT_S = 86_400.0
+_BOUNDS = {"samples": MAX_SAMPLES, "loops": MAX_LOOPS}
+_SECONDS = {"gate_timeout_s": MAX_GATE_TIMEOUT_S, "sync_timeout_s": MAX_SYNC_TIMEOUT_S}
 #: exit code of a run that went fine but is below expectation (``--expect``, ``gpubw check``;
 #: nvbandwidth's own codes are 0 and 1)
 EXIT_BELOW_EXPECTATION = 3
@@ -30,8 +39,21 @@ DEFAULT_CV_THRESHOLD = 0.10
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{attribute.name} must be a whole number, got {value!r}")
     if value < 1:
         raise ValueError(f"{attribute.name} must be >= 1, got {value}")
+    high = _BOUNDS[attribute.name]
+    if value > high:
+        raise ValueError(f"{attribute.name} must be at most {high}, got {value}")
+
+
+def _seconds(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    high = _SECONDS[attribute.name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{attribute.name} must be a number of seconds, got {value!r}")
+    if not 0 < value <= high:  # also refuses nan and inf
+        raise ValueError(f"{attribute.name} must be in (0, {high:g}] seconds, got {value!r}")
 
 
 def _sizes(value: Iterable[int]) -> tuple[int, ...]:
@@ -64,9 +86,9 @@ class RunOptions:
     affinity: bool = True
     verbose: bool = False
     #: Longest a stream may stay held by the spin gate (and longest any sync may take).
-    gate_timeout_s: float = 10.0
+    gate_timeout_s: float = attrs.field(default=10.0, validator=_seconds)
     #: Seconds allowed for one sample's copies to finish after the gate opens.
-    sync_timeout_s: float = 120.0
+    sync_timeout_s: float = attrs.field(default=120.0, validator=_seconds)
     #: Bytes per buffer; every sized testcase runs once per size, in this order.
     buffer_sizes: tuple[int, ...] = attrs.field(
         default=(DEFAULT_BUFFER_SIZE,), converter=_sizes, validator=_check_sizes

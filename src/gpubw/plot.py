@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
-from gpubw.argtypes import positive_int
+from gpubw.argtypes import MAX_DPI, dpi_int
 from gpubw.errors import UsageError
 from gpubw.outfile import OutputTarget
 from gpubw.plot_panels import (
@@ -78,7 +78,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PREFIX",
         help="only testcases whose key starts with PREFIX (repeatable)",
     )
-    p.add_argument("--dpi", type=positive_int, default=120, help="resolution (default 120)")
+    p.add_argument(
+        "--dpi", type=dpi_int, default=120, help=f"resolution, 1..{MAX_DPI} (default 120)"
+    )
     return p
 
 

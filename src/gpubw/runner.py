@@ -36,6 +36,7 @@ import attrs
 from gpubw.capture import OutputCapture
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, UsageError
 from gpubw.interrupts import HANDLED_SIGNALS, SignalGuard, current
+from gpubw.kernels import PATTERN_WORDS
 from gpubw.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
 from gpubw.registry import Entry, Selected, Unresolved
 from gpubw.report_io import device_record, matrix_problem
@@ -106,21 +107,39 @@ def small_buffer_warnings(selection: Sequence[Selected], sizes: Sequence[int]) -
     return []
 
 
+#: Device memory gpubw itself keeps on each device during a run: two 2 MiB verification
+#: patterns and the verification result words (a 2 MiB allocation page).
+SCRATCH_BYTES = 2 * PATTERN_WORDS * 4 + (2 << 20)
+
+
 def check_sizes(system: System, selection: Sequence[Selected], sizes: Sequence[int]) -> None:
-    """Refuse, before anything runs, a buffer size that cannot fit: larger than the total
-    memory of the smallest device, or than the host's physical memory (pinned buffers).
-    Only sizes that some selected testcase uses count. Raises :class:`UsageError`."""
+    """Refuse, before anything runs, a buffer size that cannot fit: larger than what the
+    device with the least memory can allocate (its free memory as the driver reports it, so
+    the context's reserve and other processes' memory count), or than the host's physical
+    memory (pinned buffers). Only sizes that some selected testcase uses count. Raises
+    :class:`UsageError`."""
     sized = any(isinstance(s, Entry) and s.cls is not None and not s.fixed_size for s in selection)
     if not sized or not sizes:
         return
     largest = max(sizes)
     if system.devices:
-        small = min(system.devices, key=lambda d: d.memory_bytes)
-        if largest > small.memory_bytes:
+        room: list[tuple[int, Any]] = []
+        for d in system.devices:
+            try:
+                free = min(system.backend.memory_info(d.ordinal)[0], d.memory_bytes)
+            except GpubwError:  # no figure: the total is still an upper bound
+                free = d.memory_bytes
+            room.append((free, d))
+        free, small = min(room, key=lambda r: r[0])
+        allowed = max(0, free - SCRATCH_BYTES)
+        if largest > allowed:
+            kept = small.memory_bytes - free
             raise UsageError(
                 f"buffer size {format_size(largest)} ({largest} bytes) is larger than the "
                 f"memory of device {small.ordinal} ({small.name}, {format_size(small.memory_bytes)}"
-                f"); it must be at most {small.memory_bytes} bytes",
+                f") can hold: {format_size(free)} free ({format_size(kept)} kept by the CUDA "
+                f"context and other allocations), less {format_size(SCRATCH_BYTES)} of gpubw's "
+                f"own; it must be at most {allowed} bytes",
                 param="sizes",
             )
     host = system.backend.host_memory_bytes()

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,25 @@ import attrs
 from gpubw.backend.base import DeviceInfo
 from gpubw.backend.sim import SimulatedBackend
 from gpubw.backend.sim.faults import Faults
-from gpubw.backend.sim.model import HostLink, Latency, Overheads, Rate, SimSystem, iter_pairs
+from gpubw.backend.sim.model import (
+    MAX_DEVICE_MEMORY,
+    MAX_DEVICES,
+    MAX_HOST_MEMORY,
+    MAX_JITTER,
+    MAX_LATENCY,
+    MAX_OVERHEAD,
+    MAX_RATE,
+    MAX_REAL_BYTES,
+    MIN_FACTOR,
+    MIN_LATENCY,
+    MIN_RATE,
+    HostLink,
+    Latency,
+    Overheads,
+    Rate,
+    SimSystem,
+    iter_pairs,
+)
 from gpubw.errors import UsageError
 
 MIB = 1 << 20
@@ -45,6 +65,12 @@ def _uuid(system: str, ordinal: int) -> str:
 
 #: PCI bus numbers of the presets' devices (an H200 host's, as in the reference system).
 _BUSES = (0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF)
+
+
+def _pci_bus_id(i: int) -> str:
+    """A generated PCI bus id for device ``i``: the reference system's buses, one PCI domain
+    per eight devices (distinct and valid for every device a system may have)."""
+    return f"{i // len(_BUSES):04x}:{_BUSES[i % len(_BUSES)]:02x}:00.0"
 
 
 def h200_device(
@@ -257,7 +283,9 @@ def from_preset(
     return SimulatedBackend(load_system(name_or_path), faults)
 
 
-def load_system(name_or_path: str | os.PathLike[str]) -> SimSystem:
+def load_system(
+    name_or_path: str | os.PathLike[str], plugin_kernels: PluginKernels = None
+) -> SimSystem:
     """A preset by name, or a system described by a JSON file (docs/simulate.md).
 
     Raises :class:`UsageError` for an unknown name, a missing or unreadable file, bad JSON or
@@ -290,7 +318,7 @@ def load_system(name_or_path: str | os.PathLike[str]) -> SimSystem:
     except RecursionError:
         raise UsageError(f"{text}: not valid JSON: nested too deeply") from None
     try:
-        return system_from_dict(doc, default_name=path.stem)
+        return system_from_dict(doc, default_name=path.stem, plugin_kernels=plugin_kernels)
     except UsageError as exc:
         raise UsageError(f"{text}: {exc}") from None
 
@@ -325,8 +353,18 @@ _TOP_KEYS = {
     "multicast_rate",
     "rank_faults",
 }
-#: Most devices a system file may describe.
-MAX_DEVICES = 1024
+#: Largest whole number a system file may give where no tighter bound applies (a C int64).
+MAX_INT = (1 << 63) - 1
+#: Upper bounds of the integer device fields (DeviceInfo); each at least 1 unless 0 is listed.
+DEVICE_INT_LIMITS: dict[str, int] = {
+    "sm_count": 65_536,
+    "l2_bytes": 1 << 40,
+    "memory_bytes": MAX_DEVICE_MEMORY,
+    "memory_bus_width_bits": 1 << 20,
+    "memory_clock_khz": 1 << 30,
+    "clock_khz": 1 << 30,
+    "async_engines": 1024,
+}
 
 
 def _keys(where: str, obj: Any, allowed: set[str] | tuple[str, ...]) -> dict[str, Any]:
@@ -340,22 +378,56 @@ def _keys(where: str, obj: Any, allowed: set[str] | tuple[str, ...]) -> dict[str
     return obj
 
 
-def _num(where: str, value: Any, *, integer: bool = False, positive: bool = True) -> Any:
+def _num(
+    where: str,
+    value: Any,
+    *,
+    integer: bool = False,
+    positive: bool = True,
+    low: float | None = None,
+    high: float | None = None,
+) -> Any:
+    """``value`` if it is a finite number (an integer if ``integer``), positive if
+    ``positive``, and within [low, high] where given (integers: at most :data:`MAX_INT`);
+    else a UsageError naming ``where``. ``Infinity`` and ``NaN`` are never accepted."""
     ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok_type:
         kind = "an integer" if integer else "a number"
         raise UsageError(f"{where} must be {kind}, got {json.dumps(value)}")
+    if not integer and not math.isfinite(value):
+        raise UsageError(f"{where} must be a finite number, got {value}")
     if positive and not value > 0:
         raise UsageError(f"{where} must be positive, got {value}")
+    if integer and high is None:
+        high = MAX_INT
+    if (low is not None and value < low) or (high is not None and value > high):
+        lo = _show(low) if low is not None else ("1" if positive else "0")
+        raise UsageError(f"{where} must be in [{lo}, {_show(high)}], got {_show(value)}")
     return value
+
+
+def _show(x: Any) -> str:
+    """A number for a message: whole numbers exactly (a long one cut short), others as %g."""
+    if isinstance(x, int):
+        text = str(x)
+        return text if len(text) <= 24 else f"{text[:8]}... ({len(text)} digits)"
+    return f"{x:g}"
+
+
+def _rate_num(where: str, value: Any) -> float:
+    return float(_num(where, value, low=MIN_RATE, high=MAX_RATE))
+
+
+def _factor_num(where: str, value: Any) -> float:
+    return float(_num(where, value, low=MIN_FACTOR, high=1.0))
 
 
 def _rate(where: str, obj: Any, base: Rate | None) -> Rate:
     d = _keys(where, obj, ("ce", "sm"))
     if base is None and not {"ce", "sm"} <= set(d):
         raise UsageError(f"{where} needs both 'ce' and 'sm' (bytes/s)")
-    ce = _num(f"{where}.ce", d["ce"]) if "ce" in d else base.ce  # type: ignore[union-attr]
-    sm = _num(f"{where}.sm", d["sm"]) if "sm" in d else base.sm  # type: ignore[union-attr]
+    ce = _rate_num(f"{where}.ce", d["ce"]) if "ce" in d else base.ce  # type: ignore[union-attr]
+    sm = _rate_num(f"{where}.sm", d["sm"]) if "sm" in d else base.sm  # type: ignore[union-attr]
     return Rate(ce, sm)
 
 
@@ -366,9 +438,7 @@ def _host_link(where: str, obj: Any, base: HostLink | None) -> HostLink:
     h2d = _rate(f"{where}.h2d", d["h2d"], base.h2d if base else None) if "h2d" in d else None
     d2h = _rate(f"{where}.d2h", d["d2h"], base.d2h if base else None) if "d2h" in d else None
     factor = d.get("bidirectional_factor", base.bidirectional_factor if base else 0.9)
-    _num(f"{where}.bidirectional_factor", factor)
-    if factor > 1:
-        raise UsageError(f"{where}.bidirectional_factor must be at most 1, got {factor}")
+    factor = _factor_num(f"{where}.bidirectional_factor", factor)
     return HostLink(
         h2d=h2d or base.h2d,  # type: ignore[union-attr]
         d2h=d2h or base.d2h,  # type: ignore[union-attr]
@@ -383,7 +453,7 @@ def _device(where: str, obj: Any, base: DeviceInfo | None, system: str, i: int) 
     if base is None or "uuid" not in d:
         values["uuid"] = _uuid(system, i)
     if base is None or "pci_bus_id" not in d:
-        values["pci_bus_id"] = f"0000:{_BUSES[i % len(_BUSES)] + i // len(_BUSES):02x}:00.0"
+        values["pci_bus_id"] = _pci_bus_id(i)
     for key, value in d.items():
         field = f"{where}.{key}"
         if key in ("name", "uuid", "pci_bus_id"):
@@ -394,23 +464,26 @@ def _device(where: str, obj: Any, base: DeviceInfo | None, system: str, i: int) 
                 not isinstance(value, list)
                 or len(value) != 2
                 or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+                or not all(0 <= v <= 99 for v in value)
             ):
-                raise UsageError(f"{field} must be [major, minor], got {json.dumps(value)}")
+                raise UsageError(
+                    f"{field} must be [major, minor] (each 0..99), got {json.dumps(value)}"
+                )
             value = tuple(value)
         elif key == "numa_node":
             if value is not None:
-                _num(field, value, integer=True, positive=False)
+                _num(field, value, integer=True, positive=False, high=MAX_NUMA_NODE)
         elif key == "local_cpus":
             if not isinstance(value, list) or not all(
-                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_CPU for v in value
             ):
-                raise UsageError(f"{field} must be a list of CPU numbers")
+                raise UsageError(f"{field} must be a list of CPU numbers 0..{MAX_CPU}")
             value = tuple(value)
         elif key == "multicast_supported":
             if not isinstance(value, bool):
                 raise UsageError(f"{field} must be true or false")
         else:
-            _num(field, value, integer=True)
+            _num(field, value, integer=True, high=DEVICE_INT_LIMITS[key])
         values[key] = value
     if "name" not in values:
         raise UsageError(f"{where} needs a 'name' (and the other device fields) without a 'base'")
@@ -424,6 +497,8 @@ def _device(where: str, obj: Any, base: DeviceInfo | None, system: str, i: int) 
 
 
 _OPTIONAL_DEVICE = {"numa_node", "local_cpus", "multicast_supported"}
+MAX_NUMA_NODE = 1 << 16
+MAX_CPU = 1 << 20
 
 
 def _pair(where: str, value: Any, n: int) -> tuple[int, int]:
@@ -481,13 +556,45 @@ def _peers(
             out.setdefault((b, a), r)
     factor = d.get("bidirectional_factor")
     if factor is not None:
-        _num(f"{where}.bidirectional_factor", factor)
-        if factor > 1:
-            raise UsageError(f"{where}.bidirectional_factor must be at most 1, got {factor}")
+        factor = _factor_num(f"{where}.bidirectional_factor", factor)
     return out, factor
 
 
-def _faults(where: str, obj: Any, n: int) -> Faults:
+_CURESULT = re.compile(r"CUDA_ERROR_[A-Z0-9_]{1,60}")
+#: Where the names of plugin kernels come from (the kernel modules of installed testcases);
+#: the layer above the backend passes it, so that a file may name a plugin's kernel.
+PluginKernels = Callable[[], Iterable[str]] | None
+
+
+def known_kernels(plugin_kernels: PluginKernels = None) -> set[str]:
+    """Names of every kernel a fault may name: gpubw's own, those of registered kernel
+    modules, and ``plugin_kernels()``."""
+    from gpubw.kernels import KERNELS
+    from gpubw.kernels.modules import kernel_modules
+
+    names = set(KERNELS)
+    for module in kernel_modules():
+        names.update(module.names)
+    if plugin_kernels is not None:
+        names.update(plugin_kernels())
+    return names
+
+
+def _kernel_name(where: str, value: Any, plugin_kernels: PluginKernels) -> None:
+    """UsageError unless ``value`` names a known kernel (:func:`known_kernels`)."""
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"{where} must be a kernel name, got {json.dumps(value)}")
+    from gpubw.kernels import KERNELS
+
+    if value in KERNELS:
+        return
+    known = known_kernels(plugin_kernels)
+    if value not in known:
+        shown = ", ".join(sorted(known)[:12]) + (", ..." if len(known) > 12 else "")
+        raise UsageError(f"{where}: {value[:80]!r} is not a known kernel; known: {shown}")
+
+
+def _faults(where: str, obj: Any, n: int, plugin_kernels: PluginKernels = None) -> Faults:
     """The ``"faults"`` object: any field of :class:`Faults` (docs/simulate.md)."""
     fields = {f.name for f in attrs.fields(Faults)}
     d = _keys(where, obj, fields)
@@ -497,11 +604,15 @@ def _faults(where: str, obj: Any, n: int) -> Faults:
         if key in ("corrupt_copy", "gate_never_opens", "sync_hang", "export_refused"):
             if not isinstance(value, bool):
                 raise UsageError(f"{at} must be true or false, got {json.dumps(value)}")
-        elif key in ("kernel_error", "kernel_error_result"):
-            if not (isinstance(value, str) and value) and not (
-                key == "kernel_error" and value is None
-            ):
-                raise UsageError(f"{at} must be a kernel or CUresult name, got {json.dumps(value)}")
+        elif key == "kernel_error":
+            if value is not None:
+                _kernel_name(at, value, plugin_kernels)
+        elif key == "kernel_error_result":
+            if not isinstance(value, str) or not _CURESULT.fullmatch(value):
+                raise UsageError(
+                    f"{at} must be a CUresult error name such as CUDA_ERROR_LAUNCH_FAILED, "
+                    f"got {json.dumps(value)}"
+                )
         elif key == "refuse_peer":
             if not isinstance(value, list):
                 raise UsageError(f"{at} must be a list of [a, b] device pairs")
@@ -580,8 +691,22 @@ def _ranks_keys(d: dict[str, Any], kw: dict[str, Any], n: int) -> None:
         kw["rank_faults"] = out
 
 
-def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
-    """Build a :class:`SimSystem` from the JSON document format of docs/simulate.md."""
+#: Upper bounds of the top-level whole numbers of a system file.
+_TOP_INT_LIMITS: dict[str, int] = {
+    "seed": MAX_INT,
+    "reserved_bytes": MAX_DEVICE_MEMORY,
+    "host_memory_bytes": MAX_HOST_MEMORY,
+    "real_bytes_limit": MAX_REAL_BYTES,
+    "cuda_driver": (1 << 31) - 1,
+}
+
+
+def system_from_dict(
+    doc: Any, default_name: str = "custom", plugin_kernels: PluginKernels = None
+) -> SimSystem:
+    """Build a :class:`SimSystem` from the JSON document format of docs/simulate.md.
+    ``plugin_kernels`` gives the names of plugin kernels a fault may name as well
+    (:func:`known_kernels`)."""
     d = _keys("the system", doc, _TOP_KEYS)
     base: SimSystem | None = None
     if "base" in d:
@@ -614,9 +739,10 @@ def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
             for i, item in enumerate(d["devices"])
         )
     else:
-        count = _num("count", d.get("count", len(base.devices) if base else 1), integer=True)
-        if count > MAX_DEVICES:
+        count = d.get("count", len(base.devices) if base else 1)
+        if isinstance(count, int) and not isinstance(count, bool) and count > MAX_DEVICES:
             raise UsageError(f"count must be at most {MAX_DEVICES}, got {count}")
+        count = _num("count", count, integer=True)
         if template is None:
             raise UsageError("describe the devices: 'device' (with 'count') or 'devices'")
         devices = tuple(
@@ -624,7 +750,7 @@ def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
                 template,
                 ordinal=i,
                 uuid=_uuid(name, i),
-                pci_bus_id=f"0000:{_BUSES[i % len(_BUSES)] + i // len(_BUSES):02x}:00.0",
+                pci_bus_id=_pci_bus_id(i),
             )
             if (base is None or i >= len(base.devices) or "device" in d)
             else base.devices[i]
@@ -673,13 +799,15 @@ def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
         raise UsageError("local_copy is required (bytes/s of a copy inside one device)")
     if "host_memory_bandwidth" in d:
         v = d["host_memory_bandwidth"]
-        kw["host_memory_bandwidth"] = None if v is None else _num("host_memory_bandwidth", v)
+        kw["host_memory_bandwidth"] = None if v is None else _rate_num("host_memory_bandwidth", v)
     if "latency" in d:
         lat = _keys("latency", d["latency"], ("host", "peer", "local"))
         cur = kw.get("latency", Latency())
         kw["latency"] = Latency(
             **{
-                k: _num(f"latency.{k}", lat[k]) if k in lat else getattr(cur, k)
+                k: _num(f"latency.{k}", lat[k], low=MIN_LATENCY, high=MAX_LATENCY)
+                if k in lat
+                else getattr(cur, k)
                 for k in ("host", "peer", "local")
             }
         )
@@ -689,24 +817,20 @@ def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
         cur_ov = kw.get("overheads", Overheads())
         kw["overheads"] = Overheads(
             **{
-                k: _num(f"overheads.{k}", ov[k], positive=False) if k in ov else getattr(cur_ov, k)
+                k: _num(f"overheads.{k}", ov[k], positive=False, low=0.0, high=MAX_OVERHEAD)
+                if k in ov
+                else getattr(cur_ov, k)
                 for k in keys
             }
         )
-        if any(v < 0 for v in attrs.asdict(kw["overheads"]).values()):
-            raise UsageError("overheads must not be negative")
     if "jitter" in d:
-        j = _num("jitter", d["jitter"], positive=False)
-        if not 0 <= j < 1:
-            raise UsageError(f"jitter must be in [0, 1), got {j}")
-        kw["jitter"] = j
-    if "seed" in d:
-        kw["seed"] = _num("seed", d["seed"], integer=True, positive=False)
-    for key in ("reserved_bytes", "host_memory_bytes", "real_bytes_limit", "cuda_driver"):
+        kw["jitter"] = _num("jitter", d["jitter"], positive=False, low=0.0, high=MAX_JITTER)
+    for key, high in _TOP_INT_LIMITS.items():
         if key in d:
-            kw[key] = _num(key, d[key], integer=True, positive=key != "reserved_bytes")
+            positive = key not in ("reserved_bytes", "seed", "real_bytes_limit")
+            kw[key] = _num(key, d[key], integer=True, positive=positive, low=0, high=high)
     if "faults" in d:
-        kw["faults"] = _faults("faults", d["faults"], n)
+        kw["faults"] = _faults("faults", d["faults"], n, plugin_kernels)
     _nvml_keys(d, kw, n)
     if "nvml" in kw:  # a downtrained PCIe link also slows that device's host link
         from gpubw.backend.sim.facts import scale_host_links

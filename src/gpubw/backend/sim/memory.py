@@ -6,8 +6,11 @@ their content symbolically: segments of "pattern P", "zero", "these bytes", kept
 the even and odd 32-element groups the split-warp kernels use, so fill, copy and verify stay
 exact, corruption included, at any size.
 
-Address layout: host memory from 0x7f00_0000_0000, device d from (0x10 + d) << 40; an address
-is never reused.
+Address layout: host memory from 0x7f00_0000_0000 up to 1 PiB, device d in its own 1 PiB range
+from (d + 1) << 50, so no two ranges meet for any device count a model may have
+(:data:`gpubw.backend.sim.model.MAX_DEVICES`, each device's memory at most a quarter of its
+range). An address is never reused; a range whose addresses are used up (after petabytes of
+allocations) makes the next allocation fail like the driver does.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ PATTERN_BYTES = PATTERN_WORDS * 4
 GROUP_BYTES = 32 * ELEMENT_BYTES
 
 _HOST_BASE = 0x7F00_0000_0000
-_DEVICE_STRIDE = 1 << 40
-_DEVICE_BASE = 0x10 << 40
+_DEVICE_STRIDE = 1 << 50
+_DEVICE_BASE = _DEVICE_STRIDE
+_HOST_END = _DEVICE_BASE
 _ALIGN = 512
 
 
@@ -259,7 +263,10 @@ class Memory:
         if size > self.free_bytes(device):
             raise CudaError("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY")
         base = self._next_addr[device]
-        self._next_addr[device] += -(-size // (2 * MIB)) * 2 * MIB  # never reuse an address
+        step = -(-size // (2 * MIB)) * 2 * MIB
+        if base + step > _DEVICE_BASE + (device + 1) * _DEVICE_STRIDE:
+            raise CudaError("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", "address range used up")
+        self._next_addr[device] += step  # never reuse an address
         self.used[device] += size
         self._new_alloc(base, nbytes, device)
         return base
@@ -270,7 +277,10 @@ class Memory:
         if self.host_used + size > self.model.host_memory_bytes:
             raise CudaError("cuMemHostAlloc", "CUDA_ERROR_OUT_OF_MEMORY")
         base = self._next_host
-        self._next_host += -(-size // (2 * MIB)) * 2 * MIB
+        step = -(-size // (2 * MIB)) * 2 * MIB
+        if base + step > _HOST_END:
+            raise CudaError("cuMemHostAlloc", "CUDA_ERROR_OUT_OF_MEMORY", "address range used up")
+        self._next_host += step
         self.host_used += size
         self._new_alloc(base, nbytes, None)
         return base

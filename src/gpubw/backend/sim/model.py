@@ -7,6 +7,7 @@ reads JSON system files into it. Nothing here has state or a clock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -17,21 +18,65 @@ from gpubw.backend.sim.faults import Faults
 
 MIB = 1 << 20
 GIB = 1 << 30
+TIB = 1 << 40
+
+# -- the ranges a model's figures must lie in (docs/simulate.md, "Limits") -----------------
+# Past them the virtual clock would stall (a copy shorter than the clock's resolution), a
+# copy would outlast every timeout, or simulated address ranges would overlap. NaN and
+# infinity are outside every range.
+#: bytes/s of any link, copy or memory
+MIN_RATE, MAX_RATE = 1e6, 1e15
+#: seconds per pointer-chase access
+MIN_LATENCY, MAX_LATENCY = 1e-9, 1e-3
+#: seconds of a fixed cost
+MAX_OVERHEAD = 1e-3
+#: a bidirectional factor
+MIN_FACTOR = 0.01
+#: the rate jitter (a fraction)
+MAX_JITTER = 0.5
+#: devices of one system
+MAX_DEVICES = 1024
+#: bytes of one device's memory (each device has its own 1 PiB address range, see
+#: :mod:`gpubw.backend.sim.memory`)
+MAX_DEVICE_MEMORY = 256 * TIB
+#: bytes of pinned host memory
+MAX_HOST_MEMORY = 256 * TIB
+#: largest allocation held as real bytes
+MAX_REAL_BYTES = 256 * MIB
+
+
+def _finite(value: float) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
+    if not (_finite(value) and value > 0):
+        raise ValueError(f"{attribute.name} must be a positive finite number, got {value!r}")
 
 
 def _non_negative(instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not value >= 0:
-        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+    if not (_finite(value) and value >= 0):
+        raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
 
 
 def _factor(instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not 0 < value <= 1:
-        raise ValueError(f"{attribute.name} must be in (0, 1], got {value!r}")
+    if not (_finite(value) and MIN_FACTOR <= value <= 1):
+        raise ValueError(f"{attribute.name} must be in [{MIN_FACTOR:g}, 1], got {value!r}")
+
+
+def _in_range(low: float, high: float) -> Any:
+    """An attrs validator: a finite number in [low, high]."""
+
+    def check(instance: object, attribute: attrs.Attribute, value: float) -> None:
+        if not (_finite(value) and low <= value <= high):
+            raise ValueError(f"{attribute.name} must be in [{low:g}, {high:g}], got {value!r}")
+
+    return check
+
+
+_rate = _in_range(MIN_RATE, MAX_RATE)
+_latency = _in_range(MIN_LATENCY, MAX_LATENCY)
+_overhead = _in_range(0.0, MAX_OVERHEAD)
 
 
 @attrs.frozen
@@ -39,8 +84,8 @@ class Rate:
     """Peak bytes/s of one path, when a copy engine (``ce``) or a copy kernel (``sm``) moves
     the bytes and nothing else uses the path."""
 
-    ce: float = attrs.field(converter=float, validator=_positive)
-    sm: float = attrs.field(converter=float, validator=_positive)
+    ce: float = attrs.field(converter=float, validator=_rate)
+    sm: float = attrs.field(converter=float, validator=_rate)
 
     def of(self, engine: str) -> float:
         return self.ce if engine == "ce" else self.sm
@@ -60,9 +105,9 @@ class HostLink:
 class Latency:
     """Seconds per dependent access of the pointer-chase kernel, by where the memory is."""
 
-    host: float = attrs.field(default=1.2e-6, validator=_positive)
-    peer: float = attrs.field(default=0.83e-6, validator=_positive)
-    local: float = attrs.field(default=0.6e-6, validator=_positive)
+    host: float = attrs.field(default=1.2e-6, validator=_latency)
+    peer: float = attrs.field(default=0.83e-6, validator=_latency)
+    local: float = attrs.field(default=0.6e-6, validator=_latency)
 
 
 @attrs.frozen
@@ -70,10 +115,10 @@ class Overheads:
     """Fixed costs, in seconds: on the device per kernel launch and per CE copy, and on the
     host per facade call (the gap between two enqueues)."""
 
-    kernel_launch: float = attrs.field(default=3e-6, validator=_non_negative)
-    memcpy: float = attrs.field(default=1.5e-6, validator=_non_negative)
-    host_call: float = attrs.field(default=1e-6, validator=_non_negative)
-    gate_poll: float = attrs.field(default=0.5e-6, validator=_non_negative)
+    kernel_launch: float = attrs.field(default=3e-6, validator=_overhead)
+    memcpy: float = attrs.field(default=1.5e-6, validator=_overhead)
+    host_call: float = attrs.field(default=1e-6, validator=_overhead)
+    gate_poll: float = attrs.field(default=0.5e-6, validator=_overhead)
 
 
 def _device_tuple(value: Iterable[DeviceInfo]) -> tuple[DeviceInfo, ...]:
@@ -116,7 +161,7 @@ class SimSystem:
     latency: Latency = attrs.field(factory=Latency)
     overheads: Overheads = attrs.field(factory=Overheads)
     #: each copy's rate is scaled by a factor drawn uniformly from [1 - jitter, 1 + jitter]
-    jitter: float = attrs.field(default=0.005, validator=_non_negative)
+    jitter: float = attrs.field(default=0.005, validator=_in_range(0.0, MAX_JITTER))
     seed: int = 0
     #: device memory the primary context keeps for itself (not free for allocations)
     reserved_bytes: int = 512 * MIB
@@ -167,8 +212,34 @@ class SimSystem:
         for a, b in self.peers:
             if not (0 <= a < n and 0 <= b < n) or a == b:
                 raise ValueError(f"peer pair ({a}, {b}) is not two distinct devices of 0..{n - 1}")
-        if self.host_memory_bandwidth is not None and not self.host_memory_bandwidth > 0:
-            raise ValueError("host_memory_bandwidth must be positive (or null for no limit)")
+        if n > MAX_DEVICES:
+            raise ValueError(f"a simulated system has at most {MAX_DEVICES} devices, got {n}")
+        hmb = self.host_memory_bandwidth
+        if hmb is not None and not (_finite(hmb) and MIN_RATE <= hmb <= MAX_RATE):
+            raise ValueError(
+                f"host_memory_bandwidth must be in [{MIN_RATE:g}, {MAX_RATE:g}] bytes/s "
+                f"(or null for no limit), got {hmb!r}"
+            )
+        smallest = min(d.memory_bytes for d in self.devices)
+        for d in self.devices:
+            if not 0 < d.memory_bytes <= MAX_DEVICE_MEMORY:
+                raise ValueError(
+                    f"device {d.ordinal}: memory_bytes must be in 1..{MAX_DEVICE_MEMORY}, "
+                    f"got {d.memory_bytes}"
+                )
+        if not 0 <= self.reserved_bytes < smallest:
+            raise ValueError(
+                f"reserved_bytes must be at least 0 and less than the smallest device's "
+                f"memory ({smallest} bytes), got {self.reserved_bytes}"
+            )
+        if not 0 < self.host_memory_bytes <= MAX_HOST_MEMORY:
+            raise ValueError(
+                f"host_memory_bytes must be in 1..{MAX_HOST_MEMORY}, got {self.host_memory_bytes}"
+            )
+        if not 0 <= self.real_bytes_limit <= MAX_REAL_BYTES:
+            raise ValueError(
+                f"real_bytes_limit must be in 0..{MAX_REAL_BYTES}, got {self.real_bytes_limit}"
+            )
         if self.hosts is not None and (
             not self.hosts or any(h < 1 for h in self.hosts) or sum(self.hosts) != n
         ):
