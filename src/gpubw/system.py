@@ -15,6 +15,7 @@ from gpubw.buffers import DST_SEED, SRC_SEED, BufferPool, pattern_bytes
 from gpubw.gate import Gate
 from gpubw.kernels.modules import GPUBW, KernelModule, generation, register_kernel_module
 from gpubw.options import RunOptions
+from gpubw.world import SingleWorld, World, device_assignment
 
 __all__ = ["DST_SEED", "SRC_SEED", "System", "pattern_bytes"]
 
@@ -23,9 +24,13 @@ class System:
     """Backend + devices + the run's buffer pool, gate and caches. Use as a context manager or
     call :meth:`close`."""
 
-    def __init__(self, backend: Backend, options: RunOptions | None = None) -> None:
+    def __init__(
+        self, backend: Backend, options: RunOptions | None = None, *, world: World | None = None
+    ) -> None:
         self.backend = backend
         self.options = options or RunOptions()
+        #: the ranks of the run (one rank holding every local GPU without an MPI launcher)
+        self.world: World = world if world is not None else SingleWorld()
         self.devices: Sequence[DeviceInfo] = tuple(backend.devices())
         #: every buffer's memory, the run's scratch, patterns and the gate page
         self.pool = BufferPool(backend, self.devices, self.options)
@@ -34,6 +39,12 @@ class System:
         #: kernel-module registry generation the devices were loaded at (None: not yet)
         self._kernels_loaded: int | None = None
         self.closed = False
+
+    @property
+    def rank_device(self) -> int:
+        """The device this rank drives in the multinode testcases: its local rank modulo the
+        local device count (:func:`gpubw.world.device_assignment`)."""
+        return device_assignment(self.world, self.device_count).device
 
     # -- devices and peers ----------------------------------------------------------------
     @property

@@ -21,7 +21,7 @@ from gpubw.backend.sim.engine import Engine, Flow, Op, Stream
 from gpubw.backend.sim.faults import FaultInjector, corrupt_word
 from gpubw.backend.sim.memory import ZERO, Alloc, Memory, Pattern
 from gpubw.backend.sim.model import SimSystem, path, single_rate
-from gpubw.errors import GpubwError, PluginError, UsageError
+from gpubw.errors import CudaError, GpubwError, PluginError, UsageError
 from gpubw.kernels import ELEMENT_BYTES, PATTERN_WORDS
 
 
@@ -159,6 +159,26 @@ def gate_wait(c: Launch, flag: int, timeout_ns: int, status: int) -> Op:
     return op
 
 
+def gate_relay(c: Launch, host_flag: int, device_flag: int, timeout_ns: int, status: int) -> Op:
+    """The cross-rank gate's relay: a gate on ``host_flag`` that, when it ends (released or
+    timed out), writes 1 to the int at ``device_flag`` and lets the gates polling it go."""
+    op = gate_wait(c, host_flag, timeout_ns, status)
+    op.name = "gpubw_gate_relay"
+    memory, engine = c.memory, c.engine
+
+    def effect() -> None:
+        found = memory.find(device_flag, 4)
+        if found is None:
+            raise CudaError(
+                "cuStreamSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS", "device flag not allocated"
+            )
+        memory.write(found[0], found[1], np.frombuffer(struct.pack("<i", 1), np.uint8))
+        engine.release_gates()
+
+    op.effect = effect
+    return op
+
+
 # -- fill, verify, clear --------------------------------------------------------------------
 def fill(c: Launch, dst: int, pattern: int, words: int) -> Op:
     memory = c.memory
@@ -270,6 +290,7 @@ def pointer_chase(c: Launch, start: int, steps: int, target: int, sink: int) -> 
 #: kernel's argument values (in the order of its KernelSpec's params).
 EMULATIONS: dict[str, Emulation] = {
     "gpubw_gate_wait": gate_wait,
+    "gpubw_gate_relay": gate_relay,
     "gpubw_copy": copy,
     "gpubw_copy_split_warp": copy_split_warp,
     "gpubw_fill": fill,
