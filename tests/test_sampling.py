@@ -81,11 +81,13 @@ def test_bad_requests_name_the_value(n: int, k: object, diagonal: bool, match: s
 
 
 def test_parse_sample_pairs() -> None:
-    """--sample-pairs takes a count, a fraction or a percentage, and refuses anything else."""
+    """A sample size is a count, a fraction or a percentage; anything else is a UsageError
+    naming the value and its parameter (which the CLI maps to its flag)."""
     assert parse_sample_pairs("64") == 64
     assert parse_sample_pairs("0.25") == 0.25
     assert parse_sample_pairs("25%") == 0.25
     assert parse_sample_pairs("1") == 1
     for bad in ("0", "-3", "abc", "0%", "150%", "1.5", ""):
-        with pytest.raises(UsageError, match="--sample-pairs"):
+        with pytest.raises(UsageError, match=f"invalid pair sample '{bad}': expected") as info:
             parse_sample_pairs(bad)
+        assert info.value.param == "sample_pairs"

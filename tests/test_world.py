@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import importlib.util
 import json
 import os
@@ -279,6 +280,32 @@ def test_ranks_calling_different_collectives_is_a_protocol_error() -> None:
         assert "called different collectives at step 0 (rank 0 bcast, rank 1 barrier)" in str(
             o.error
         )
+
+
+def test_ctrl_c_reaches_every_rank_at_its_collectives() -> None:
+    """An interrupt of the thread running the cluster is raised in every rank (breaking
+    its world), then re-raised by run(), promptly."""
+    seen: dict[int, tuple[str, str | None]] = {}
+
+    def protocol(w: SimulatedWorld) -> None:
+        if w.rank == 1:
+            _thread.interrupt_main()  # as if SIGINT arrived in the main thread
+        else:
+            time.sleep(0.3)
+        try:
+            w.barrier()
+        except KeyboardInterrupt as exc:
+            seen[w.rank] = (type(exc).__name__, w.broken)
+            raise
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        SimulatedCluster(2, timeout_s=10).run(protocol)
+    assert time.monotonic() - start < 5
+    assert set(seen) == {0, 1}
+    for rank, (kind, broken) in seen.items():
+        assert kind == "KeyboardInterrupt"
+        assert broken is not None and broken.startswith(f"rank {rank}: barrier interrupted")
 
 
 def test_hung_rank_is_reported_not_waited_for() -> None:

@@ -71,8 +71,9 @@ def sample_pairs(
 
 
 def parse_sample_pairs(text: str) -> int | float:
-    """The value of ``--sample-pairs``: a count (``64``), a fraction (``0.25``) or a
-    percentage (``25%``). Raises :class:`UsageError` naming what is allowed."""
+    """A sample size as a user types it: a count (``64``), a fraction (``0.25``) or a
+    percentage (``25%``). Raises :class:`UsageError` (``param="sample_pairs"``, which the CLI
+    maps to its flag) naming the value and what is allowed."""
     value = text.strip()
     allowed = "a number of pairs (e.g. 64), a fraction in (0, 1] (e.g. 0.25) or a percentage"
     try:
@@ -86,7 +87,12 @@ def parse_sample_pairs(text: str) -> int | float:
         else:
             share = float(value)
     except ValueError:
-        raise UsageError(f"--sample-pairs {text!r}: expected {allowed}") from None
+        raise UsageError(
+            f"invalid pair sample {text!r}: expected {allowed}", param="sample_pairs"
+        ) from None
     if not (0.0 < share <= 1.0):
-        raise UsageError(f"--sample-pairs {text!r}: expected {allowed} (0% < share <= 100%)")
+        raise UsageError(
+            f"invalid pair sample {text!r}: expected {allowed} (0% < share <= 100%)",
+            param="sample_pairs",
+        )
     return share

@@ -13,6 +13,7 @@ returned or raised while others still wait) and fails the waiting ranks at once,
 
 from __future__ import annotations
 
+import copy
 import pickle
 import threading
 import time
@@ -42,10 +43,13 @@ class _Hub:
         self.taken: dict[int, int] = {}
         #: rank -> why it left (its function returned or raised)
         self.departed: dict[int, str] = {}
+        #: Ctrl-C / SIGTERM that reached the process: every rank raises it at its collectives
+        self.interruption: BaseException | None = None
 
     def exchange(self, rank: int, seq: int, name: str, value: Any, deadline: float) -> list:
         data = pickle.dumps(value)
         with self.cond:
+            self._check_interrupted()
             slot = self.slots.setdefault(seq, {})
             slot[rank] = (name, data)
             if len(slot) == self.size and self.on_step is not None:
@@ -53,6 +57,7 @@ class _Hub:
                 self.on_step(seq, name)
             self.cond.notify_all()
             while len(slot) < self.size:
+                self._check_interrupted()
                 missing = [r for r in range(self.size) if r not in slot]
                 gone = [r for r in missing if r in self.departed]
                 if gone:
@@ -76,6 +81,15 @@ class _Hub:
             if self.taken[seq] == self.size:
                 del self.slots[seq], self.taken[seq]
             return values
+
+    def _check_interrupted(self) -> None:
+        if self.interruption is not None:
+            raise copy.copy(self.interruption)  # one instance per rank (own traceback)
+
+    def interrupt(self, exc: BaseException) -> None:
+        with self.cond:
+            self.interruption = exc
+            self.cond.notify_all()
 
     def leave(self, rank: int, why: str) -> None:
         with self.cond:
@@ -146,6 +160,9 @@ class SimulatedCluster:
     int, the number of ranks on one host. Ranks are numbered host by host, as ``mpirun``
     places them by default.
 
+    A Ctrl-C or SIGTERM (InterruptedRun) that reaches the thread in :meth:`run` is raised in
+    every rank at its next collective, then re-raised by :meth:`run`.
+
     ``on_step(step, name)``, if given, is called once per completed collective, by the last
     rank to arrive, while every other rank is still blocked in it: a deterministic point at
     which a shared simulated engine can line up the ranks' clocks."""
@@ -204,10 +221,27 @@ class SimulatedCluster:
             threading.Thread(target=body, args=(w,), name=f"gpubw-rank-{w.rank}", daemon=True)
             for w in worlds
         ]
-        for t in threads:
-            t.start()
         bound = 2 * self.timeout_s if join_timeout_s is None else join_timeout_s
-        deadline = time.monotonic() + bound
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+        try:
+            for t in threads:
+                t.start()
+            _join(threads, time.monotonic() + bound)
+        except BaseException as exc:
+            # Ctrl-C/SIGTERM arrive in this (main) thread: pass them to every rank, at its
+            # next collective, as MPI launchers forward them to every rank; give the ranks
+            # one collective bound to write what they have, then re-raise.
+            hub.interrupt(exc)
+            _join([t for t in threads if t.ident is not None], time.monotonic() + self.timeout_s)
+            raise
         return [o if o is not None else RankOutcome(r, hung=True) for r, o in enumerate(outcomes)]
+
+
+def _join(threads: Sequence[threading.Thread], deadline: float) -> None:
+    """Join until every thread ended or ``deadline``, in short slices so that a signal
+    reaches the joining thread promptly."""
+    while True:
+        alive = [t for t in threads if t.is_alive()]
+        remaining = deadline - time.monotonic()
+        if not alive or remaining <= 0:
+            return
+        alive[0].join(min(0.05, remaining))
