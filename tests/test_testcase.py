@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpubw.system import System
-from gpubw.testcase import Testcase, multicast_disabled
+from gpubw.testcase import MULTICAST_OFF, Testcase, multicast_disabled
 
 
 class _Multicast(Testcase):
@@ -34,6 +34,8 @@ def test_description_is_the_dedented_docstring() -> None:
         ({"NCCL_NVLS_ENABLE": "1"}, ""),
         ({"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}, "TORCH_SYMM_MEM_DISABLE_MULTICAST=1"),
         ({"GPUBW_DISABLE_MULTICAST": "1"}, "GPUBW_DISABLE_MULTICAST=1"),
+        ({"NVSHMEM_DISABLE_NVLS": "1"}, "NVSHMEM_DISABLE_NVLS=1"),
+        ({"NVSHMEM_DISABLE_NVLS": "0"}, ""),
         ({}, ""),
     ],
 )
@@ -58,7 +60,7 @@ def test_multicast_testcase_needs_device_support(
     sim_system: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without the opt-out variables, multicast is waived unless every device supports it."""
-    for name in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "GPUBW_DISABLE_MULTICAST"):
+    for name, _ in MULTICAST_OFF:
         monkeypatch.delenv(name, raising=False)
     tc = _Multicast(sim_system("h200x2"), "multicast")
     assert tc.filter() is False

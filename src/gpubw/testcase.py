@@ -25,31 +25,15 @@ Minimal example (a third-party package)::
 from __future__ import annotations
 
 import inspect
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import ClassVar
 
+from gpubw.backend.base import MULTICAST_OFF, multicast_disabled
 from gpubw.kernels.modules import GPUBW, KernelModule
 from gpubw.results import Matrix
 from gpubw.system import System
 
-#: Environment settings under which NVLink multicast must never be used (creating multicast
-#: objects on shared machines can take their GPUs out of service).
-MULTICAST_OFF = (
-    ("NCCL_NVLS_ENABLE", "0"),
-    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-    ("GPUBW_DISABLE_MULTICAST", "1"),
-)
-
-
-def multicast_disabled(environ: Mapping[str, str] | None = None) -> str:
-    """The setting that disables NVLink multicast here (e.g. ``"NCCL_NVLS_ENABLE=0"``), or
-    "" if none does."""
-    env = os.environ if environ is None else environ
-    for name, value in MULTICAST_OFF:
-        if env.get(name, "").strip() == value:
-            return f"{name}={value}"
-    return ""
+__all__ = ["MULTICAST_OFF", "Testcase", "multicast_disabled"]
 
 
 class Testcase:
@@ -103,7 +87,8 @@ class Testcase:
     def needs_multicast(self) -> bool:
         """The filter of any testcase that would create NVLink multicast objects: waived when
         the environment disables multicast (NCCL_NVLS_ENABLE=0,
-        TORCH_SYMM_MEM_DISABLE_MULTICAST=1 or GPUBW_DISABLE_MULTICAST=1), checked before
+        TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 or
+        GPUBW_DISABLE_MULTICAST=1), checked before
         anything touches a device, or when a device does not support it."""
         setting = multicast_disabled()
         if setting:

@@ -9,6 +9,14 @@ Everything above this layer (buffers, initiators, measurement, testcases) is wri
 Handles (pointers, streams, events) are opaque to callers: pointers are ``int`` device or
 host addresses (unified addressing), streams and events are whatever the backend returns.
 A stream belongs to one device; work enqueued on it runs in that device's primary context.
+
+Memory shared across ranks (processes, possibly on other hosts) goes through four more
+calls: the owner exports an allocation (:meth:`Backend.export_device`) and sends the
+picklable handle to the others, who :meth:`Backend.import_device` it; importers
+:meth:`Backend.close_import`, then the owner :meth:`Backend.free_exported`. Which handle kind
+works on this machine is probed with :meth:`Backend.handle_probes`. NVLink multicast objects
+(``multicast_*``) are created only where :func:`multicast_disabled` says nothing disables
+them; both backends check it before any multicast call.
 """
 
 from __future__ import annotations
@@ -16,10 +24,71 @@ from __future__ import annotations
 import abc
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
+
+from gpubw.errors import CudaError, UsageError
+
+#: Kinds of shareable handle for device memory, best first: CUDA fabric handles (across
+#: hosts, need the IMEX service and a channel), POSIX file descriptors (one host; imported
+#: with pidfd_getfd), legacy CUDA IPC handles (one host, ``cuMemAlloc`` memory).
+FABRIC = "fabric"
+POSIX_FD = "posix-fd"
+IPC = "ipc"
+HANDLE_KINDS = (FABRIC, POSIX_FD, IPC)
+#: The level of each kind; ranks agree on the minimum of their best levels.
+HANDLE_LEVELS = {IPC: 0, POSIX_FD: 1, FABRIC: 2}
+
+#: Environment settings under which NVLink multicast must never be used (creating multicast
+#: objects on shared machines can take their GPUs out of service).
+MULTICAST_OFF = (
+    ("NCCL_NVLS_ENABLE", "0"),
+    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+    ("NVSHMEM_DISABLE_NVLS", "1"),
+    ("GPUBW_DISABLE_MULTICAST", "1"),
+)
+
+
+def multicast_disabled(environ: Mapping[str, str] | None = None) -> str:
+    """The setting that disables NVLink multicast here (e.g. ``"NCCL_NVLS_ENABLE=0"``), or
+    "" if none does."""
+    env = os.environ if environ is None else environ
+    for name, value in MULTICAST_OFF:
+        if env.get(name, "").strip() == value:
+            return f"{name}={value}"
+    return ""
+
+
+def check_multicast_allowed(call: str) -> None:
+    """Raise :class:`CudaError` (``CUDA_ERROR_NOT_PERMITTED``) from ``call`` if the
+    environment disables multicast: the last guard before any multicast driver call."""
+    setting = multicast_disabled()
+    if setting:
+        raise CudaError(
+            call,
+            "CUDA_ERROR_NOT_PERMITTED",
+            f"NVLink multicast is disabled here ({setting}); gpubw never creates multicast "
+            "objects then",
+        )
+
+
+def check_handle_kind(kind: str) -> str:
+    """``kind`` if it is one of :data:`HANDLE_KINDS`, else ValueError naming them."""
+    if kind not in HANDLE_KINDS:
+        raise ValueError(f"unknown handle kind {kind!r}; kinds are {', '.join(HANDLE_KINDS)}")
+    return kind
+
+
+@attrs.frozen
+class HandleProbe:
+    """Whether device memory of one handle kind can be exported here (``ok``), and if not,
+    why (``error``, e.g. ``cuMemExportToShareableHandle: CUDA_ERROR_NOT_PERMITTED``)."""
+
+    kind: str
+    ok: bool
+    error: str = ""
 
 
 @attrs.frozen
@@ -211,8 +280,75 @@ class Backend(abc.ABC):
         """Launch gpubw kernel ``kernel`` (a name from :mod:`gpubw.kernels`) on ``stream``'s
         device."""
 
+    # -- sharing memory across ranks ------------------------------------------------------
+    def handle_probes(self, device: int) -> tuple[HandleProbe, ...]:
+        """Which handle kinds can export memory of ``device`` here, one probe per kind of
+        :data:`HANDLE_KINDS` (in that order). Each probe is local (the export side, one
+        granule); whether an import in another process works is the caller's to test
+        (:mod:`gpubw.shared` does). A backend without sharing reports every kind failed."""
+        why = f"the {self.name} backend cannot share memory across processes"
+        return tuple(HandleProbe(k, False, why) for k in HANDLE_KINDS)
+
+    def shared_granularity(self, device: int, kind: str) -> int:
+        """Bytes that an exported allocation of ``kind`` on ``device`` is rounded up to."""
+        check_handle_kind(kind)
+        return 2 << 20
+
+    def export_device(self, device: int, nbytes: int, kind: str) -> tuple[int, Any]:
+        """Allocate at least ``nbytes`` (rounded up to :meth:`shared_granularity`) on
+        ``device``, exportable as ``kind``, mapped here; returns (pointer, handle). The handle
+        is small and picklable (bytes, ints, tuples): send it to the other ranks, which pass
+        it to :meth:`import_device`. Free with :meth:`free_exported` after every importer
+        called :meth:`close_import`."""
+        raise CudaError("cuMemExportToShareableHandle", "CUDA_ERROR_NOT_SUPPORTED", self.name)
+
+    def import_device(self, device: int, handle: Any, kind: str, nbytes: int) -> int:
+        """Map memory exported by another rank (``handle`` from its :meth:`export_device`,
+        ``nbytes`` as it asked) into this process, accessible from ``device``; returns the
+        pointer to use here (never the exporter's). Undo with :meth:`close_import`."""
+        raise CudaError("cuMemImportFromShareableHandle", "CUDA_ERROR_NOT_SUPPORTED", self.name)
+
+    def close_import(self, pointer: int) -> None:
+        """Unmap memory mapped by :meth:`import_device` (the exporter's memory stays)."""
+        raise UsageError(f"0x{pointer:x} is not memory imported by this backend")
+
+    def free_exported(self, pointer: int) -> None:
+        """Unmap and release memory made by :meth:`export_device` (after the importers
+        closed theirs)."""
+        raise UsageError(f"0x{pointer:x} is not memory exported by this backend")
+
+    # -- NVLink multicast (never where multicast_disabled() says so) ----------------------
+    def multicast_create(
+        self, device: int, nbytes: int, num_devices: int, kind: str
+    ) -> tuple[int, Any]:
+        """Create a multicast object of ``num_devices`` devices and ``nbytes`` (rounded up to
+        its granularity) on the owner's ``device``; returns (key, handle): the handle, of
+        handle kind ``kind``, goes to every rank's :meth:`multicast_join` (the owner's too).
+        Raises CudaError (NOT_PERMITTED) when :func:`multicast_disabled` says so."""
+        check_multicast_allowed("cuMulticastCreate")
+        raise CudaError("cuMulticastCreate", "CUDA_ERROR_NOT_SUPPORTED", self.name)
+
+    def multicast_join(self, device: int, handle: Any, kind: str, nbytes: int) -> int:
+        """Import the multicast object (unless this process created it) and add ``device``
+        to it; returns this process's key for it. Every member must join before any
+        :meth:`multicast_map` (a barrier between them)."""
+        check_multicast_allowed("cuMulticastAddDevice")
+        raise CudaError("cuMulticastAddDevice", "CUDA_ERROR_NOT_SUPPORTED", self.name)
+
+    def multicast_map(self, key: int) -> int:
+        """Give the joined multicast object ``key`` this device's physical memory (bound to
+        it) and map it here; returns the multicast pointer: a store to it lands in every
+        member's memory."""
+        check_multicast_allowed("cuMulticastBindMem")
+        raise CudaError("cuMulticastBindMem", "CUDA_ERROR_NOT_SUPPORTED", self.name)
+
+    def multicast_free(self, key: int) -> None:
+        """Unmap, unbind and release everything of multicast object ``key`` here (safe at any
+        stage after :meth:`multicast_create` or :meth:`multicast_join`)."""
+        raise UsageError(f"{key!r} is not a multicast object of this backend")
+
     def close(self) -> None:  # noqa: B027 - optional hook
-        """Release whatever the backend itself holds (modules, contexts)."""
+        """Release whatever the backend itself holds (modules, contexts, shared memory)."""
 
 
 @contextlib.contextmanager
