@@ -246,8 +246,43 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_GATE_TIMEOUT_S,
         help=f"longest a stream may wait at the spin gate (default {DEFAULT_GATE_TIMEOUT_S:g})",
     )
+    _add_rank_options(add)
     add("--version", action="version", version=f"{PROG} {__version__}")
     return p
+
+
+def _add_rank_options(add: Callable[..., Any]) -> None:
+    """The options of multi-rank runs and pair sampling."""
+    from gpubw.options import DEFAULT_WORLD_TIMEOUT_S
+    from gpubw.sampling import parse_sample_pairs
+
+    add(
+        "--world-timeout",
+        dest="world_timeout",
+        metavar="SECONDS",
+        type=_positive_float,
+        action=_Once,
+        default=DEFAULT_WORLD_TIMEOUT_S,
+        help="longest any step that waits for other MPI ranks may take "
+        f"(default {DEFAULT_WORLD_TIMEOUT_S:g})",
+    )
+    add(
+        "--sample-pairs",
+        dest="sample_pairs",
+        metavar="K|FRACTION",
+        type=parse_sample_pairs,
+        action=_Once,
+        help="measure only K cells (or a fraction, e.g. 0.1 or 10%%) of every N x N testcase, "
+        "every device at least once as source and destination; the others are null",
+    )
+    add(
+        "--seed",
+        metavar="N",
+        type=int,
+        action=_Once,
+        default=0,
+        help="seed of --sample-pairs (the same seed measures the same cells; default 0)",
+    )
 
 
 # -- output --------------------------------------------------------------------------------
@@ -461,6 +496,9 @@ def _main(argv: list[str]) -> int:
         verbose=ns.verbose,
         gate_timeout_s=ns.gate_timeout,
         buffer_sizes=sizes,
+        world_timeout_s=ns.world_timeout,
+        sample_pairs=ns.sample_pairs,
+        seed=ns.seed,
     )
     invocation = Invocation(
         testcase=ns.testcase,
@@ -472,12 +510,24 @@ def _main(argv: list[str]) -> int:
         argv=argv,
     )
     output = _Output(ns.output)
+    from gpubw.ranks import finish, rank_prefix, with_world
+    from gpubw.world import world_from_environment
+
+    world = world_from_environment(timeout_s=ns.world_timeout)
+    root = world.rank == 0
+    code = 1
     try:
-        opener = _system_opener(ns.simulate)
+        opener = with_world(_system_opener(ns.simulate), world)
         from gpubw import api, runner
 
         selection, warnings = api.select(ns.testcase, ns.prefixes)
-        show_progress = fmt != "json" and sys.stderr.isatty()
+        show_progress = root and fmt != "json" and sys.stderr.isatty()
+        partial = None
+        if root and world.size > 1 and ns.output is not None:
+            # a rank killed by the launcher takes the others down: keep -o valid meanwhile
+            def partial(so_far: Any) -> None:
+                _write(writer_cls, fmt, so_far, output, verbose=ns.verbose, perf=ns.perf_formatter)
+
         with _progress_display(show_progress) as progress:
             report = runner.run(
                 opener,
@@ -488,13 +538,17 @@ def _main(argv: list[str]) -> int:
                 warnings=warnings,
                 progress=progress,
                 handle_signals=True,
+                partial=partial,
             )
-        _write(writer_cls, fmt, report, output, verbose=ns.verbose, perf=ns.perf_formatter)
+        if root:
+            _write(writer_cls, fmt, report, output, verbose=ns.verbose, perf=ns.perf_formatter)
+        code = report.exit_code
+        if report.error and (root or world.size > 1):
+            _error(rank_prefix(world) + report.error)
     finally:
         output.discard()
-    if report.error:
-        _error(report.error)
-    return report.exit_code
+        code = finish(world, code)
+    return code
 
 
 def make_writer(cls: Any, *, verbose: bool = False, perf_formatter: bool = False) -> Any:

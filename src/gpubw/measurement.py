@@ -40,25 +40,18 @@ from gpubw.system import System
 RELAY_KERNEL = "gpubw_gate_relay"
 
 
-class RemoteRankError(GpubwError):
-    """Another rank failed at a point where all ranks agree; every rank raises it with the
-    same text (``rank <r>: <message>``). ``rank`` is the (first) failing rank."""
-
-    def __init__(self, rank: int | None, message: str) -> None:
-        super().__init__(message)
-        self.rank = rank
-
-
 def agreed(world: Any, error: BaseException | None, timeout_s: float | None = None) -> None:
     """One agreement point of the cross-rank protocol: every rank passes its own error (or
-    None); if any rank failed, every rank raises -- the failing rank its own error, the
-    others :class:`RemoteRankError` naming it -- so all ranks unwind together."""
+    None); if any rank failed, every rank raises the same
+    :class:`gpubw.shared.RemoteRankError` (``rank <r>: <message>`` of the lowest failing
+    rank; the failing rank's own error is its ``__cause__``), so all ranks unwind together."""
+    from gpubw.shared import RemoteRankError
+
     agreement = world.agree(error, timeout_s=timeout_s)
     if agreement.ok:
         return
-    if error is not None and agreement.failed_rank == world.rank:
-        raise error
-    raise RemoteRankError(agreement.failed_rank, agreement.describe())
+    assert agreement.failed_rank is not None
+    raise RemoteRankError(agreement.failed_rank, agreement.message or "failed") from error
 
 
 @attrs.frozen
@@ -547,7 +540,7 @@ class RankGate:
     @classmethod
     def create(cls, system: System) -> RankGate:
         """Collective: every rank calls it at the same point."""
-        from gpubw.buffers import SharedBuffer  # type: ignore[attr-defined]
+        from gpubw.shared import SharedBuffer
 
         return cls(system, SharedBuffer.create(system, cls.owner, 4))
 

@@ -20,6 +20,8 @@ DEFAULT_BUFFER_SIZE = 512 * MIB
 DEFAULT_LOOPS = 16
 DEFAULT_SAMPLES = 3
 WARMUP_ITERATIONS = 4
+#: default bound of a collective across ranks (seconds; --world-timeout)
+DEFAULT_WORLD_TIMEOUT_S = 60.0
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
@@ -64,6 +66,14 @@ class RunOptions:
     buffer_sizes: tuple[int, ...] = attrs.field(
         default=(DEFAULT_BUFFER_SIZE,), converter=_sizes, validator=_check_sizes
     )
+    #: Longest any collective across ranks may take (--world-timeout); only read in a run of
+    #: several ranks.
+    world_timeout_s: float = DEFAULT_WORLD_TIMEOUT_S
+    #: --sample-pairs: measure only this many cells (an int) or this share of them (a float
+    #: in (0, 1]) of every N x N testcase; None measures every cell.
+    sample_pairs: int | float | None = None
+    #: --seed of the pair sample (the same seed gives the same cells on every rank and run).
+    seed: int = 0
 
 
 @attrs.frozen
@@ -104,6 +114,10 @@ def options_record(
         "verbose": o.verbose,
         "gate_timeout_s": o.gate_timeout_s,
     }
+    if o.sample_pairs is not None:  # only then: a full run's record is as it always was
+        record.update(sample_pairs=o.sample_pairs, seed=o.seed)
+    if o.world_timeout_s != DEFAULT_WORLD_TIMEOUT_S:
+        record["world_timeout_s"] = o.world_timeout_s
     if invocation is not None:
         i = invocation
         record.update(
@@ -141,6 +155,9 @@ def options_from_record(
             "affinity",
             "verbose",
             "gate_timeout_s",
+            "world_timeout_s",
+            "sample_pairs",
+            "seed",
         )
         if record.get(name) is not None
     }

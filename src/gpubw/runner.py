@@ -30,12 +30,14 @@ import attrs
 
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, UsageError
 from gpubw.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
+from gpubw.ranks import Ranks
 from gpubw.registry import Entry, Selected, Unresolved
 from gpubw.report_io import device_record, matrix_problem
 from gpubw.results import Matrix, Report, Status, TestcaseResult
 from gpubw.sizes import format_size
 from gpubw.system import System
 from gpubw.version import __version__
+from gpubw.world import WorldError
 
 #: nvbandwidth's warning for a buffer smaller than the default; its "(64MB)" is stale
 #: (the default is 512 MiB), so gpubw names the right figure.
@@ -237,6 +239,7 @@ def run(
     warnings: Sequence[str] = (),
     progress: ProgressCallback | None = None,
     handle_signals: bool = False,
+    partial: Callable[[Report], None] | None = None,
 ) -> Report:
     """Run ``selection`` at every size of ``options.buffer_sizes`` on the System that
     ``open_system(options)`` opens.
@@ -246,7 +249,10 @@ def run(
     explain). A buffer size that cannot fit in a device's or the host's memory raises
     :class:`UsageError` before anything runs (:func:`check_sizes`). ``handle_signals``
     installs SIGINT/SIGTERM handlers for the run (main thread only) and puts the old ones
-    back. The System is always closed.
+    back. The System is always closed. ``partial`` (if given) receives the Report so far
+    after each testcase (rank 0 of an MPI run writes it to ``-o``, so a killed run leaves
+    a valid partial report). In a world of several ranks (the System's) each step runs as
+    :class:`gpubw.ranks.Ranks` says.
     """
     options = options or RunOptions()
     sizes = options.buffer_sizes
@@ -295,17 +301,30 @@ def run(
     signals = _Signals(handle_signals)
     backend = system.backend
     meta.update(backend=backend.name, simulated=bool(backend.simulated), versions={}, devices=())
+    ranks: Ranks | None = None
+
+    def snapshot() -> None:
+        if partial is not None:
+            extra = ranks.report_fields() if ranks is not None else {}
+            partial(Report(testcases=results, warnings=all_warnings, **meta, **extra))
+
     try:
         signals.install()
         meta.update(
             versions=software_versions(backend.versions()),
             devices=tuple(device_record(d) for d in system.devices),
         )
-        _run_all(system, selection, signals, results, progress)
+        ranks = Ranks(system)
+        _run_all(system, selection, signals, results, progress, ranks, snapshot)
     except InterruptedRun:
         pass  # recorded in signals; the interrupted testcase, if any, is in results
+    except WorldError as exc:  # the ranks could not even meet: the run could not start
+        all_warnings.append(f"the ranks could not start the run together: {exc}")
     finally:
         signals.raising = False
+        if ranks is not None:
+            with contextlib.suppress(Exception):
+                meta.update(ranks.report_fields())
         try:
             system.close()
         except Exception as exc:
@@ -331,8 +350,11 @@ def _run_all(
     signals: _Signals,
     results: list[TestcaseResult],
     progress: ProgressCallback | None,
+    ranks: Ranks,
+    after_step: Callable[[], None],
 ) -> None:
-    """Every step in order, appending to ``results``; stops after an interrupted one."""
+    """Every step in order, appending to ``results``; stops after an interrupted one (or
+    once the world of ranks broke)."""
     sizes = system.options.buffer_sizes
     total = sum(len(_steps(item, sizes)) for item in selection)
     done = 0
@@ -341,12 +363,13 @@ def _run_all(
             key = item.key if isinstance(item, Entry) else item.token
             if progress is not None:
                 progress(Progress("start", done, total, key, size))
-            result = _step(item, system, size, signals)
+            result = ranks.step(_step, item, system, size, signals)
             results.append(result)
             done += 1
             if progress is not None:
                 progress(Progress("end", done, total, key, size, result))
-            if signals.signum is not None:
+            after_step()
+            if signals.signum is not None or ranks.stopped:
                 return
 
 

@@ -19,7 +19,6 @@ from typing import Any
 import attrs
 
 from gpubw.buffers import DeviceBuffer
-from gpubw.errors import GpubwError
 from gpubw.initiators import Initiator
 from gpubw.measurement import (
     CellMeasurement,
@@ -31,6 +30,7 @@ from gpubw.measurement import (
     RankGate,
 )
 from gpubw.results import Matrix
+from gpubw.shared import MulticastBuffer, SharedBuffer
 from gpubw.testcase import Testcase
 from gpubw.testcases.shapes import (
     Grid,
@@ -42,18 +42,6 @@ from gpubw.testcases.shapes import (
 
 #: the reason every multinode testcase is waived in a run of one rank
 ONE_RANK = "needs an MPI run of 2 or more ranks (world size is 1)"
-
-
-def _sharing() -> Any:
-    """The buffers layer's shared buffers (``SharedBuffer``, ``MulticastBuffer``)."""
-    import gpubw.buffers as buffers
-
-    if not hasattr(buffers, "SharedBuffer"):
-        raise GpubwError(
-            "this gpubw has no buffers shared across ranks (gpubw.buffers.SharedBuffer): "
-            "multinode testcases cannot run"
-        )
-    return buffers
 
 
 class MultinodeTestcase(Testcase):
@@ -96,13 +84,13 @@ class Shared:
 
     def unicast(self, owner: int, nbytes: int) -> Any:
         """U(owner): device memory of ``owner`` mapped by every rank (collective)."""
-        buf = _sharing().SharedBuffer.create(self.system, owner, nbytes)
+        buf = SharedBuffer.create(self.system, owner, nbytes)
         self._stack.callback(buf.close)
         return buf
 
     def multicast(self, owner: int, nbytes: int) -> Any:
         """MC(owner): a multicast object of every rank's device (collective)."""
-        buf = _sharing().MulticastBuffer.create(self.system, owner, nbytes)
+        buf = MulticastBuffer.create(self.system, owner, nbytes)
         self._stack.callback(buf.close)
         return buf
 

@@ -79,11 +79,14 @@ class TextWriter(Writer):
             ordinal = d.get("ordinal", i)
             out.append(f"Device {ordinal}: {d.get('name', 'unknown')} ({device_pci_short(d)})")
         out.append("")
+        if report.world is not None:
+            out += world_lines(report.world)
         if report.error:
             out.append(f"ERROR: {report.error}")
         swept = sweeps(report)
-        for t in report.testcases:
+        for i, t in enumerate(report.testcases):
             out += self.testcase_lines(t, verbose, perf, t.key in swept)
+            out += host_summary_lines(report, i)
         for key, results in swept.items():
             out += sweep_table(key, results)
         if report.interrupted:
@@ -114,6 +117,43 @@ class TextWriter(Writer):
         elif t.status is Status.INTERRUPTED:
             out += [f"Interrupted: {t.message or 'testcase did not finish'}", ""]
         return out
+
+
+def world_lines(world: dict[str, Any]) -> list[str]:
+    """The ranks of a multi-rank run as nvbandwidth's multinode build prints them:
+    ``MPI version: <library>`` (when known), how memory was shared, then one line per rank
+    ``Process <rank> (<host>): device <d>: <name> (<pci>)`` and a blank line."""
+    out = []
+    if world.get("mpi_library"):
+        out.append(f"MPI version: {' '.join(str(world['mpi_library']).split())}")
+    if world.get("handle_type"):
+        out.append(f"Memory shared across ranks with {world['handle_type']} handles")
+    width = len(str(max(int(world.get("size", 1)) - 1, 0)))
+    for p in world.get("processes") or ():
+        pci = f" ({p['pci']})" if p.get("pci") else ""
+        out.append(
+            f"Process {p.get('rank', 0):>{width}} ({p.get('host', '')}): device "
+            f"{p.get('device', 0)}: {p.get('name', 'unknown')}{pci}"
+        )
+    return [*out, ""] if out else []
+
+
+def host_summary_lines(report: Report, index: int) -> list[str]:
+    """One line per other host for the ``index``-th testcase of a multi-host run:
+    ``host <name>: <matrix key> SUM <x>`` (per matrix), or its status and message."""
+    out = []
+    for host, results in report.hosts:
+        if index >= len(results):
+            continue
+        t = results[index]
+        if t.status is Status.PASSED:
+            out += [
+                f"host {host}: {m.key} SUM {_f(m.sum * display_scale(m.unit))}" for m in t.matrices
+            ]
+        else:
+            message = f": {t.message}" if t.message else ""
+            out.append(f"host {host}: {t.key} {t.status.value}{message}")
+    return [*out, ""] if out else []
 
 
 def matrix_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[str]:
