@@ -32,6 +32,7 @@ from gpubw.errors import GateTimeoutError, GpubwError, UsageError, VerificationE
 from gpubw.gate import GATE_KERNEL, Gate
 from gpubw.initiators import Initiator
 from gpubw.options import WARMUP_ITERATIONS
+from gpubw.shared import RemoteRankError
 from gpubw.system import System
 
 #: The relay kernel of the cross-rank gate (see kernels/gpubw.cu): (host flag, device flag,
@@ -45,8 +46,6 @@ def agreed(world: Any, error: BaseException | None, timeout_s: float | None = No
     None); if any rank failed, every rank raises the same
     :class:`gpubw.shared.RemoteRankError` (``rank <r>: <message>`` of the lowest failing
     rank; the failing rank's own error is its ``__cause__``), so all ranks unwind together."""
-    from gpubw.shared import RemoteRankError
-
     agreement = world.agree(error, timeout_s=timeout_s)
     if agreement.ok:
         return
@@ -261,6 +260,8 @@ class MemcpyOperation:
                 rank_gate=rank_gate,
             )
             labels = {i: f"{c.src.label} -> {c.dst.label}" for i, c in mine if c is not None}
+        except RemoteRankError:
+            raise  # every rank raised it at the same agreement point already
         except GpubwError as exc:
             error = exc
         # after the last sample: every rank's error, if any, is everyone's

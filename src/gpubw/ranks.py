@@ -120,6 +120,10 @@ class Ranks:
             self.stopped = True
         if agreement.ok or result.status is Status.INTERRUPTED:
             return result
+        messages = {m for _, m in agreement.failures}
+        if len(agreement.failures) == self.world.size and len(messages) == 1:
+            # every rank raised the same error at one agreement point: it names the rank
+            return _evolve(result, Status.ERROR, messages.pop())
         return _evolve(result, Status.ERROR, agreement.describe())
 
     def _single_node(
