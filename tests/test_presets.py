@@ -9,14 +9,15 @@ import pytest
 
 from gpubw.backend.presets import PRESETS, from_preset, load_system, names
 from gpubw.backend.sim import Faults, SimSystem, SimulatedBackend
+from gpubw.backend.sim.model import Rate
 from gpubw.errors import UsageError
 
 MIB = 1 << 20
 
 
 def test_presets_listed() -> None:
-    """PRESETS and names() list the four built-in systems."""
-    assert set(PRESETS) == {"h200x1", "h200x2", "h200x8", "pcie4"}
+    """PRESETS and names() list the five built-in systems."""
+    assert set(PRESETS) == {"h200x1", "h200x2", "h200x8", "pcie4", "gb200nvl72"}
     assert names() == list(PRESETS)
 
 
@@ -175,3 +176,56 @@ def test_from_preset_keeps_a_system_files_faults(tmp_path: Path) -> None:
     path.write_text(json.dumps({"base": "h200x1", "faults": {"gate_never_opens": True}}))
     assert from_preset(str(path)).faults.gate_never_opens
     assert not from_preset(str(path), Faults()).faults.gate_never_opens
+
+
+def test_gb200nvl72_is_a_rack_of_18_hosts() -> None:
+    """72 Blackwell GPUs on 18 hosts of 4, every pair on NVLink 5 (900 GB/s each way, at the
+    H200's measured efficiency), C2C host links, fabric handles (IMEX) and multicast."""
+    system = load_system("gb200nvl72")
+    assert len(system.devices) == 72 and system.host_sizes == (4,) * 18
+    assert system.host_devices(17) == (68, 69, 70, 71) and system.host_of(70) == 17
+    assert len(system.peers) == 72 * 71
+    assert system.peers[(0, 71)] == Rate(ce=789e9, sm=746e9)
+    assert system.host_links[5].h2d.ce == pytest.approx(390.2e9, rel=1e-3)
+    assert system.handle_kinds == {"fabric", "posix-fd", "ipc"}
+    d = system.devices[0]
+    assert (d.name, d.compute_capability, d.sm_count, d.multicast_supported) == (
+        "NVIDIA GB200",
+        (10, 0),
+        148,
+        True,
+    )
+    assert d.nominal_memory_bandwidth == pytest.approx(8.0e12, rel=1e-3)
+    assert [x.numa_node for x in system.devices[:4]] == [0, 0, 1, 1]
+    assert len(SimulatedBackend(system).devices()) == 4  # one process: its own host
+
+
+def test_other_presets_are_one_host_without_fabric() -> None:
+    """The H200 presets are single hosts with POSIX-fd and IPC sharing, no fabric."""
+    for name in ("h200x1", "h200x2", "h200x8", "pcie4"):
+        system = load_system(name)
+        assert system.hosts is None and system.host_sizes == (len(system.devices),)
+        assert system.handle_kinds == {"posix-fd", "ipc"}
+
+
+def test_json_hosts_and_handle_kinds(tmp_path: Path) -> None:
+    """A system file may lay devices out on hosts and say which handle kinds work."""
+    path = tmp_path / "two.json"
+    doc = {"base": "h200x8", "hosts": [4, 4], "handle_kinds": ["fabric"], "multicast_rate": 5e11}
+    path.write_text(json.dumps(doc))
+    system = load_system(str(path))
+    assert system.host_sizes == (4, 4) and system.handle_kinds == {"fabric"}
+    assert system.multicast_rate == 5e11
+    for bad, message in (
+        ({"base": "h200x8", "hosts": [4, 3]}, r"hosts must add up to the 8 devices"),
+        ({"base": "h200x8", "hosts": [8, 0]}, r"hosts must be a list of device counts"),
+        ({"base": "h200x8", "handle_kinds": ["nvlink"]}, r"handle_kinds must be a list of"),
+        ({"base": "h200x8", "multicast_rate": -1}, r"multicast_rate must be positive"),
+        ({"base": "gb200nvl72", "count": 8}, None),
+    ):
+        path.write_text(json.dumps(bad))
+        if message is None:  # a base's layout that no longer fits is dropped
+            assert load_system(str(path)).hosts is None
+            continue
+        with pytest.raises(UsageError, match=message):
+            load_system(str(path))

@@ -33,11 +33,45 @@ def test_plain_number_is_mib():
         ("2mb", 2_000_000),
         ("1GB", 10**9),
         ("1.5GiB", 3 << 29),
+        ("1TiB", 1 << 40),
+        ("1tib", 1 << 40),
+        ("2TB", 2 * 10**12),
     ],
 )
 def test_units(text, expected):
     """Every unit, binary and decimal, case-insensitive."""
     assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("512K", 512 << 10),
+        ("512k", 512 << 10),
+        ("64M", 64 * MIB),
+        ("64m", 64 * MIB),
+        ("1G", 1 << 30),
+        ("1.5G", 3 << 29),
+        ("1T", 1 << 40),
+        ("1 G", 1 << 30),
+    ],
+)
+def test_bare_letters_are_binary_like_nccl_tests(text, expected):
+    """K, M, G, T alone are powers of 1024, as nccl-tests reads them (64M = 64 MiB)."""
+    assert parse_size(text) == expected
+
+
+def test_bare_letters_differ_from_decimal_units():
+    """M is binary but MB stays decimal, as it always was: 64M != 64MB."""
+    assert parse_size("64M") == 64 * MIB
+    assert parse_size("64MB") == 64 * 10**6
+    assert parse_size("1G") == parse_size("1GiB") != parse_size("1GB")
+
+
+def test_bare_letters_in_lists_and_ranges():
+    """The nccl-tests forms work in comma lists and START:STOP:xFACTOR ranges."""
+    assert parse_sizes("64M,1G") == [64 * MIB, 1 << 30]
+    assert parse_sizes("512K:2M:x2") == [512 << 10, MIB, 2 * MIB]
 
 
 def test_comma_list_keeps_order_and_duplicates():
@@ -76,6 +110,9 @@ def test_range_defaults_and_mixing():
         ("1MiB:4MiB:y2", "xN"),
         ("1:2:3:4", "START:STOP:xFACTOR"),
         ("1B:1GiB:x1", "at least x2"),
+        ("1P", "unknown unit"),
+        ("2048T", "larger than"),
+        ("64MM", "unknown unit"),
     ],
 )
 def test_errors_name_the_value_and_what_is_allowed(value, why):
@@ -86,6 +123,7 @@ def test_errors_name_the_value_and_what_is_allowed(value, why):
     assert repr(value) in msg
     assert why in msg
     assert "KiB" in msg and "START:STOP:xFACTOR" in msg
+    assert "64M = 64 MiB" in msg
 
 
 def test_too_many_sizes_is_an_error():

@@ -510,7 +510,7 @@ def _main(argv: list[str]) -> int:
         argv=argv,
     )
     output = _Output(ns.output)
-    from gpubw.ranks import finish, rank_prefix, with_world
+    from gpubw.ranks import finish, rank_prefix, run_simulated, simulated_hosts, with_world
     from gpubw.world import world_from_environment
 
     world = world_from_environment(timeout_s=ns.world_timeout)
@@ -528,18 +528,35 @@ def _main(argv: list[str]) -> int:
             def partial(so_far: Any) -> None:
                 _write(writer_cls, fmt, so_far, output, verbose=ns.verbose, perf=ns.perf_formatter)
 
+        hosts = simulated_hosts(ns.simulate) if world.size == 1 else None
         with _progress_display(show_progress) as progress:
-            report = runner.run(
-                opener,
-                selection,
-                options,
-                invocation=invocation,
-                system_name=ns.simulate or "",
-                warnings=warnings,
-                progress=progress,
-                handle_signals=True,
-                partial=partial,
-            )
+            if hosts is not None:  # a simulated rack: its ranks emulated in this process
+                report = run_simulated(
+                    ns.simulate,
+                    hosts,
+                    lambda open_rank, rank_world: runner.run(
+                        open_rank,
+                        selection,
+                        options,
+                        invocation=invocation,
+                        system_name=ns.simulate or "",
+                        warnings=warnings,
+                        progress=progress if rank_world.rank == 0 else None,
+                    ),
+                    ns.world_timeout,
+                )
+            else:
+                report = runner.run(
+                    opener,
+                    selection,
+                    options,
+                    invocation=invocation,
+                    system_name=ns.simulate or "",
+                    warnings=warnings,
+                    progress=progress,
+                    handle_signals=True,
+                    partial=partial,
+                )
         if root:
             _write(writer_cls, fmt, report, output, verbose=ns.verbose, perf=ns.perf_formatter)
         code = report.exit_code

@@ -200,9 +200,66 @@ def finish(world: World, code: int) -> int:
     return code
 
 
+def simulated_hosts(simulate: str | None) -> tuple[int, ...] | None:
+    """The hosts (devices per host) of a simulated system that has several, whose ranks
+    ``--simulate`` then emulates in one process; None otherwise (one process, one rank
+    holding every device, as always)."""
+    if simulate is None:
+        return None
+    from gpubw.backend.presets import load_system
+
+    hosts = load_system(simulate).hosts
+    return tuple(hosts) if hosts is not None and len(hosts) > 1 else None
+
+
+def run_simulated(
+    simulate: str,
+    hosts: tuple[int, ...],
+    run_rank: Callable[[Callable[[RunOptions], System], World], Any],
+    timeout_s: float,
+) -> Any:
+    """Emulate one rank per simulated device in this process: a
+    :class:`gpubw.world.simulated.SimulatedCluster` of ``hosts`` over one simulated engine
+    (each rank a view of its host's devices, its own clock; the clocks meet at every
+    collective). ``run_rank(open_system, world)`` runs on every rank, in its own thread;
+    rank 0's return value is returned. A rank that failed or hung raises WorldError."""
+    from gpubw.backend.presets import load_system
+    from gpubw.backend.sim import SimEngine
+    from gpubw.world.simulated import SimulatedCluster
+
+    engine = SimEngine(load_system(simulate))
+    cluster = SimulatedCluster(list(hosts), timeout_s=timeout_s, on_step=engine.align_clocks)
+
+    def body(world: World) -> Any:
+        view = engine.rank_view(world.rank, cluster.rank_hosts[world.rank])
+
+        def opener(options: RunOptions) -> System:
+            return System(view, options, world=world)
+
+        return run_rank(opener, world)
+
+    outcomes = cluster.run(body)
+    for o in outcomes:
+        if o.hung or (o.error is not None and o.rank == 0):
+            if o.error is not None and not isinstance(o.error, Exception):
+                raise o.error  # KeyboardInterrupt, InterruptedRun's kin: as they are
+            why = "did not finish" if o.hung else f"failed: {o.error}"
+            raise WorldError(f"simulated rank {o.rank} {why}")
+    return outcomes[0].value
+
+
 def rank_prefix(world: World) -> str:
     """The prefix of a non-root rank's stderr lines: ``rank <r> (<host>): ``."""
     return f"rank {world.rank} ({world.host_name}): " if world.size > 1 else ""
 
 
-__all__ = ["Ranks", "finish", "is_multinode", "leader_bound", "rank_prefix", "with_world"]
+__all__ = [
+    "Ranks",
+    "finish",
+    "is_multinode",
+    "leader_bound",
+    "rank_prefix",
+    "run_simulated",
+    "simulated_hosts",
+    "with_world",
+]

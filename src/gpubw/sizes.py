@@ -6,8 +6,10 @@ Formatting lives only here: :func:`format_size` is exact (text reports, messages
 Accepted forms (see :func:`parse_sizes`):
 
 * a plain number: MiB, as in nvbandwidth (``-b 512``; decimals allowed: ``-b 0.5``);
-* a number with a unit, case-insensitive: ``B``, ``KiB``, ``MiB``, ``GiB`` (powers of 1024)
-  and ``KB``, ``MB``, ``GB`` (powers of 1000): ``-b 1GiB``;
+* a number with a unit, case-insensitive: ``B``, ``KiB``, ``MiB``, ``GiB``, ``TiB`` (powers of
+  1024) and ``KB``, ``MB``, ``GB``, ``TB`` (powers of 1000): ``-b 1GiB``;
+* a number with a bare letter ``K``, ``M``, ``G`` or ``T``, which are *binary* multiples as in
+  nccl-tests (``-b 64M`` is 64 MiB, ``1G`` is 1 GiB), unlike ``MB``/``GB``, which stay decimal;
 * a comma list of any of these: ``-b 64,512,1GiB``;
 * a geometric range ``START:STOP[:xFACTOR]`` (FACTOR an integer >= 2, default 2), which
   includes STOP when a step lands on it: ``-b 1MiB:4GiB:x2``.
@@ -25,14 +27,22 @@ UNITS: dict[str, int] = {
     "kib": 1 << 10,
     "mib": 1 << 20,
     "gib": 1 << 30,
+    "tib": 1 << 40,
     "kb": 10**3,
     "mb": 10**6,
     "gb": 10**9,
+    "tb": 10**12,
+    # nccl-tests' habit: a bare letter is a binary multiple (64M = 64 MiB)
+    "k": 1 << 10,
+    "m": 1 << 20,
+    "g": 1 << 30,
+    "t": 1 << 40,
 }
 #: What a size may look like, for error messages.
 ALLOWED = (
-    "a positive number of MiB (512), a number with a unit B, KiB, MiB, GiB, KB, MB or GB "
-    "(1GiB), a comma list (64,512,1GiB) or a range START:STOP:xFACTOR (1MiB:4GiB:x2)"
+    "a positive number of MiB (512), a number with a unit B, KiB, MiB, GiB, TiB, KB, MB, GB, "
+    "TB (1GiB) or K, M, G, T (binary: 64M = 64 MiB), a comma list (64,512,1GiB) or a range "
+    "START:STOP:xFACTOR (1MiB:4GiB:x2)"
 )
 #: Longest list a range may expand to (a typo like 1B:1GiB:x2 stays reasonable anyway).
 MAX_SIZES = 1000

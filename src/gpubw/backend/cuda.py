@@ -7,7 +7,9 @@ name. Work runs in each device's primary context, retained on first use and rele
 memory, modules), so a run never leaks. Kernels are compiled by NVRTC for each device's
 exact architecture (see :mod:`gpubw.kernels.cache`) and loaded up front.
 
-This backend never creates multicast objects; it only reads whether a device supports them.
+Memory shared across processes (fabric, POSIX-fd and IPC handles, multicast objects) is in
+:mod:`gpubw.backend.cuda_sharing`; multicast objects are never created where the environment
+disables them (:func:`gpubw.backend.base.multicast_disabled`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import attrs
 
 from gpubw.backend.base import Backend, DeviceInfo, KernelArg
+from gpubw.backend.cuda_sharing import CudaSharingMixin
 from gpubw.errors import (
     CudaError,
     GateTimeoutError,
@@ -191,7 +194,7 @@ class _Event:
     device: int
 
 
-class CudaBackend(Backend):
+class CudaBackend(CudaSharingMixin, Backend):
     """The CUDA driver, through ``cuda.bindings.driver``."""
 
     name = "cuda"
@@ -221,9 +224,17 @@ class CudaBackend(Backend):
         self._events: set[_Event] = set()
         self._device_memory: dict[int, int] = {}  # pointer -> device
         self._host_memory: dict[int, int] = {}  # pointer -> device whose context allocated it
+        self._init_sharing()
         self._closed = False
 
     # -- helpers --------------------------------------------------------------------------
+    def _cu(self) -> Any:
+        """The driver module (tests replace this module's ``cu``)."""
+        return cu
+
+    def _call(self, call: str, result: tuple[Any, ...]) -> Any:
+        return _check(call, result)
+
     def _device_index(self, device: int) -> int:
         if not isinstance(device, int) or not 0 <= device < len(self._handles):
             raise UsageError(f"no device {device!r}; devices are 0..{len(self._handles) - 1}")
@@ -583,6 +594,7 @@ class CudaBackend(Backend):
         for e in list(self._events):
             attempt(e.device, "cuEventDestroy", cu.cuEventDestroy, e.handle)
         self._events.clear()
+        errors.extend(self._release_sharing())  # mappings of other ranks' memory, exports
         for pointer, device in list(self._device_memory.items()):
             attempt(device, "cuMemFree", cu.cuMemFree, pointer)
         self._device_memory.clear()

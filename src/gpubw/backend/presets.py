@@ -10,6 +10,9 @@ Presets (figures from docs/simulate.md; the H200 ones follow the measured refere
 * ``h200x2`` - two H200 joined by NV18 (18 NVLink4 links), both ways peer-accessible.
 * ``h200x8`` - eight H200 on NVSwitch: every ordered pair peer-accessible, two NUMA nodes.
 * ``pcie4`` - four L40S-like PCIe Gen4 cards; peer access only 0<->1 and 2<->3.
+* ``gb200nvl72`` - a GB200 NVL72 rack: 72 GPUs on 18 hosts of 4, every GPU reaching every
+  other through NVLink 5 switches, Grace NVLink-C2C host links, fabric handles (IMEX). A
+  single process sees host 0's four GPUs; simulated ranks see their own host's.
 """
 
 from __future__ import annotations
@@ -171,12 +174,73 @@ def pcie4() -> SimSystem:
     )
 
 
+#: GB200 NVL72 figures (docs/simulate.md says where each comes from). Peak link figures are
+#: NVIDIA's public ones; the achieved rates apply the H200 reference system's measured
+#: efficiency (NVLink 4: 394.5/450 CE, 373/450 SM; PCIe 5: ~0.87 CE, ~0.81 SM) to them.
+GB200_NVLINK = Rate(ce=900e9 * 394.5 / 450, sm=900e9 * 373.0 / 450)
+GB200_HOST_LINK = HostLink(
+    h2d=Rate(ce=450e9 * 55.5 / 64, sm=450e9 * 51.4 / 64),
+    d2h=Rate(ce=450e9 * 55.3 / 64, sm=450e9 * 52.6 / 64),
+    bidirectional_factor=0.9,
+)
+#: 8 TB/s HBM3e, bytes counted once, at the share of its nominal figure that the H200's
+#: device_local_copy reaches of its own (2094 GB/s of 6016 / 8 x 3.201 GHz x 2 = 4.81 TB/s)
+_H200_NOMINAL = 6016 / 8 * 3_201_000e3 * 2
+GB200_LOCAL = Rate(ce=8e12 * 2094e9 / _H200_NOMINAL, sm=8e12 * 2080e9 / _H200_NOMINAL)
+GB200_HOSTS = 18
+GB200_PER_HOST = 4
+#: PCI domains of a GB200 compute tray's four GPUs
+_GB200_DOMAINS = (0x0008, 0x0009, 0x0018, 0x0019)
+
+
+def gb200_device(system: str, ordinal: int) -> DeviceInfo:
+    """A Blackwell GPU of a GB200 superchip (186 GB HBM3e, 148 SMs), ``ordinal`` counted
+    over the whole rack; two GPUs per Grace CPU (NUMA node)."""
+    local = ordinal % GB200_PER_HOST
+    socket = local // 2
+    return DeviceInfo(
+        ordinal=ordinal,
+        name="NVIDIA GB200",
+        uuid=_uuid(system, ordinal),
+        pci_bus_id=f"{_GB200_DOMAINS[local]:04x}:{ordinal // GB200_PER_HOST + 1:02x}:00.0",
+        compute_capability=(10, 0),
+        sm_count=148,
+        l2_bytes=126 * MIB,
+        memory_bytes=186_000 * 1000 * 1000 // MIB * MIB,
+        memory_bus_width_bits=8192,
+        memory_clock_khz=3_906_000,  # 8192 / 8 x 3.906 GHz x 2 = 8.0 TB/s
+        clock_khz=1_965_000,
+        async_engines=4,
+        numa_node=socket,
+        local_cpus=tuple(range(72 * socket, 72 * (socket + 1))),
+        multicast_supported=True,
+    )
+
+
+def gb200nvl72() -> SimSystem:
+    """A GB200 NVL72 rack: 18 hosts of 4 GPUs, one NVLink domain, IMEX present."""
+    n = GB200_HOSTS * GB200_PER_HOST
+    return SimSystem(
+        name="gb200nvl72",
+        devices=tuple(gb200_device("gb200nvl72", i) for i in range(n)),
+        host_links=(GB200_HOST_LINK,) * n,
+        peers={pair: GB200_NVLINK for pair in iter_pairs(n)},
+        peer_bidirectional_factor=0.985,
+        local_copy=GB200_LOCAL,
+        host_memory_bandwidth=None,
+        latency=Latency(host=0.9e-6, peer=0.95e-6, local=0.6e-6),
+        hosts=(GB200_PER_HOST,) * GB200_HOSTS,
+        handle_kinds=frozenset({"fabric", "posix-fd", "ipc"}),
+    )
+
+
 #: The built-in systems, by name.
 PRESETS: dict[str, Callable[[], SimSystem]] = {
     "h200x1": h200x1,
     "h200x2": h200x2,
     "h200x8": h200x8,
     "pcie4": pcie4,
+    "gb200nvl72": gb200nvl72,
 }
 
 
@@ -253,6 +317,9 @@ _TOP_KEYS = {
     "driver_version",
     "cuda_driver",
     "faults",
+    "hosts",
+    "handle_kinds",
+    "multicast_rate",
 }
 #: Most devices a system file may describe.
 MAX_DEVICES = 1024
@@ -423,7 +490,7 @@ def _faults(where: str, obj: Any, n: int) -> Faults:
     kw: dict[str, Any] = {}
     for key, value in d.items():
         at = f"{where}.{key}"
-        if key in ("corrupt_copy", "gate_never_opens", "sync_hang"):
+        if key in ("corrupt_copy", "gate_never_opens", "sync_hang", "export_refused"):
             if not isinstance(value, bool):
                 raise UsageError(f"{at} must be true or false, got {json.dumps(value)}")
         elif key in ("kernel_error", "kernel_error_result"):
@@ -446,6 +513,34 @@ def _faults(where: str, obj: Any, n: int) -> Faults:
                 raise UsageError(f"{at} must not be negative, got {value}")
         kw[key] = value
     return Faults(**kw)
+
+
+def _ranks_keys(d: dict[str, Any], kw: dict[str, Any], n: int) -> None:
+    """``hosts``, ``handle_kinds`` and ``multicast_rate`` of a system file (multinode)."""
+    if "hosts" in d:
+        hosts = d["hosts"]
+        if hosts is not None and (
+            not isinstance(hosts, list)
+            or not hosts
+            or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hosts)
+        ):
+            raise UsageError(f"hosts must be a list of device counts per host, got {hosts!r}")
+        if hosts is not None and sum(hosts) != n:
+            raise UsageError(f"hosts must add up to the {n} devices, got {hosts} = {sum(hosts)}")
+        kw["hosts"] = None if hosts is None else tuple(hosts)
+    elif kw.get("hosts") is not None and sum(kw["hosts"]) != n:
+        kw["hosts"] = None  # a base preset's layout that no longer fits the device count
+    if "handle_kinds" in d:
+        kinds = d["handle_kinds"]
+        allowed = ("fabric", "posix-fd", "ipc")
+        if not isinstance(kinds, list) or not all(k in allowed for k in kinds):
+            raise UsageError(
+                f"handle_kinds must be a list of {', '.join(allowed)}, got {json.dumps(kinds)}"
+            )
+        kw["handle_kinds"] = frozenset(kinds)
+    if "multicast_rate" in d:
+        v = d["multicast_rate"]
+        kw["multicast_rate"] = None if v is None else _num("multicast_rate", v)
 
 
 def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
@@ -579,6 +674,7 @@ def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:
         if not isinstance(d["driver_version"], str):
             raise UsageError("driver_version must be a string")
         kw["driver_version"] = d["driver_version"]
+    _ranks_keys(d, kw, n)
     try:
         return SimSystem(name=name, devices=devices, host_links=links, peers=peers, **kw)
     except (ValueError, TypeError) as exc:

@@ -19,15 +19,34 @@ The parts, each in its own module:
 * :mod:`~gpubw.backend.sim.faults` - fault injection (:class:`Faults`). Each fault surfaces the
   way it does on real hardware.
 
+* :mod:`~gpubw.backend.sim.sharing` - memory shared across ranks (export/import tokens,
+  multicast objects).
+
 This facade owns the host side: the host's virtual clock (``now``, advanced a little by every
 call), argument checks, and which devices it shows.
+
+**Ranks.** A :class:`SimEngine` is one modelled system (memory, streams, links, the device
+clock) that several facades share: ``engine.rank_view(rank, host)`` is one simulated rank,
+showing its host's devices with host-local ordinals and keeping its own host clock (ranks are
+separate processes: separate clocks). One lock guards every entry into the engine, so rank
+threads (:class:`gpubw.world.simulated.SimulatedCluster`) may call their views concurrently;
+``engine.align_clocks`` (the cluster's ``on_step``) sets every rank's clock to the latest one
+at each collective, as a barrier takes the time of its last arrival. A plain
+``SimulatedBackend(system)`` is the one view of its own engine (host 0, the whole system when
+the model has a single host): single-node output is unchanged.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+import threading
+import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from gpubw.backend.base import Backend, DeviceInfo, KernelArg
@@ -36,6 +55,7 @@ from gpubw.backend.sim.faults import FaultInjector, Faults
 from gpubw.backend.sim.kernels import EMULATIONS, Launch, memcpy_op, plugin_kernel, plugin_op
 from gpubw.backend.sim.memory import Memory
 from gpubw.backend.sim.model import HostLink, Latency, Overheads, Rate, SimSystem, iter_pairs
+from gpubw.backend.sim.sharing import Export, Multicast, SharingMixin, locked
 from gpubw.errors import CudaError, GateTimeoutError, SimulationError, UsageError
 from gpubw.kernels import KERNELS
 
@@ -45,6 +65,7 @@ __all__ = [
     "Latency",
     "Overheads",
     "Rate",
+    "SimEngine",
     "SimSystem",
     "SimulatedBackend",
     "iter_pairs",
@@ -53,24 +74,97 @@ __all__ = [
 _MAX_GRID = (1 << 31) - 1
 
 
-class SimulatedBackend(Backend):
-    """The facade over a :class:`SimSystem` (see the package docstring)."""
+class SimEngine:
+    """One modelled system shared by the rank views of a simulated multinode run: the
+    memory, the streams and links, the device clock, the exported allocations and multicast
+    objects, and the lock around all of it. ``faults`` here are the device side's (a gate
+    that never opens, a hanging device); each view has its own (``rank_view(faults=)``)."""
+
+    def __init__(self, system: SimSystem, faults: Faults | None = None) -> None:
+        self.model = system
+        self.injector = FaultInjector(faults if faults is not None else (system.faults or Faults()))
+        self.memory = Memory(system)
+        self.engine = Engine(system, self.injector)
+        self.lock = threading.RLock()
+        #: notified whenever device memory may have changed (a gate released elsewhere)
+        self.cond = threading.Condition(self.lock)
+        #: tells this engine's handles from another process's
+        self.token = f"{os.getpid()}:{uuid.uuid4().hex}"
+        self.exports: dict[int, Export] = {}
+        self.multicasts: dict[int, Multicast] = {}
+        self.views: list[SimulatedBackend] = []
+        self._ids = itertools.count(1)
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def rank_view(self, rank: int, host: int, faults: Faults | None = None) -> SimulatedBackend:
+        """The facade of simulated rank ``rank`` on host ``host`` (an index of the model's
+        ``hosts``): that host's devices, ordinals 0..k-1, its own clock and ``faults``."""
+        return SimulatedBackend(self.model, faults, engine=self, host=host, rank=rank)
+
+    def align_clocks(self, step: int | None = None, name: str | None = None) -> None:
+        """Set every view's host clock to the latest one (use as a SimulatedCluster's
+        ``on_step``: it runs while every rank is blocked in the collective)."""
+        with self.lock:
+            live = [v for v in self.views if not v.closed]
+            if live:
+                latest = max(v._now for v in live)
+                for v in live:
+                    v._now = latest
+
+    def live_allocations(self) -> list[tuple[int, int, int | None]]:
+        """(pointer, bytes, global device or None for host) of every live allocation."""
+        with self.lock:
+            return [(a.base, a.size, a.device) for a in self.memory.allocs.values()]
+
+
+class SimulatedBackend(SharingMixin, Backend):
+    """The facade over a :class:`SimSystem` (see the package docstring): the one view of its
+    own engine, or (``engine=``, ``host=``, ``rank=``; see :meth:`SimEngine.rank_view`) one
+    rank's view of a shared one."""
 
     name = "simulated"
     simulated = True
 
-    def __init__(self, system: SimSystem, faults: Faults | None = None) -> None:
+    def __init__(
+        self,
+        system: SimSystem,
+        faults: Faults | None = None,
+        *,
+        engine: SimEngine | None = None,
+        host: int = 0,
+        rank: int | None = None,
+    ) -> None:
         self.model = system
-        self._injector = FaultInjector(
-            faults if faults is not None else (system.faults or Faults())
-        )
-        self._memory = Memory(system)
-        self._engine = Engine(system, self._injector)
+        if engine is None:
+            engine = SimEngine(system, faults)
+            self._injector = engine.injector
+        else:
+            if engine.model is not system:
+                raise ValueError("a rank view must be of its engine's system")
+            self._injector = FaultInjector(faults if faults is not None else Faults())
+        self._shared = engine
+        self._memory = engine.memory
+        self._engine = engine.engine
+        self.host = host
+        self.rank = rank
+        self._globals = system.host_devices(host)
+        self._locals = {g: i for i, g in enumerate(self._globals)}
+        if self._globals == tuple(range(len(system.devices))):
+            self._devices: tuple[DeviceInfo, ...] = system.devices
+        else:
+            self._devices = tuple(
+                attrs.evolve(system.devices[g], ordinal=i) for i, g in enumerate(self._globals)
+            )
         self._now = 0.0  # host clock
         self._device_allocs_made = 0
         self._host_allocs_made = 0
         self._loaded: set[int] = set()
         self.closed = False
+        self.view_id = engine.next_id()
+        self._init_sharing()
+        engine.views.append(self)
 
     @property
     def faults(self) -> Faults:
@@ -82,17 +176,34 @@ class SimulatedBackend(Backend):
         self._injector.faults = value
 
     # -- conveniences for tests -------------------------------------------------------------
-    def live_allocations(self) -> list[tuple[int, int, int | None]]:
-        """(pointer, bytes, device or None for host) of every allocation not yet freed."""
-        return [(a.base, a.size, a.device) for a in self._memory.allocs.values()]
+    @property
+    def engine(self) -> SimEngine:
+        """The engine this view belongs to (its own, unless made by ``rank_view``)."""
+        return self._shared
 
+    @locked
+    def live_allocations(self) -> list[tuple[int, int, int | None]]:
+        """(pointer, bytes, device or None for host) of every allocation not yet freed (the
+        whole engine's; devices of other hosts by their global ordinal)."""
+        return [
+            (a.base, a.size, None if a.device is None else self._locals.get(a.device, a.device))
+            for a in self._memory.allocs.values()
+        ]
+
+    @locked
     def peer_access_enabled(self) -> frozenset[tuple[int, int]]:
         """Ordered pairs (a, b) for which enable_peer_access(a, b) succeeded."""
-        return frozenset(self._memory.peer_enabled)
+        return frozenset(
+            (self._locals[a], self._locals[b])
+            for a, b in self._memory.peer_enabled
+            if a in self._locals and b in self._locals
+        )
 
+    @locked
     def live_streams(self) -> int:
         return sum(1 for s in self._engine.streams if not s.destroyed)
 
+    @locked
     def live_events(self) -> int:
         return len(self._engine.events)
 
@@ -102,6 +213,7 @@ class SimulatedBackend(Backend):
         return self._now
 
     # -- system -----------------------------------------------------------------------------
+    @locked
     def versions(self) -> dict[str, Any]:
         return {
             "cuda_driver": self.model.cuda_driver,
@@ -111,22 +223,36 @@ class SimulatedBackend(Backend):
         }
 
     def devices(self) -> Sequence[DeviceInfo]:
-        return self.model.devices
+        return self._devices
 
     def _device(self, device: int, call: str = "cuDeviceGet") -> int:
-        """``device`` if this facade shows it (a rank would show a subset of the model's)."""
-        if not isinstance(device, int) or not 0 <= device < len(self.model.devices):
+        """``device`` (a local ordinal) if this facade shows it."""
+        if (
+            isinstance(device, bool)
+            or not isinstance(device, int)
+            or not (0 <= device < len(self._globals))
+        ):
             raise UsageError(
-                f"no device {device!r}; devices are 0..{len(self.model.devices) - 1} ({call})"
+                f"no device {device!r}; devices are 0..{len(self._globals) - 1} ({call})"
             )
         return device
 
+    def _global(self, device: int, call: str = "cuDeviceGet") -> int:
+        """The model's (global) ordinal of this facade's device ``device``."""
+        return self._globals[self._device(device, call)]
+
+    def _local(self, device: int) -> int:
+        """This facade's ordinal of global device ``device`` (itself if not shown here)."""
+        return self._locals.get(device, device)
+
+    @locked
     def can_access_peer(self, device: int, peer: int) -> bool:
         a, b = self._device(device), self._device(peer)
         if a == b or self._injector.refuses_peer(a, b):
             return False
-        return (a, b) in self.model.peers
+        return (self._globals[a], self._globals[b]) in self.model.peers
 
+    @locked
     def enable_peer_access(self, device: int, peer: int) -> None:
         self._tick()
         a, b = self._device(device), self._device(peer)
@@ -134,30 +260,39 @@ class SimulatedBackend(Backend):
             raise CudaError("cuCtxEnablePeerAccess", "CUDA_ERROR_INVALID_DEVICE")
         if not self.can_access_peer(a, b):
             raise CudaError("cuCtxEnablePeerAccess", "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED")
-        self._memory.peer_enabled.add((a, b))
+        self._memory.peer_enabled.add((self._globals[a], self._globals[b]))
 
+    @locked
     def memory_info(self, device: int) -> tuple[int, int]:
-        d = self._device(device)
+        d = self._global(device)
         return self._memory.free_bytes(d), self.model.devices[d].memory_bytes
 
+    @locked
     def host_memory_bytes(self) -> int | None:
         return self.model.host_memory_bytes
 
     # -- memory -----------------------------------------------------------------------------
+    @locked
     def alloc_device(self, device: int, nbytes: int) -> int:
         self._tick()
         d = self._device(device)
         if nbytes <= 0:
             raise UsageError(f"device allocation size must be positive, got {nbytes}")
-        self._injector.check_device_alloc(d, self._device_allocs_made)
-        base = self._memory.alloc_device(d, nbytes)
+        return self._alloc_shared(self._globals[d], nbytes)
+
+    def _alloc_shared(self, g: int, size: int) -> int:
+        """Device memory on global device ``g`` (injected allocation faults apply)."""
+        self._injector.check_device_alloc(self._locals.get(g, -1), self._device_allocs_made)
+        base = self._memory.alloc_device(g, size)
         self._device_allocs_made += 1
         return base
 
+    @locked
     def free_device(self, pointer: int) -> None:
         self._tick()
         self._free(pointer, False, "cuMemFree")
 
+    @locked
     def alloc_host(self, nbytes: int, device: int | None) -> int:
         self._tick()
         if device is not None:
@@ -169,6 +304,7 @@ class SimulatedBackend(Backend):
         self._host_allocs_made += 1
         return base
 
+    @locked
     def free_host(self, pointer: int) -> None:
         self._tick()
         self._free(pointer, True, "cuMemFreeHost")
@@ -178,6 +314,7 @@ class SimulatedBackend(Backend):
         self._engine.advance(self._now)  # work already finished may still read it
         self._memory.remove(alloc)
 
+    @locked
     def host_write(self, pointer: int, data: bytes) -> None:
         self._tick()
         self._engine.advance(self._now)
@@ -186,7 +323,9 @@ class SimulatedBackend(Backend):
         alloc, off = self._memory.host_range(pointer, len(data), "host_write")
         self._memory.write(alloc, off, np.frombuffer(bytes(data), dtype=np.uint8))
         self._engine.release_gates()  # a released flag lets waiting gates go
+        self._shared.cond.notify_all()
 
+    @locked
     def host_read(self, pointer: int, nbytes: int) -> bytes:
         self._tick()
         self._engine.advance(self._now)
@@ -196,9 +335,10 @@ class SimulatedBackend(Backend):
         return self._memory.read(alloc, off, nbytes).tobytes()
 
     # -- streams and events -----------------------------------------------------------------
+    @locked
     def create_stream(self, device: int) -> Stream:
         self._tick()
-        return self._engine.new_stream(self._device(device, "cuStreamCreate"), self._now)
+        return self._engine.new_stream(self._global(device, "cuStreamCreate"), self._now)
 
     def _stream(self, stream: Any, call: str) -> Stream:
         if not isinstance(stream, Stream):
@@ -214,6 +354,7 @@ class SimulatedBackend(Backend):
             raise CudaError(call, "CUDA_ERROR_INVALID_HANDLE", "the event was destroyed")
         return event
 
+    @locked
     def destroy_stream(self, stream: Any) -> None:
         self._tick()
         if isinstance(stream, Stream) and stream.destroyed:
@@ -222,10 +363,12 @@ class SimulatedBackend(Backend):
         s.destroyed = True  # pending work still runs, as with the driver
         self._engine.advance(self._now)
 
+    @locked
     def create_event(self, device: int) -> Event:
         self._tick()
-        return self._engine.new_event(self._device(device, "cuEventCreate"))
+        return self._engine.new_event(self._global(device, "cuEventCreate"))
 
+    @locked
     def destroy_event(self, event: Any) -> None:
         self._tick()
         if isinstance(event, Event) and event.destroyed:
@@ -234,6 +377,7 @@ class SimulatedBackend(Backend):
         e.destroyed = True
         self._engine.events.discard(e)
 
+    @locked
     def record_event(self, event: Any, stream: Any) -> None:
         self._tick()
         e = self._event(event, "cuEventRecord")
@@ -243,6 +387,7 @@ class SimulatedBackend(Backend):
         e.last = op
         self._engine.enqueue(s, op, self._now)
 
+    @locked
     def wait_event(self, stream: Any, event: Any) -> None:
         self._tick()
         s = self._stream(stream, "cuStreamWaitEvent")
@@ -251,6 +396,7 @@ class SimulatedBackend(Backend):
         op.record = e.last  # CUDA waits on the most recent record at the time of the call
         self._engine.enqueue(s, op, self._now)
 
+    @locked
     def elapsed_seconds(self, start: Any, end: Any) -> float:
         self._tick()
         self._engine.advance(self._now)
@@ -264,14 +410,27 @@ class SimulatedBackend(Backend):
         assert a.time is not None and b.time is not None
         return b.time - a.time
 
+    @locked
     def synchronize(self, stream: Any, timeout_s: float) -> None:
         self._tick()
         s = self._stream(stream, "cuStreamSynchronize")
+        if len(self._shared.views) > 1:
+            # A gate whose flag another rank releases: wait for that rank (real time,
+            # bounded), rather than run the virtual clock into a false gate timeout.
+            deadline = time.monotonic() + timeout_s
+            while self._engine.held_remotely(s):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._shared.cond.wait(min(remaining, 0.05))
         limit = self._now + timeout_s
-        if not self._engine.advance(limit, until=s.idle):
+        done = self._engine.advance(limit, until=s.idle)
+        self._shared.cond.notify_all()
+        if not done:
             self._now = max(self._now, limit)
             raise GateTimeoutError(
-                f"a stream on device {s.device} did not finish within {timeout_s:g} s "
+                f"a stream on device {self._local(s.device)} did not finish within "
+                f"{timeout_s:g} s "
                 "(a spin gate never released, or the copies are far slower than expected)"
                 + (" [simulated hang]" if self.faults.sync_hang else "")
             )
@@ -286,6 +445,7 @@ class SimulatedBackend(Backend):
             self.model, self._memory, self._engine, self._injector, s, self._now, grid, block
         )
 
+    @locked
     def memcpy_async(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
         self._tick()
         s = self._stream(stream, "cuMemcpyAsync")
@@ -294,10 +454,12 @@ class SimulatedBackend(Backend):
         op = memcpy_op(self._launch(s), dst, src, nbytes)
         self._engine.enqueue(s, op, self._now)
 
+    @locked
     def load_kernels(self, device: int) -> None:
         self._tick()
-        self._loaded.add(self._device(device))
+        self._loaded.add(self._global(device))
 
+    @locked
     def launch(
         self, kernel: str, grid: int, block: int, args: Sequence[KernelArg], stream: Any
     ) -> None:
@@ -323,9 +485,8 @@ class SimulatedBackend(Backend):
             raise UsageError(f"block of {kernel} must be in 1..1024, got {block}")
         s = self._stream(stream, f"cuLaunchKernel({kernel})")
         if s.device not in self._loaded:
-            raise UsageError(
-                f"kernels are not loaded on device {s.device}; call load_kernels({s.device}) first"
-            )
+            d = self._local(s.device)
+            raise UsageError(f"kernels are not loaded on device {d}; call load_kernels({d}) first")
         values = [a.value for a in args]
         call = self._launch(s, int(grid), int(block))
         if simulate is not None:
@@ -341,7 +502,14 @@ class SimulatedBackend(Backend):
     def _tick(self) -> None:
         self._now += self.model.overheads.host_call
 
+    @locked
     def close(self) -> None:
-        """Nothing to release; streams and memory left behind stay visible to
-        :meth:`live_allocations` (System.close frees what it handed out)."""
+        """Release this view's shared memory (imports, exports, multicast parts) left behind;
+        other streams and memory stay visible to :meth:`live_allocations` (System.close frees
+        what it handed out). The first failure is raised after all were tried."""
+        if self.closed:
+            return
+        errors = self._release_sharing()
         self.closed = True
+        if errors:
+            raise errors[0]

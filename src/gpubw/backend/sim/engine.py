@@ -96,6 +96,7 @@ class Op:
         "prepare",
         "probe",
         "record",
+        "remote",
         "submit",
     )
 
@@ -118,6 +119,8 @@ class Op:
         self.probe: Callable[[], bool | None] | None = None
         #: a gate that timed out reports it (writes its status word)
         self.on_timeout: Callable[[], None] | None = None
+        #: a gate whose flag is in device memory: another rank may release it
+        self.remote = False
 
 
 class Engine:
@@ -132,6 +135,8 @@ class Engine:
         self._rates: dict[int, float] = {}
         self._ids = 0
         self._rng = random.Random(model.seed)
+        #: a gate waiting on a flag in device memory was ever started (multi-rank protocol)
+        self.remote_gates = False
 
     # -- objects ----------------------------------------------------------------------------
     def _next_id(self) -> int:
@@ -158,6 +163,21 @@ class Engine:
         s.queue.append(op)
         self.advance(now)
 
+    def held_remotely(self, s: Stream) -> bool:
+        """Whether ``s`` has a gate ahead whose flag lives in device memory and is not
+        released yet (in a multi-rank engine another rank's work releases it)."""
+        for op in (s.cur, *s.queue):
+            if (
+                op is not None
+                and op.kind == "gate"
+                and op.remote
+                and not op.done
+                and op.probe is not None
+                and op.probe() is False
+            ):
+                return True
+        return False
+
     def release_gates(self) -> None:
         """The host wrote memory: running gates whose flag is now released end soon."""
         for s in self.streams:
@@ -176,6 +196,7 @@ class Engine:
         t = self.t
         if op.kind == "gate":
             op.deadline = t + op.duration
+            self.remote_gates = self.remote_gates or op.remote
             assert op.probe is not None
             if op.probe() is None:
                 op.end = t
@@ -255,6 +276,8 @@ class Engine:
                 op.effect()
             except GpubwError as exc:
                 self._fail(s, exc)
+            if self.remote_gates and op.kind != "gate":
+                self.release_gates()  # the work may have released a flag in device memory
 
     @staticmethod
     def _fail(s: Stream, exc: GpubwError) -> None:

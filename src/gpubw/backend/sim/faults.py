@@ -53,6 +53,9 @@ class Faults:
     gate_never_opens: bool = False
     #: the device stops executing work: every synchronize of a busy stream times out
     sync_hang: bool = False
+    #: exporting shareable memory handles fails with CUDA_ERROR_NOT_PERMITTED (every kind,
+    #: as a fabric export without an IMEX channel does)
+    export_refused: bool = False
 
 
 class FaultInjector:

@@ -21,8 +21,8 @@ from gpubw.backend.sim.engine import Engine, Flow, Op, Stream
 from gpubw.backend.sim.faults import FaultInjector, corrupt_word
 from gpubw.backend.sim.memory import ZERO, Alloc, Memory, Pattern
 from gpubw.backend.sim.model import SimSystem, path, single_rate
-from gpubw.errors import CudaError, GpubwError, PluginError, UsageError
-from gpubw.kernels import ELEMENT_BYTES, PATTERN_WORDS
+from gpubw.errors import GpubwError, PluginError, UsageError
+from gpubw.kernels import ELEMENT_BYTES, KERNELS, PATTERN_WORDS
 
 
 @attrs.frozen
@@ -72,17 +72,25 @@ def memcpy_op(c: Launch, dst: int, src: int, nbytes: int) -> Op:
         a, b = s_alloc.device, d_alloc.device
         staged = a != b and not (
             c.model.peer_rate(a, b) is not None
-            and ((a, b) in memory.peer_enabled or (b, a) in memory.peer_enabled)
+            and (
+                (a, b) in memory.peer_enabled
+                or (b, a) in memory.peer_enabled
+                or c.stream.device in d_alloc.mapped_by | s_alloc.mapped_by
+            )
         )
-    op.flows = [
-        Flow(res, peak, nbytes, jit)
-        for res, peak in [path(c.model, s_alloc.device, d_alloc.device, "ce", staged)]
-    ]
+    if d_alloc.members is not None:
+        op.flows = [multicast_flow(c, s_alloc.device, d_alloc, nbytes, "ce", jit)]
+    else:
+        op.flows = [
+            Flow(res, peak, nbytes, jit)
+            for res, peak in [path(c.model, s_alloc.device, d_alloc.device, "ce", staged)]
+        ]
     measured = c.stream.gated and nbytes >= 4096
 
     def effect() -> None:
         memory.check_live(d_alloc, s_alloc)
-        memory.copy(d_alloc, d_off, s_alloc, s_off, nbytes)
+        for target in stored_to(d_alloc):
+            memory.copy(target, d_off, s_alloc, s_off, nbytes)
         if measured:
             c.maybe_corrupt(d_alloc, d_off, nbytes)
 
@@ -104,9 +112,14 @@ def _copy_kernel(c: Launch, dst: int, src: int, elements: int, loops: int, split
         parts = [(src_loc, dst_loc, odd_elems), (dst_loc, src_loc, even_elems)]
     else:
         parts = [(src_loc, dst_loc, elements)]
-    for a, b, count in parts:
-        res, peak = path(c.model, a, b, "sm", False)
-        op.flows.append(Flow(res, peak, count * ELEMENT_BYTES * loops, jit))
+    found = memory.find(dst, 1)
+    mc = found[0] if found is not None and found[0].members is not None else None
+    if mc is not None and not split:
+        op.flows.append(multicast_flow(c, src_loc, mc, elements * ELEMENT_BYTES * loops, "sm", jit))
+    else:
+        for a, b, count in parts:
+            res, peak = path(c.model, a, b, "sm", False)
+            op.flows.append(Flow(res, peak, count * ELEMENT_BYTES * loops, jit))
     measured = c.stream.gated and nbytes >= 4096
 
     def effect() -> None:
@@ -118,12 +131,37 @@ def _copy_kernel(c: Launch, dst: int, src: int, elements: int, loops: int, split
             memory.copy(d_alloc, d_off, s_alloc, s_off, nbytes, parity=1)
             memory.copy(s_alloc, s_off, d_alloc, d_off, nbytes, parity=0)
         else:
-            memory.copy(d_alloc, d_off, s_alloc, s_off, nbytes)
+            for target in stored_to(d_alloc):
+                memory.copy(target, d_off, s_alloc, s_off, nbytes)
         if measured:
             c.maybe_corrupt(d_alloc, d_off, nbytes)
 
     op.effect = effect
     return op
+
+
+def stored_to(alloc: Alloc) -> list[Alloc]:
+    """Where a store to ``alloc`` lands: itself, and for a multicast mapping every member's
+    physical memory too."""
+    return [alloc] if alloc.members is None else [alloc, *alloc.members]
+
+
+def multicast_flow(
+    c: Launch, src: int | None, mc: Alloc, nbytes: int, engine: str, jitter: float
+) -> Flow:
+    """Stores from ``src``'s memory to a multicast mapping: one send from the issuing device
+    (the switch replicates them), one receive per member device."""
+    device = c.stream.device
+    members = sorted({m.device for m in mc.members or () if m.device is not None})
+    resources: list[Any] = [("tx", device)] + [("rx", m) for m in members if m != device]
+    if src is not None and src == device:
+        resources.append(("mem", device))
+    peak = c.model.multicast_rate
+    if peak is None:
+        rates = [c.model.peer_rate(device, m) for m in members if m != device]
+        known = [r.of(engine) for r in rates if r is not None]
+        peak = min(known) if known else c.model.local_copy.of(engine)
+    return Flow(tuple(resources), peak, nbytes, jitter)
 
 
 def copy(c: Launch, dst: int, src: int, elements: int, loops: int) -> Op:
@@ -155,25 +193,26 @@ def gate_wait(c: Launch, flag: int, timeout_ns: int, status: int) -> Op:
 
     op.probe = probe
     op.on_timeout = on_timeout
+    found = memory.find(flag, 4)
+    op.remote = found is not None and found[0].device is not None
     c.stream.gated = True
     return op
 
 
 def gate_relay(c: Launch, host_flag: int, device_flag: int, timeout_ns: int, status: int) -> Op:
-    """The cross-rank gate's relay: a gate on ``host_flag`` that, when it ends (released or
-    timed out), writes 1 to the int at ``device_flag`` and lets the gates polling it go."""
+    """The first rank's gate across ranks: holds its stream like :func:`gate_wait` on
+    ``host_flag``; once released, stores 1 to the int at ``device_flag`` (device memory the
+    other ranks' gates wait on). On a timeout it writes ``*status`` and releases nothing."""
+    memory = c.memory
     op = gate_wait(c, host_flag, timeout_ns, status)
     op.name = "gpubw_gate_relay"
-    memory, engine = c.memory, c.engine
 
     def effect() -> None:
-        found = memory.find(device_flag, 4)
-        if found is None:
-            raise CudaError(
-                "cuStreamSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS", "device flag not allocated"
-            )
-        memory.write(found[0], found[1], np.frombuffer(struct.pack("<i", 1), np.uint8))
-        engine.release_gates()
+        if op.end is None or op.end > op.deadline:
+            return
+        alloc, off = memory.device_view(c.stream.device, device_flag, 4)
+        memory.write(alloc, off, np.frombuffer(struct.pack("<i", 1), np.uint8))
+        c.engine.release_gates()
 
     op.effect = effect
     return op
@@ -290,7 +329,6 @@ def pointer_chase(c: Launch, start: int, steps: int, target: int, sink: int) -> 
 #: kernel's argument values (in the order of its KernelSpec's params).
 EMULATIONS: dict[str, Emulation] = {
     "gpubw_gate_wait": gate_wait,
-    "gpubw_gate_relay": gate_relay,
     "gpubw_copy": copy,
     "gpubw_copy_split_warp": copy_split_warp,
     "gpubw_fill": fill,
@@ -298,6 +336,8 @@ EMULATIONS: dict[str, Emulation] = {
     "gpubw_clear_warp_parity": clear_warp_parity,
     "gpubw_pointer_chase": pointer_chase,
 }
+if "gpubw_gate_relay" in KERNELS:  # the multinode gate's kernel, where it is catalogued
+    EMULATIONS["gpubw_gate_relay"] = gate_relay
 
 
 # -- plugin kernels -------------------------------------------------------------------------

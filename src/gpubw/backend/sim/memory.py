@@ -187,6 +187,13 @@ class Alloc:
     sym: Symbolic | None
     generation: int = 0
     freed: bool = False
+    #: devices given access by a mapping (an imported or multicast mapping's cuMemSetAccess)
+    mapped_by: set[int] = attrs.Factory(set)
+    #: a multicast object's mapping: the members' physical memory (stores land in all)
+    members: list[Alloc] | None = None
+    #: whether the allocation counts against its device's memory (a multicast mapping's
+    #: address range does not: its members do)
+    counted: bool = True
 
     @property
     def where(self) -> str:
@@ -268,6 +275,17 @@ class Memory:
         self._new_alloc(base, nbytes, None)
         return base
 
+    def alloc_multicast(self, device: int, nbytes: int) -> Alloc:
+        """The address range of a multicast object's mapping (in ``device``'s range): no
+        memory of its own; stores to it go to its ``members``."""
+        size = self.rounded(nbytes)
+        base = self._next_addr[device]
+        self._next_addr[device] += -(-size // (2 * MIB)) * 2 * MIB
+        alloc = self._new_alloc(base, nbytes, device)
+        alloc.members = []
+        alloc.counted = False
+        return alloc
+
     def lookup(self, pointer: int, host: bool, call: str) -> Alloc:
         """The allocation starting at ``pointer`` (host or device, as ``host`` says), for
         freeing it; CUDA_ERROR_INVALID_VALUE from ``call`` if there is none."""
@@ -281,6 +299,8 @@ class Memory:
         del self.allocs[alloc.base]
         self._bases.remove(alloc.base)
         alloc.freed = True
+        if not alloc.counted:
+            return
         if alloc.device is None:
             self.host_used -= self.rounded(alloc.size)
         else:
@@ -319,7 +339,8 @@ class Memory:
 
     def device_view(self, device: int, pointer: int, nbytes: int) -> tuple[Alloc, int]:
         """Kernel access to [pointer, +nbytes) from ``device``; an address outside live
-        memory, or peer memory without peer access, is CUDA_ERROR_ILLEGAL_ADDRESS."""
+        memory, or peer memory without peer access (or a mapping made for ``device``), is
+        CUDA_ERROR_ILLEGAL_ADDRESS."""
         found = self.find(pointer, nbytes)
         if found is None:
             raise CudaError(
@@ -333,6 +354,7 @@ class Memory:
             alloc.device is not None
             and alloc.device != device
             and (device, alloc.device) not in self.peer_enabled
+            and device not in alloc.mapped_by
         ):
             raise CudaError(
                 "cuStreamSynchronize",

@@ -84,6 +84,18 @@ def _link_tuple(value: Iterable[HostLink]) -> tuple[HostLink, ...]:
     return tuple(value)
 
 
+def _hosts_tuple(value: Iterable[int] | None) -> tuple[int, ...] | None:
+    return None if value is None else tuple(int(v) for v in value)
+
+
+def _kinds(value: Iterable[str]) -> frozenset[str]:
+    return frozenset(value)
+
+
+#: Handle kinds a model may offer (gpubw.backend.base.HANDLE_KINDS).
+_HANDLE_KINDS = ("fabric", "posix-fd", "ipc")
+
+
 @attrs.frozen(eq=False)
 class SimSystem:
     """A modelled system: what :class:`SimulatedBackend` pretends to be."""
@@ -116,6 +128,16 @@ class SimSystem:
     #: faults to inject by default (a system file's ``"faults"``); the backend's own
     #: ``faults`` argument, when given, replaces them
     faults: Faults | None = None
+    #: devices per host, in device order (None: every device on one host); ranks of a
+    #: simulated multinode run see their host's devices only, with host-local ordinals
+    hosts: tuple[int, ...] | None = attrs.field(default=None, converter=_hosts_tuple)
+    #: the kinds of shareable memory handle that work here ("fabric" needs IMEX)
+    handle_kinds: frozenset[str] = attrs.field(
+        default=frozenset({"posix-fd", "ipc"}), converter=_kinds
+    )
+    #: bytes/s of stores to an NVLink multicast object from one device (None: the SM rate
+    #: of that device's peer link)
+    multicast_rate: float | None = None
 
     def __attrs_post_init__(self) -> None:
         n = len(self.devices)
@@ -131,6 +153,42 @@ class SimSystem:
                 raise ValueError(f"peer pair ({a}, {b}) is not two distinct devices of 0..{n - 1}")
         if self.host_memory_bandwidth is not None and not self.host_memory_bandwidth > 0:
             raise ValueError("host_memory_bandwidth must be positive (or null for no limit)")
+        if self.hosts is not None and (
+            not self.hosts or any(h < 1 for h in self.hosts) or sum(self.hosts) != n
+        ):
+            raise ValueError(
+                f"hosts must be device counts >= 1 per host adding up to {n}, got "
+                f"{list(self.hosts)}"
+            )
+        unknown = sorted(set(self.handle_kinds) - set(_HANDLE_KINDS))
+        if unknown:
+            raise ValueError(
+                f"unknown handle kind {unknown[0]!r}; kinds are {', '.join(_HANDLE_KINDS)}"
+            )
+        if self.multicast_rate is not None and not self.multicast_rate > 0:
+            raise ValueError("multicast_rate must be positive (or null for the peer rate)")
+
+    @property
+    def host_sizes(self) -> tuple[int, ...]:
+        """Devices per host (one host holding every device unless ``hosts`` says more)."""
+        return self.hosts if self.hosts is not None else (len(self.devices),)
+
+    def host_devices(self, host: int) -> tuple[int, ...]:
+        """The (global) ordinals of host ``host``'s devices; ValueError for no such host."""
+        sizes = self.host_sizes
+        if isinstance(host, bool) or not isinstance(host, int) or not 0 <= host < len(sizes):
+            raise ValueError(f"no host {host!r}; hosts are 0..{len(sizes) - 1}")
+        start = sum(sizes[:host])
+        return tuple(range(start, start + sizes[host]))
+
+    def host_of(self, device: int) -> int:
+        """The host holding (global) device ``device``."""
+        start = 0
+        for host, size in enumerate(self.host_sizes):
+            if device < start + size:
+                return host
+            start += size
+        raise ValueError(f"no device {device}; devices are 0..{len(self.devices) - 1}")
 
     def peer_rate(self, src: int, dst: int) -> Rate | None:
         """The link used by a copy from ``src``'s memory to ``dst``'s (either direction's

@@ -1,0 +1,331 @@
+"""Tests of the NVML node facts (gpubw.nvml), against a fake pynvml module."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from gpubw import nvml
+
+
+class NVMLError(Exception):
+    pass
+
+
+class NotSupported(NVMLError):
+    def __str__(self) -> str:
+        return "Not Supported"
+
+
+class FieldValue:
+    def __init__(self, ret: int, value: int) -> None:
+        self.nvmlReturn = ret
+        self.value = types.SimpleNamespace(uiVal=value)
+
+
+GPUS = [
+    {
+        "name": b"NVIDIA H200",
+        "uuid": "GPU-aaaa",
+        "serial": "1650000000001",
+        "bus": "00000000:1B:00.0",
+        "pcie": (5, 16, 5, 16),
+        "links": [1] * 18,
+        "nvpeers": [1],
+        "ecc": (1, 1),
+        "ecc_errors": (3, 0),
+        "persistence": 1,
+        "mig": (0, 0),
+        "reasons": 0x1,
+        "procs": [],
+    },
+    {
+        "name": "NVIDIA H200",
+        "uuid": "GPU-bbbb",
+        "serial": "1650000000002",
+        "bus": "00000000:2A:00.0",
+        "pcie": (4, 8, 5, 16),
+        "links": None,  # NVLink queries not supported
+        "nvpeers": [],
+        "ecc": (0, 1),
+        "ecc_errors": (0, 0),
+        "persistence": 0,
+        "mig": (1, 1),
+        "reasons": 0x4 | 0x40,
+        "procs": [(4242, 1 << 30), (77, None)],
+    },
+]
+
+
+def fake_pynvml(gpus=GPUS, init_error: Exception | None = None) -> types.ModuleType:
+    """A pynvml stand-in answering from ``gpus``; it records init/shutdown calls."""
+    m = types.ModuleType("pynvml")
+    m.calls = []
+    m.NVMLError = NVMLError
+    consts = dict(
+        NVML_NVLINK_MAX_LINKS=18,
+        NVML_VOLATILE_ECC=0,
+        NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
+        NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
+        NVML_CLOCK_SM=1,
+        NVML_CLOCK_MEM=2,
+        NVML_TEMPERATURE_GPU=0,
+        NVML_P2P_CAPS_INDEX_NVLINK=2,
+        NVML_P2P_STATUS_OK=0,
+        NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON=90,
+    )
+    for k, v in consts.items():
+        setattr(m, k, v)
+
+    def init():
+        m.calls.append("init")
+        if init_error:
+            raise init_error
+
+    def links(h):
+        if gpus[h]["links"] is None:
+            raise NotSupported()
+        return gpus[h]["links"]
+
+    def link_state(h, link):
+        return links(h)[link]
+
+    def procs(h):
+        return [types.SimpleNamespace(pid=p, usedGpuMemory=u) for p, u in gpus[h]["procs"]]
+
+    def clock(h, which):
+        return {1: 1980, 2: 3201}[which]
+
+    def max_clock(h, which):
+        return {1: 1980, 2: 3201}[which]
+
+    def power(h):
+        raise NotSupported()
+
+    def p2p(a, b, idx):
+        assert idx == 2
+        return 0 if b in gpus[a]["nvpeers"] else 4
+
+    def fields(h, ids):
+        assert ids == [90]
+        return [FieldValue(0, 26562)]
+
+    funcs = dict(
+        nvmlInit=init,
+        nvmlShutdown=lambda: m.calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: len(gpus),
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: gpus[h]["name"],
+        nvmlDeviceGetUUID=lambda h: gpus[h]["uuid"],
+        nvmlDeviceGetSerial=lambda h: gpus[h]["serial"],
+        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=gpus[h]["bus"].encode()),
+        nvmlDeviceGetVbiosVersion=lambda h: "96.00.AF.00.01",
+        nvmlDeviceGetCurrPcieLinkGeneration=lambda h: gpus[h]["pcie"][0],
+        nvmlDeviceGetCurrPcieLinkWidth=lambda h: gpus[h]["pcie"][1],
+        nvmlDeviceGetMaxPcieLinkGeneration=lambda h: gpus[h]["pcie"][2],
+        nvmlDeviceGetMaxPcieLinkWidth=lambda h: gpus[h]["pcie"][3],
+        nvmlDeviceGetNvLinkState=link_state,
+        nvmlDeviceGetNvLinkVersion=lambda h, link: 4,
+        nvmlDeviceGetFieldValues=fields,
+        nvmlDeviceGetP2PStatus=p2p,
+        nvmlDeviceGetEccMode=lambda h: gpus[h]["ecc"],
+        nvmlDeviceGetTotalEccErrors=lambda h, kind, counter: gpus[h]["ecc_errors"][kind],
+        nvmlDeviceGetPersistenceMode=lambda h: gpus[h]["persistence"],
+        nvmlDeviceGetMigMode=lambda h: gpus[h]["mig"],
+        nvmlDeviceGetClockInfo=clock,
+        nvmlDeviceGetMaxClockInfo=max_clock,
+        nvmlDeviceGetPowerUsage=power,
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700000,
+        nvmlDeviceGetTemperature=lambda h, s: 41,
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: gpus[h]["reasons"],
+        nvmlDeviceGetComputeRunningProcesses=procs,
+        nvmlSystemGetDriverVersion=lambda: "580.159.04",
+        nvmlSystemGetNVMLVersion=lambda: b"13.580.159.04",
+        nvmlSystemGetCudaDriverVersion=lambda: 13000,
+    )
+    for k, v in funcs.items():
+        setattr(m, k, v)
+    return m
+
+
+def test_reads_every_fact_of_every_device():
+    """PCIe, NVLink, ECC, persistence, MIG, clocks, ids and processes come through."""
+    fake = fake_pynvml()
+    facts = nvml.read_facts(fake)
+    assert facts.available and not facts.simulated
+    assert (facts.driver_version, facts.nvml_version) == ("580.159.04", "13.580.159.04")
+    assert facts.cuda_driver_version == 13000
+    a, _ = facts.devices
+    assert (a.name, a.uuid, a.serial, a.pci_bus_id) == (
+        "NVIDIA H200",
+        "GPU-aaaa",
+        "1650000000001",
+        "0000:1b:00.0",
+    )
+    assert a.vbios == "96.00.AF.00.01"
+    assert str(a.pcie) == "PCIe Gen5 x16" and not a.pcie.downtrained
+    assert a.nvlink == nvml.NvLinkState(18, 18, 26562, (4,) * 18, (1,))
+    assert str(a.nvlink) == "NVLink 18/18 links active at 26.562 GB/s"
+    assert (a.ecc_enabled, a.ecc_volatile_corrected, a.ecc_volatile_uncorrected) == (True, 3, 0)
+    assert a.persistence_mode is True and a.mig_enabled is False
+    assert a.clocks.sm_mhz == 1980 and a.clocks.reasons == ("gpu_idle",)
+    assert a.clocks.slowed == () and a.clocks.power_limit_w == 700.0
+    assert a.pids == ()
+    assert fake.calls == ["init", "shutdown"]
+
+
+def test_downtrained_link_mig_processes_and_unsupported_queries():
+    """GPU 1: Gen4 x8 of Gen5 x16, ECC off, MIG on, power capped, two processes; queries
+    the GPU does not support are listed with the reason, not raised."""
+    b = nvml.read_facts(fake_pynvml()).devices[1]
+    assert str(b.pcie) == "PCIe Gen4 x8, max Gen5 x16"
+    assert b.pcie.width_degraded and b.pcie.gen_below_max
+    assert b.nvlink is None
+    assert b.ecc_enabled is False and b.ecc_pending is True
+    assert b.ecc_volatile_corrected is None
+    assert b.mig_enabled is True and b.persistence_mode is False
+    assert b.clocks.slowed == ("sw_power_cap", "hw_thermal_slowdown")
+    assert b.pids == (4242, 77)
+    assert b.processes[0].used_bytes == 1 << 30 and b.processes[1].used_bytes is None
+    why = dict(b.unavailable)
+    assert why["nvlink"] == "Not Supported"
+    assert why["power.nvmlDeviceGetPowerUsage"] == "Not Supported"
+    assert b.clocks.power_w is None
+
+
+def test_missing_library_is_unavailable_not_an_error(monkeypatch):
+    """Without nvidia-ml-py, read_facts says so and how to install it."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
+    facts = nvml.read_facts()
+    assert not facts.available
+    assert "pip install 'gpubw[nvml]'" in facts.reason and facts.devices == ()
+
+
+def test_failed_init_is_unavailable_with_the_reason():
+    """No driver: NVML's own message is the reason."""
+    facts = nvml.read_facts(fake_pynvml(init_error=NVMLError("Driver Not Loaded")))
+    assert not facts.available and "Driver Not Loaded" in facts.reason
+
+
+def test_one_broken_device_keeps_the_others():
+    """A device whose handle fails is recorded as unavailable; the others are read."""
+    fake = fake_pynvml()
+    real = fake.nvmlDeviceGetHandleByIndex
+
+    def handle(i):
+        if i == 0:
+            raise NVMLError("GPU is lost")
+        return real(i)
+
+    fake.nvmlDeviceGetHandleByIndex = handle
+    facts = nvml.read_facts(fake)
+    assert facts.devices[0].unavailable == (("device", "GPU is lost"),)
+    assert facts.devices[1].uuid == "GPU-bbbb"
+    assert fake.calls[-1] == "shutdown"
+
+
+def test_match_devices_pairs_by_bus_id_not_by_index():
+    """CUDA ordinals are paired with NVML devices by PCI bus id (CUDA's order may differ)."""
+    facts = nvml.read_facts(fake_pynvml())
+    cuda_devices = [
+        {"ordinal": 0, "pci_bus_id": "0000:2a:00.0", "uuid": "GPU-bbbb"},
+        {"ordinal": 1, "pci_bus_id": "0000:1b:00.0", "uuid": "GPU-aaaa"},
+        {"ordinal": 2, "pci_bus_id": "0000:99:00.0", "uuid": "GPU-none"},
+    ]
+    matched = nvml.match_devices(facts, cuda_devices)
+    assert {o: f.uuid for o, f in matched.items()} == {0: "GPU-bbbb", 1: "GPU-aaaa"}
+    assert nvml.peer_link_types(facts, cuda_devices) == {(1, 0): "nvlink", (0, 1): "pcie"}
+
+
+def test_simulated_facts_from_a_dict_with_a_downtrained_link():
+    """facts_from_dict builds the same facts; "gen4 x8 of gen5 x16" is a downtrained link."""
+    facts = nvml.facts_from_dict(
+        {
+            "driver_version": "sim",
+            "devices": [
+                {"name": "NVIDIA H200", "pcie": "gen5 x16", "pci_bus_id": "00000000:18:00.0",
+                 "nvlink": {"links_active": 18, "speed_mbps": 26562, "peers": [1]}},
+                {"name": "NVIDIA H200", "pcie": "gen4 x8 of gen5 x16",
+                 "nvlink": {"links_active": 17, "links_total": 18, "peers": [0]},
+                 "clocks": {"sm_mhz": 1400, "reasons": ["sw_power_cap"]},
+                 "processes": [4242, {"pid": 7, "used_bytes": 1024}]},
+            ],
+        }
+    )  # fmt: skip
+    a, b = facts.devices
+    assert facts.simulated and facts.available
+    assert a.pci_bus_id == "0000:18:00.0" and not a.pcie.downtrained
+    assert str(b.pcie) == "PCIe Gen4 x8, max Gen5 x16"
+    assert str(b.nvlink) == "NVLink 17/18 links active"
+    assert b.clocks.slowed == ("sw_power_cap",) and b.pids == (4242, 7)
+    assert nvml.peer_link_types(facts) == {(0, 1): "nvlink", (1, 0): "nvlink"}
+    d = b.as_dict()
+    assert d["pcie"] == {"gen": 4, "width": 8, "max_gen": 5, "max_width": 16}
+    assert facts.as_dict()["devices"][1]["processes"][1] == {"pid": 7, "used_bytes": 1024}
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ({"devices": [{"pcie": "gen4"}]}, "genG xW of genG xW"),
+        ({"devices": [{"pcie": "gen4 x8 or gen5 x16"}]}, "genG xW"),
+        ({"devices": [{"pcei": "gen4 x8"}]}, r"unknown fact\(s\) \['pcei'\]"),
+        ({"devices": [{"clocks": {"reasons": ["hot"]}}]}, "unknown clock reason"),
+    ],
+)
+def test_bad_simulated_facts_are_errors(spec, match):
+    """A typo in a modelled node's facts is a ValueError naming it."""
+    with pytest.raises(ValueError, match=match):
+        nvml.facts_from_dict(spec)
+
+
+def test_bus_id_normalisation():
+    """NVML's 8-digit upper-case domain and CUDA's form normalise alike."""
+    assert nvml.normalise_bus_id(b"00000000:1B:00.0") == "0000:1b:00.0"
+    assert nvml.normalise_bus_id("0000:1b:00.0") == "0000:1b:00.0"
+
+
+def test_importing_gpubw_nvml_does_not_import_pynvml():
+    """pynvml is imported only when facts are read (gpubw -l never loads it)."""
+    code = "import sys, gpubw.nvml, gpubw.cli; assert 'pynvml' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_nvml_name_used_exists_in_the_real_binding():
+    """Each pynvml function and constant gpubw.nvml calls exists in nvidia-ml-py."""
+    pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
+    source = Path(nvml.__file__).read_text()
+    names = set(re.findall(r"\bnv\.(nvml\w+|NVML_\w+)", source))
+    names |= set(re.findall(r'"(nvmlDevice\w+|NVML_\w+)"', source))
+    names -= {"nvmlDeviceGetCurrentClocksEventReasons"}  # optional (newer name), getattr'd
+    assert len(names) > 25
+    missing = sorted(n for n in names if not hasattr(pynvml, n))
+    assert missing == []
+
+
+def test_suspects_explain_a_slow_cell_in_words():
+    """suspects() names the facts behind a slow figure, filtered by the cell's link type."""
+    a, b = nvml.read_facts(fake_pynvml()).devices
+    assert nvml.suspects(a) == ()
+    assert nvml.suspects(b, "host", own_pid=77) == (
+        "PCIe Gen4 x8, max Gen5 x16",
+        "clocks held down: sw_power_cap, hw_thermal_slowdown",
+        "MIG mode is on",
+        "other processes on the GPU: pid 4242",
+        "persistence mode is off",
+    )
+    assert "PCIe Gen4 x8, max Gen5 x16" not in nvml.suspects(b, "device")
+    down = nvml.facts_from_dict(
+        {"devices": [{"nvlink": {"links_active": 12, "links_total": 18},
+                      "ecc_volatile_uncorrected": 2}]}
+    ).devices[0]  # fmt: skip
+    assert nvml.suspects(down, "peer") == (
+        "NVLink 12/18 links active",
+        "2 volatile uncorrected ECC errors",
+    )
+    assert nvml.suspects(down, "host") == ("2 volatile uncorrected ECC errors",)

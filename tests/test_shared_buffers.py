@@ -1,0 +1,513 @@
+"""Memory shared across ranks (gpubw.shared) on simulated ranks that share one engine."""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import pytest
+
+from gpubw.backend.base import MULTICAST_OFF, ptr, u32, u64
+from gpubw.backend.presets import load_system, system_from_dict
+from gpubw.backend.sim import Faults, SimEngine, SimSystem, SimulatedBackend
+from gpubw.buffers import SRC_SEED, BufferPool, DeviceBuffer, HostBuffer
+from gpubw.errors import CudaError, GateTimeoutError, VerificationError
+from gpubw.options import RunOptions
+from gpubw.shared import (
+    IMEX_MESSAGE,
+    MulticastBuffer,
+    RemoteRankError,
+    SharedBuffer,
+    Sharing,
+    SharingError,
+)
+from gpubw.world.simulated import RankOutcome, SimulatedCluster, SimulatedWorld
+
+MIB = 1 << 20
+SIZE = 4 * MIB
+
+
+def _quiet(model: SimSystem) -> SimSystem:
+    """The model without jitter, so that two runs of one copy take exactly as long."""
+    return attrs.evolve(model, jitter=0.0)
+
+
+@attrs.define
+class Rank:
+    """One simulated rank's pieces: its world, backend view, pool and sharing."""
+
+    world: SimulatedWorld
+    backend: SimulatedBackend
+    pool: BufferPool
+    sharing: Sharing
+
+    @property
+    def device(self) -> int:
+        return self.sharing.device
+
+
+def run_ranks(
+    model: SimSystem,
+    hosts: Sequence[int],
+    fn: Callable[[Rank], Any],
+    faults: dict[int, Faults] | None = None,
+    timeout_s: float = 20.0,
+) -> tuple[SimEngine, list[RankOutcome[Any]]]:
+    """Run ``fn`` on every rank of a cluster of ``hosts`` over one engine of ``model``; each
+    rank's pool and view are closed after ``fn`` (a failure there is the rank's outcome)."""
+    engine = SimEngine(model)
+    cluster = SimulatedCluster(list(hosts), timeout_s=timeout_s, on_step=engine.align_clocks)
+    views = {
+        r: engine.rank_view(r, cluster.rank_hosts[r], (faults or {}).get(r))
+        for r in range(cluster.size)
+    }
+
+    def body(world: SimulatedWorld) -> Any:
+        view = views[world.rank]
+        pool = BufferPool(view, view.devices(), RunOptions(gate_timeout_s=5.0))
+        device = world.local_rank % len(view.devices())
+        view.load_kernels(device)
+        rank = Rank(world, view, pool, Sharing(pool, world, device))
+        try:
+            return fn(rank)
+        finally:
+            rank.sharing.close()
+            pool.close()
+            view.close()
+
+    return engine, cluster.run(body, join_timeout_s=3 * timeout_s)
+
+
+def values(outcomes: list[RankOutcome[Any]]) -> list[Any]:
+    for o in outcomes:
+        assert o.ok, f"rank {o.rank}: {o.error!r} (hung={o.hung})"
+    return [o.value for o in outcomes]
+
+
+def _copy_seconds(backend: SimulatedBackend, device: int, dst: int, src: int, n: int) -> float:
+    with backend.stream(device) as s, backend.event(device) as a, backend.event(device) as b:
+        backend.record_event(a, s)
+        backend.memcpy_async(dst, src, n, s)
+        backend.record_event(b, s)
+        backend.synchronize(s, 10.0)
+        return backend.elapsed_seconds(a, b)
+
+
+# -- handle kinds ----------------------------------------------------------------------------
+def test_ranks_agree_on_the_best_common_handle_kind() -> None:
+    """h200x2 offers posix-fd and IPC: two ranks on its host agree on posix-fd (tested end to
+    end); a GB200 rack offers fabric, which ranks on two hosts agree on."""
+    _, out = run_ranks(load_system("h200x2"), [2], lambda r: r.sharing.handle_kind())
+    assert values(out) == ["posix-fd", "posix-fd"]
+    _, out = run_ranks(load_system("gb200nvl72"), [2, 2], lambda r: r.sharing.handle_kind())
+    assert values(out) == ["fabric"] * 4
+
+
+def test_ranks_on_two_hosts_without_fabric_get_the_imex_error() -> None:
+    """Ranks on two hosts without fabric handles: every rank raises the same SharingError
+    naming IMEX, the channel device and the first rank whose fabric export failed - and
+    asking again raises it again without communicating."""
+    model = system_from_dict({"base": "h200x8", "hosts": [4, 4]})
+
+    def body(r: Rank) -> str:
+        with pytest.raises(SharingError) as first:
+            r.sharing.handle_kind()
+        with pytest.raises(SharingError) as second:
+            r.sharing.handle_kind()
+        assert second.value is first.value
+        return str(first.value)
+
+    _, out = run_ranks(model, [1, 1], body)
+    texts = values(out)
+    assert texts[0] == texts[1]
+    assert texts[0] == IMEX_MESSAGE.format(
+        detail="fabric export failed on rank 0 with CUDA_ERROR_NOT_PERMITTED (no IMEX "
+        "channel (/dev/nvidia-caps-imex-channels) in the simulated system) from "
+        "cuMemExportToShareableHandle"
+    )
+
+
+def test_one_rank_refusing_fabric_export_is_named() -> None:
+    """On a rack with IMEX, one rank whose fabric export is refused (as without an IMEX
+    channel) makes the agreement fail, naming that rank."""
+
+    def body(r: Rank) -> str:
+        with pytest.raises(SharingError) as info:
+            r.sharing.handle_kind()
+        return str(info.value)
+
+    _, out = run_ranks(
+        load_system("gb200nvl72"), [2, 2], body, faults={3: Faults(export_refused=True)}
+    )
+    texts = values(out)
+    assert all("fabric export failed on rank 3 with CUDA_ERROR_NOT_PERMITTED" in t for t in texts)
+
+
+def test_posix_fd_refused_end_to_end_falls_back_to_ipc() -> None:
+    """If importing a POSIX fd fails on a rank (pidfd_getfd refused), the ranks use IPC and
+    say why."""
+
+    def body(r: Rank) -> tuple[str, str]:
+        if r.world.rank == 1:
+            original = r.backend.import_device
+
+            def refuse(device: int, handle: Any, kind: str, nbytes: int) -> int:
+                if kind == "posix-fd":
+                    raise CudaError("pidfd_getfd", "EPERM", "injected")
+                return original(device, handle, kind, nbytes)
+
+            r.backend.import_device = refuse  # type: ignore[method-assign]
+        return r.sharing.handle_kind(), r.sharing.describe()
+
+    engine, out = run_ranks(load_system("h200x2"), [2], body)
+    for kind, text in values(out):
+        assert kind == "ipc"
+        assert "posix-fd refused: rank 1: pidfd_getfd failed: EPERM (injected)" in text
+    assert engine.live_allocations() == []
+
+
+# -- shared buffers ----------------------------------------------------------------------------
+def test_cross_rank_copy_matches_the_single_node_copy() -> None:
+    """A copy by rank 0 from rank 1's shared buffer moves the owner's bytes over the owner's
+    link: same content, and the same modelled time as the single-node copy between the two
+    devices with peer access."""
+    model = _quiet(load_system("h200x2"))
+
+    def body(r: Rank) -> float | None:
+        with SharedBuffer.create(r.sharing, owner=1, nbytes=SIZE) as u:
+            assert u.label == "Multinode node 1"
+            assert u.allocated == SIZE and u.nbytes == SIZE and u.owner == 1
+            assert u.context_device == r.device
+            if r.world.rank == 1:
+                with r.backend.stream(r.device) as s:
+                    u.fill(SRC_SEED, SIZE, stream=s, exec_device=r.device)
+                    r.backend.synchronize(s, 5.0)
+            r.world.barrier()
+            seconds = None
+            if r.world.rank == 0:
+                with DeviceBuffer.allocate(r.pool, r.device, SIZE) as mine:
+                    seconds = _copy_seconds(r.backend, r.device, mine.ptr, u.ptr, SIZE)
+                    with r.backend.stream(r.device) as s:
+                        mine.verify(SRC_SEED, SIZE, stream=s, exec_device=r.device)
+            r.world.barrier()
+            return seconds
+
+    engine, out = run_ranks(model, [2], body)
+    cross = values(out)[0]
+    single = SimulatedBackend(model)
+    pool = BufferPool(single, single.devices(), RunOptions())
+    single.enable_peer_access(0, 1)
+    single.enable_peer_access(1, 0)
+    with (
+        DeviceBuffer.allocate(pool, 0, SIZE) as dst,
+        DeviceBuffer.allocate(pool, 1, SIZE) as src,
+    ):
+        expected = _copy_seconds(single, 0, dst.ptr, src.ptr, SIZE)
+    pool.close()
+    assert cross == pytest.approx(expected, rel=1e-12)
+    assert engine.live_allocations() == []
+
+
+def test_shared_buffer_content_is_one_allocation() -> None:
+    """What the owner writes is what every importer reads (and a corrupted word written by
+    an importer is what the owner's verify finds)."""
+
+    def body(r: Rank) -> str:
+        with SharedBuffer.create(r.sharing, owner=0, nbytes=SIZE) as u:
+            with r.backend.stream(r.device) as s:
+                if r.world.rank == 0:
+                    u.fill(SRC_SEED, SIZE, stream=s, exec_device=r.device)
+                    r.backend.synchronize(s, 5.0)
+                r.world.barrier()
+                u.verify(SRC_SEED, SIZE, stream=s, exec_device=r.device)
+                r.world.barrier()
+                if r.world.rank == 1:
+                    with HostBuffer.allocate(r.pool, r.device, 4) as h:
+                        h.write(b"\xef\xbe\xad\xde")
+                        r.backend.memcpy_async(u.ptr + 4096, h.ptr, 4, s)
+                        r.backend.synchronize(s, 5.0)
+                r.world.barrier()
+                with pytest.raises(VerificationError) as info:
+                    u.verify(SRC_SEED, SIZE, stream=s, exec_device=r.device)
+            return str(info.value)
+
+    _, out = run_ranks(load_system("h200x2"), [2], body)
+    assert (
+        values(out)
+        == ["verification failed on Multinode node 0: first bad 32-bit word at byte offset 4096"]
+        * 2
+    )
+
+
+def test_collective_teardown_frees_everything_across_hosts() -> None:
+    """Every rank's buffer of a 2-host rack, created and destroyed collectively (fabric),
+    leaves no allocation and no export behind; sizes are rounded to the granularity."""
+
+    def body(r: Rank) -> list[int]:
+        sizes = []
+        for owner in range(r.world.size):
+            with SharedBuffer.create(r.sharing, owner, 3 * MIB + 5) as u:
+                assert u.kind == "fabric"
+                sizes.append(u.allocated)
+        return sizes
+
+    engine, out = run_ranks(load_system("gb200nvl72"), [2, 2], body)
+    assert values(out) == [[4 * MIB] * 4] * 4
+    assert engine.live_allocations() == [] and engine.exports == {}
+
+
+def test_an_allocation_failure_on_the_owner_fails_every_rank_alike() -> None:
+    """The owner's out-of-memory is every rank's RemoteRankError naming the owner, and the
+    next buffer works."""
+
+    def body(r: Rank) -> str:
+        r.sharing.handle_kind()
+        if r.world.rank == 1:
+            r.backend.faults = Faults(alloc_fail_after=0)
+        with pytest.raises(RemoteRankError) as info:
+            SharedBuffer.create(r.sharing, owner=1, nbytes=SIZE)
+        r.backend.faults = Faults()
+        with SharedBuffer.create(r.sharing, owner=1, nbytes=SIZE):
+            pass
+        assert info.value.rank == 1
+        return str(info.value)
+
+    engine, out = run_ranks(load_system("h200x2"), [2], body)
+    assert (
+        values(out) == ["rank 1: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (injected fault)"] * 2
+    )
+    assert engine.live_allocations() == []
+
+
+def test_an_import_failure_unwinds_every_rank() -> None:
+    """An import failing on one rank of four: every rank raises the same error, the ranks
+    that imported unmap, the owner frees; nothing is left."""
+
+    def body(r: Rank) -> str:
+        r.sharing.handle_kind()
+        if r.world.rank == 2:
+
+            def refuse(device: int, handle: Any, kind: str, nbytes: int) -> int:
+                raise CudaError("cuMemImportFromShareableHandle", "CUDA_ERROR_NOT_PERMITTED")
+
+            r.backend.import_device = refuse  # type: ignore[method-assign]
+        with pytest.raises(RemoteRankError) as info:
+            SharedBuffer.create(r.sharing, owner=0, nbytes=SIZE)
+        return str(info.value)
+
+    engine, out = run_ranks(load_system("gb200nvl72"), [4], body)
+    assert (
+        values(out)
+        == ["rank 2: cuMemImportFromShareableHandle failed: CUDA_ERROR_NOT_PERMITTED"] * 4
+    )
+    assert engine.live_allocations() == [] and engine.exports == {}
+
+
+def test_export_refused_after_agreement_fails_the_buffer() -> None:
+    """An export refused on the owner (after the kind was agreed) fails that buffer on every
+    rank."""
+
+    def body(r: Rank) -> str:
+        r.sharing.handle_kind()
+        if r.world.rank == 0:
+            r.backend.faults = Faults(export_refused=True)
+        with pytest.raises(RemoteRankError) as info:
+            SharedBuffer.create(r.sharing, owner=0, nbytes=SIZE)
+        return str(info.value)
+
+    engine, out = run_ranks(load_system("h200x2"), [2], body)
+    assert (
+        values(out)
+        == [
+            "rank 0: cuMemExportToShareableHandle failed: CUDA_ERROR_NOT_PERMITTED (injected fault)"
+        ]
+        * 2
+    )
+    assert engine.live_allocations() == []
+
+
+def test_sharing_close_frees_what_an_interrupted_testcase_left() -> None:
+    """Buffers never destroyed (a rank stopped mid-testcase) are freed by Sharing.close,
+    locally."""
+
+    def body(r: Rank) -> int:
+        SharedBuffer.create(r.sharing, owner=0, nbytes=SIZE)
+        SharedBuffer.create(r.sharing, owner=1, nbytes=SIZE)
+        return len(r.sharing.live)
+
+    engine, out = run_ranks(load_system("h200x2"), [2], body)
+    assert values(out) == [2, 2]
+    assert engine.live_allocations() == []
+
+
+def test_bad_owner_is_api_misuse() -> None:
+    """An owner outside the world is a ValueError before any collective."""
+
+    def body(r: Rank) -> None:
+        with pytest.raises(ValueError, match=r"owner must be a rank of 0\.\.1, got 2"):
+            SharedBuffer.create(r.sharing, owner=2, nbytes=SIZE)
+
+    values(run_ranks(load_system("h200x2"), [2], body)[1])
+
+
+# -- the gate across ranks ---------------------------------------------------------------------
+def test_a_gate_released_by_another_rank_waits_for_it() -> None:
+    """A stream held by a gate whose flag lives in another rank's memory waits (in real
+    time) for that rank to release it, instead of timing out on the virtual clock."""
+
+    def body(r: Rank) -> str:
+        with SharedBuffer.create(r.sharing, owner=0, nbytes=4) as flag:
+            status = r.pool.host_scratch("status", 4)
+            status.write(b"\0" * 4)
+            r.world.barrier()
+            if r.world.rank == 1:
+                with r.backend.stream(r.device) as s:
+                    r.backend.launch(
+                        "gpubw_gate_wait",
+                        1,
+                        1,
+                        (ptr(flag.ptr), u64(int(2e9)), ptr(status.ptr)),
+                        s,
+                    )
+                    r.world.barrier()
+                    r.backend.synchronize(s, 2.0)
+            else:
+                r.world.barrier()
+                time.sleep(0.2)  # rank 1 is already waiting
+                with HostBuffer.allocate(r.pool, r.device, 4) as one, r.backend.stream(0) as s:
+                    one.write(struct.pack("<i", 1))
+                    r.backend.memcpy_async(flag.ptr, one.ptr, 4, s)
+                    r.backend.synchronize(s, 2.0)
+            r.world.barrier()
+            return status.read(4).hex()
+
+    _, out = run_ranks(load_system("h200x2"), [2], body)
+    assert values(out) == ["00000000"] * 2
+
+
+def test_a_gate_never_released_still_times_out() -> None:
+    """Nobody releases the flag: the waiting rank gives up after the bound, as a gate
+    timeout."""
+
+    def body(r: Rank) -> None:
+        with SharedBuffer.create(r.sharing, owner=0, nbytes=4) as flag:
+            status = r.pool.host_scratch("status", 4)
+            if r.world.rank == 1:
+                with r.backend.stream(r.device) as s:
+                    r.backend.launch(
+                        "gpubw_gate_wait", 1, 1, (ptr(flag.ptr), u64(10**10), ptr(status.ptr)), s
+                    )
+                    started = time.monotonic()
+                    with pytest.raises(GateTimeoutError):
+                        r.backend.synchronize(s, 0.3)
+                    assert time.monotonic() - started >= 0.25
+
+    values(run_ranks(load_system("h200x2"), [2], body)[1])
+
+
+# -- multicast ---------------------------------------------------------------------------------
+@pytest.fixture
+def multicast_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, _ in MULTICAST_OFF:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("multicast_allowed")
+def test_a_store_to_a_multicast_object_lands_in_every_member() -> None:
+    """Rank 0 copies its buffer into the multicast object of a 4-rank GB200 host; every
+    member's memory then holds the bytes, at the modelled multicast rate."""
+    model = _quiet(load_system("gb200nvl72"))
+
+    def body(r: Rank) -> float | None:
+        with MulticastBuffer.create(r.sharing, owner=0, nbytes=SIZE) as mc:
+            assert mc.label == "Multinode node 0"
+            seconds = None
+            if r.world.rank == 0:
+                with DeviceBuffer.allocate(r.pool, r.device, SIZE) as src:
+                    with r.backend.stream(r.device) as s:
+                        src.fill(SRC_SEED, SIZE, stream=s, exec_device=r.device)
+                        r.backend.synchronize(s, 5.0)
+                    with (
+                        r.backend.stream(r.device) as s,
+                        r.backend.event(r.device) as a,
+                        r.backend.event(r.device) as b,
+                    ):
+                        r.backend.record_event(a, s)
+                        elements = SIZE // 16
+                        r.backend.launch(
+                            "gpubw_copy",
+                            elements // 512,
+                            512,
+                            (ptr(mc.ptr), ptr(src.ptr), u64(elements), u32(1)),
+                            s,
+                        )
+                        r.backend.record_event(b, s)
+                        r.backend.synchronize(s, 5.0)
+                        seconds = r.backend.elapsed_seconds(a, b)
+            r.world.barrier()
+            found = r.backend.engine.memory.find(mc.ptr, SIZE)
+            assert found is not None and found[0].members is not None
+            mine = [m for m in found[0].members if m.device == r.device]
+            assert len(found[0].members) == 4 and len(mine) == 1
+            memory = r.backend.engine.memory
+            head = memory.read(mine[0], 0, 64).tobytes()
+            assert head == memory.read(memory.find(mc.ptr, 64)[0], 0, 64).tobytes()  # type: ignore[index]
+            assert head != bytes(64)
+            r.world.barrier()
+            return seconds
+
+    engine, out = run_ranks(model, [4], body)
+    seconds = values(out)[0]
+    rate = model.peers[(0, 1)].sm
+    overhead = model.overheads.kernel_launch + model.overheads.host_call  # record -> launch
+    assert seconds == pytest.approx(SIZE / rate + overhead, rel=1e-6)
+    assert engine.live_allocations() == [] and engine.multicasts == {}
+
+
+@pytest.mark.parametrize(("name", "value"), MULTICAST_OFF)
+def test_multicast_is_refused_where_the_environment_disables_it(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    """Each disabling setting stops multicast before any object exists."""
+    for other, _ in MULTICAST_OFF:
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(name, value)
+
+    def body(r: Rank) -> str:
+        with pytest.raises(RemoteRankError) as info:
+            MulticastBuffer.create(r.sharing, owner=0, nbytes=SIZE)
+        return str(info.value)
+
+    engine, out = run_ranks(load_system("gb200nvl72"), [2], body)
+    assert (
+        values(out)
+        == [
+            f"rank 0: cuMulticastCreate failed: CUDA_ERROR_NOT_PERMITTED (NVLink multicast is "
+            f"disabled here ({name}={value}); gpubw never creates multicast objects then)"
+        ]
+        * 2
+    )
+    assert engine.multicasts == {}
+
+
+@pytest.mark.usefixtures("multicast_allowed")
+def test_multicast_needs_every_member_device_to_support_it() -> None:
+    """H200x2 devices have no multicast: the owner's create fails on every rank."""
+
+    def body(r: Rank) -> str:
+        with pytest.raises(RemoteRankError) as info:
+            MulticastBuffer.create(r.sharing, owner=1, nbytes=SIZE)
+        return str(info.value)
+
+    _, out = run_ranks(load_system("h200x2"), [2], body)
+    assert (
+        values(out)
+        == [
+            "rank 1: cuMulticastCreate failed: CUDA_ERROR_NOT_SUPPORTED (no multicast on this "
+            "device)"
+        ]
+        * 2
+    )
