@@ -162,11 +162,13 @@ class Ranks:
 
     # -- the report ---------------------------------------------------------------------------
     def report_fields(self) -> dict[str, Any]:
-        """The Report's ``world`` and ``hosts`` (empty for one rank)."""
+        """The Report's ``world``, ``hosts`` and ``host`` (rank 0's host; empty for one
+        rank)."""
         if not self.active:
             return {}
         world = self.world
         fields: dict[str, Any] = {
+            "host": world.host_name,
             "world": {
                 "size": world.size,
                 "hosts": list(world.host_names),
@@ -175,7 +177,7 @@ class Ranks:
                 "mpi_library": getattr(world, "library", None),
                 "handle_type": self.system.handle_kind,
                 "launcher": getattr(world, "launcher", None),
-            }
+            },
         }
         fields["hosts"] = [
             (world.host_names[h], tuple(results)) for h, results in sorted(self._hosts.items())
@@ -213,7 +215,7 @@ def simulated_hosts(simulate: str | None) -> tuple[int, ...] | None:
 
 
 def run_simulated(
-    simulate: str,
+    simulate: Any,
     hosts: tuple[int, ...],
     run_rank: Callable[[Callable[[RunOptions], System], World], Any],
     timeout_s: float,
@@ -221,13 +223,15 @@ def run_simulated(
     """Emulate one rank per simulated device in this process: a
     :class:`gpubw.world.simulated.SimulatedCluster` of ``hosts`` over one simulated engine
     (each rank a view of its host's devices, its own clock; the clocks meet at every
-    collective). ``run_rank(open_system, world)`` runs on every rank, in its own thread;
-    rank 0's return value is returned. A rank that failed or hung raises WorldError."""
+    collective); ``simulate`` is a preset name, a system file or a ``SimSystem``.
+    ``run_rank(open_system, world)`` runs on every rank, in its own thread;
+    rank 0's return value is returned (its error raised; WorldError if it hung)."""
     from gpubw.backend.presets import load_system
     from gpubw.backend.sim import SimEngine
     from gpubw.world.simulated import SimulatedCluster
 
-    engine = SimEngine(load_system(simulate))
+    model = load_system(simulate) if isinstance(simulate, str) else simulate
+    engine = SimEngine(model)
     cluster = SimulatedCluster(list(hosts), timeout_s=timeout_s, on_step=engine.align_clocks)
 
     def body(world: World) -> Any:
@@ -238,14 +242,12 @@ def run_simulated(
 
         return run_rank(opener, world)
 
-    outcomes = cluster.run(body)
-    for o in outcomes:
-        if o.hung or (o.error is not None and o.rank == 0):
-            if o.error is not None and not isinstance(o.error, Exception):
-                raise o.error  # KeyboardInterrupt, InterruptedRun's kin: as they are
-            why = "did not finish" if o.hung else f"failed: {o.error}"
-            raise WorldError(f"simulated rank {o.rank} {why}")
-    return outcomes[0].value
+    root = cluster.run(body)[0]  # the others' failures reach rank 0 through the world
+    if root.error is not None:
+        raise root.error
+    if root.hung:
+        raise WorldError("simulated rank 0 did not finish")
+    return root.value
 
 
 def rank_prefix(world: World) -> str:
