@@ -337,7 +337,7 @@ class MemcpyOperation:
                         backend.synchronize(s, bound)
                     if gate.timed_out():
                         raise GateTimeoutError(
-                            f"rank {world.rank}: the spin gate timed out after "
+                            "the spin gate timed out after "
                             f"{options.gate_timeout_s:g} s before the first rank released it "
                             "(queuing the copies took too long); the sample would have started "
                             "early, so it is discarded"

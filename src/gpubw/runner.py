@@ -306,7 +306,9 @@ def run(
     def snapshot() -> None:
         if partial is not None:
             extra = ranks.report_fields() if ranks is not None else {}
-            partial(Report(testcases=results, warnings=all_warnings, **meta, **extra))
+            # never fatal here: the other ranks go on, and the final write reports problems
+            with contextlib.suppress(Exception):
+                partial(Report(testcases=results, warnings=all_warnings, **{**meta, **extra}))
 
     try:
         signals.install()
