@@ -335,3 +335,16 @@ def test_single_node_testcases_run_once_per_host(monkeypatch: pytest.MonkeyPatch
     doc = json.loads(dumps(report))
     assert [h["host"] for h in doc["hosts"]] == ["simhost01"]
     assert doc["world"]["rank_hosts"] == [0, 0, 1, 1] and doc["host"] == "simhost00"
+
+
+def test_more_ranks_than_gpus_is_warned_once_per_host() -> None:
+    """3 ranks on a host of 2 GPUs: nvbandwidth's warning, once, in rank 0's report; the
+    third rank shares device 0."""
+    report = ranked_report("h200x2", [3], SMALL, testcases=[KEYS[0]])
+    warning = (
+        "Warning: there are more processes than GPUs on simhost00. Please reduce number of "
+        "processes to match GPU count."
+    )
+    assert report.warnings.count(warning) == 1
+    assert report.world is not None
+    assert [p["device"] for p in report.world["processes"]] == [0, 1, 0]

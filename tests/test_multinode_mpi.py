@@ -174,3 +174,40 @@ def test_a_hung_rank_is_bounded_by_the_world_timeout(tmp_path: Path) -> None:
     tcs = report(tmp_path / "r.json")["testcases"]
     assert [t["status"] for t in tcs] == ["Passed", "Passed", "Error"]
     assert "did not complete within 2 s" in tcs[2]["message"]
+
+
+def test_ctrl_c_to_the_launcher_writes_the_interrupted_report(tmp_path: Path) -> None:
+    """SIGINT to mpiexec (forwarded to every rank) while rank 0 waits for rank 1: rank 0
+    writes the interrupted report and the run exits 130."""
+    script = tmp_path / "rank.py"
+    script.write_text(textwrap.dedent(_WRAPPER))
+    mpiexec = _mpiexec()
+    assert mpiexec is not None
+    args = [*FAST, "-t", "35", "36", "37", "38", "-j", "-o", "r.json", "--world-timeout", "30"]
+    proc = subprocess.Popen(
+        [mpiexec, "-n", "2", sys.executable, str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=tmp_path,
+        env={**os.environ, "FAULT": "hang"},
+    )
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:  # the first two testcases are on disk
+            path = tmp_path / "r.json"
+            if path.exists() and len(json.loads(path.read_text())["testcases"]) == 2:
+                break
+            time.sleep(0.2)
+        time.sleep(1.0)  # rank 0 waits in the third testcase's first collective
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("mpiexec did not end after SIGINT")
+    assert proc.returncode == 130, err
+    doc = report(tmp_path / "r.json")
+    assert doc["interrupted"] is True and doc["exit_code"] == 130
+    assert [t["status"] for t in doc["testcases"]][:2] == ["Passed", "Passed"]

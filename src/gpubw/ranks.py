@@ -31,7 +31,7 @@ from gpubw.options import RunOptions
 from gpubw.registry import Entry, Selected
 from gpubw.results import Status, TestcaseResult
 from gpubw.system import System
-from gpubw.world import World, WorldError
+from gpubw.world import World, WorldError, device_assignment
 
 #: a runner step: (item, system, size, signals) -> result
 Step = Callable[[Selected, System, "int | None", Any], TestcaseResult]
@@ -77,6 +77,8 @@ class Ranks:
         #: rank 0: other hosts' single-node results, by host index
         self._hosts: dict[int, list[TestcaseResult]] = {}
         self._processes: list[dict[str, Any]] = []
+        #: rank 0: run warnings of every host (more ranks than GPUs), once per host
+        self.warnings: list[str] = []
         if self.active:
             device = system.rank_device
             info = system.devices[device] if system.devices else None
@@ -87,7 +89,10 @@ class Ranks:
                 "name": getattr(info, "name", "unknown"),
                 "pci": getattr(info, "pci_short", "") if info is not None else "",
             }
-            self._processes = list(self.world.allgather(mine))
+            warning = device_assignment(self.world, system.device_count).warning
+            gathered = self.world.allgather((mine, warning))
+            self._processes = [p for p, _ in gathered]
+            self.warnings = [w for _, w in gathered if w]
 
     @property
     def active(self) -> bool:

@@ -317,6 +317,7 @@ def run(
             devices=tuple(device_record(d) for d in system.devices),
         )
         ranks = Ranks(system)
+        all_warnings += ranks.warnings
         _run_all(system, selection, signals, results, progress, ranks, snapshot)
     except InterruptedRun:
         pass  # recorded in signals; the interrupted testcase, if any, is in results
