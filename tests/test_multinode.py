@@ -348,3 +348,18 @@ def test_more_ranks_than_gpus_is_warned_once_per_host() -> None:
     assert report.warnings.count(warning) == 1
     assert report.world is not None
     assert [p["device"] for p in report.world["processes"]] == [0, 1, 0]
+
+
+def test_bad_sample_pairs(capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad --sample-pairs is a usage error before anything runs; a count below N fails the
+    N x N testcases only, naming the flag."""
+    from gpubw.cli import main
+
+    assert main(["--simulate", "h200x2", "--sample-pairs", "abc", "-t", "4"]) == 2
+    assert "--sample-pairs" in capsys.readouterr().err
+    code = main(["--simulate", "h200x2", "-b", "1MiB", "-i", "1", "--sample-pairs", "1", "-j",
+                 "-t", "4", "0"])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert [t["status"] for t in doc["testcases"]] == ["Error", "Passed"]
+    assert doc["testcases"][0]["message"].startswith("--sample-pairs 1: a sample of 1 pair")

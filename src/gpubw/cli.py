@@ -322,6 +322,7 @@ PARAM_FLAGS: dict[str, str] = {
     "testcase_prefixes": "-p/--testcase-prefixes",
     "samples": "-i/--samples",
     "loops": "--loop-count",
+    "sample_pairs": "--sample-pairs",
 }
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpubw.buffers import DeviceBuffer, HostBuffer
+from gpubw.errors import UsageError
 from gpubw.initiators import Initiator, SplitWarpCopy
 from gpubw.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
 from gpubw.options import MIB
@@ -123,7 +124,10 @@ def sampled_cells(
     from gpubw.sampling import sample_pairs
 
     seed = getattr(options, "seed", 0)
-    chosen = sample_pairs(n, k, seed)
+    try:
+        chosen = sample_pairs(n, k, seed)
+    except ValueError as exc:
+        raise UsageError(f"--sample-pairs {k}: {exc}", param="sample_pairs") from None
     cells = [rc for rc in every if rc in chosen]
     return cells, (("sampled", {"cells": len(every), "measured": len(cells), "seed": seed}),)
 
