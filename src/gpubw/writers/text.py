@@ -67,6 +67,9 @@ class TextWriter(Writer):
         if report.simulated:
             backend += f" (system {report.system_name or 'model'})"
         out += [f"Backend: {backend}", ""]
+        if report.world is not None and report.world.get("mpi_library"):
+            # nvbandwidth's multinode build: after the version block's blank line
+            out.append(f"MPI version: {' '.join(str(report.world['mpi_library']).split())}")
         if report.warnings:
             out += [*report.warnings, ""]
         v = report.versions
@@ -120,12 +123,10 @@ class TextWriter(Writer):
 
 
 def world_lines(world: dict[str, Any]) -> list[str]:
-    """The ranks of a multi-rank run as nvbandwidth's multinode build prints them:
-    ``MPI version: <library>`` (when known), how memory was shared, then one line per rank
-    ``Process <rank> (<host>): device <d>: <name> (<pci>)`` and a blank line."""
+    """The ranks of a multi-rank run after the device list: how memory was shared, then as
+    nvbandwidth's multinode build one line per rank ``Process <rank> (<host>): device <d>:
+    <name> (<pci>)``, and a blank line (``MPI version:`` goes in the version block)."""
     out = []
-    if world.get("mpi_library"):
-        out.append(f"MPI version: {' '.join(str(world['mpi_library']).split())}")
     if world.get("handle_type"):
         out.append(f"Memory shared across ranks with {world['handle_type']} handles")
     width = len(str(max(int(world.get("size", 1)) - 1, 0)))
