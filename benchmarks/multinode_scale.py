@@ -17,12 +17,13 @@ import attrs
 
 from gpubw import api, runner
 from gpubw.backend.presets import gb200nvl72
+from gpubw.backend.sim import SimSystem
 from gpubw.options import RunOptions
 from gpubw.ranks import run_simulated
 from gpubw.sampling import parse_sample_pairs
 
 
-def rack(n: int):  # noqa: ANN201 - a SimSystem
+def rack(n: int) -> SimSystem:
     full = gb200nvl72()
     if n % 4:
         raise SystemExit(f"N must be a multiple of 4 (hosts of 4 GPUs), got {n}")
@@ -43,7 +44,7 @@ def main() -> None:
     p.add_argument("-i", type=int, default=RunOptions().samples)
     args = p.parse_args()
     options = RunOptions(samples=args.i, sample_pairs=args.sample_pairs, seed=0)
-    selection, warnings = api.select(args.t, [] if args.t else ["multinode"])
+    selection, _ = api.select(args.t, [] if args.t else ["multinode"])
     model = rack(args.n)
     start = time.perf_counter()
     report = run_simulated(
