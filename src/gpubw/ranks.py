@@ -119,6 +119,8 @@ class Ranks:
             agreement = self.world.agree(error)
         except WorldError as exc:
             self.stopped = True
+            if result.status is Status.INTERRUPTED:
+                return result
             message = f"{result.message}; {exc}" if error else str(exc)
             return _evolve(result, Status.ERROR, message)
         if self.world.broken is not None:
@@ -156,7 +158,7 @@ class Ranks:
             )
         except WorldError as exc:
             self.stopped = True
-            if result.status is Status.ERROR:
+            if result.status in (Status.ERROR, Status.INTERRUPTED):
                 return result
             return _evolve(result, Status.ERROR, f"{exc}")
         if gathered is not None:  # rank 0
