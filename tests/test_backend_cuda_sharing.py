@@ -360,3 +360,71 @@ def test_multicast_needs_device_support(fake: tuple[FakeSharingDriver, CudaBacke
     with pytest.raises(CudaError, match="cuMulticastCreate failed: CUDA_ERROR_NOT_SUPPORTED"):
         backend.multicast_create(0, MIB, 2, "posix-fd")
     assert "cuMulticastCreate" not in driver.calls
+
+
+# -- gpu: two real processes -------------------------------------------------------------------
+def _exporter(kind: str, device: int, conn: Any) -> None:
+    """Child process: export a buffer holding a known pattern, send the token, wait."""
+    backend = CudaBackend()
+    try:
+        ptr, token = backend.export_device(device, 4 * MIB, kind)
+        host = backend.alloc_host(4 * MIB, device)
+        backend.host_write(host, bytes(range(256)) * (4 * MIB // 256))
+        with backend.stream(device) as s:
+            backend.memcpy_async(ptr, host, 4 * MIB, s)
+            backend.synchronize(s, 30.0)
+        conn.send(token)
+        conn.recv()  # the importer is done
+        backend.free_exported(ptr)
+        conn.send("freed")
+    finally:
+        backend.close()
+
+
+def _importer(kind: str, device: int, token: Any) -> bytes:
+    backend = CudaBackend()
+    try:
+        ptr = backend.import_device(device, token, kind, 4 * MIB)
+        host = backend.alloc_host(4 * MIB, device)
+        with backend.stream(device) as s:
+            backend.memcpy_async(host, ptr, 4 * MIB, s)
+            backend.synchronize(s, 30.0)
+        data = backend.host_read(host, 4 * MIB)
+        backend.close_import(ptr)
+        return data
+    finally:
+        backend.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["posix-fd", "ipc"])
+def test_two_processes_share_device_memory(kind: str) -> None:
+    """On a real GPU: one process exports (on device 0), another imports (on the last
+    device) and reads the exporter's bytes; both free everything."""
+    import multiprocessing
+
+    try:
+        probe = CudaBackend()
+    except Exception as exc:  # NoDriverError
+        pytest.skip(f"no NVIDIA GPU/driver ({type(exc).__name__})")
+    last = len(probe.devices()) - 1
+    probes = {p.kind: p for p in probe.handle_probes(0)}
+    probe.close()
+    if not probes[kind].ok:
+        pytest.skip(f"{kind} export does not work here: {probes[kind].error}")
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_exporter, args=(kind, 0, child))
+    proc.start()
+    try:
+        assert parent.poll(60), "the exporter sent no token"
+        token = parent.recv()
+        data = _importer(kind, last, token)
+        parent.send("done")
+        assert parent.poll(60) and parent.recv() == "freed"
+    finally:
+        proc.join(60)
+        if proc.is_alive():
+            proc.kill()
+    assert proc.exitcode == 0
+    assert data == bytes(range(256)) * (4 * MIB // 256)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -308,7 +310,7 @@ def test_failed_writer_leaves_the_old_file(capsys, plugins, tmp_path):
     target = tmp_path / "report.txt"
     target.write_text("old report\n")
     code, _, err = run_cli(capsys, "--simulate", PRESET, "-t", "fixture_fixed", "--format",
-                         "fixture_failing", "-o", str(target))  # fmt: skip
+                         "fixture_failing", "-o", str(target), "-q")  # fmt: skip
     assert code == 1
     assert "writer 'fixture_failing' failed" in only_error_line(err)
     assert target.read_text() == "old report\n"
@@ -388,3 +390,92 @@ def test_os_environment_untouched(plugins):
     cli.main(["--simulate", PRESET, "-t", "fixture_fixed", "-j"])
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
     assert os.environ.get("GPUBW_FIXTURE_MARKER") is None
+
+
+# -- results as they happen ---------------------------------------------------------------------
+class _Tty(io.StringIO):
+    """A captured stream that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _whole_text(tmp_path, *argv: str) -> str:
+    """The report of the same run written whole, through -o."""
+    target = tmp_path / "whole.txt"
+    assert cli.main(["--simulate", PRESET, *argv, "-q", "-o", str(target)]) in (0, 1)
+    return target.read_text()
+
+
+def test_text_is_printed_as_each_testcase_finishes(capsys, monkeypatch, tmp_path):
+    """Text reaches stdout testcase by testcase (the header first, the NOTE last), and all of
+    it equals the report that -o writes whole (stdout then stays quiet)."""
+    from gpubw import runner
+
+    seen: list[str] = []
+    real = runner._step
+
+    def step(*args, **kwargs):
+        seen.append(capsys.readouterr().out)  # what was printed before this testcase ran
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "_step", step)
+    assert cli.main(["--simulate", PRESET, "-t", "0", "1", "-q"]) == 0
+    rest = capsys.readouterr().out
+    assert "Device 1: NVIDIA H200" in seen[0] and "Running" not in seen[0]
+    assert "Running host_to_device_memcpy_ce." in seen[1] and "NOTE:" not in seen[1]
+    assert "Running device_to_host_memcpy_ce." in rest and "NOTE:" in rest
+    monkeypatch.setattr(runner, "_step", real)
+    whole = _whole_text(tmp_path, "-t", "0", "1")
+    assert capsys.readouterr().out == ""
+    assert "".join(seen) + rest == whole
+
+
+def test_progress_lines_on_stderr_when_not_a_terminal(capsys, plugins):
+    """Without a terminal, stderr gets one plain line per finished testcase (also with -j;
+    stdout stays one JSON document); a failed testcase's line says why."""
+    code, out, err = run_cli(
+        capsys, "--simulate", PRESET, "-j", "-b", "1", "-t", "fixture_good", "fixture_run_raises"
+    )
+    assert code == 1
+    assert len(json.loads(out)["testcases"]) == 2
+    lines = err.splitlines()
+    assert re.fullmatch(r"\[1/2\] fixture_good \(1 MiB\) Passed \d+\.\d s", lines[0]), lines
+    assert re.match(r"\[2/2\] fixture_run_raises \(1 MiB\) Error \d+\.\d s: \S", lines[1]), lines
+    assert len(lines) == 2
+
+
+def test_quiet_turns_progress_off(capsys, monkeypatch):
+    """--quiet: nothing on stderr, neither plain lines nor (on a terminal) the progress bar."""
+    code, out, err = run_cli(capsys, "--simulate", PRESET, "-t", "0", "--quiet")
+    assert code == 0 and err == "" and "SUM host_to_device_memcpy_ce" in out
+    tty = _Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    assert cli.main(["--simulate", PRESET, "-t", "0", "-q"]) == 0
+    assert tty.getvalue() == ""
+
+
+def test_progress_bar_on_a_terminal_leaves_stdout_intact(capsys, monkeypatch, tmp_path):
+    """On a terminal stderr shows a rich progress line (no plain lines); the text on stdout,
+    a terminal too, is exactly the report (the bar is taken off while it is written)."""
+    err, out = _Tty(), _Tty()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(sys, "stdout", out)
+    assert cli.main(["--simulate", PRESET, "-t", "0", "1", "4"]) == 0
+    monkeypatch.undo()
+    assert err.getvalue() and "[1/3]" not in err.getvalue()
+    assert "\x1b" not in out.getvalue()
+    assert out.getvalue() == _whole_text(tmp_path, "-t", "0", "1", "4")
+
+
+def test_streaming_writer_bug_is_a_plugin_error(capsys, monkeypatch):
+    """A streaming writer that fails mid-run is a one-line PluginError, exit 1."""
+    from gpubw.writers.text import TextWriter
+
+    def broken(self, result, stream):
+        raise RuntimeError("testcase output broke")
+
+    monkeypatch.setattr(TextWriter, "testcase", broken)
+    code, _, err = run_cli(capsys, "--simulate", PRESET, "-t", "0", "-q")
+    assert code == 1
+    assert "writer 'text' failed: RuntimeError: testcase output broke" in only_error_line(err)

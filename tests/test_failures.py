@@ -211,7 +211,8 @@ def test_unknown_writer(capsys, monkeypatch):
     """An unknown --format is a usage error listing the allowed formats, before anything runs."""
     must_not_run(monkeypatch)
     line = usage_error(capsys, "--simulate", PRESET, "--format", "yaml", "-t", "0")
-    assert line == "gpubw: error: unknown output format 'yaml'; allowed: csv, json, text"
+    allowed = "csv, json, openmetrics, text"
+    assert line == f"gpubw: error: unknown output format 'yaml'; allowed: {allowed}"
 
 
 @pytest.mark.parametrize("where", ["missing_dir", "is_dir", "proc"])

@@ -229,3 +229,29 @@ def test_json_hosts_and_handle_kinds(tmp_path: Path) -> None:
             continue
         with pytest.raises(UsageError, match=message):
             load_system(str(path))
+
+
+def test_json_rank_faults(tmp_path: Path) -> None:
+    """A system file may give single simulated ranks their own faults; a rank view picks
+    its own, other ranks the system's faults."""
+    from gpubw.backend.sim import SimEngine
+
+    path = tmp_path / "faulty.json"
+    doc = {
+        "base": "h200x2",
+        "faults": {"corrupt_copy": True},
+        "rank_faults": {"1": {"export_refused": True, "alloc_fail_on_device": 0}},
+    }
+    path.write_text(json.dumps(doc))
+    system = load_system(str(path))
+    engine = SimEngine(system)
+    assert engine.rank_view(1, 0).faults == Faults(export_refused=True, alloc_fail_on_device=0)
+    assert engine.rank_view(0, 0).faults == Faults(corrupt_copy=True)
+    for bad, message in (
+        ({"base": "h200x2", "rank_faults": [1]}, "rank_faults must be an object"),
+        ({"base": "h200x2", "rank_faults": {"x": {}}}, "keys must be rank numbers"),
+        ({"base": "h200x2", "rank_faults": {"0": {"bogus": 1}}}, r"rank_faults\.0"),
+    ):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(UsageError, match=message):
+            load_system(str(path))

@@ -126,3 +126,28 @@ def test_records_long_form():
         }
         for r, c, v in [("0", "0", None), ("0", "1", 2.0), ("1", "0", None), ("1", "1", 4)]
     ]
+
+
+def test_cell_stats_sample_stdev_and_cv():
+    """Per-cell spread: sample stdev (n-1), cv = stdev/mean, None below 2 samples or no samples."""
+    from gpubw.results import cell_stats
+
+    m = Matrix(
+        "k",
+        "h",
+        BANDWIDTH,
+        ["0"],
+        ["0", "1", "2"],
+        [[2.0, 5.0, None]],
+        samples=[[(1.0, 2.0, 3.0), (5.0,), None]],
+    )
+    stats = m.cell_stats()
+    first = stats[0][0]
+    assert first is not None and first.n == 3 and first.mean == 2.0
+    assert first.stdev == pytest.approx(1.0) and first.cv == pytest.approx(0.5)
+    one = stats[0][1]
+    assert one is not None and (one.n, one.stdev, one.cv) == (1, None, None)
+    assert stats[0][2] is None
+    assert Matrix("k", "h", BANDWIDTH, ["0"], ["0"], [[1.0]]).cell_stats() == ()
+    zero = cell_stats([0.0, 0.0])
+    assert zero is not None and zero.stdev == 0.0 and zero.cv is None

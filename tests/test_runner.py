@@ -476,6 +476,20 @@ def test_progress_events():
     assert events[1].result is not None and events[1].result.status is Status.PASSED
 
 
+def test_progress_events_carry_the_header():
+    """Every event carries the run's header: the Report so far, devices and options, no
+    testcases (what a streaming writer prints first); the final Report agrees with it."""
+    events: list[Progress] = []
+    rep = run(Factory(), [entry(Sized, "a")], sizes(MIB, 2 * MIB), progress=events.append)
+    headers = {id(e.header) for e in events}
+    assert len(headers) == 1
+    header = events[0].header
+    assert header is not None and header.testcases == ()
+    assert header.devices == rep.devices and header.devices
+    assert header.run_options == rep.run_options and header.started == rep.started
+    assert header.warnings == rep.warnings and header.host == rep.host
+
+
 def test_report_metadata():
     """The report carries tool, backend, versions, devices, options, times and host."""
     report = run(

@@ -511,3 +511,17 @@ def test_multicast_needs_every_member_device_to_support_it() -> None:
         ]
         * 2
     )
+
+
+def test_one_rank_shares_with_itself() -> None:
+    """A world of one (no MPI): the best local kind, and a buffer it owns."""
+    from gpubw.world import SingleWorld
+
+    backend = SimulatedBackend(load_system("gb200nvl72"))
+    pool = BufferPool(backend, backend.devices(), RunOptions())
+    sharing = Sharing(pool, SingleWorld(), 2)
+    assert sharing.handle_kind() == "fabric" and sharing.agreed_kind == "fabric"
+    with SharedBuffer.create(sharing, 0, MIB) as u:
+        assert u.is_owner and u.device == 2 and u.allocated == 2 * MIB
+    pool.close()
+    assert backend.live_allocations() == []

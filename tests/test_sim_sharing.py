@@ -178,3 +178,49 @@ def test_multicast_needs_fabric_or_posix_fd() -> None:
     key, _ = view.multicast_create(0, MIB, 2, "posix-fd")
     view.multicast_free(key)
     assert engine.multicasts == {}
+
+
+@pytest.mark.parametrize("release", [True, False])
+def test_gate_relay_stores_the_device_flag(release: bool) -> None:
+    """The relay emulation holds its stream on the host flag, then - released or timed out
+    (status 1) - stores 1 to the device flag, which releases a remote gate waiting on it."""
+    from gpubw.backend.sim.kernels import gate_relay, gate_wait
+
+    backend = SimulatedBackend(load_system("h200x2"))
+    host_flag, status = backend.alloc_host(4, None), backend.alloc_host(4, None)
+    device_flag = backend.alloc_device(1, 4)
+    backend.enable_peer_access(0, 1)  # the relay on device 0 stores to device 1's memory
+    waiter_status = backend.alloc_host(4, None)
+    for p in (host_flag, status, waiter_status):
+        backend.host_write(p, b"\0" * 4)
+    with backend.stream(0) as relay_stream, backend.stream(1) as waiting:
+        relay = gate_relay(backend._launch(relay_stream), host_flag, device_flag, 10**6, status)
+        backend._engine.enqueue(relay_stream, relay, backend.now)
+        wait = gate_wait(backend._launch(waiting), device_flag, 10**9, waiter_status)
+        assert wait.remote
+        backend._engine.enqueue(waiting, wait, backend.now)
+        if release:
+            backend.host_write(host_flag, b"\1\0\0\0")
+        backend.synchronize(relay_stream, 1.0)
+        backend.synchronize(waiting, 1.0)
+    assert backend.host_read(status, 4) == (b"\0" * 4 if release else b"\1\0\0\0")
+    assert backend.host_read(waiter_status, 4) == b"\0" * 4  # released, not timed out
+
+
+def test_a_rank_behind_the_device_clock_waits_from_the_device_clock() -> None:
+    """Another rank ran the shared device side ahead of this rank's host clock: this rank's
+    synchronize bound counts from the device clock, not from its own stale clock."""
+    engine = SimEngine(load_system("h200x8"))
+    a, b = engine.rank_view(0, 0), engine.rank_view(1, 0)
+    n = 2 << 30  # ~5.4 ms per copy at 394.5 GB/s
+    bufs = {d: (a.alloc_device(d, n), a.alloc_device(d, n)) for d in range(4)}
+    for d in range(4):
+        a.enable_peer_access(d, d ^ 1)
+    with a.stream(0) as sa, b.stream(2) as sb:
+        a.memcpy_async(bufs[1][0], bufs[0][0], n, sa)
+        b.memcpy_async(bufs[3][0], bufs[2][0], n, sb)
+        a.synchronize(sa, 1.0)
+        assert engine.engine.t > b.now + 5e-3
+        b.memcpy_async(bufs[3][1], bufs[2][1], n, sb)  # runs from ~5.4 ms to ~10.9 ms
+        b.synchronize(sb, 8e-3)
+    assert b.now >= engine.engine.t - 1e-9

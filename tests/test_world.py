@@ -171,25 +171,29 @@ def test_agree_names_an_exception_without_text_by_its_type() -> None:
 
 
 def test_rank_that_never_arrives_times_out_within_the_bound() -> None:
-    """A hung rank makes the others raise WorldTimeoutError (collective, rank, bound, who)."""
-    release = threading.Event()
+    """A hung rank makes the others raise WorldTimeoutError (collective, rank, bound, who)
+    once the bound has passed, not before, not much after."""
+    elapsed: dict[int, float] = {}
+    lock = threading.Lock()
+    others_done = threading.Event()
 
-    def protocol(w: SimulatedWorld) -> float:
+    def protocol(w: SimulatedWorld) -> None:
         if w.rank == 1:
-            release.wait(30)  # hangs until the test lets it go
-            return 0.0
+            others_done.wait(30)  # hangs until both others have given up on it
+            return
         start = time.monotonic()
         try:
             w.allreduce(1.0, "max", timeout_s=0.5)
         finally:
-            elapsed = time.monotonic() - start
-        return elapsed
+            with lock:
+                elapsed[w.rank] = time.monotonic() - start
+                if len(elapsed) == 2:
+                    others_done.set()
 
-    cluster = SimulatedCluster(3, timeout_s=10)
-    outcomes = cluster.run(protocol, join_timeout_s=1)
-    release.set()
-    assert outcomes[1].hung
+    outcomes = SimulatedCluster(3, timeout_s=10).run(protocol, join_timeout_s=20)
+    assert outcomes[1].ok
     for rank in (0, 2):
+        assert 0.5 <= elapsed[rank] < 5
         error = outcomes[rank].error
         assert isinstance(error, WorldTimeoutError) and isinstance(error, GpubwError)
         assert (error.collective, error.rank, error.timeout_s) == ("allreduce(max)", rank, 0.5)
@@ -208,7 +212,7 @@ def test_broken_world_refuses_at_once() -> None:
     start = time.monotonic()
     with pytest.raises(WorldError, match=r"bcast refused: the world is broken \(rank 0: barrier"):
         worlds[0].bcast(1)
-    assert time.monotonic() - start < 0.1
+    assert time.monotonic() - start < 1  # at once, not after another 0.2 s bound
 
 
 def test_rank_that_fails_ends_the_others_collectives_at_once() -> None:
@@ -312,7 +316,7 @@ def test_hung_rank_is_reported_not_waited_for() -> None:
     """run() returns after its join bound; a rank still running is marked hung."""
     release = threading.Event()
     outcomes = SimulatedCluster(2, timeout_s=10).run(
-        lambda w: release.wait(30) if w.rank == 1 else None, join_timeout_s=0.3
+        lambda w: release.wait(30) if w.rank == 1 else None, join_timeout_s=1
     )
     release.set()
     assert outcomes[0].ok and outcomes[1].hung and not outcomes[1].ok
@@ -616,7 +620,7 @@ def test_mpi_lost_rank_gives_a_clear_error_not_a_hang(tmp_path: Path, fault: str
     assert line["error"] == (
         "rank 0: allreduce(sum) did not complete within 1 s (nothing from rank(s) 1)"
     )
-    assert 0.95 < line["elapsed"] < 5
+    assert 0.95 < line["elapsed"] < 10
 
 
 @needs_mpi
@@ -639,11 +643,13 @@ def test_mpi_close_never_waits_for_a_hung_rank(tmp_path: Path) -> None:
 
 @needs_mpi
 def test_mpi_launcher_ends_the_run_when_a_rank_dies(tmp_path: Path) -> None:
-    """With hydra's default clean-up, a rank dying ends every rank, with its exit code."""
+    """With hydra's default clean-up, a rank dying ends every rank at once (long before the
+    30 s collective bound), and mpiexec fails: with the dead rank's code, or with the
+    SIGKILL (9) it sent the others, whichever it records first (both seen)."""
     rc, _lines, _err, elapsed = _run_mpi(
         tmp_path, _LOSE_RANK_1.format(fault="os._exit(7)"), timeout_s=30
     )
-    assert rc == 7
+    assert rc in (7, 9)
     assert elapsed < 20
 
 

@@ -215,3 +215,155 @@ def test_bandwidth_notes_are_shown_in_gb_per_s() -> None:
     )
     assert _note_text("nominal_memory_bandwidth", 4.8143e12) == "nominal_memory_bandwidth=4814 GB/s"
     assert _note_text("percent_of_nominal", 82.25) == "percent_of_nominal=82.25"
+
+
+# -- results as they happen (begin / testcase / end) ------------------------------------------
+def streamed(w, rep) -> list[str]:
+    """What ``w`` writes at begin, after each testcase and at end (the run's order)."""
+    buf, pieces = io.StringIO(), []
+    w.begin(attrs.evolve(rep, testcases=()), buf)
+    pieces.append(buf.getvalue())
+    for t in rep.testcases:
+        w.testcase(t, buf)
+        pieces.append(buf.getvalue()[sum(map(len, pieces)) :])
+    w.end(rep, buf)
+    pieces.append(buf.getvalue()[sum(map(len, pieces)) :])
+    return pieces
+
+
+def swept_report():
+    from gpubw import RunOptions
+
+    sizes = [16 * 1 << 20, 256 * 1 << 20, 1024 * 1 << 20]
+    return attrs.evolve(
+        report(sweep_results(), simulated=True), run_options=RunOptions(buffer_sizes=sizes)
+    )
+
+
+@pytest.mark.parametrize(
+    ("rep", "flags"),
+    [
+        (full_report(), {}),
+        (full_report(verbose=True), {"verbose": True}),
+        (full_report(simulated=True), {"perf_formatter": True}),
+        (swept_report(), {}),
+        (attrs.evolve(full_report(), signal="SIGINT"), {}),
+    ],
+    ids=["full", "verbose", "perf", "sweep", "interrupted"],
+)
+def test_text_streamed_equals_whole_report(rep, flags) -> None:
+    """Text written testcase by testcase is byte for byte the whole-report text."""
+    pieces = streamed(TextWriter(**flags), rep)
+    assert "".join(pieces) == render(rep, **flags)
+
+
+def test_text_streams_each_testcase_when_it_finishes() -> None:
+    """The header comes at begin, each testcase's lines after it, the NOTE only at end."""
+    rep = full_report()
+    pieces = streamed(TextWriter(), rep)
+    assert pieces[0].startswith("gpubw Version: 0.1.0\n") and "Device 1: NVIDIA H200" in pieces[0]
+    assert "Running" not in pieces[0]
+    assert pieces[1].startswith("Running host_to_device_memcpy_ce.\n") and "SUM " in pieces[1]
+    assert pieces[5] == "Waived: device_to_device_memcpy_write_ce: " + (
+        "needs 2 devices with peer access; none can access another\n"
+    )
+    assert all("NOTE:" not in p for p in pieces[:-1]) and pieces[-1].startswith("NOTE:")
+
+
+def test_text_late_warning_is_printed_at_the_end() -> None:
+    """A warning that appears after the header was printed (e.g. freeing failed) is not lost."""
+    rep = full_report()
+    w, buf = TextWriter(), io.StringIO()
+    w.begin(attrs.evolve(rep, testcases=()), buf)
+    for t in rep.testcases:
+        w.testcase(t, buf)
+    w.end(attrs.evolve(rep, warnings=("freeing the system's resources failed: boom",)), buf)
+    tail = buf.getvalue().split("ERROR: Testcase nope not found!")[-1]
+    assert "freeing the system's resources failed: boom\n\nNOTE:" in tail
+
+
+def test_text_end_without_begin_writes_the_whole_report() -> None:
+    """A run that never started a testcase (could not start) is written whole by end()."""
+    rep = attrs.evolve(report([]), error="could not start: no devices")
+    buf = io.StringIO()
+    TextWriter().end(rep, buf)
+    assert buf.getvalue() == render(rep)
+
+
+def test_writer_default_protocol_writes_at_the_end() -> None:
+    """A writer that only defines write(): begin and testcase write nothing, end writes it."""
+    from gpubw.writers import Writer
+
+    class Whole(Writer):
+        def write(self, rep, stream):
+            stream.write(f"{len(rep.testcases)} testcases\n")
+
+    rep = full_report()
+    pieces = streamed(Whole(), rep)
+    assert pieces[:-1] == [""] * (len(pieces) - 1)
+    assert pieces[-1] == f"{len(rep.testcases)} testcases\n"
+    assert not Whole.streams and TextWriter.streams and CsvWriter.streams
+
+
+def test_csv_streamed_equals_whole_report() -> None:
+    """CSV rows written as testcases finish equal the whole-report CSV."""
+    rep = full_report(verbose=True)
+    buf = io.StringIO()
+    CsvWriter().write(rep, buf)
+    pieces = streamed(CsvWriter(), rep)
+    assert "".join(pieces) == buf.getvalue()
+    assert pieces[0].count("\n") == 1  # the header row, at begin
+
+
+def test_csv_fleet_columns() -> None:
+    """CSV rows name the host, the run's start, the cell's devices, and stdev/CV of samples."""
+    buf = io.StringIO()
+    CsvWriter().write(full_report(verbose=True), buf)
+    rows = list(csv.DictReader(io.StringIO(buf.getvalue())))
+    assert {r["host"] for r in rows} == {"gpu-node-17"}
+    assert {r["timestamp"] for r in rows} == {"2026-11-29T10:00:00+00:00"}
+    h2d = [r for r in rows if r["matrix"] == "host_to_device_memcpy_ce"]
+    assert [(r["row_device"], r["column_device"]) for r in h2d] == [("", "NVIDIA H200")] * 2
+    assert [r["column_uuid"][:12] for r in h2d] == ["GPU-00000000", "GPU-00000001"]
+    # samples 54.80, 54.8731, 54.90 GB/s: stdev 0.0517... GB/s
+    xs = [54.80e9, 54.8731e9, 54.90e9]
+    mean = sum(xs) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / 2)
+    assert math.isclose(float(h2d[0]["stdev"]), sd) and math.isclose(float(h2d[0]["cv"]), sd / mean)
+    d2d = [r for r in rows if r["matrix"] == "device_to_device_memcpy_read_ce"]
+    assert (d2d[1]["row_device"], d2d[1]["column_uuid"][:12]) == ("NVIDIA H200", "GPU-00000001")
+    assert d2d[1]["stdev"] == "" and d2d[1]["cv"] == ""  # no samples kept
+    waived = next(r for r in rows if r["status"] == "Waived")
+    assert waived["host"] == "gpu-node-17" and waived["row_device"] == ""
+
+
+def test_cell_devices_reads_the_header() -> None:
+    """A cell's row/column devices come from GPU(row)/GPU(column); host and pair labels: None."""
+    from gpubw.writers import cell_devices
+
+    devs = full_report().devices
+    assert cell_devices(one_by_n(), 0, 1, devs) == (None, devs[1])
+    assert cell_devices(n_by_n(), 1, 0, devs) == (devs[1], devs[0])
+    m = Matrix("b", "Bisect GPU(row) -> GPU(column)", BANDWIDTH, ["0->1"], ["7"], [[1.0]])
+    assert cell_devices(m, 0, 0, devs) == (None, None)
+
+
+def test_text_says_the_size_of_a_failed_sweep_step_streamed_or_whole() -> None:
+    """In a run at several sizes every sized testcase says its size, also when only one size
+    of it passed; streamed and whole text agree."""
+    from gpubw import RunOptions
+
+    ok, failed = (
+        sweep_results()[0],
+        attrs.evolve(
+            sweep_results()[1], status=Status.ERROR, matrices=(), message="verification failed"
+        ),
+    )
+    rep = attrs.evolve(
+        report([ok, failed]), run_options=RunOptions(buffer_sizes=[ok.size, failed.size])
+    )
+    text = render(rep)
+    assert "Running device_local_copy.\nBuffer size: 16 MiB\n" in text
+    assert "Running device_local_copy.\nBuffer size: 256 MiB\nERROR: verification failed" in text
+    assert "Size sweep" not in text  # one Passed size is no size table
+    assert "".join(streamed(TextWriter(), rep)) == text

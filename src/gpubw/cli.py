@@ -29,6 +29,7 @@ from typing import IO, Any, NoReturn, TextIO
 
 from gpubw.argtypes import _positive_float, positive_int
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, PluginError, UsageError
+from gpubw.live import LiveOutput, progress_mode
 from gpubw.options import (
     DEFAULT_BUFFER_SIZE,
     DEFAULT_LOOPS,
@@ -38,7 +39,7 @@ from gpubw.options import (
 )
 from gpubw.registry import Registry, Writers
 from gpubw.results import exit_status
-from gpubw.sizes import format_size, parse_sizes
+from gpubw.sizes import parse_sizes
 from gpubw.version import __version__
 
 PROG = "gpubw"
@@ -247,6 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"longest a stream may wait at the spin gate (default {DEFAULT_GATE_TIMEOUT_S:g})",
     )
     _add_rank_options(add)
+    add(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress on stderr (by default a progress line on a terminal, else one line "
+        "per finished testcase)",
+    )
     add("--version", action="version", version=f"{PROG} {__version__}")
     return p
 
@@ -296,6 +304,12 @@ class _Output:
 
         self.path = path
         self._target = None if path is None else OutputTarget(path).check()
+
+    @property
+    def to_stdout(self) -> bool:
+        """True when the report goes to standard output (no ``-o``, or ``-o -``): then it is
+        written as the run goes."""
+        return self._target is None or self._target.is_stdout
 
     @contextlib.contextmanager
     def stream(self) -> Iterator[IO[str]]:
@@ -396,41 +410,6 @@ def _system_opener(simulate: str | None) -> Callable[[RunOptions], Any]:
         raise UsageError(f"--simulate: {exc}") from None
 
 
-@contextlib.contextmanager
-def _progress_display(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
-    """A rich progress line on stderr (only when asked for)."""
-    if not enabled:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    bar = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    task = bar.add_task("starting", total=None)
-
-    def update(event: Any) -> None:
-        size = f" ({format_size(event.size)})" if event.size is not None else ""
-        bar.update(task, total=event.total, completed=event.done, description=event.key + size)
-
-    with bar:
-        yield update
-
-
 # -- main ----------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
@@ -522,15 +501,26 @@ def _main(argv: list[str]) -> int:
         from gpubw import api, runner
 
         selection, warnings = api.select(ns.testcase, ns.prefixes)
-        show_progress = root and fmt != "json" and sys.stderr.isatty()
         partial = None
         if root and world.size > 1 and ns.output is not None:
             # a rank killed by the launcher takes the others down: keep -o valid meanwhile
             def partial(so_far: Any) -> None:
-                _write(writer_cls, fmt, so_far, output, verbose=ns.verbose, perf=ns.perf_formatter)
+                writer = make_writer(
+                    writer_cls, verbose=ns.verbose, perf_formatter=ns.perf_formatter
+                )
+                with output.stream() as stream:
+                    writer.write(so_far, stream)
 
+        live = _live_output(
+            writer_cls,
+            fmt,
+            output,
+            verbose=ns.verbose,
+            perf=ns.perf_formatter,
+            mode=progress_mode(ns.quiet, sys.stderr) if root else "off",
+        )
         hosts = simulated_hosts(ns.simulate) if world.size == 1 else None
-        with _progress_display(show_progress) as progress:
+        with live:
             if hosts is not None:  # a simulated rack: its ranks emulated in this process
                 report = run_simulated(
                     ns.simulate,
@@ -542,7 +532,7 @@ def _main(argv: list[str]) -> int:
                         invocation=invocation,
                         system_name=ns.simulate or "",
                         warnings=warnings,
-                        progress=progress if rank_world.rank == 0 else None,
+                        progress=live if rank_world.rank == 0 else None,
                     ),
                     ns.world_timeout,
                 )
@@ -554,12 +544,12 @@ def _main(argv: list[str]) -> int:
                     invocation=invocation,
                     system_name=ns.simulate or "",
                     warnings=warnings,
-                    progress=progress,
+                    progress=live if root else None,
                     handle_signals=True,
                     partial=partial,
                 )
         if root:
-            _write(writer_cls, fmt, report, output, verbose=ns.verbose, perf=ns.perf_formatter)
+            _write(live, report, output)
         code = report.exit_code
         if report.error and (root or world.size > 1):
             _error(rank_prefix(world) + report.error)
@@ -587,18 +577,24 @@ def make_writer(cls: Any, *, verbose: bool = False, perf_formatter: bool = False
     return cls(**flags)
 
 
-def _write(
-    writer_cls: Any, name: str, report: Any, output: _Output, *, verbose: bool, perf: bool
-) -> None:
-    """Format the report with the writer; a writer's own bug becomes a PluginError."""
+def _live_output(
+    writer_cls: Any, name: str, output: _Output, *, verbose: bool, perf: bool, mode: str
+) -> LiveOutput:
+    """The writer, driven as the run goes when the report goes to stdout
+    (:class:`gpubw.live.LiveOutput`); a writer that cannot be made is a PluginError."""
     try:
         writer = make_writer(writer_cls, verbose=verbose, perf_formatter=perf)
-        with output.stream() as stream:
-            writer.write(report, stream)
     except (GpubwError, OSError):
         raise
     except Exception as exc:
         raise PluginError(f"writer {name!r} failed: {type(exc).__name__}: {exc}") from exc
+    return LiveOutput(writer, name, stream=sys.stdout if output.to_stdout else None, mode=mode)
+
+
+def _write(live: LiveOutput, report: Any, output: _Output) -> None:
+    """Write what is left of the report (all of it with -o); a writer's own bug becomes a
+    PluginError."""
+    live.finish(report, output)
 
 
 def _compare(argv: list[str]) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -172,6 +173,37 @@ class Matrix:
     def average(self) -> float | None:
         c = [v for v in self.cells if v > 0]
         return sum(c) / len(c) if c else None
+
+    def cell_stats(self) -> tuple[tuple[CellStats | None, ...], ...]:
+        """The spread of each cell's raw samples (same shape as ``values``; None where a cell
+        has no samples); empty when the matrix kept no samples."""
+        if not self.samples:
+            return ()
+        return tuple(tuple(cell_stats(cell) for cell in row) for row in self.samples)
+
+
+@attrs.frozen
+class CellStats:
+    """The spread of one cell's samples: how many, their mean, the sample standard deviation
+    and the coefficient of variation (stdev / mean); stdev and cv are None with fewer than 2
+    samples, cv also when the mean is 0."""
+
+    n: int
+    mean: float
+    stdev: float | None
+    cv: float | None
+
+
+def cell_stats(samples: Sequence[float] | None) -> CellStats | None:
+    """:class:`CellStats` of one cell's samples (None for no samples)."""
+    if not samples:
+        return None
+    xs = [float(x) for x in samples]
+    mean = statistics.fmean(xs)
+    if len(xs) < 2:
+        return CellStats(len(xs), mean, None, None)
+    sd = statistics.stdev(xs)
+    return CellStats(len(xs), mean, sd, sd / mean if mean else None)
 
 
 class Status(enum.Enum):

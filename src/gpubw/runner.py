@@ -56,6 +56,8 @@ class Progress:
 
     ``phase`` is "start" (``result`` None) or "end" (``result`` set); ``done`` counts the
     steps finished before this event, out of ``total`` (one step per testcase and size).
+    ``header`` is the run's Report so far without testcases (system, devices, versions,
+    options, warnings): what a streaming writer prints before the first testcase.
     """
 
     phase: str
@@ -64,6 +66,7 @@ class Progress:
     key: str
     size: int | None
     result: TestcaseResult | None = None
+    header: Report | None = None
 
 
 ProgressCallback = Callable[[Progress], None]
@@ -318,6 +321,10 @@ def run(
         )
         ranks = Ranks(system)
         all_warnings += ranks.warnings
+        if progress is not None:
+            fields = {**meta, **ranks.report_fields()}
+            header = Report(warnings=list(all_warnings), started=started, **fields)
+            progress = _with_header(progress, header)
         _run_all(system, selection, signals, results, progress, ranks, snapshot)
     except InterruptedRun:
         pass  # recorded in signals; the interrupted testcase, if any, is in results
@@ -345,6 +352,15 @@ def run(
         duration_s=time.perf_counter() - t0,
         **meta,
     )
+
+
+def _with_header(progress: ProgressCallback, header: Report) -> ProgressCallback:
+    """``progress`` with every event carrying the run's ``header``."""
+
+    def call(event: Progress) -> None:
+        progress(attrs.evolve(event, header=header))
+
+    return call
 
 
 def _run_all(

@@ -28,7 +28,6 @@ This module sits beside :mod:`gpubw.buffers` (it never imports the System).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -493,8 +492,3 @@ class MulticastBuffer(Buffer):
 
     def free(self) -> None:
         self.destroy()
-
-
-def handle_kinds_of(probes: Sequence[HandleProbe]) -> tuple[str, ...]:
-    """The kinds that worked in ``probes``, best first."""
-    return tuple(p.kind for p in probes if p.ok)

@@ -320,6 +320,7 @@ _TOP_KEYS = {
     "hosts",
     "handle_kinds",
     "multicast_rate",
+    "rank_faults",
 }
 #: Most devices a system file may describe.
 MAX_DEVICES = 1024
@@ -541,6 +542,16 @@ def _ranks_keys(d: dict[str, Any], kw: dict[str, Any], n: int) -> None:
     if "multicast_rate" in d:
         v = d["multicast_rate"]
         kw["multicast_rate"] = None if v is None else _num("multicast_rate", v)
+    if "rank_faults" in d:
+        per_rank = d["rank_faults"]
+        if not isinstance(per_rank, dict):
+            raise UsageError('rank_faults must be an object: {"<rank>": {<faults>}, ...}')
+        out: dict[int, Faults] = {}
+        for key, value in per_rank.items():
+            if not (isinstance(key, str) and key.isdigit()):
+                raise UsageError(f"rank_faults keys must be rank numbers, got {key!r}")
+            out[int(key)] = _faults(f"rank_faults.{key}", value, n)
+        kw["rank_faults"] = out
 
 
 def system_from_dict(doc: Any, default_name: str = "custom") -> SimSystem:

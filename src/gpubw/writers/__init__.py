@@ -5,6 +5,13 @@ with a ``name`` and ``write(report, stream)``. Writers only format; they never m
 :func:`gpubw.registry.writer` finds one by name (the registry is the only place that reads
 entry points).
 
+Results as they happen: the CLI drives a writer through :meth:`Writer.begin` (once, before the
+first testcase), :meth:`Writer.testcase` (as each testcase finishes) and :meth:`Writer.end`
+(with the whole Report). The defaults write nothing until ``end``, which calls ``write``: a
+writer that only defines ``write`` (JSON: one validated document) works unchanged. A writer
+that streams (text, CSV) sets ``streams = True`` and overrides all three; what it writes in
+the three calls together must equal what ``write`` writes for the same report.
+
 Helpers shared by the built-in writers (and the plot command) live here: size-sweep grouping
 and the nvbandwidth form of a device's PCI address. Display units, the simulated notice and
 JSON-safe data come from :mod:`gpubw.report_io` (re-exported here); sizes are formatted by
@@ -14,11 +21,11 @@ JSON-safe data come from :mod:`gpubw.report_io` (re-exported here); sizes are fo
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from gpubw.report_io import DISPLAY, display_scale, display_unit, json_safe, simulated_banner
-from gpubw.results import Report, Status, TestcaseResult
+from gpubw.results import Matrix, Report, Status, TestcaseResult
 
 
 class Writer(abc.ABC):
@@ -43,9 +50,25 @@ class Writer(abc.ABC):
         self.verbose = verbose
         self.perf_formatter = perf_formatter
 
+    #: True: begin/testcase write as the run goes (else everything is written by ``end``)
+    streams: bool = False
+
     @abc.abstractmethod
     def write(self, report: Report, stream: TextIO) -> None:
         """Write ``report`` to ``stream`` (a text stream)."""
+
+    def begin(self, header: Report, stream: TextIO) -> None:
+        """The run has started: ``header`` is the Report without testcases (system, devices,
+        versions, options). The default writes nothing."""
+        return None
+
+    def testcase(self, result: TestcaseResult, stream: TextIO) -> None:
+        """One testcase (at one size) has finished. The default writes nothing."""
+        return None
+
+    def end(self, report: Report, stream: TextIO) -> None:
+        """The run is over; ``report`` is complete. The default writes it with ``write``."""
+        self.write(report, stream)
 
 
 # -- report shapes ----------------------------------------------------------------------
@@ -76,9 +99,33 @@ def device_pci_short(device: Mapping[str, Any]) -> str:
         return bus_id or "unknown"
 
 
+def _device(devices: Sequence[Mapping[str, Any]], label: str) -> Mapping[str, Any] | None:
+    """The device record whose ordinal is ``label`` (a matrix row or column label)."""
+    try:
+        ordinal = int(label)
+    except ValueError:
+        return None
+    for i, d in enumerate(devices):
+        if d.get("ordinal", i) == ordinal:
+            return d
+    return None
+
+
+def cell_devices(
+    m: Matrix, r: int, c: int, devices: Sequence[Mapping[str, Any]]
+) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
+    """The device records of a cell's row and column, read from the matrix header
+    (``GPU(row)``, ``GPU(column)``); None where that side is not a GPU (the host, a pair
+    label such as ``0->2``) or the report does not list the device."""
+    row = _device(devices, m.row_labels[r]) if "GPU(row)" in m.description else None
+    column = _device(devices, m.column_labels[c]) if "GPU(column)" in m.description else None
+    return row, column
+
+
 __all__ = [
     "DISPLAY",
     "Writer",
+    "cell_devices",
     "device_pci_short",
     "display_scale",
     "display_unit",

@@ -49,16 +49,62 @@ def _cell(value: float | None, scale: float) -> str:
 
 
 class TextWriter(Writer):
-    """nvbandwidth-style plain text."""
+    """nvbandwidth-style plain text, printed testcase by testcase as the run goes."""
 
     name = "text"
+    streams = True
+
+    def __init__(self, *, verbose: bool = False, perf_formatter: bool = False) -> None:
+        super().__init__(verbose=verbose, perf_formatter=perf_formatter)
+        self._header: Report | None = None
+        self._sweep = False
+        self._written = 0
 
     def write(self, report: Report, stream: TextIO) -> None:
         stream.write("\n".join(self.lines(report)) + "\n")
 
-    # -- the document ---------------------------------------------------------------------
+    # -- as the run goes --------------------------------------------------------------------
+    def begin(self, header: Report, stream: TextIO) -> None:
+        """Print the header (versions, host, devices) now."""
+        self._header, self._written = header, 0
+        self._sweep = _several_sizes(header)
+        _emit(stream, self.header_lines(header))
+
+    def testcase(self, result: TestcaseResult, stream: TextIO) -> None:
+        """Print one finished testcase (its matrices, or why it has none)."""
+        if self._header is None:
+            return
+        swept = self._sweep and result.size is not None
+        _emit(stream, self.testcase_lines(result, self.verbose, self.perf_formatter, swept))
+        self._written += 1
+
+    def end(self, report: Report, stream: TextIO) -> None:
+        """Print what needs the whole run (size tables, the NOTE); the whole report if
+        nothing was printed yet."""
+        header, self._header = self._header, None
+        if header is None:
+            self.write(report, stream)
+            return
+        out: list[str] = []
+        for t in report.testcases[self._written :]:  # none when every event came
+            out += self.testcase_lines(t, self.verbose, self.perf_formatter, False)
+        late = [w for w in report.warnings if w not in header.warnings]
+        if late:  # e.g. freeing the system failed: said at the end, not in the header
+            out += [*late, ""]
+        out += self.footer_lines(report, sweeps(report))
+        _emit(stream, out)
+
+    # -- the document -----------------------------------------------------------------------
     def lines(self, report: Report) -> list[str]:
-        verbose, perf = self.verbose, self.perf_formatter
+        swept, several = sweeps(report), _several_sizes(report)
+        out = self.header_lines(report)
+        for t in report.testcases:
+            says_size = t.key in swept or several  # as begin/testcase decide it, run or not
+            out += self.testcase_lines(t, self.verbose, self.perf_formatter, says_size)
+        return out + self.footer_lines(report, swept)
+
+    def header_lines(self, report: Report) -> list[str]:
+        """Everything before the first testcase."""
         out: list[str] = []
         if report.simulated:
             out.append(simulated_banner(report))
@@ -86,10 +132,17 @@ class TextWriter(Writer):
             out += world_lines(report.world)
         if report.error:
             out.append(f"ERROR: {report.error}")
-        swept = sweeps(report)
-        for i, t in enumerate(report.testcases):
-            out += self.testcase_lines(t, verbose, perf, t.key in swept)
-            out += host_summary_lines(report, i)
+        return out
+
+    def footer_lines(self, report: Report, swept: dict[str, list[TestcaseResult]]) -> list[str]:
+        """Everything after the last testcase: other hosts' summaries and how memory was
+        shared (a run of several ranks), size tables, how the run ended, the NOTE."""
+        out: list[str] = host_summary_lines(report)
+        if report.world is not None and report.world.get("handle_type"):
+            out += [
+                f"Memory was shared across ranks with {report.world['handle_type']} handles",
+                "",
+            ]
         for key, results in swept.items():
             out += sweep_table(key, results)
         if report.interrupted:
@@ -123,12 +176,10 @@ class TextWriter(Writer):
 
 
 def world_lines(world: dict[str, Any]) -> list[str]:
-    """The ranks of a multi-rank run after the device list: how memory was shared, then as
-    nvbandwidth's multinode build one line per rank ``Process <rank> (<host>): device <d>:
-    <name> (<pci>)``, and a blank line (``MPI version:`` goes in the version block)."""
+    """The ranks of a multi-rank run after the device list, as nvbandwidth's multinode build:
+    one line per rank ``Process <rank> (<host>): device <d>: <name> (<pci>)``, and a blank
+    line (``MPI version:`` goes in the version block)."""
     out = []
-    if world.get("handle_type"):
-        out.append(f"Memory shared across ranks with {world['handle_type']} handles")
     width = len(str(max(int(world.get("size", 1)) - 1, 0)))
     for p in world.get("processes") or ():
         pci = f" ({p['pci']})" if p.get("pci") else ""
@@ -139,22 +190,36 @@ def world_lines(world: dict[str, Any]) -> list[str]:
     return [*out, ""] if out else []
 
 
-def host_summary_lines(report: Report, index: int) -> list[str]:
-    """One line per other host for the ``index``-th testcase of a multi-host run:
-    ``host <name>: <matrix key> SUM <x>`` (per matrix), or its status and message."""
+def host_summary_lines(report: Report) -> list[str]:
+    """A run over several hosts: one line per other host and testcase (its single-node
+    results; rank 0's own host is reported above as nvbandwidth does):
+    ``host <name>: <matrix key> SUM <x>`` per matrix, or its status and message."""
     out = []
     for host, results in report.hosts:
-        if index >= len(results):
-            continue
-        t = results[index]
-        if t.status is Status.PASSED:
-            out += [
-                f"host {host}: {m.key} SUM {_f(m.sum * display_scale(m.unit))}" for m in t.matrices
-            ]
-        else:
-            message = f": {t.message}" if t.message else ""
-            out.append(f"host {host}: {t.key} {t.status.value}{message}")
+        for t in results:
+            if t.status is Status.PASSED:
+                scale = [display_scale(m.unit) for m in t.matrices]
+                out += [
+                    f"host {host}: {m.key} SUM {_f(m.sum * f)}" for m, f in zip(t.matrices, scale)
+                ]
+            else:
+                message = f": {t.message}" if t.message else ""
+                out.append(f"host {host}: {t.key} {t.status.value}{message}")
     return [*out, ""] if out else []
+
+
+def _several_sizes(report: Report) -> bool:
+    """True when the run measured at several buffer sizes: then every sized testcase says its
+    size (``Buffer size:``), known before the first one runs (also when all but one size of a
+    testcase failed, which :func:`sweeps` alone would not count as a sweep)."""
+    return len(set(report.run_options.buffer_sizes)) > 1
+
+
+def _emit(stream: TextIO, lines: list[str]) -> None:
+    """Write ``lines`` (each ended by a newline) and flush, so that a reader sees them now."""
+    if lines:
+        stream.write("\n".join(lines) + "\n")
+        stream.flush()
 
 
 def matrix_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[str]:

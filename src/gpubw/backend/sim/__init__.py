@@ -100,7 +100,8 @@ class SimEngine:
 
     def rank_view(self, rank: int, host: int, faults: Faults | None = None) -> SimulatedBackend:
         """The facade of simulated rank ``rank`` on host ``host`` (an index of the model's
-        ``hosts``): that host's devices, ordinals 0..k-1, its own clock and ``faults``."""
+        ``hosts``): that host's devices, ordinals 0..k-1, its own clock and ``faults``
+        (None: the model's ``rank_faults`` of that rank, else its ``faults``)."""
         return SimulatedBackend(self.model, faults, engine=self, host=host, rank=rank)
 
     def align_clocks(self, step: int | None = None, name: str | None = None) -> None:
@@ -143,6 +144,8 @@ class SimulatedBackend(SharingMixin, Backend):
         else:
             if engine.model is not system:
                 raise ValueError("a rank view must be of its engine's system")
+            if faults is None:
+                faults = system.faults_of_rank(rank)
             self._injector = FaultInjector(faults if faults is not None else Faults())
         self._shared = engine
         self._memory = engine.memory
@@ -423,6 +426,9 @@ class SimulatedBackend(SharingMixin, Backend):
                 if remaining <= 0:
                     break
                 self._shared.cond.wait(min(remaining, 0.05))
+            # other ranks may have run the device side past this rank's clock: its wait
+            # starts no earlier than that (the bound is then not spent on the past)
+            self._now = max(self._now, self._engine.t)
         limit = self._now + timeout_s
         done = self._engine.advance(limit, until=s.idle)
         self._shared.cond.notify_all()

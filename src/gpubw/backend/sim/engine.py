@@ -9,14 +9,15 @@ direction, each device's peer-link send and receive side, each device's memory, 
 flows that overlap on a resource share it equally, a link busy in both directions runs at its
 bidirectional factor, and rates are re-evaluated whenever a flow starts or ends.
 
-The engine knows devices only as numbers of the model, and nothing of memory, kernels or the
-host: an operation carries what it does (``effect``, ``prepare``, a gate's ``probe``), and the
-host clock belongs to the caller, which passes its time in. **Ranks go here**: to run N
-simulated ranks (processes) in one process, give each rank its own facade
-(:class:`gpubw.backend.sim.SimulatedBackend`, its own host clock and the devices it may see)
-and let all of them share one :class:`Engine` (one device clock, one set of links, one random
-stream), so that the ranks' copies compete for the same links. The engine needs no change
-for that; what a rank sees is chosen in the facade (its ``_device`` check and ``devices()``).
+The engine knows devices only as numbers of the model (global ordinals), and nothing of memory,
+kernels or the host: an operation carries what it does (``effect``, ``prepare``, a gate's
+``probe``), and the host clock belongs to the caller, which passes its time in. Simulated
+ranks share one engine (:class:`gpubw.backend.sim.SimEngine`: one device clock, one set of
+links, one random stream), each through its own facade with its own host clock, so that the
+ranks' copies compete for the same links. A gate whose flag lives in device memory
+(``Op.remote``: another rank's release reaches it through a device-side write) is re-probed
+whenever work finishes, and :meth:`Engine.held_remotely` tells a facade to wait for that
+rank rather than run the clock into a false timeout.
 """
 
 from __future__ import annotations

@@ -206,15 +206,13 @@ def gate_wait(c: Launch, flag: int, timeout_ns: int, status: int) -> Op:
 
 def gate_relay(c: Launch, host_flag: int, device_flag: int, timeout_ns: int, status: int) -> Op:
     """The first rank's gate across ranks: holds its stream like :func:`gate_wait` on
-    ``host_flag``; once released, stores 1 to the int at ``device_flag`` (device memory the
-    other ranks' gates wait on). On a timeout it writes ``*status`` and releases nothing."""
+    ``host_flag``; then - released, or timed out (which writes ``*status``) - stores 1 to the
+    int at ``device_flag`` (device memory the other ranks' gates wait on), as the kernel."""
     memory = c.memory
     op = gate_wait(c, host_flag, timeout_ns, status)
     op.name = "gpubw_gate_relay"
 
     def effect() -> None:
-        if op.end is None or op.end > op.deadline:
-            return
         alloc, off = memory.device_view(c.stream.device, device_flag, 4)
         memory.write(alloc, off, np.frombuffer(struct.pack("<i", 1), np.uint8))
         c.engine.release_gates()

@@ -138,6 +138,15 @@ class SimSystem:
     #: bytes/s of stores to an NVLink multicast object from one device (None: the SM rate
     #: of that device's peer link)
     multicast_rate: float | None = None
+    #: faults of single simulated ranks, by rank (a system file's ``"rank_faults"``); a rank
+    #: not listed gets ``faults``
+    rank_faults: Mapping[int, Faults] = attrs.field(factory=dict)
+
+    def faults_of_rank(self, rank: int | None) -> Faults | None:
+        """The faults simulated rank ``rank`` runs with (None: none given)."""
+        if rank is not None and rank in self.rank_faults:
+            return self.rank_faults[rank]
+        return self.faults
 
     def __attrs_post_init__(self) -> None:
         n = len(self.devices)
