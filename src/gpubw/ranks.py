@@ -23,6 +23,7 @@ Nothing here prints; only rank 0's caller writes output.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -200,11 +201,16 @@ def _evolve(result: TestcaseResult, status: Status, message: str) -> TestcaseRes
 
 def finish(world: World, code: int) -> int:
     """The run's last step on every rank: rank 0's exit code, broadcast (bounded), then the
-    world closed with it (collective; a broken MPI world is aborted with the code). Returns
-    the code this process exits with."""
+    world closed with it (collective; a broken MPI world is aborted with the code, by rank 0
+    first: another rank of a broken world waits up to the world's bound for rank 0 to write
+    its report and end the job). Returns the code this process exits with."""
     if world.size > 1:
         with contextlib.suppress(GpubwError):
             code = int(world.bcast(code if world.rank == 0 else None, root=0))
+        if world.rank != 0 and world.broken is not None:
+            # closing a broken world aborts the whole job: leave that to rank 0, once it has
+            # written its report (its abort ends this process); bounded all the same
+            time.sleep(world.timeout_s)
     world.close(code)
     return code
 
