@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from gpubw.buffers import DeviceBuffer
+from gpubw.buffers import Buffer, DeviceBuffer
 from gpubw.initiators import Initiator
 from gpubw.measurement import (
     CellMeasurement,
@@ -106,6 +106,41 @@ class Shared:
     def gate(self) -> RankGate:
         """The device flag of the cross-rank spin gate (collective)."""
         return self._stack.enter_context(RankGate.create(self.system))
+
+
+class Part(Buffer):
+    """``nbytes`` of a shared buffer from ``offset`` on: one of the fresh per-peer buffers
+    U_j(g) of the all-to-one/one-from-all testcases, which gpubw carves out of one shared
+    allocation per column (one collective allocation instead of N - 1; the same device
+    memory, the same copies). Freed with the whole (collectively), never on its own."""
+
+    def __init__(self, whole: Any, offset: int, nbytes: int) -> None:
+        super().__init__(whole.pool, whole.ptr + offset, nbytes, whole.device)
+        self.whole = whole
+
+    @property
+    def context_device(self) -> int | None:
+        return self.whole.context_device
+
+    @property
+    def label(self) -> str:
+        return str(self.whole.label)
+
+    def close(self) -> None:
+        """Nothing: the whole shared buffer is freed collectively."""
+
+    def free(self) -> None:
+        """Nothing: the whole shared buffer is freed collectively."""
+
+
+#: alignment of the parts of a shared buffer (copy kernels load 16-byte vectors)
+PART_ALIGN = 4096
+
+
+def parts(whole: Any, count: int, nbytes: int) -> list[Part]:
+    """``count`` parts of ``nbytes`` each, aligned to :data:`PART_ALIGN`, of ``whole``."""
+    stride = -(-nbytes // PART_ALIGN) * PART_ALIGN
+    return [Part(whole, i * stride, nbytes) for i in range(count)]
 
 
 def pair(world: Any, rank: int, src: Any, dst: Any) -> RankCopy:
@@ -213,7 +248,8 @@ def fan(
     into: bool,
 ) -> list[Matrix]:
     """Column g: every other rank j at once, between its L(j) and a fresh U_j(g) owned by g,
-    issued by j: L(j) -> U_j(g) if ``into`` (data enters g) else U_j(g) -> L(j). SUM."""
+    issued by j: L(j) -> U_j(g) if ``into`` (data enters g) else U_j(g) -> L(j). SUM. The
+    U_j(g) of a column are :class:`Part` s of one shared allocation of g's."""
     world = testcase.world
     n = world.size
     op = MemcpyOperation(testcase.system, initiator, prefer=Prefer.SRC, kind=Kind.SUM, loops=loops)
@@ -225,11 +261,13 @@ def fan(
         for g in range(n):
             with contextlib.ExitStack() as stack:
                 column = Shared(testcase, stack)
+                stride = -(-size // PART_ALIGN) * PART_ALIGN
+                fresh = iter(parts(column.unicast(g, stride * (n - 1)), n - 1, size))
                 pairs = []
                 for j in range(n):
                     if j == g:
                         continue
-                    theirs = column.unicast(g, size)
+                    theirs = next(fresh)
                     local = mine if world.rank == j else None
                     pairs.append(
                         pair(world, j, local, theirs) if into else pair(world, j, theirs, local)
