@@ -24,6 +24,8 @@
 #                PCIe/NVLink facts and any failed verdict:                $OUT/accept-<tag>.json
 #   safety       issue 13: -o /dev/stdout and -o /dev/null leave the device nodes as they are;
 #                a second gpubw during a run warns about the other process on the GPUs
+#   multinode    mpirun -np 2 (Open MPI + mpi4py of the image): -p multinode -> $OUT/multinode-<tag>.json,
+#                the whole default suite -> $OUT/mpi-suite-<tag>.json (multicast variables kept)
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
 tag=$1; shift
@@ -45,6 +47,17 @@ suite() {  # name: run the default suite, time the whole process
 for step in "$@"; do
   echo "== $step $(date -u +%T)"
   case $step in
+    multinode)  # (mn-testcases) 2 ranks under the image's Open MPI + mpi4py, multicast variables kept
+      python3 -c "from mpi4py import MPI; print(' mpi4py uses', MPI.Get_library_version().splitlines()[0])"
+      for run in "multinode -p multinode" "mpi-suite"; do
+        name=${run%% *}; sel=${run#"$name"}
+        timeout 900 mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST \
+          -x NVSHMEM_DISABLE_NVLS -x GPUBW_CACHE_DIR -x PYTHONPATH -x PYTHONUNBUFFERED \
+          python3 -m gpubw $sel -j -o "$OUT/$name-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+        echo "$name rc=$?"
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' world:', {k: d.get('world', {}).get(k) for k in ('size', 'handle_type', 'mpi_library')}); [print(' ', t['key'], t['status'], t['message'][:300]) for t in d['testcases'] if t['status']!='Passed']" "$OUT/$name-$tag.json"
+      done
+      tail -3 "$OUT/log-$tag.txt" ;;
     tests) python3 -m pytest -q -m gpu -p no:cacheprovider -o testpaths="tests $([ -d /tmp/site/gpubw_stream ] && echo plugins/gpubw-stream/tests)" 2>&1 | grep -v -i warn | tail -15 ;;
     full) rm -rf "$GPUBW_CACHE_DIR"; suite full ;;
     warm) suite warm ;;

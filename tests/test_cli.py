@@ -161,7 +161,8 @@ def test_list_has_nvbandwidths_layout(capsys):
     assert lines[i + 3] == f"0, {BUILTIN_ORDER[0]}:"
     assert lines[i + 4].startswith("\t") and len(lines[i + 4]) > 5
     assert "34, device_local_copy:" in lines
-    assert "35, device_local_copy_sm:" in lines
+    assert "35, multinode_device_to_device_memcpy_read_ce:" in lines
+    assert "48, device_local_copy_sm:" in lines
 
 
 def test_list_json(capsys):

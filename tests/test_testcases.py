@@ -48,8 +48,8 @@ def accessible(preset: str, r: int, c: int) -> bool:
 TESTCASES: dict[str, type[AnyTestcase]] = {
     ep.name: ep.load()
     for ep in entry_points(group="gpubw.testcases")
-    if ep.value.startswith("gpubw.")
-}
+    if ep.value.startswith("gpubw.") and not ep.name.startswith("multinode_")
+}  # the 13 multinode testcases run across ranks: tests/test_multinode.py
 
 # -- what nvbandwidth's table says ------------------------------------------------------------
 

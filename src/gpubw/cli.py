@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NoReturn
 
 from gpubw.accept_cli import JUDGE_HELP, add_run_options, judging
-from gpubw.argtypes import gate_timeout_seconds, loops_int, samples_int
+from gpubw.argtypes import gate_timeout_seconds, loops_int, samples_int, seconds
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, PluginError, UsageError
 from gpubw.live import LiveOutput, progress_mode
 from gpubw.options import (
@@ -40,6 +40,7 @@ from gpubw.options import (
     MAX_GATE_TIMEOUT_S,
     MAX_LOOPS,
     MAX_SAMPLES,
+    MAX_WORLD_TIMEOUT_S,
     Invocation,
     RunOptions,
     exit_status,
@@ -263,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"{MAX_GATE_TIMEOUT_S:g} (default {DEFAULT_GATE_TIMEOUT_S:g})",
     )
     add_run_options(p)
+    _add_rank_options(add)
     add(
         "-q",
         "--quiet",
@@ -272,6 +274,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--version", action="version", version=f"{PROG} {__version__}")
     return p
+
+
+def _add_rank_options(add: Callable[..., Any]) -> None:
+    """The options of multi-rank runs and pair sampling."""
+    from gpubw.options import DEFAULT_WORLD_TIMEOUT_S
+    from gpubw.sampling import parse_sample_pairs
+
+    add(
+        "--world-timeout",
+        dest="world_timeout",
+        metavar="SECONDS",
+        type=seconds(MAX_WORLD_TIMEOUT_S),
+        action=_Once,
+        default=DEFAULT_WORLD_TIMEOUT_S,
+        help="longest any step that waits for other MPI ranks may take "
+        f"(default {DEFAULT_WORLD_TIMEOUT_S:g})",
+    )
+    add(
+        "--sample-pairs",
+        dest="sample_pairs",
+        metavar="K|FRACTION",
+        type=parse_sample_pairs,
+        action=_Once,
+        help="measure only K cells (or a fraction, e.g. 0.1 or 10%%) of every N x N testcase, "
+        "every device at least once as source and destination; the others are null",
+    )
+    add(
+        "--seed",
+        metavar="N",
+        type=int,
+        action=_Once,
+        default=0,
+        help="seed of --sample-pairs (the same seed measures the same cells; default 0)",
+    )
 
 
 # -- output --------------------------------------------------------------------------------
@@ -321,6 +357,7 @@ PARAM_FLAGS: dict[str, str] = {
     "testcase_selection": "-t/--testcase with -p/--testcase-prefixes",
     "samples": "-i/--samples",
     "loops": "--loop-count",
+    "sample_pairs": "--sample-pairs",
 }
 
 
@@ -532,6 +569,9 @@ def _run_command(argv: list[str], guard: Any) -> int:
         gate_timeout_s=ns.gate_timeout,
         buffer_sizes=sizes,
         host_huge_pages=ns.host_huge_pages,
+        world_timeout_s=ns.world_timeout,
+        sample_pairs=ns.sample_pairs,
+        seed=ns.seed,
     )
     invocation = Invocation(
         testcase=ns.testcase,
@@ -543,8 +583,14 @@ def _run_command(argv: list[str], guard: Any) -> int:
         argv=argv,
     )
     output = _Output(ns.output)
+    from gpubw.ranks import finish, rank_prefix, run_simulated, simulated_hosts, with_world
+    from gpubw.world import world_from_environment
+
+    world = world_from_environment(timeout_s=ns.world_timeout)
+    root = world.rank == 0
+    code = 1
     try:
-        opener = _system_opener(ns.simulate)
+        opener = with_world(_system_opener(ns.simulate), world)
         from gpubw import api, runner
 
         selection, warnings = api.select(ns.testcase, ns.prefixes)
@@ -554,45 +600,81 @@ def _run_command(argv: list[str], guard: Any) -> int:
             from gpubw.expect import load_expectations
 
             expectations = load_expectations(ns.expect)  # a bad file: exit 2 before the run
+        partial = None
+        if root and world.size > 1 and ns.output is not None:
+            # a rank killed by the launcher takes the others down: keep -o valid meanwhile
+            def partial(so_far: Any) -> None:
+                writer = make_writer(
+                    writer_cls, verbose=ns.verbose, perf_formatter=ns.perf_formatter
+                )
+                with output.stream() as stream:
+                    writer.write(so_far, stream)
+
         live = _live_output(
             writer_cls,
             fmt,
             output,
             verbose=ns.verbose,
             perf=ns.perf_formatter,
-            mode=progress_mode(ns.quiet, sys.stderr),
+            mode=progress_mode(ns.quiet, sys.stderr) if root else "off",
         )
         from gpubw.acceptance import RunWatch, judge
 
-        watch = RunWatch(opener, live, expect_builtin=ns.expect == "builtin")
-        if judge_cells and hasattr(type(live.writer), "verdicts_of"):  # verdicts as it goes
+        hosts = simulated_hosts(ns.simulate) if world.size == 1 else None
+        # only rank 0 shows progress, streams and writes; NVML is watched around its run
+        watch = RunWatch(opener, live, expect_builtin=ns.expect == "builtin") if root else None
+        if watch is not None and judge_cells and hasattr(type(live.writer), "verdicts_of"):
             watch.judge_as_it_goes(expectations, ns.outlier_pct, ns.cv_threshold)
-            live.writer.verdicts_of = watch.verdicts_of
-        guard.emergency_write = _emergency(live, output)
+            live.writer.verdicts_of = watch.verdicts_of  # verdicts as it goes
+        if root:
+            guard.emergency_write = _emergency(live, output)
         with live:
-            report = runner.run(
-                watch.opener,
-                selection,
-                options,
-                invocation=invocation,
-                system_name=ns.simulate or "",
-                warnings=warnings,
-                progress=watch.progress,
-                handle_signals=True,
-            )
-        if watch.refused is not None:  # e.g. --expect builtin on devices without one
+            if hosts is not None:  # a simulated rack: its ranks emulated in this process
+                report = run_simulated(
+                    ns.simulate,
+                    hosts,
+                    lambda open_rank, rank_world: runner.run(
+                        open_rank,
+                        selection,
+                        options,
+                        invocation=invocation,
+                        system_name=ns.simulate or "",
+                        warnings=warnings,
+                        progress=live if rank_world.rank == 0 else None,
+                    ),
+                    ns.world_timeout,
+                )
+            else:
+                report = runner.run(
+                    watch.opener if watch is not None else opener,
+                    selection,
+                    options,
+                    invocation=invocation,
+                    system_name=ns.simulate or "",
+                    warnings=warnings,
+                    progress=watch.progress if watch is not None else None,
+                    handle_signals=True,
+                    partial=partial,
+                )
+        if watch is not None and watch.refused is not None:  # --expect builtin, no match
             raise watch.refused
         guard.writing()  # from here a signal is only recorded; a watchdog waits for this
-        report = watch.finish(report)
-        if judge_cells:
-            exp = watch.builtin if ns.expect == "builtin" else expectations if ns.expect else None
-            report = judge(report, exp, ns.outlier_pct, ns.cv_threshold, own=watch.own)
-        _write(live, report, output)
+        if watch is not None and hosts is None:
+            report = watch.finish(report)
+        if judge_cells and root:
+            builtin = watch.builtin if watch is not None else None
+            exp = builtin if ns.expect == "builtin" else expectations if ns.expect else None
+            own = watch.own if watch is not None else frozenset()
+            report = judge(report, exp, ns.outlier_pct, ns.cv_threshold, own=own)
+        if root:
+            _write(live, report, output)
+        code = report.exit_code
+        if report.error and (root or world.size > 1):
+            _error(rank_prefix(world) + report.error)
     finally:
         output.discard()
-    if report.error:
-        _error(report.error)
-    return report.exit_code
+        code = finish(world, code)
+    return code
 
 
 def make_writer(cls: Any, *, verbose: bool = False, perf_formatter: bool = False) -> Any:

@@ -6,6 +6,12 @@ device. Each sample: fill the buffers (outside the timing), hold every stream be
 gate, queue a warm-up, record start events (streams >= 1 wait on stream 0's start), queue
 ``loops`` measured copies, record end events, release the gate, synchronise (bounded), verify.
 Bandwidth per pair per sample = counted bytes x loops / (end - start).
+
+Across the ranks of a world (:meth:`MemcpyOperation.measure_ranks`, the multinode testcases)
+the same protocol runs on every rank for the rank's own pairs, with three agreement points
+per sample and a device flag that carries the first rank's gate release to the others (see
+:class:`RankGate`); the ranks' per-pair samples are then gathered in one collective, so every
+rank holds the whole cell and FIRST/SUM/VECTOR are formed exactly as on one node.
 """
 
 from __future__ import annotations
@@ -14,18 +20,46 @@ import contextlib
 import enum
 import math
 import statistics
+import struct
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
-from gpubw.backend.base import DeviceInfo
+from gpubw.backend.base import DeviceInfo, ptr, u64
 from gpubw.buffers import MAX_VERIFY_SLOTS, Buffer
 from gpubw.errors import GateTimeoutError, GpubwError, UsageError, VerificationError
-from gpubw.gate import Gate
+from gpubw.gate import GATE_KERNEL, Gate
 from gpubw.initiators import Initiator
 from gpubw.options import WARMUP_ITERATIONS
+from gpubw.shared import RemoteRankError
 from gpubw.system import System
+
+#: The relay kernel of the cross-rank gate (see kernels/gpubw.cu): (host flag, device flag,
+#: timeout in ns, status). It waits on the host flag like ``gpubw_gate_wait``, then sets the
+#: device flag every other rank's gate kernels wait on.
+RELAY_KERNEL = "gpubw_gate_relay"
+
+
+def agreed(world: Any, error: BaseException | None, timeout_s: float | None = None) -> None:
+    """One agreement point of the cross-rank protocol: every rank passes its own error (or
+    None); if any rank failed, every rank raises the same
+    :class:`gpubw.shared.RemoteRankError` (``rank <r>: <message>`` of the lowest failing
+    rank; the failing rank's own error is its ``__cause__``), so all ranks unwind together."""
+    agreement = world.agree(error, timeout_s=timeout_s)
+    if agreement.ok:
+        return
+    assert agreement.failed_rank is not None
+    raise RemoteRankError(agreement.failed_rank, agreement.message or "failed") from error
+
+
+@attrs.frozen
+class RankCopy:
+    """One pair of a cross-rank cell: issued by ``rank``; ``copy`` is its buffers on that
+    rank and None on every other rank (whose mappings it does not need)."""
+
+    rank: int
+    copy: Copy | None
 
 
 class Prefer(enum.Enum):
@@ -126,6 +160,11 @@ class MemcpyOperation:
         self.kind = kind
         self.loops = loops
 
+    @property
+    def world(self) -> Any:
+        """The run's world (the System's; a single rank without one)."""
+        return getattr(self.system, "world", None)
+
     def exec_device(self, copy: Copy) -> int:
         """The device whose context issues ``copy``."""
         if self.prefer is Prefer.SRC and copy.src.context_device is not None:
@@ -191,6 +230,183 @@ class MemcpyOperation:
             statistic=options.statistic,
             pair_labels=tuple(f"{c.src.label} -> {c.dst.label}" for c in copies),
         )
+
+    # -- across ranks ---------------------------------------------------------------------
+    def exec_rank(self, src_owner: int, dst_owner: int) -> int:
+        """The rank that issues a copy between buffers owned by ``src_owner`` and
+        ``dst_owner`` (nvbandwidth: the owner of the preferred side)."""
+        return src_owner if self.prefer is Prefer.SRC else dst_owner
+
+    def measure_ranks(self, pairs: Sequence[RankCopy], rank_gate: RankGate) -> CellMeasurement:
+        """Run every rank's pairs of one cell simultaneously for ``samples`` samples. Every
+        rank calls this with the same global pair list (``RankCopy.copy`` set where the rank
+        issues it), also a rank with no pairs of its own. Returns the whole cell, every
+        pair's samples, on every rank."""
+        world = self.world
+        if not pairs:
+            raise UsageError("measure_ranks() needs at least one pair")
+        me = world.rank
+        mine = [(i, p.copy) for i, p in enumerate(pairs) if p.rank == me]
+        error: BaseException | None = None
+        local: dict[int, tuple[int, tuple[float, ...]]] = {}
+        labels: dict[int, str] = {}
+        try:
+            if any(c is None for _, c in mine):
+                raise UsageError(f"rank {me} issues a pair of the cell but has no buffers for it")
+            local = self._measure_local(
+                [c for _, c in mine if c is not None],
+                [i for i, _ in mine],
+                first=pairs[0].rank == me,
+                rank_gate=rank_gate,
+            )
+            labels = {i: f"{c.src.label} -> {c.dst.label}" for i, c in mine if c is not None}
+        except RemoteRankError:
+            raise  # every rank raised it at the same agreement point already
+        except GpubwError as exc:
+            error = exc
+        # after the last sample: every rank's error, if any, is everyone's
+        agreed(world, error)
+        merged: dict[int, tuple[int, tuple[float, ...]]] = {}
+        names: dict[int, str] = {}
+        for part, part_labels in world.allgather((local, labels)):
+            merged.update(part)
+            names.update(part_labels)
+        order = range(len(pairs))
+        return CellMeasurement(
+            counted_bytes=tuple(merged[i][0] for i in order),
+            loops=self.loops,
+            pair_samples=tuple(merged[i][1] for i in order),
+            total_samples=(),
+            statistic=self.system.options.statistic,
+            pair_labels=tuple(names[i] for i in order),
+        )
+
+    def _measure_local(
+        self, copies: list[Copy], indexes: list[int], *, first: bool, rank_gate: RankGate
+    ) -> dict[int, tuple[int, tuple[float, ...]]]:
+        """This rank's part of :meth:`measure_ranks`: {pair index: (counted, samples)}. Every
+        sample has the agreement points of the protocol, also on a rank without copies;
+        errors of a sample are raised on every rank (see :func:`agreed`)."""
+        system = self.system
+        backend = system.backend
+        options = system.options
+        world = self.world
+        system.load_kernels()
+        execs = [self.exec_device(c) for c in copies]
+        infos = [system.devices[e] for e in execs]
+        counted = tuple(self.initiator.counted_bytes(c.nbytes, d) for c, d in zip(copies, infos))
+        checked = [self.initiator.checked_bytes(c.nbytes, d) for c, d in zip(copies, infos)]
+        if any(b <= 0 for b in counted):
+            raise UsageError(
+                f"buffer of {copies[0].nbytes} bytes is too small for a {self.initiator.name} "
+                "copy (nothing would be copied)"
+            )
+        gate = system.gate
+        gate.page  # noqa: B018 - the page exists before any stream is held by it
+        samples: list[list[float]] = [[] for _ in copies]
+        with contextlib.ExitStack() as stack:
+            streams = [stack.enter_context(backend.stream(e)) for e in execs]
+            events = [stack.enter_context(backend.event(e)) for e in [*execs, *execs]]
+            stack.callback(self._drain_ranks, gate, rank_gate, streams)
+            starts, ends = events[: len(execs)], events[len(execs) :]
+            bound = options.gate_timeout_s + options.sync_timeout_s
+            for _ in range(options.samples):
+                # 1. close both gates (rank 0 zeroes the device flag); all ranks agree
+                error: BaseException | None = None
+                try:
+                    gate.close()
+                    if world.rank == rank_gate.owner:
+                        rank_gate.reset()
+                except GpubwError as exc:
+                    error = exc
+                agreed(world, error)
+                # 2.-3. fill, hold the streams behind the gates, queue everything
+                try:
+                    self._queue_ranks(
+                        copies, infos, checked, streams, starts, ends, first, rank_gate
+                    )
+                except GpubwError as exc:
+                    error = exc
+                # 4. every rank's copies are queued before the gate opens
+                agreed(world, error, options.gate_timeout_s + world.timeout_s)
+                # 5. release (first rank), wait, verify, arithmetic; all ranks agree
+                try:
+                    if first:
+                        gate.open()
+                    for s in streams:
+                        backend.synchronize(s, bound)
+                    if gate.timed_out():
+                        raise GateTimeoutError(
+                            "the spin gate timed out after "
+                            f"{options.gate_timeout_s:g} s before the first rank released it "
+                            "(queuing the copies took too long); the sample would have started "
+                            "early, so it is discarded"
+                        )
+                    if options.verify and copies:
+                        self._verify(copies, infos, checked, streams)
+                    for i in range(len(copies)):
+                        seconds = backend.elapsed_seconds(starts[i], ends[i])
+                        samples[i].append(_rate(counted[i] * self.loops, seconds))
+                except GpubwError as exc:
+                    error = exc
+                agreed(world, error, bound + world.timeout_s)
+        return {i: (counted[k], tuple(samples[k])) for k, i in enumerate(indexes)}
+
+    def _queue_ranks(
+        self,
+        copies: list[Copy],
+        infos: list[DeviceInfo],
+        checked: list[int],
+        streams: list[Any],
+        starts: list[Any],
+        ends: list[Any],
+        first: bool,
+        rank_gate: RankGate,
+    ) -> None:
+        system = self.system
+        backend = system.backend
+        options = system.options
+        init = self.initiator
+        for c, info, n, s in zip(copies, infos, checked, streams):
+            init.prepare(system, c.src, c.dst, checked=n, stream=s, exec_device=info)
+        for s in streams:
+            backend.synchronize(s, options.sync_timeout_s)
+        page = system.gate.page
+        status = ptr(page + Gate.STATUS)
+        timeout = u64(int(options.gate_timeout_s * 1e9))
+        flag = ptr(rank_gate.flag_pointer)
+        for k, (c, info, s) in enumerate(zip(copies, infos, streams)):
+            if first and k == 0:
+                args = (ptr(page + Gate.FLAG), flag, timeout, status)
+                backend.launch(RELAY_KERNEL, 1, 1, args, s)
+            else:
+                backend.launch(GATE_KERNEL, 1, 1, (flag, timeout, status), s)
+            init.enqueue(
+                system,
+                c.src,
+                c.dst,
+                nbytes=c.nbytes,
+                loops=WARMUP_ITERATIONS,
+                stream=s,
+                exec_device=info,
+            )
+        if copies:
+            backend.record_event(starts[0], streams[0])
+        for i in range(1, len(copies)):
+            backend.wait_event(streams[i], starts[0])
+            backend.record_event(starts[i], streams[i])
+        for i, (c, info, s) in enumerate(zip(copies, infos, streams)):
+            init.enqueue(
+                system, c.src, c.dst, nbytes=c.nbytes, loops=self.loops, stream=s, exec_device=info
+            )
+            backend.record_event(ends[i], s)
+
+    def _drain_ranks(self, gate: Gate, rank_gate: RankGate, streams: list[Any]) -> None:
+        """:meth:`_drain` across ranks: also set the device flag (any rank may), so no
+        rank's streams stay held when the first rank failed before its relay ran."""
+        with contextlib.suppress(GpubwError):
+            rank_gate.release()
+        self._drain(gate, streams)
 
     def _drain(self, gate: Gate, streams: list[Any]) -> None:
         """Open the gate (never leave a stream held by it) and wait for the streams (bounded),
@@ -302,6 +518,65 @@ class MemcpyOperation:
                     f"issued by device {e}",
                     exc.offset,
                 ) from None
+
+
+class RankGate:
+    """The device flag of the cross-rank spin gate: one int in memory owned by rank 0 and
+    mapped by every rank (a shared buffer, made collectively, once per testcase), plus a
+    small host buffer holding the words 0 and 1 that are copied into it. Rank 0 zeroes it
+    before each sample; the first rank's relay kernel sets it when its host gate opens;
+    every other gate kernel waits on it. Close it collectively (a context manager)."""
+
+    #: the owner rank of the flag's memory
+    owner = 0
+
+    def __init__(self, system: System, shared: Any) -> None:
+        from gpubw.buffers import HostBuffer
+
+        self.system = system
+        self.shared = shared
+        self._words = HostBuffer.allocate(system, None, 8)
+        self._words.write(struct.pack("<ii", 0, 1))
+
+    @classmethod
+    def create(cls, system: System) -> RankGate:
+        """Collective: every rank calls it at the same point."""
+        from gpubw.shared import SharedBuffer
+
+        return cls(system, SharedBuffer.create(system, cls.owner, 4))
+
+    @property
+    def flag_pointer(self) -> int:
+        """The flag's address in this rank's mapping."""
+        return int(self.shared.ptr)
+
+    def _put(self, word: int) -> None:
+        system = self.system
+        device = self.shared.context_device
+        with system.backend.stream(device) as s:
+            system.backend.memcpy_async(self.shared.ptr, self._words.ptr + 4 * word, 4, s)
+            system.backend.synchronize(s, system.options.sync_timeout_s)
+
+    def reset(self) -> None:
+        """Zero the flag (rank 0, before each sample), synchronously."""
+        self._put(0)
+
+    def release(self) -> None:
+        """Set the flag (on the error path: no rank's streams stay held)."""
+        self._put(1)
+
+    def close(self) -> None:
+        """Collective: free the flag's memory and the host words."""
+        try:
+            self.shared.close()
+        finally:
+            self._words.close()
+
+    def __enter__(self) -> RankGate:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _rate(nbytes: int, seconds: float) -> float:

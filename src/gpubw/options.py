@@ -28,7 +28,12 @@ MAX_LOOPS = 1_000_000
 MAX_GATE_TIMEOUT_S = 86_400.0
 MAX_SYNC_TIMEOUT_S = 86_400.0
 _BOUNDS = {"samples": MAX_SAMPLES, "loops": MAX_LOOPS}
-_SECONDS = {"gate_timeout_s": MAX_GATE_TIMEOUT_S, "sync_timeout_s": MAX_SYNC_TIMEOUT_S}
+MAX_WORLD_TIMEOUT_S = 86_400.0
+_SECONDS = {
+    "gate_timeout_s": MAX_GATE_TIMEOUT_S,
+    "sync_timeout_s": MAX_SYNC_TIMEOUT_S,
+    "world_timeout_s": MAX_WORLD_TIMEOUT_S,
+}
 #: exit code of a run that went fine but is below expectation (``--expect``, ``gpubw check``;
 #: nvbandwidth's own codes are 0 and 1)
 EXIT_BELOW_EXPECTATION = 3
@@ -36,6 +41,8 @@ EXIT_BELOW_EXPECTATION = 3
 DEFAULT_OUTLIER_PCT = 90.0
 #: the noise rule's default: a cell whose samples' CV exceeds this fraction is noisy
 DEFAULT_CV_THRESHOLD = 0.10
+#: default bound of a collective across ranks (seconds; --world-timeout)
+DEFAULT_WORLD_TIMEOUT_S = 60.0
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
@@ -95,6 +102,14 @@ class RunOptions:
     )
     #: host buffers from huge pages (mmap MAP_HUGETLB, then registered with the driver)
     host_huge_pages: bool = False
+    #: Longest any collective across ranks may take (--world-timeout); only read in a run of
+    #: several ranks.
+    world_timeout_s: float = attrs.field(default=DEFAULT_WORLD_TIMEOUT_S, validator=_seconds)
+    #: --sample-pairs: measure only this many cells (an int) or this share of them (a float
+    #: in (0, 1]) of every N x N testcase; None measures every cell.
+    sample_pairs: int | float | None = None
+    #: --seed of the pair sample (the same seed gives the same cells on every rank and run).
+    seed: int = 0
 
 
 @attrs.frozen
@@ -137,6 +152,10 @@ def options_record(
     }
     if o.host_huge_pages:  # only when asked for: older readers never see the key
         record["host_huge_pages"] = True
+    if o.sample_pairs is not None:  # only then: a full run's record is as it always was
+        record.update(sample_pairs=o.sample_pairs, seed=o.seed)
+    if o.world_timeout_s != DEFAULT_WORLD_TIMEOUT_S:
+        record["world_timeout_s"] = o.world_timeout_s
     if invocation is not None:
         i = invocation
         record.update(
@@ -175,6 +194,9 @@ def options_from_record(
             "verbose",
             "gate_timeout_s",
             "host_huge_pages",
+            "world_timeout_s",
+            "sample_pairs",
+            "seed",
         )
         if record.get(name) is not None
     }

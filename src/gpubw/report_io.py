@@ -367,6 +367,13 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         doc["expectations"] = json_safe(report.expectations)
     if report.nvml is not None:
         doc["nvml"] = json_safe(report.nvml)
+    if report.world is not None:
+        doc["world"] = json_safe(report.world)
+    if report.hosts:
+        doc["hosts"] = [
+            {"host": host, "testcases": [testcase_to_dict(t) for t in results]}
+            for host, results in report.hosts
+        ]
     return doc
 
 
@@ -435,6 +442,22 @@ def matrix_from_dict(d: Mapping[str, Any]) -> Matrix:
     return attrs.evolve(m, **explicit) if explicit else m
 
 
+def testcase_from_dict(t: Mapping[str, Any]) -> TestcaseResult:
+    """Inverse of :func:`testcase_to_dict`."""
+    return TestcaseResult(
+        key=t["key"],
+        status=Status(t["status"]),
+        message=t["message"],
+        index=t["index"],
+        description=t["description"],
+        size=t["size_bytes"],
+        matrices=[matrix_from_dict(m) for m in t["matrices"]],
+        duration_s=t["duration_s"],
+        plugin=t["plugin"],
+        output=t.get("output", ""),
+    )
+
+
 def report_from_dict(doc: Mapping[str, Any]) -> Report:
     """Rebuild a :class:`Report` from a validated document (e.g. to re-render it as text)."""
     run_options, invocation, stopped_by = options_from_record(doc["options"], doc["interrupted"])
@@ -450,20 +473,11 @@ def report_from_dict(doc: Mapping[str, Any]) -> Report:
         run_options=run_options,
         invocation=invocation,
         signal=stopped_by,
-        testcases=[
-            TestcaseResult(
-                key=t["key"],
-                status=Status(t["status"]),
-                message=t["message"],
-                index=t["index"],
-                description=t["description"],
-                size=t["size_bytes"],
-                matrices=[matrix_from_dict(m) for m in t["matrices"]],
-                duration_s=t["duration_s"],
-                plugin=t["plugin"],
-                output=t.get("output", ""),
-            )
-            for t in doc["testcases"]
+        testcases=[testcase_from_dict(t) for t in doc["testcases"]],
+        world=dict(doc["world"]) if "world" in doc else None,
+        hosts=[
+            (h["host"], tuple(testcase_from_dict(t) for t in h["testcases"]))
+            for h in doc.get("hosts", ())
         ],
         warnings=doc["warnings"],
         error=doc["error"],
@@ -501,6 +515,7 @@ __all__ = [
     "report_from_dict",
     "report_to_dict",
     "simulated_banner",
+    "testcase_from_dict",
     "testcase_to_dict",
     "validate",
     "validation_errors",

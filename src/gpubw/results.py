@@ -279,6 +279,15 @@ class Report:
         outlier among its peers)."""
         return any(getattr(v, "severity", None) == "fail" for v in self.verdicts)
 
+    #: the ranks of a multi-rank run (size, hosts, rank_hosts, processes, mpi_library,
+    #: handle_type, launcher); None for a run of one rank
+    world: dict[str, Any] | None = None
+    #: the single-node testcases' results of every host other than rank 0's, in host order:
+    #: (host name, results)
+    hosts: tuple[tuple[str, tuple[TestcaseResult, ...]], ...] = attrs.field(
+        converter=_tuple, default=()
+    )
+
     @property
     def interrupted(self) -> bool:
         """True if a signal stopped the run."""
@@ -289,6 +298,7 @@ class Report:
         """0 if every selected testcase Passed or was Waived, 130/143 if interrupted, 1 on
         an error, else 3 if a verdict failed (:func:`exit_status`)."""
         failed = bool(self.error) or not all(t.ok for t in self.testcases)
+        failed = failed or not all(t.ok for _, results in self.hosts for t in results)
         return exit_status(
             signal=self.signal, failed=failed, below_expectation=self.below_expectation
         )

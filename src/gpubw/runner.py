@@ -38,12 +38,14 @@ from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, UsageError
 from gpubw.interrupts import HANDLED_SIGNALS, SignalGuard, current
 from gpubw.kernels import PATTERN_WORDS
 from gpubw.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
+from gpubw.ranks import Ranks
 from gpubw.registry import Entry, Selected, Unresolved
 from gpubw.report_io import device_record, matrix_problem
 from gpubw.results import Matrix, Report, Status, TestcaseResult
 from gpubw.sizes import format_size
 from gpubw.system import System
 from gpubw.version import __version__
+from gpubw.world import WorldError
 
 #: nvbandwidth's warning for a buffer smaller than the default; its "(64MB)" is stale
 #: (the default is 512 MiB), so gpubw names the right figure.
@@ -300,6 +302,7 @@ def run(
     progress: ProgressCallback | None = None,
     handle_signals: bool = False,
     capture_output: bool = True,
+    partial: Callable[[Report], None] | None = None,
 ) -> Report:
     """Run ``selection`` at every size of ``options.buffer_sizes`` on the System that
     ``open_system(options)`` opens.
@@ -312,7 +315,10 @@ def run(
     for the run (main thread only) and puts the old handlers back; a signal that arrived
     before the System opened gives an interrupted Report with no testcases.
     ``capture_output`` (default True) keeps what plugin code prints to standard output out
-    of it, as each result's ``output``. The System is always closed.
+    of it, as each result's ``output``. The System is always closed. ``partial`` (if given)
+    receives the Report so far after each testcase (rank 0 of an MPI run writes it to
+    ``-o``, so a killed run leaves a valid partial report). In a world of several ranks (the
+    System's) each step runs as :class:`gpubw.ranks.Ranks` says.
     """
     guard = current() if handle_signals else None
     own = None
@@ -330,6 +336,7 @@ def run(
             progress=progress,
             guard=guard,
             capture_output=capture_output,
+            partial=partial,
         )
     finally:
         if own is not None:
@@ -347,6 +354,7 @@ def _run(
     progress: ProgressCallback | None,
     guard: SignalGuard | None,
     capture_output: bool,
+    partial: Callable[[Report], None] | None,
 ) -> Report:
     sizes = options.buffer_sizes
     state = _RunState(
@@ -395,16 +403,39 @@ def _run(
 
     backend = system.backend
     state.meta.update(backend=backend.name, simulated=bool(backend.simulated), versions={})
+    ranks: Ranks | None = None
+
+    def snapshot() -> None:
+        if partial is not None:
+            extra = ranks.report_fields() if ranks is not None else {}
+            # never fatal here: the other ranks go on, and the final write reports problems
+            with contextlib.suppress(Exception):
+                partial(
+                    Report(
+                        testcases=list(state.results),
+                        warnings=list(state.warnings),
+                        **{**state.meta, **extra},
+                    )
+                )
+
     try:
         state.meta.update(
             versions=software_versions(backend.versions()),
             devices=tuple(device_record(d) for d in system.devices),
         )
+        ranks = Ranks(system)
+        state.warnings += ranks.warnings
         if progress is not None:
-            header = Report(warnings=list(state.warnings), started=state.started, **state.meta)
+            fields = {**state.meta, **ranks.report_fields()}
+            header = Report(warnings=list(state.warnings), started=state.started, **fields)
             progress = _with_header(progress, header)
-        _run_all(system, selection, guard, state, progress, capture_output)
+        _run_all(system, selection, guard, state, progress, capture_output, ranks, snapshot)
+    except WorldError as exc:  # the ranks could not even meet: the run could not start
+        state.warnings.append(f"the ranks could not start the run together: {exc}")
     finally:
+        if ranks is not None:
+            with contextlib.suppress(Exception):
+                state.meta.update(ranks.report_fields())
         try:
             system.close()
         except Exception as exc:
@@ -436,8 +467,11 @@ def _run_all(
     state: _RunState,
     progress: ProgressCallback | None,
     capture_output: bool,
+    ranks: Ranks,
+    after_step: Callable[[], None],
 ) -> None:
-    """Every step in order, appending to ``state.results``; stops once a signal arrived."""
+    """Every step in order, appending to ``state.results``; stops once a signal arrived (or
+    once the world of ranks broke)."""
     sizes = system.options.buffer_sizes
     total = sum(len(_steps(item, sizes)) for item in selection)
     done = 0
@@ -448,12 +482,21 @@ def _run_all(
             key = item.key if isinstance(item, Entry) else item.token
             if progress is not None:
                 progress(Progress("start", done, total, key, size))
-            result = _step(item, system, size, guard, state, capture_output)
+            result = ranks.step(
+                lambda it, sys_, sz, _: _step(it, sys_, sz, guard, state, capture_output),
+                item,
+                system,
+                size,
+                guard,
+            )
             state.results.append(result)
             state.current = None
             done += 1
             if progress is not None:
                 progress(Progress("end", done, total, key, size, result))
+            after_step()
+            if ranks.stopped:
+                return
 
 
 def _step(

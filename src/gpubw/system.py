@@ -15,6 +15,8 @@ from gpubw.buffers import DST_SEED, SRC_SEED, BufferPool, pattern_bytes
 from gpubw.gate import Gate
 from gpubw.kernels.modules import GPUBW, KernelModule, generation, register_kernel_module
 from gpubw.options import RunOptions
+from gpubw.shared import Sharing
+from gpubw.world import SingleWorld, World, device_assignment
 
 __all__ = ["DST_SEED", "SRC_SEED", "System", "pattern_bytes"]
 
@@ -23,9 +25,13 @@ class System:
     """Backend + devices + the run's buffer pool, gate and caches. Use as a context manager or
     call :meth:`close`."""
 
-    def __init__(self, backend: Backend, options: RunOptions | None = None) -> None:
+    def __init__(
+        self, backend: Backend, options: RunOptions | None = None, *, world: World | None = None
+    ) -> None:
         self.backend = backend
         self.options = options or RunOptions()
+        #: the ranks of the run (one rank holding every local GPU without an MPI launcher)
+        self.world: World = world if world is not None else SingleWorld()
         self.devices: Sequence[DeviceInfo] = tuple(backend.devices())
         if self.options.host_huge_pages:  # refuse now when the host has too few
             backend.enable_host_huge_pages(max(self.options.buffer_sizes))
@@ -35,7 +41,27 @@ class System:
         self.gate: Gate = self.pool.gate
         #: kernel-module registry generation the devices were loaded at (None: not yet)
         self._kernels_loaded: int | None = None
+        self._sharing: Sharing | None = None
         self.closed = False
+
+    @property
+    def rank_device(self) -> int:
+        """The device this rank drives in the multinode testcases: its local rank modulo the
+        local device count (:func:`gpubw.world.device_assignment`)."""
+        return device_assignment(self.world, self.device_count).device
+
+    @property
+    def sharing(self) -> Sharing:
+        """Device memory shared across the world's ranks (made on first use; the handle kind
+        is agreed by the ranks at the first shared buffer)."""
+        if self._sharing is None:
+            self._sharing = Sharing(self.pool, self.world, self.rank_device)
+        return self._sharing
+
+    @property
+    def handle_kind(self) -> str | None:
+        """The handle kind the ranks agreed on, None if nothing was shared."""
+        return None if self._sharing is None else self._sharing.agreed_kind
 
     # -- devices and peers ----------------------------------------------------------------
     @property
@@ -108,6 +134,11 @@ class System:
             return
         self.closed = True
         errors: list[BaseException] = []
+        if self._sharing is not None:
+            try:
+                self._sharing.close()
+            except BaseException as exc:
+                errors.append(exc)
         try:
             self.pool.close()
         except BaseException as exc:

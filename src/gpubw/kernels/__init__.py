@@ -89,6 +89,14 @@ KERNELS: dict[str, KernelSpec] = {
             "`target` follows p = *(void**)p `steps` times from `start` and stores the final "
             "pointer to *sink (so the loop cannot be removed).",
         ),
+        KernelSpec(
+            "gpubw_gate_relay",
+            ("ptr", "ptr", "u64", "ptr"),
+            "(host_flag, device_flag, timeout_ns, status): the cross-rank gate's relay, on the "
+            "first rank's first stream: polls the host int *host_flag like gpubw_gate_wait, "
+            "then (also after a timeout, which writes 1 to *status) fences system-wide and "
+            "stores 1 to the device int *device_flag that every other rank's gate kernels poll.",
+        ),
     )
 }
 

@@ -353,3 +353,32 @@ extern "C" __global__ void gpubw_pointer_chase(const void *start, u64 steps, u32
     }
     *sink = p;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The cross-rank spin gate (multinode testcases; added by the mn-testcases branch, kept at the
+// end of the file and self-contained so that the copy kernels above can change independently).
+// (host_flag, device_flag, timeout_ns, status): on the first rank's first stream, one thread
+// polls the host int *host_flag as gpubw_gate_wait does; when it becomes non-zero it makes
+// everything before visible system-wide and stores 1 to *device_flag, a device int (in memory
+// shared by every rank) that every other rank's gpubw_gate_wait polls. On a timeout it writes
+// 1 to *status and still sets the device flag, so no rank's streams stay held.
+extern "C" __global__ void gpubw_gate_relay(const volatile int *host_flag,
+                                            volatile int *device_flag, u64 timeout_ns,
+                                            volatile int *status) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) {
+        return;
+    }
+    const u64 start = global_timer_ns();
+    while (*host_flag == 0) {
+        if (global_timer_ns() - start >= timeout_ns) {
+            *status = 1;
+            break;
+        }
+#if __CUDA_ARCH__ >= 700
+        __nanosleep(128);
+#endif
+    }
+    __threadfence_system();
+    *device_flag = 1;
+    __threadfence_system();
+}

@@ -1,12 +1,14 @@
-"""gpubw's built-in testcases: nvbandwidth's 35, in its order and with its keys, and gpubw's
-own. Each is an entry point of ``gpubw.testcases`` (see pyproject.toml), grouped by family:
+"""gpubw's built-in testcases: nvbandwidth's 35 and its 13 multinode ones, in its order and with
+its keys, and gpubw's own. Each is an entry point of ``gpubw.testcases`` (see
+pyproject.toml), grouped by family:
 
 * :mod:`.host` -- host <-> device, one device at a time (#0-#3, #16-#19);
 * :mod:`.peer` -- device <-> device over every accessible pair (#4-#7, #20-#23);
 * :mod:`.host_all` -- host <-> device with every device busy (#8-#11, #24-#27);
 * :mod:`.fan` -- all to one, one to all (#12-#15, #28-#31);
 * :mod:`.latency` -- pointer-chase latency (#32, #33);
-* :mod:`.local` -- copies inside one device (#34, device_local_copy_sm).
+* :mod:`.local` -- copies inside one device (#34, device_local_copy_sm);
+* :mod:`.multinode` -- across the ranks of an MPI run, one GPU per rank (#35-#47).
 
 The shapes they share (1 x N, N x N, bidirectional, all to one, host traffic) are in
 :mod:`.shapes`.
@@ -72,10 +74,53 @@ NVBANDWIDTH: tuple[tuple[str, str], ...] = (
     ("device_local_copy", "gpubw.testcases.local:DeviceLocalCopy"),
 )
 
-#: gpubw's own testcases (not in nvbandwidth), after nvbandwidth's.
+#: nvbandwidth's 13 multinode testcases (its multinode build's indexes 35-47, so ``-t 35``
+#: names the same testcase in both tools); waived unless the run has 2 or more ranks.
+MULTINODE: tuple[tuple[str, str], ...] = (
+    ("multinode_device_to_device_memcpy_read_ce", "gpubw.testcases.multinode:MultinodeReadCE"),
+    ("multinode_device_to_device_memcpy_write_ce", "gpubw.testcases.multinode:MultinodeWriteCE"),
+    (
+        "multinode_device_to_device_bidirectional_memcpy_read_ce",
+        "gpubw.testcases.multinode:MultinodeBidirectionalReadCE",
+    ),
+    (
+        "multinode_device_to_device_bidirectional_memcpy_write_ce",
+        "gpubw.testcases.multinode:MultinodeBidirectionalWriteCE",
+    ),
+    ("multinode_device_to_device_memcpy_read_sm", "gpubw.testcases.multinode:MultinodeReadSM"),
+    ("multinode_device_to_device_memcpy_write_sm", "gpubw.testcases.multinode:MultinodeWriteSM"),
+    (
+        "multinode_device_to_device_bidirectional_memcpy_read_sm",
+        "gpubw.testcases.multinode:MultinodeBidirectionalReadSM",
+    ),
+    (
+        "multinode_device_to_device_bidirectional_memcpy_write_sm",
+        "gpubw.testcases.multinode:MultinodeBidirectionalWriteSM",
+    ),
+    (
+        "multinode_device_to_device_all_to_one_write_sm",
+        "gpubw.testcases.multinode:MultinodeAllToOneWriteSM",
+    ),
+    (
+        "multinode_device_to_device_all_from_one_read_sm",
+        "gpubw.testcases.multinode:MultinodeAllFromOneReadSM",
+    ),
+    (
+        "multinode_device_to_device_broadcast_one_to_all_sm",
+        "gpubw.testcases.multinode:MultinodeBroadcastOneToAllSM",
+    ),
+    (
+        "multinode_device_to_device_broadcast_all_to_all_sm",
+        "gpubw.testcases.multinode:MultinodeBroadcastAllToAllSM",
+    ),
+    ("multinode_bisect_write_ce", "gpubw.testcases.multinode:MultinodeBisectWriteCE"),
+)
+
+#: gpubw's own testcases (not in nvbandwidth), after nvbandwidth's (indexes 48 and on; before
+#: the multinode testcases existed ``device_local_copy_sm`` was 35).
 GPUBW_OWN: tuple[tuple[str, str], ...] = (
     ("device_local_copy_sm", "gpubw.testcases.local:DeviceLocalCopySM"),
 )
 
 #: Every built-in testcase as (key = entry-point name, ``"module:Class"``), in list order.
-BUILTINS: tuple[tuple[str, str], ...] = NVBANDWIDTH + GPUBW_OWN
+BUILTINS: tuple[tuple[str, str], ...] = NVBANDWIDTH + MULTINODE + GPUBW_OWN

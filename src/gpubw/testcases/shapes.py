@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpubw.buffers import DeviceBuffer, HostBuffer
+from gpubw.errors import UsageError
 from gpubw.initiators import Initiator, SplitWarpCopy
 from gpubw.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
 from gpubw.options import MIB
@@ -98,16 +99,37 @@ def _measure_grid(
     r -> c and enabled both ways (nvbandwidth's order); an inaccessible pair stays None."""
     n = testcase.device_count
     grid: Grid = [[None] * n for _ in range(n)]
-    for r in range(n):
-        for c in range(n):
-            if r == c:
-                continue
-            with contextlib.ExitStack() as stack:
-                cell = Cell(testcase, size, stack)
-                row_buf, col_buf = cell.device(r), cell.device(c)
-                if row_buf.enable_peer_access(col_buf):
-                    grid[r][c] = op.measure(flow(cell, row_buf, col_buf))
+    cells, _ = sampled_cells(testcase, n)
+    for r, c in cells:
+        with contextlib.ExitStack() as stack:
+            cell = Cell(testcase, size, stack)
+            row_buf, col_buf = cell.device(r), cell.device(c)
+            if row_buf.enable_peer_access(col_buf):
+                grid[r][c] = op.measure(flow(cell, row_buf, col_buf))
     return grid
+
+
+def sampled_cells(
+    testcase: Testcase, n: int
+) -> tuple[list[tuple[int, int]], tuple[tuple[str, Any], ...]]:
+    """The off-diagonal cells of an n x n testcase to measure, in row-major order, and the
+    matrix notes that say so: every cell, no notes; with ``--sample-pairs`` the deterministic
+    sample of :func:`gpubw.sampling.sample_pairs` (same on every rank and every run for one
+    seed) and a ``sampled`` note ``{cells, measured, seed}`` (the rest stay None)."""
+    every = [(r, c) for r in range(n) for c in range(n) if r != c]
+    options = testcase.system.options
+    k = getattr(options, "sample_pairs", None)
+    if k is None or n < 2:
+        return every, ()
+    from gpubw.sampling import sample_pairs
+
+    seed = getattr(options, "seed", 0)
+    try:
+        chosen = sample_pairs(n, k, seed)
+    except ValueError as exc:
+        raise UsageError(f"--sample-pairs {k}: {exc}", param="sample_pairs") from None
+    cells = [rc for rc in every if rc in chosen]
+    return cells, (("sampled", {"cells": len(every), "measured": len(cells), "seed": seed}),)
 
 
 # -- words for Matrix.bytes_counted ---------------------------------------------------------
@@ -309,7 +331,12 @@ def n_by_n(
     grid = _measure_grid(testcase, size, op, flow)
     copy = copy_text(initiator, size, _counted([m for row in grid for m in row], 0), loops)
     counted = f"bytes of the copy ({copy}), counted once"
-    return [bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.FIRST, grid, counted)]
+    notes = sampled_cells(testcase, testcase.device_count)[1]
+    return [
+        bandwidth_matrix(
+            testcase, testcase.key, header, initiator, Kind.FIRST, grid, counted, notes=notes
+        )
+    ]
 
 
 def bidirectional(
@@ -332,8 +359,6 @@ def bidirectional(
 
     op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.VECTOR, loops=loops)
     grid = _measure_grid(testcase, size, op, flow)
-    cells = [m for row in grid for m in row]
-    names = (f"{word}1", f"{word}2")
     row_issues = prefer is Prefer.DST  # copy 1 goes into the row device
     what = (
         f"copy 1 (column device -> row device, issued by the {'row' if row_issues else 'column'} "
@@ -341,6 +366,32 @@ def bidirectional(
         f"copy 2 (row device -> column device, issued by the {'column' if row_issues else 'row'} "
         "device)",
     )
+    notes = sampled_cells(testcase, testcase.device_count)[1]
+    return bidirectional_matrices(
+        testcase, size, loops, initiator, header, word, grid, what, notes=notes
+    )
+
+
+def bidirectional_matrices(
+    testcase: Testcase,
+    size: int,
+    loops: int,
+    initiator: Initiator,
+    header: str,
+    word: str,
+    grid: Grid,
+    what: tuple[str, str],
+    *,
+    key_word: str | None = None,
+    notes: tuple[tuple[str, Any], ...] = (),
+) -> list[Matrix]:
+    """The three matrices of a bidirectional N x N grid (VECTOR cells of two copies):
+    ``<word>1``, ``<word>2`` and ``Total`` in ``header``'s ``{}``; the keys end in
+    ``_<key_word>1``, ``_<key_word>2`` (``key_word`` defaults to ``word``) and ``_total``.
+    ``what`` describes copy 1 and copy 2."""
+    cells = [m for row in grid for m in row]
+    names = (f"{word}1", f"{word}2")
+    key_names = (f"{key_word or word}1", f"{key_word or word}2")
     matrices = []
     for i in (0, 1):
         copy = copy_text(initiator, size, _counted(cells, i), loops)
@@ -351,13 +402,14 @@ def bidirectional(
         matrices.append(
             bandwidth_matrix(
                 testcase,
-                f"{testcase.key}_{names[i].lower()}",
+                f"{testcase.key}_{key_names[i].lower()}",
                 header.format(names[i]),
                 initiator,
                 Kind.VECTOR,
                 grid,
                 counted,
                 pair=i,
+                notes=notes,
             )
         )
     first, second = matrices
@@ -386,6 +438,7 @@ def bidirectional(
             initiator=initiator.name,
             bandwidth_kind=Kind.VECTOR.value,
             bytes_per_copy=_counted(cells, None),
+            notes=notes,
         )
     )
     return matrices
@@ -473,10 +526,12 @@ __all__ = [
     "all_to_one",
     "bandwidth_matrix",
     "bidirectional",
+    "bidirectional_matrices",
     "copy_text",
     "host_traffic",
     "labels",
     "n_by_n",
     "one_by_n",
     "one_to_all",
+    "sampled_cells",
 ]

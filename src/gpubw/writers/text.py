@@ -122,6 +122,9 @@ class TextWriter(Writer):
         if report.simulated:
             backend += f" (system {report.system_name or 'model'})"
         out += [f"Backend: {backend}", ""]
+        if report.world is not None and report.world.get("mpi_library"):
+            # nvbandwidth's multinode build: after the version block's blank line
+            out.append(f"MPI version: {' '.join(str(report.world['mpi_library']).split())}")
         if report.warnings:
             out += [*report.warnings, ""]
         v = report.versions
@@ -136,13 +139,21 @@ class TextWriter(Writer):
             if self.verbose:
                 out += device_facts_lines(d)
         out.append("")
+        if report.world is not None:
+            out += world_lines(report.world)
         if report.error:
             out.append(f"ERROR: {report.error}")
         return out
 
     def footer_lines(self, report: Report, swept: dict[str, list[TestcaseResult]]) -> list[str]:
-        """Everything after the last testcase: size tables, how the run ended, the NOTE."""
-        out: list[str] = []
+        """Everything after the last testcase: other hosts' summaries and how memory was
+        shared (a run of several ranks), size tables, how the run ended, the NOTE."""
+        out: list[str] = host_summary_lines(report)
+        if report.world is not None and report.world.get("handle_type"):
+            out += [
+                f"Memory was shared across ranks with {report.world['handle_type']} handles",
+                "",
+            ]
         for key, results in swept.items():
             out += sweep_table(key, results)
         if report.expectations is not None:  # the run was judged: every verdict, worst first
@@ -188,6 +199,39 @@ class TextWriter(Writer):
         elif t.status is Status.INTERRUPTED:
             out += [f"Interrupted: {t.message or 'testcase did not finish'}", ""]
         return out
+
+
+def world_lines(world: dict[str, Any]) -> list[str]:
+    """The ranks of a multi-rank run after the device list, as nvbandwidth's multinode build:
+    one line per rank ``Process <rank> (<host>): device <d>: <name> (<pci>)``, and a blank
+    line (``MPI version:`` goes in the version block)."""
+    out = []
+    width = len(str(max(int(world.get("size", 1)) - 1, 0)))
+    for p in world.get("processes") or ():
+        pci = f" ({p['pci']})" if p.get("pci") else ""
+        out.append(
+            f"Process {p.get('rank', 0):>{width}} ({p.get('host', '')}): device "
+            f"{p.get('device', 0)}: {p.get('name', 'unknown')}{pci}"
+        )
+    return [*out, ""] if out else []
+
+
+def host_summary_lines(report: Report) -> list[str]:
+    """A run over several hosts: one line per other host and testcase (its single-node
+    results; rank 0's own host is reported above as nvbandwidth does):
+    ``host <name>: <matrix key> SUM <x>`` per matrix, or its status and message."""
+    out = []
+    for host, results in report.hosts:
+        for t in results:
+            if t.status is Status.PASSED:
+                scale = [display_scale(m.unit) for m in t.matrices]
+                out += [
+                    f"host {host}: {m.key} SUM {_f(m.sum * f)}" for m, f in zip(t.matrices, scale)
+                ]
+            else:
+                message = f": {t.message}" if t.message else ""
+                out.append(f"host {host}: {t.key} {t.status.value}{message}")
+    return [*out, ""] if out else []
 
 
 def _several_sizes(report: Report) -> bool:

@@ -198,6 +198,9 @@ class Alloc:
     #: whether the allocation counts against its device's memory (a multicast mapping's
     #: address range does not: its members do)
     counted: bool = True
+    #: memory another process may store to, unseen here: a shadow import, or an export of a
+    #: process's own engine (a real MPI run of simulated ranks; rank views share one engine)
+    foreign: bool = False
 
     @property
     def where(self) -> str:

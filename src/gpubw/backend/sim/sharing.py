@@ -181,6 +181,7 @@ class SharingMixin:
         pointer = self._alloc_shared(g, _rounded(nbytes))
         shared = self._shared
         alloc = shared.memory.allocs[pointer]
+        alloc.foreign = getattr(self, "rank", None) is None  # importers in other processes
         shared.exports[pointer] = Export(alloc, kind, self.view_id, self.host)
         self._exports.add(pointer)
         return pointer, (_TOKEN, shared.token, kind, pointer, alloc.size, g, self.host)
@@ -227,6 +228,7 @@ class SharingMixin:
             alloc = export.alloc
         else:  # another process's engine: a shadow on the owner's device, here
             alloc = shared.memory.allocs[self._alloc_shared(owner_device, size)]
+            alloc.foreign = True
             self._shadows.add(alloc.base)
         if pointer in self._imports and token == shared.token:
             raise CudaError(call, "CUDA_ERROR_ALREADY_MAPPED", "imported twice")

@@ -1,0 +1,362 @@
+"""The shapes of nvbandwidth's multinode testcases (#35-#47), written once.
+
+N is the world size and "GPU g" is rank g's device. Every rank runs the same shape: buffers
+shared by a rank with all (U(o), MC(o)) are made and freed collectively, in the same order on
+every rank; a local buffer L(o) exists only on o. Each cell hands
+:meth:`~gpubw.measurement.MemcpyOperation.measure_ranks` the global pair list (a pair's copy
+only on its exec rank), so every rank joins every agreement point and ends with the whole
+cell. gpubw allocates each rank's U once per testcase (at the testcase's size) and reuses it
+across cells where nvbandwidth re-allocates per cell: the same copies, far fewer collective
+allocations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from gpubw.buffers import Buffer, DeviceBuffer
+from gpubw.initiators import Initiator
+from gpubw.measurement import (
+    CellMeasurement,
+    Copy,
+    Kind,
+    MemcpyOperation,
+    Prefer,
+    RankCopy,
+    RankGate,
+)
+from gpubw.results import Matrix
+from gpubw.shared import MulticastBuffer, SharedBuffer
+from gpubw.testcase import Testcase
+from gpubw.testcases.shapes import (
+    Grid,
+    _counted,
+    bandwidth_matrix,
+    bidirectional_matrices,
+    copy_text,
+    sampled_cells,
+)
+
+#: the reason every multinode testcase is waived in a run of one rank
+ONE_RANK = "needs an MPI run of 2 or more ranks (world size is 1)"
+
+
+class MultinodeTestcase(Testcase):
+    """Base of the multinode testcases: waived unless the world has 2 or more ranks; with
+    ``multicast`` also unless every rank's devices allow NVLink multicast (agreed by all
+    ranks, so all waive together, with the failing rank's reason)."""
+
+    multicast = False
+
+    @property
+    def world(self) -> Any:
+        return self.system.world
+
+    def filter(self) -> bool:
+        world = self.world
+        if world.size < 2:
+            return self.waive(ONE_RANK)
+        if not self.multicast:
+            return True
+        ok = self.needs_multicast()
+        reasons = world.allgather(None if ok else self.waive_reason)
+        failed = [(r, m) for r, m in enumerate(reasons) if m is not None]
+        if not failed:
+            return True
+        if len({m for _, m in failed}) == 1 and len(failed) == world.size:
+            return self.waive(failed[0][1])  # the same reason everywhere (an env variable)
+        rank, message = failed[0]
+        more = f" (and {len(failed) - 1} more rank(s))" if len(failed) > 1 else ""
+        return self.waive(f"rank {rank}: {message}{more}")
+
+
+class Shared:
+    """The buffers of one testcase run across ranks, each freed (collectively, in reverse
+    order of creation, on every rank alike) when the stack closes."""
+
+    def __init__(self, testcase: MultinodeTestcase, stack: contextlib.ExitStack) -> None:
+        self.system = testcase.system
+        self.world = testcase.world
+        self._stack = stack
+
+    def unicast(self, owner: int, nbytes: int) -> Any:
+        """U(owner): device memory of ``owner`` mapped by every rank (collective)."""
+        buf = SharedBuffer.create(self.system, owner, nbytes)
+        self._stack.callback(buf.close)
+        return buf
+
+    def multicast(self, owner: int, nbytes: int) -> Any:
+        """MC(owner): a multicast object of every rank's device (collective)."""
+        buf = MulticastBuffer.create(self.system, owner, nbytes)
+        self._stack.callback(buf.close)
+        return buf
+
+    def local(self, owner: int, nbytes: int) -> DeviceBuffer | None:
+        """L(owner): plain memory on the owner's device, made only on the owner."""
+        if self.world.rank != owner:
+            return None
+        buf = DeviceBuffer.allocate(self.system, self.system.rank_device, nbytes)
+        self._stack.callback(buf.close)
+        return buf
+
+    def gate(self) -> RankGate:
+        """The device flag of the cross-rank spin gate (collective)."""
+        return self._stack.enter_context(RankGate.create(self.system))
+
+
+class Part(Buffer):
+    """``nbytes`` of a shared buffer from ``offset`` on: one of the fresh per-peer buffers
+    U_j(g) of the all-to-one/one-from-all testcases, which gpubw carves out of one shared
+    allocation per column (one collective allocation instead of N - 1; the same device
+    memory, the same copies). Freed with the whole (collectively), never on its own."""
+
+    def __init__(self, whole: Any, offset: int, nbytes: int) -> None:
+        super().__init__(whole.pool, whole.ptr + offset, nbytes, whole.device)
+        self.whole = whole
+
+    @property
+    def context_device(self) -> int | None:
+        return self.whole.context_device
+
+    @property
+    def label(self) -> str:
+        return str(self.whole.label)
+
+    def close(self) -> None:
+        """Nothing: the whole shared buffer is freed collectively."""
+
+    def free(self) -> None:
+        """Nothing: the whole shared buffer is freed collectively."""
+
+
+#: alignment of the parts of a shared buffer (copy kernels load 16-byte vectors)
+PART_ALIGN = 4096
+
+
+def parts(whole: Any, count: int, nbytes: int) -> list[Part]:
+    """``count`` parts of ``nbytes`` each, aligned to :data:`PART_ALIGN`, of ``whole``."""
+    stride = -(-nbytes // PART_ALIGN) * PART_ALIGN
+    return [Part(whole, i * stride, nbytes) for i in range(count)]
+
+
+def pair(world: Any, rank: int, src: Any, dst: Any) -> RankCopy:
+    """A pair issued by ``rank``: its buffers only where they are used."""
+    if world.rank != rank:
+        return RankCopy(rank, None)
+    assert src is not None and dst is not None, "the exec rank holds both buffers"
+    return RankCopy(rank, Copy(src, dst))
+
+
+# -- N x N ------------------------------------------------------------------------------------
+#: a cell's pairs from (world, r, c, buffer sets U[k][o])
+GridFlow = Callable[[Any, int, int, Sequence[Sequence[Any]]], list[RankCopy]]
+
+
+def _grid(
+    testcase: MultinodeTestcase, size: int, op: MemcpyOperation, flow: GridFlow, sets: int
+) -> tuple[Grid, tuple[tuple[str, Any], ...]]:
+    n = testcase.world.size
+    grid: Grid = [[None] * n for _ in range(n)]
+    cells, notes = sampled_cells(testcase, n)
+    with contextlib.ExitStack() as stack:
+        shared = Shared(testcase, stack)
+        gate = shared.gate()
+        buffers = [[shared.unicast(o, size) for o in range(n)] for _ in range(sets)]
+        for r, c in cells:
+            grid[r][c] = op.measure_ranks(flow(testcase.world, r, c, buffers), gate)
+    return grid, notes
+
+
+def read(world: Any, r: int, c: int, u: Sequence[Sequence[Any]]) -> list[RankCopy]:
+    """U(c) -> U(r), issued by r."""
+    return [pair(world, r, u[0][c], u[0][r])]
+
+
+def write(world: Any, r: int, c: int, u: Sequence[Sequence[Any]]) -> list[RankCopy]:
+    """U(r) -> U(c), issued by r."""
+    return [pair(world, r, u[0][r], u[0][c])]
+
+
+def n_by_n(
+    testcase: MultinodeTestcase,
+    size: int,
+    loops: int,
+    initiator: Initiator,
+    header: str,
+    flow: GridFlow,
+    *,
+    prefer: Prefer,
+) -> list[Matrix]:
+    """Row r, column c: ``flow``'s one copy between r's and c's shared buffers (FIRST)."""
+    op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.FIRST, loops=loops)
+    grid, notes = _grid(testcase, size, op, flow, 1)
+    cells = [m for row in grid for m in row if m is not None]
+    counted = cells[0].counted_bytes[0] if cells else None
+    text = f"bytes of the copy ({copy_text(initiator, size, counted, loops)}), counted once"
+    return [
+        bandwidth_matrix(
+            testcase, testcase.key, header, initiator, Kind.FIRST, grid, text, notes=notes
+        )
+    ]
+
+
+def bidirectional(
+    testcase: MultinodeTestcase,
+    size: int,
+    loops: int,
+    initiator: Initiator,
+    header: str,
+    word: str,
+    *,
+    prefer: Prefer,
+    key_word: str | None = None,
+) -> list[Matrix]:
+    """Row r, column c: two copies at once between r and c over two sets of shared buffers:
+    read (``prefer`` DST) c1 -> r1 issued by r and r2 -> c2 by c; write (SRC) r1 -> c1 by r
+    and c2 -> r2 by c. Three matrices as the single-node tests (``key_word`` names the keys
+    where nvbandwidth's header says another word)."""
+
+    def flow(world: Any, r: int, c: int, u: Sequence[Sequence[Any]]) -> list[RankCopy]:
+        (u1, u2) = u
+        if prefer is Prefer.DST:
+            return [pair(world, r, u1[c], u1[r]), pair(world, c, u2[r], u2[c])]
+        return [pair(world, r, u1[r], u1[c]), pair(world, c, u2[c], u2[r])]
+
+    op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.VECTOR, loops=loops)
+    grid, notes = _grid(testcase, size, op, flow, 2)
+    what = (
+        "copy 1 (issued by the row rank)",
+        "copy 2 (the reverse direction, issued by the column rank)",
+    )
+    return bidirectional_matrices(
+        testcase, size, loops, initiator, header, word, grid, what, key_word=key_word, notes=notes
+    )
+
+
+# -- 1 x N and the all-at-once shapes ----------------------------------------------------------
+def fan(
+    testcase: MultinodeTestcase,
+    size: int,
+    loops: int,
+    initiator: Initiator,
+    header: str,
+    *,
+    into: bool,
+) -> list[Matrix]:
+    """Column g: every other rank j at once, between its L(j) and a fresh U_j(g) owned by g,
+    issued by j: L(j) -> U_j(g) if ``into`` (data enters g) else U_j(g) -> L(j). SUM. The
+    U_j(g) of a column are :class:`Part` s of one shared allocation of g's."""
+    world = testcase.world
+    n = world.size
+    op = MemcpyOperation(testcase.system, initiator, prefer=Prefer.SRC, kind=Kind.SUM, loops=loops)
+    row: list[CellMeasurement | None] = []
+    with contextlib.ExitStack() as run_stack:
+        shared = Shared(testcase, run_stack)
+        gate = shared.gate()
+        mine = shared.local(world.rank, size)
+        for g in range(n):
+            with contextlib.ExitStack() as stack:
+                column = Shared(testcase, stack)
+                stride = -(-size // PART_ALIGN) * PART_ALIGN
+                fresh = iter(parts(column.unicast(g, stride * (n - 1)), n - 1, size))
+                pairs = []
+                for j in range(n):
+                    if j == g:
+                        continue
+                    theirs = next(fresh)
+                    local = mine if world.rank == j else None
+                    pairs.append(
+                        pair(world, j, local, theirs) if into else pair(world, j, theirs, local)
+                    )
+                row.append(op.measure_ranks(pairs, gate))
+    direction = "into" if into else "out of"
+    text = (
+        f"bytes of every simultaneous copy {direction} the column's GPU, one per other rank "
+        f"({copy_text(initiator, size, _counted(row, None), loops)}), each rank's figure summed"
+    )
+    return [bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.SUM, [row], text)]
+
+
+def broadcast(
+    testcase: MultinodeTestcase,
+    size: int,
+    loops: int,
+    initiator: Initiator,
+    header: str,
+    *,
+    all_at_once: bool,
+) -> list[Matrix]:
+    """L(g) -> MC(g) issued by g: column g alone (1 x N), or every g at once (1 x 1). Copies
+    use the size rounded down to whole 4-byte words (spec 3.5). SUM."""
+    world = testcase.world
+    n = world.size
+    nbytes = size // 4 * 4
+    op = MemcpyOperation(testcase.system, initiator, prefer=Prefer.SRC, kind=Kind.SUM, loops=loops)
+    row: list[CellMeasurement | None] = []
+    with contextlib.ExitStack() as stack:
+        shared = Shared(testcase, stack)
+        gate = shared.gate()
+        mine = shared.local(world.rank, nbytes)
+        groups = [list(range(n))] if all_at_once else [[g] for g in range(n)]
+        for group in groups:
+            with contextlib.ExitStack() as cell_stack:
+                cell = Shared(testcase, cell_stack)
+                pairs = [pair(world, g, mine, cell.multicast(g, nbytes)) for g in group]
+                row.append(op.measure_ranks(pairs, gate))
+    text = (
+        "bytes written to the multicast object by each issuing rank "
+        f"({copy_text(initiator, nbytes, _counted(row, None), loops)}), counted once, summed "
+        "over ranks"
+    )
+    return [bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.SUM, [row], text)]
+
+
+def bisect_labels(n: int) -> tuple[str, ...]:
+    """nvbandwidth's row labels of the bisect test: ``<i>-><p>``, p = (i + n/2) mod n, each
+    number right-aligned to the digit width of n - 1."""
+    w = len(str(n - 1))
+    return tuple(f"{i:>{w}}->{(i + n // 2) % n:>{w}}" for i in range(n))
+
+
+def bisect(
+    testcase: MultinodeTestcase, size: int, loops: int, initiator: Initiator, header: str
+) -> list[Matrix]:
+    """Every rank i at once receives from its partner p = (i + N/2) mod N: S(p) -> D(i),
+    issued by p (a write). Row i (labelled ``i->p``, the reverse of the data's direction,
+    as nvbandwidth) holds the copy into i. VECTOR, N x 1."""
+    world = testcase.world
+    n = world.size
+    op = MemcpyOperation(
+        testcase.system, initiator, prefer=Prefer.SRC, kind=Kind.VECTOR, loops=loops
+    )
+    with contextlib.ExitStack() as stack:
+        shared = Shared(testcase, stack)
+        gate = shared.gate()
+        src = [shared.unicast(o, size) for o in range(n)]
+        dst = [shared.unicast(o, size) for o in range(n)]
+        partner = [(i + n // 2) % n for i in range(n)]
+        m = op.measure_ranks(
+            [pair(world, partner[i], src[partner[i]], dst[i]) for i in range(n)], gate
+        )
+    grid: Grid = [[m] for _ in range(n)]
+    text = (
+        f"bytes of the copy into the row's rank "
+        f"({copy_text(initiator, size, _counted([m], None), loops)}), "
+        "counted once; every rank's copy runs at the same time"
+    )
+    matrix = bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.VECTOR, grid, text)
+    values = [[m.pair_value(i)] for i in range(n)]
+    samples = [[m.pair_samples[i]] for i in range(n)]
+    return [
+        attrs.evolve(
+            matrix,
+            row_labels=bisect_labels(n),
+            column_labels=("0",),
+            values=values,
+            samples=samples,
+        )
+    ]

@@ -1,0 +1,72 @@
+"""Test support: simulated ranks in one process (one simulated engine, a view per rank).
+
+:func:`run_ranks` runs a function on every rank's System; :func:`ranked_report` runs whole
+testcases through the runner on every rank and returns rank 0's Report, as ``gpubw
+--simulate`` does for a preset with hosts (:func:`gpubw.ranks.run_simulated`). The model's
+jitter is set to 0 so that figures do not depend on the order the rank threads run in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from gpubw import api, runner
+from gpubw.backend.presets import load_system
+from gpubw.backend.sim import SimEngine, SimSystem
+from gpubw.backend.sim.faults import Faults
+from gpubw.options import RunOptions
+from gpubw.ranks import run_simulated
+from gpubw.results import Report
+from gpubw.system import System
+from gpubw.world import World
+from gpubw.world.simulated import RankOutcome, SimulatedCluster
+
+
+def model(preset: str) -> SimSystem:
+    return attrs.evolve(load_system(preset), jitter=0.0)
+
+
+def run_ranks(
+    preset: str,
+    hosts: Sequence[int],
+    fn: Callable[[System], Any],
+    options: RunOptions,
+    faults: dict[int, Faults] | None = None,
+    timeout_s: float = 30.0,
+) -> list[RankOutcome[Any]]:
+    """``fn(system)`` on every rank of a cluster of ``hosts`` (ranks per host)."""
+    engine = SimEngine(model(preset))
+    cluster = SimulatedCluster(list(hosts), timeout_s=timeout_s, on_step=engine.align_clocks)
+
+    def body(world: World) -> Any:
+        view = engine.rank_view(
+            world.rank, cluster.rank_hosts[world.rank], (faults or {}).get(world.rank)
+        )
+        with System(view, options, world=world) as system:
+            return fn(system)
+
+    return cluster.run(body)
+
+
+def ranked_report(
+    preset: str | SimSystem,
+    hosts: Sequence[int],
+    options: RunOptions,
+    testcases: Sequence[str] = (),
+    prefixes: Sequence[str] = (),
+    timeout_s: float = 30.0,
+) -> Report:
+    """Rank 0's Report of running the selection on every simulated rank."""
+    selection, warnings = api.select(list(testcases), list(prefixes))
+    system = model(preset) if isinstance(preset, str) else preset
+    return run_simulated(
+        system,
+        tuple(hosts),
+        lambda open_rank, world: runner.run(
+            open_rank, selection, options, system_name=system.name, warnings=warnings
+        ),
+        timeout_s,
+    )

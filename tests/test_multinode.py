@@ -1,0 +1,365 @@
+"""The 13 multinode testcases (#35-#47) over simulated ranks in one process."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import attrs
+import pytest
+
+from _ranked import model, ranked_report, run_ranks
+from gpubw import measurement
+from gpubw.errors import GpubwError
+from gpubw.measurement import CellMeasurement, MemcpyOperation, RankCopy
+from gpubw.options import RunOptions
+from gpubw.registry import Registry
+from gpubw.report_io import dumps
+from gpubw.results import BANDWIDTH, Matrix, Report, Status
+from gpubw.system import System
+from gpubw.testcases import BUILTINS, MULTINODE
+from gpubw.testcases.multinode_shapes import ONE_RANK, bisect_labels
+from gpubw.testcases.shapes import sampled_cells
+from gpubw.world.simulated import SimulatedCluster
+from gpubw.writers.text import TextWriter, matrix_lines
+
+GOLDEN = Path(__file__).parent / "golden"
+SMALL = RunOptions(samples=1, loops=2, buffer_sizes=(1 << 20,))
+KEYS = [key for key, _ in MULTINODE]
+MULTICAST = ("multinode_device_to_device_broadcast_one_to_all_sm",
+             "multinode_device_to_device_broadcast_all_to_all_sm")  # fmt: skip
+
+
+def entry(key: str) -> Any:
+    found = Registry.discover().by_key(key)
+    assert found is not None
+    return found
+
+
+def text(report: Report) -> str:
+    out = io.StringIO()
+    TextWriter().write(report, out)
+    return out.getvalue()
+
+
+def statuses(report: Report) -> dict[str, str]:
+    return {t.key: t.status.value for t in report.testcases}
+
+
+def check_golden(name: str, actual: str) -> None:
+    path = GOLDEN / name
+    if not path.exists():  # pragma: no cover - written once, then compared
+        path.write_text(actual)
+    assert actual == path.read_text()
+
+
+# -- registry and filters --------------------------------------------------------------------
+def test_indexes_are_nvbandwidths_multinode_build() -> None:
+    """-t 35 .. 47 name the multinode testcases as in nvbandwidth; gpubw's own follow at 48."""
+    registry = Registry.discover()
+    by_index = {e.index: e.key for e in registry.entries}
+    assert [by_index[i] for i in range(35, 48)] == KEYS
+    assert by_index[48] == "device_local_copy_sm"
+    assert [k for k, _ in BUILTINS].index("multinode_bisect_write_ce") == 47
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_waived_in_a_run_of_one_rank(sim_system: Any, key: str) -> None:
+    """Without a launcher (world size 1) every multinode testcase is waived, saying why."""
+    system = sim_system("h200x2")
+    tc = entry(key).create(system)
+    assert tc.filter() is False
+    assert tc.waive_reason == ONE_RANK == "needs an MPI run of 2 or more ranks (world size is 1)"
+
+
+def _filters(preset: str, hosts: list[int], key: str, lacking: int | None = None) -> list[Any]:
+    def fn(system: System) -> tuple[bool, str]:
+        if system.world.rank == lacking:
+            system.devices = tuple(
+                attrs.evolve(d, multicast_supported=False) for d in system.devices
+            )
+        tc = entry(key).create(system)
+        return tc.filter(), tc.waive_reason
+
+    outcomes = run_ranks(preset, hosts, fn, SMALL)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    return [o.value for o in outcomes]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "NCCL_NVLS_ENABLE=0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
+        "NVSHMEM_DISABLE_NVLS=1",
+        "GPUBW_DISABLE_MULTICAST=1",
+    ],
+)
+def test_multicast_waived_where_the_environment_disables_it(
+    monkeypatch: pytest.MonkeyPatch, setting: str
+) -> None:
+    """#45/#46 are waived on every rank, naming the variable, before any device call."""
+    for name in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+                 "GPUBW_DISABLE_MULTICAST"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    name, value = setting.split("=")
+    monkeypatch.setenv(name, value)
+    for ok, reason in _filters("gb200nvl72", [2], MULTICAST[0]):
+        assert not ok and setting in reason and "rank" not in reason
+
+
+def test_multicast_waived_where_local_devices_lack_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On h200x2 (no multicast) both ranks waive #46 with the same reason."""
+    monkeypatch.delenv("GPUBW_DISABLE_MULTICAST", raising=False)
+    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    results = _filters("h200x2", [2], MULTICAST[1])
+    assert results == [(False, results[0][1])] * 2
+    assert "multicast support" in results[0][1]
+
+
+def test_multicast_waiver_is_agreed_when_one_rank_lacks_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One rank's devices without multicast waive #45 on every rank, naming that rank."""
+    for name in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+                 "GPUBW_DISABLE_MULTICAST"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    results = _filters("gb200nvl72", [2, 2], MULTICAST[0], lacking=3)
+    reasons = {r for _, r in results}
+    assert [ok for ok, _ in results] == [False] * 4 and len(reasons) == 1
+    assert reasons.pop().startswith("rank 3: needs devices with NVLink multicast support")
+    assert all(ok for ok, _ in _filters("gb200nvl72", [2, 2], MULTICAST[0]))
+
+
+# -- combination -------------------------------------------------------------------------------
+def test_first_sum_vector_from_values_that_differ_per_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every rank ends with the whole cell: each pair's samples from its exec rank, in
+    global pair order, so FIRST is the first rank's pair, SUM the sum over ranks' pairs,
+    VECTOR each pair's."""
+    pairs_ranks = [2, 0, 1, 2]  # pair i is issued by rank pairs_ranks[i]
+
+    def local(self: MemcpyOperation, copies: Any, indexes: list[int], **_: Any) -> dict:
+        rank = self.system.world.rank
+        return {i: (100, (1e9 * (rank + 1) + i, 3e9 * (rank + 1) + i)) for i in indexes}
+
+    monkeypatch.setattr(MemcpyOperation, "_measure_local", local)
+
+    class Fake:
+        def __init__(self, world: Any) -> None:
+            self.world = world
+            self.options = SMALL
+
+    def body(world: Any) -> CellMeasurement:
+        op = MemcpyOperation.__new__(MemcpyOperation)
+        op.system, op.loops = Fake(world), 2  # type: ignore[assignment]
+        end = SimpleNamespace(label=f"Multinode node {world.rank}")
+        copy = SimpleNamespace(src=end, dst=end)
+        pairs = [RankCopy(r, copy if r == world.rank else None) for r in pairs_ranks]  # type: ignore[arg-type]
+        return op.measure_ranks(pairs, rank_gate=None)  # type: ignore[arg-type]
+
+    outcomes = SimulatedCluster([3], timeout_s=10).run(body)
+    cells = [o.value for o in outcomes]
+    assert all(o.ok for o in outcomes) and cells[0] == cells[1] == cells[2]
+    cell = cells[0]
+    median = [2e9 * (r + 1) + i for i, r in enumerate(pairs_ranks)]
+    assert cell.vector() == pytest.approx(median)
+    assert cell.value(measurement.Kind.FIRST) == pytest.approx(2e9 * 3)
+    assert cell.value(measurement.Kind.SUM) == pytest.approx(sum(median))
+    assert cell.counted_bytes == (100,) * 4
+
+
+# -- golden text -------------------------------------------------------------------------------
+def test_two_ranks_on_h200x2_golden(monkeypatch: pytest.MonkeyPatch) -> None:
+    """-p multinode on 2 simulated ranks of h200x2: 11 Passed, #45/#46 Waived, posix-fd."""
+    monkeypatch.delenv("GPUBW_DISABLE_MULTICAST", raising=False)
+    report = ranked_report("h200x2", [2], SMALL, prefixes=["multinode"])
+    assert [s for k, s in statuses(report).items() if k not in MULTICAST] == ["Passed"] * 11
+    assert report.world is not None and report.world["handle_type"] == "posix-fd"
+    check_golden("multinode_h200x2_2ranks.txt", text(report))
+    doc = json.loads(dumps(report))
+    assert doc["world"]["size"] == 2 and doc["world"]["rank_hosts"] == [0, 0]
+    three = doc["testcases"][2]["matrices"]
+    assert [m["key"][-6:] for m in three] == ["_read1", "_read2", "_total"]
+
+
+def test_cross_rank_figures_equal_the_single_node_ones(sim_system: Any) -> None:
+    """A multinode copy between two ranks of one host is the single-node copy between their
+    devices (one engine: the same links), for CE and SM."""
+    multi = ranked_report("h200x2", [2], SMALL, testcases=[KEYS[0], KEYS[4]])
+    for t, key in zip(multi.testcases, ("device_to_device_memcpy_read_ce",
+                                         "device_to_device_memcpy_read_sm")):  # fmt: skip
+        system = sim_system(model("h200x2"), options=SMALL)
+        (single,) = entry(key).create(system).run(1 << 20, 2)
+        got = t.matrices[0].values
+        assert got[0][1] == pytest.approx(single.values[0][1], rel=0.01)
+        assert got[1][0] == pytest.approx(single.values[1][0], rel=0.01)
+
+
+def test_eight_ranks_on_two_hosts_golden(monkeypatch: pytest.MonkeyPatch) -> None:
+    """8 ranks on 2 hosts of gb200nvl72 with --sample-pairs 8 --seed 1: fabric handles,
+    every testcase, 8 measured cells per N x N matrix, the #47 labels."""
+    for name in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+                 "GPUBW_DISABLE_MULTICAST"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    options = attrs.evolve(SMALL, sample_pairs=8, seed=1)
+    report = ranked_report("gb200nvl72", [4, 4], options, prefixes=["multinode"], timeout_s=60)
+    assert set(statuses(report).values()) == {"Passed"}, report.testcases
+    first = report.testcases[0].matrices[0]
+    assert sum(v is not None for row in first.values for v in row) == 8
+    assert dict(first.notes)["sampled"] == {"cells": 56, "measured": 8, "seed": 1}
+    bisect = report.testcases[-1].matrices[0]
+    assert bisect.row_labels == bisect_labels(8) and bisect.column_labels == ("0",)
+    check_golden("multinode_gb200nvl72_8ranks.txt", text(report))
+
+
+@pytest.mark.parametrize(
+    ("n", "first", "last"), [(8, "0->4", "7->3"), (12, " 0-> 6", "11-> 5"), (2, "0->1", "1->0")]
+)
+def test_bisect_labels(n: int, first: str, last: str) -> None:
+    """Row i is ``i->p``, p = (i + N/2) mod N, numbers padded to the digits of N - 1."""
+    labels = bisect_labels(n)
+    assert (labels[0], labels[-1], len(labels)) == (first, last, n)
+    m = Matrix(
+        key="multinode_bisect_write_ce",
+        description="Bisect benchmarking, simultaneous write CE BW",
+        unit=BANDWIDTH,
+        row_labels=labels,
+        column_labels=("0",),
+        values=[[1e9 * (i + 1)] for i in range(n)],
+    )
+    lines = matrix_lines(m)
+    width = max(2, len(labels[0]))
+    assert lines[1] == " " * width + f"{'0':>10}"
+    assert lines[2] == f"{labels[0]:>{width}}{'1.00':>10}"
+
+
+# -- sampling ----------------------------------------------------------------------------------
+def test_sample_pairs_on_a_72_gpu_rack_is_deterministic() -> None:
+    """--sample-pairs 0.1 --seed 3 on 72 devices: 512 of 5,112 cells, every device a source
+    and a destination, the same cells every time."""
+
+    class Fake:
+        class system:
+            options = RunOptions(sample_pairs=0.1, seed=3)
+
+    cells, notes = sampled_cells(Fake, 72)  # type: ignore[arg-type]
+    assert len(cells) == 512 and cells == sampled_cells(Fake, 72)[0]  # type: ignore[arg-type]
+    assert dict(notes)["sampled"] == {"cells": 5112, "measured": 512, "seed": 3}
+    assert {r for r, _ in cells} == {c for _, c in cells} == set(range(72))
+
+
+def test_single_node_n_by_n_is_sampled_too(sim_system: Any) -> None:
+    """A single-node N x N testcase measures only the sample; the rest are None, counted."""
+    options = attrs.evolve(SMALL, sample_pairs=10, seed=7)
+    key = "device_to_device_memcpy_read_ce"
+    got = []
+    for _ in range(2):
+        system = sim_system("h200x8", options=options)
+        (m,) = entry(key).create(system).run(1 << 20, 2)
+        got.append([[v is not None for v in row] for row in m.values])
+        assert dict(m.notes)["sampled"] == {"cells": 56, "measured": 10, "seed": 7}
+    assert got[0] == got[1] and sum(map(sum, got[0])) == 10
+
+
+# -- faults ------------------------------------------------------------------------------------
+def test_one_rank_failing_a_testcase_fails_it_on_every_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An error on rank 1 during the SM testcases' samples makes them Error on every rank
+    with rank 1's message; the CE ones still pass; the run goes on."""
+    queue = MemcpyOperation._queue_ranks
+
+    def failing(self: MemcpyOperation, *args: Any) -> None:
+        if self.system.world.rank == 1 and self.initiator.name == "SM":
+            raise GpubwError("injected failure on rank 1")
+        queue(self, *args)
+
+    monkeypatch.setattr(MemcpyOperation, "_queue_ranks", failing)
+    report = ranked_report("h200x2", [2], SMALL, testcases=[KEYS[0], KEYS[4], KEYS[1]])
+    assert [t.status for t in report.testcases] == [Status.PASSED, Status.ERROR, Status.PASSED]
+    assert report.testcases[1].message == "rank 1: injected failure on rank 1"
+    assert report.exit_code == 1
+
+
+def test_a_hung_rank_ends_the_run_with_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank that stops answering: rank 0's collective times out (bounded), the testcase
+    is Error naming the collective, nothing further runs, the report is still made."""
+    release = threading.Event()
+    original = entry(KEYS[0]).cls.run
+
+    def hang(self: Any, size: int, loops: int) -> Any:
+        if self.system.world.rank == 1:
+            release.wait(5)
+        return original(self, size, loops)
+
+    cls = entry(KEYS[0]).cls
+    monkeypatch.setattr(cls, "run", hang)
+    try:
+        report = ranked_report("h200x2", [2], SMALL, testcases=[KEYS[0], KEYS[1]], timeout_s=1.0)
+    finally:
+        release.set()
+    assert [t.status for t in report.testcases] == [Status.ERROR]
+    assert "did not complete within 1 s" in report.testcases[0].message
+
+
+def test_single_node_testcases_run_once_per_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a 2-host run a single-node testcase runs on each host's first rank only; rank 0
+    reports its own host's result and one summary line per other host (JSON: hosts)."""
+    ran: list[int] = []
+    original = entry("device_to_device_memcpy_read_ce").cls.run
+
+    def spy(self: Any, size: int, loops: int) -> Any:
+        ran.append(self.system.world.rank)
+        return original(self, size, loops)
+
+    monkeypatch.setattr(entry("device_to_device_memcpy_read_ce").cls, "run", spy)
+    report = ranked_report(
+        "gb200nvl72", [2, 2], SMALL, testcases=["device_to_device_memcpy_read_ce"]
+    )
+    assert sorted(ran) == [0, 2]
+    assert [t.status for t in report.testcases] == [Status.PASSED]
+    ((host, (other,)),) = report.hosts
+    assert host == "simhost01" and other.status is Status.PASSED
+    assert len(other.matrices[0].values) == 4  # every GPU of that host
+    lines = text(report).splitlines()
+    summary = (
+        f"host simhost01: device_to_device_memcpy_read_ce SUM {other.matrices[0].sum * 1e-9:.2f}"
+    )
+    assert summary in lines
+    doc = json.loads(dumps(report))
+    assert [h["host"] for h in doc["hosts"]] == ["simhost01"]
+    assert doc["world"]["rank_hosts"] == [0, 0, 1, 1] and doc["host"] == "simhost00"
+
+
+def test_more_ranks_than_gpus_is_warned_once_per_host() -> None:
+    """3 ranks on a host of 2 GPUs: nvbandwidth's warning, once, in rank 0's report; the
+    third rank shares device 0."""
+    report = ranked_report("h200x2", [3], SMALL, testcases=[KEYS[0]])
+    warning = (
+        "Warning: there are more processes than GPUs on simhost00. Please reduce number of "
+        "processes to match GPU count."
+    )
+    assert report.warnings.count(warning) == 1
+    assert report.world is not None
+    assert [p["device"] for p in report.world["processes"]] == [0, 1, 0]
+
+
+def test_bad_sample_pairs(capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad --sample-pairs is a usage error before anything runs; a count below N fails the
+    N x N testcases only, naming the flag."""
+    from gpubw.cli import main
+
+    assert main(["--simulate", "h200x2", "--sample-pairs", "abc", "-t", "4"]) == 2
+    assert "--sample-pairs" in capsys.readouterr().err
+    code = main(["--simulate", "h200x2", "-b", "1MiB", "-i", "1", "--sample-pairs", "1", "-j",
+                 "-t", "4", "0"])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert [t["status"] for t in doc["testcases"]] == ["Error", "Passed"]
+    assert doc["testcases"][0]["message"].startswith("--sample-pairs 1: a sample of 1 pair")

@@ -1,0 +1,214 @@
+"""The multinode testcases and multi-rank runs over real MPI (MPICH's mpiexec, on the CPU,
+the simulated backend in each rank's process), each under a hard subprocess timeout."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpubw.report_io import validate
+from test_world import _mpiexec, needs_mpi
+
+pytestmark = needs_mpi
+
+FAST = ["--simulate", "h200x2", "-b", "1MiB", "-i", "1", "--loop-count", "2"]
+MULTICAST = ("multinode_device_to_device_broadcast_one_to_all_sm",
+             "multinode_device_to_device_broadcast_all_to_all_sm")  # fmt: skip
+
+#: run gpubw's CLI in each rank after the test's fault injection (FAULT names it)
+_WRAPPER = """
+import os, signal, sys, time
+from gpubw import cli
+from gpubw.errors import GpubwError
+from gpubw.measurement import MemcpyOperation
+from gpubw.testcases import multinode
+
+fault = os.environ.get("FAULT", "")
+rank = int(os.environ.get("PMI_RANK", "0"))
+queue = MemcpyOperation._queue_ranks
+
+def failing(self, *args):
+    if rank == 1 and self.initiator.name == "SM":
+        raise GpubwError("injected failure on rank 1")
+    queue(self, *args)
+
+def die(self, size, loops):
+    if rank == 1:  # dies a moment into the testcase (rank 0 has written the report so far)
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return original(self, size, loops)
+
+def hang(self, size, loops):
+    if rank == 1:
+        time.sleep(30)
+    return original(self, size, loops)
+
+if fault == "sm":
+    MemcpyOperation._queue_ranks = failing
+original = multinode.MultinodeBidirectionalReadCE.run
+if fault == "kill":
+    multinode.MultinodeBidirectionalReadCE.run = die
+if fault == "hang":
+    multinode.MultinodeBidirectionalReadCE.run = hang
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def mpirun(
+    tmp_path: Path, args: list[str], fault: str = "", flags: tuple[str, ...] = (), limit: float = 90
+) -> tuple[int, str, str, float]:
+    """mpiexec -n 2 (the wrapper) gpubw ARGS; the whole process group killed past ``limit``."""
+    script = tmp_path / "rank.py"
+    script.write_text(textwrap.dedent(_WRAPPER))
+    mpiexec = _mpiexec()
+    assert mpiexec is not None
+    argv = [mpiexec, *flags, "-n", "2", sys.executable, str(script), *args]
+    env = {**os.environ, "FAULT": fault}
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"mpiexec did not end within {limit} s: {argv}")
+    return proc.returncode, out, err, time.monotonic() - start
+
+
+def report(path: Path) -> dict[str, Any]:
+    doc = json.loads(path.read_text())
+    validate(doc)
+    return doc
+
+
+def by_key(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["key"]: t for t in doc["testcases"]}
+
+
+def test_two_ranks_run_every_multinode_testcase(tmp_path: Path) -> None:
+    """mpiexec -n 2 gpubw --simulate h200x2 -p multinode -j -o r.json: 11 Passed, the two
+    multicast ones Waived, rank 0 alone writes, world metadata says MPICH and posix-fd."""
+    rc, out, err, _ = mpirun(tmp_path, [*FAST, "-p", "multinode", "-j", "-o", "r.json"])
+    assert rc == 0, err
+    assert out == ""  # -o: nothing on stdout, from any rank
+    doc = report(tmp_path / "r.json")
+    status = {k: t["status"] for k, t in by_key(doc).items()}
+    assert [s for k, s in status.items() if k not in MULTICAST] == ["Passed"] * 11
+    assert [status[k] for k in MULTICAST] == ["Waived"] * 2
+    world = doc["world"]
+    assert world["size"] == 2 and world["rank_hosts"] == [0, 0]
+    assert world["handle_type"] == "posix-fd" and world["mpi_library"].startswith("MPICH")
+    assert [p["device"] for p in world["processes"]] == [0, 1]
+
+
+def test_text_output_has_the_mpi_lines(tmp_path: Path) -> None:
+    """Text from rank 0 only: MPI version, one Process line per rank, the matrix once."""
+    rc, out, err, _ = mpirun(tmp_path, [*FAST, "-t", "35"])
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert sum(line.startswith("MPI version: MPICH") for line in lines) == 1
+    processes = [line for line in lines if line.startswith("Process ")]
+    assert [re.sub(r"\(.*?\)", "()", p) for p in processes] == [
+        "Process 0 (): device 0: NVIDIA H200 ()",
+        "Process 1 (): device 1: NVIDIA H200 ()",
+    ]
+    assert sum(line == "Running multinode_device_to_device_memcpy_read_ce." for line in lines) == 1
+
+
+def test_single_node_testcases_run_on_the_host_leader_only(tmp_path: Path) -> None:
+    """Under mpiexec a single-node testcase runs once per host (here: one host), on all its
+    GPUs, and is reported once."""
+    rc, out, err, _ = mpirun(tmp_path, [*FAST, "-t", "4", "-j"])
+    assert rc == 0, err
+    doc = json.loads(out)
+    (t,) = doc["testcases"]
+    assert t["key"] == "device_to_device_memcpy_read_ce" and t["status"] == "Passed"
+    assert len(t["matrices"][0]["values"]) == 2 and "hosts" not in doc
+
+
+def test_one_rank_failing_a_testcase_fails_it_everywhere(tmp_path: Path) -> None:
+    """Rank 1 fails the SM testcases: they are Error with rank 1's message, the CE ones
+    Passed, the run goes on; exit code 1 from every rank."""
+    rc, _, err, _ = mpirun(tmp_path, [*FAST, "-t", "35", "39", "36", "-j", "-o", "r.json"], "sm")
+    assert rc == 1, err
+    tcs = report(tmp_path / "r.json")["testcases"]
+    assert [t["status"] for t in tcs] == ["Passed", "Error", "Passed"]
+    assert tcs[1]["message"] == "rank 1: injected failure on rank 1"
+
+
+def test_a_killed_rank_leaves_a_valid_partial_report(tmp_path: Path) -> None:
+    """Rank 1 killed in the third testcase: hydra ends every rank; the -o file rank 0 wrote
+    after each testcase is a valid report of the first two."""
+    args = [*FAST, "-t", "35", "36", "37", "38", "-j", "-o", "r.json"]
+    rc, _, _, seconds = mpirun(tmp_path, args, "kill")
+    assert rc != 0 and seconds < 60
+    doc = report(tmp_path / "r.json")
+    assert [t["status"] for t in doc["testcases"]] == ["Passed", "Passed"]
+
+
+def test_a_hung_rank_is_bounded_by_the_world_timeout(tmp_path: Path) -> None:
+    """Rank 1 hangs in the third testcase: rank 0's collective times out after
+    --world-timeout, that testcase is Error naming the wait, nothing further runs, rank 0
+    writes the report and the run ends with 1 (hydra kills the hung rank)."""
+    args = [*FAST, "-t", "35", "36", "37", "38", "-j", "-o", "r.json", "--world-timeout", "2"]
+    rc, _, err, seconds = mpirun(tmp_path, args, "hang")
+    assert rc == 1, err
+    assert seconds < 25
+    tcs = report(tmp_path / "r.json")["testcases"]
+    assert [t["status"] for t in tcs] == ["Passed", "Passed", "Error"]
+    assert "did not complete within 2 s" in tcs[2]["message"]
+
+
+def test_ctrl_c_to_the_launcher_writes_the_interrupted_report(tmp_path: Path) -> None:
+    """SIGINT to mpiexec (forwarded to every rank) while rank 0 waits for rank 1: rank 0
+    writes the interrupted report and the run exits 130."""
+    script = tmp_path / "rank.py"
+    script.write_text(textwrap.dedent(_WRAPPER))
+    mpiexec = _mpiexec()
+    assert mpiexec is not None
+    args = [*FAST, "-t", "35", "36", "37", "38", "-j", "-o", "r.json", "--world-timeout", "30"]
+    proc = subprocess.Popen(
+        [mpiexec, "-n", "2", sys.executable, str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=tmp_path,
+        env={**os.environ, "FAULT": "hang"},
+    )
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:  # the first two testcases are on disk
+            path = tmp_path / "r.json"
+            if path.exists() and len(json.loads(path.read_text())["testcases"]) == 2:
+                break
+            time.sleep(0.2)
+        time.sleep(1.0)  # rank 0 waits in the third testcase's first collective
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("mpiexec did not end after SIGINT")
+    assert proc.returncode == 130, err
+    doc = report(tmp_path / "r.json")
+    assert doc["interrupted"] is True and doc["exit_code"] == 130
+    assert [t["status"] for t in doc["testcases"]][:2] == ["Passed", "Passed"]

@@ -1,0 +1,44 @@
+"""gpubw.ranks: the hooks a run over several ranks goes through (no-ops for one rank)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpubw.options import RunOptions
+from gpubw.ranks import Ranks, finish, is_multinode, leader_bound, rank_prefix, simulated_hosts
+from gpubw.registry import Registry
+from gpubw.results import Status, TestcaseResult
+from gpubw.world import SingleWorld
+
+
+def test_is_multinode_tells_the_13_from_the_rest() -> None:
+    """Only the multinode testcases run on every rank."""
+    registry = Registry.discover()
+    multi = [e.key for e in registry.entries if is_multinode(e)]
+    assert len(multi) == 13 and all(k.startswith("multinode_") for k in multi)
+    assert not is_multinode(registry.by_key("device_local_copy"))
+
+
+def test_simulated_hosts_only_for_a_system_of_several_hosts() -> None:
+    """--simulate emulates ranks only for presets with hosts (the GB200 rack)."""
+    assert simulated_hosts("gb200nvl72") == (4,) * 18
+    assert simulated_hosts("h200x2") is None and simulated_hosts(None) is None
+
+
+def test_one_rank_is_a_no_op(sim_system: Any) -> None:
+    """In a world of one rank the step runs as it is and nothing is exchanged or added."""
+    system = sim_system("h200x2")
+    ranks = Ranks(system)
+    assert not ranks.active and ranks.report_fields() == {} and ranks.warnings == []
+    done = TestcaseResult("k", Status.PASSED)
+    assert ranks.step(lambda *a: done, None, system, 1, None) is done  # type: ignore[arg-type]
+    assert rank_prefix(system.world) == ""
+    assert finish(SingleWorld(), 2) == 2
+
+
+def test_leader_bound_covers_every_cell_of_the_host(sim_system: Any) -> None:
+    """Other ranks wait for a host's first rank as long as an N x N testcase may take."""
+    options = RunOptions(samples=2, gate_timeout_s=1.0)
+    system = sim_system("h200x8", options=options)
+    expected = 64 * 2 * (1.0 + options.sync_timeout_s) + system.world.timeout_s
+    assert leader_bound(system) == expected
