@@ -45,13 +45,23 @@ def planted(base: type[StreamKernel]) -> type[StreamKernel]:
         system: System,
         src: Any,
         dst: Any,
+        *,
         nbytes: int,
         loops: int,
         stream: Any,
         exec_device: Any,
     ) -> None:
-        base.enqueue(self, system, src, dst, nbytes, loops, stream, exec_device)
-        junk = system.host_scratch(4096)
+        base.enqueue(
+            self,
+            system,
+            src,
+            dst,
+            nbytes=nbytes,
+            loops=loops,
+            stream=stream,
+            exec_device=exec_device,
+        )
+        junk = system.pool.host_scratch("planted junk", 4096)
         junk.write(b"\x13\x37\x13\x37")
         buf = self.arrays[self.checked_array]
         system.backend.memcpy_async(buf.ptr + 4 * BAD_WORD, junk.ptr, 4, stream)
