@@ -55,6 +55,7 @@ def run_ranks(
     fn: Callable[[Rank], Any],
     faults: dict[int, Faults] | None = None,
     timeout_s: float = 20.0,
+    prefer: str | None = None,
 ) -> tuple[SimEngine, list[RankOutcome[Any]]]:
     """Run ``fn`` on every rank of a cluster of ``hosts`` over one engine of ``model``; each
     rank's pool and view are closed after ``fn`` (a failure there is the rank's outcome)."""
@@ -70,7 +71,7 @@ def run_ranks(
         pool = BufferPool(view, view.devices(), RunOptions(gate_timeout_s=5.0))
         device = world.local_rank % len(view.devices())
         view.load_kernels(device)
-        rank = Rank(world, view, pool, Sharing(pool, world, device))
+        rank = Rank(world, view, pool, Sharing(pool, world, device, prefer=prefer))
         try:
             return fn(rank)
         finally:
@@ -104,6 +105,21 @@ def test_ranks_agree_on_the_best_common_handle_kind() -> None:
     assert values(out) == ["posix-fd", "posix-fd"]
     _, out = run_ranks(load_system("gb200nvl72"), [2, 2], lambda r: r.sharing.handle_kind())
     assert values(out) == ["fabric"] * 4
+
+
+def test_a_handle_type_asked_for_is_used_or_refused() -> None:
+    """--handle-type ipc on h200x2 uses IPC although posix-fd is better; fabric, which h200x2
+    lacks, is one clear SharingError on every rank naming what the ranks can use."""
+    _, out = run_ranks(load_system("h200x2"), [2], lambda r: r.sharing.handle_kind(), prefer="ipc")
+    assert values(out) == ["ipc", "ipc"]
+    _, out = run_ranks(
+        load_system("h200x2"), [2], lambda r: r.sharing.handle_kind(), prefer="fabric"
+    )
+    errors = {str(o.error) for o in out}
+    assert errors == {
+        "the handle type fabric was asked for, but not every rank can use it (the ranks can "
+        "all use: posix-fd, ipc)"
+    }
 
 
 def test_ranks_on_two_hosts_without_fabric_get_the_imex_error() -> None:

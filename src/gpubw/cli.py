@@ -308,6 +308,16 @@ def _add_rank_options(add: Callable[..., Any]) -> None:
         default=0,
         help="seed of --sample-pairs (the same seed measures the same cells; default 0)",
     )
+    add(
+        "--handle-type",
+        dest="handle_type",
+        choices=("auto", "fabric", "posix-fd", "ipc"),
+        action=_Once,
+        default="auto",
+        help="how MPI ranks share device memory: fabric handles (across nodes; needs IMEX), "
+        "POSIX file descriptors or legacy CUDA IPC (one host); auto (default) takes the best "
+        "that every rank can use",
+    )
 
 
 # -- output --------------------------------------------------------------------------------
@@ -572,6 +582,7 @@ def _run_command(argv: list[str], guard: Any) -> int:
         world_timeout_s=ns.world_timeout,
         sample_pairs=ns.sample_pairs,
         seed=ns.seed,
+        handle_type=None if ns.handle_type == "auto" else ns.handle_type,
     )
     invocation = Invocation(
         testcase=ns.testcase,

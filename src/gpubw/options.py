@@ -63,6 +63,16 @@ def _seconds(instance: object, attribute: attrs.Attribute, value: float) -> None
         raise ValueError(f"{attribute.name} must be in (0, {high:g}] seconds, got {value!r}")
 
 
+HANDLE_TYPES = ("fabric", "posix-fd", "ipc")
+
+
+def _handle_type(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
+    if value is not None and value not in HANDLE_TYPES:
+        raise ValueError(
+            f"handle_type must be one of {', '.join(HANDLE_TYPES)} or None, got {value!r}"
+        )
+
+
 def _sizes(value: Iterable[int]) -> tuple[int, ...]:
     return tuple(value)
 
@@ -110,6 +120,9 @@ class RunOptions:
     sample_pairs: int | float | None = None
     #: --seed of the pair sample (the same seed gives the same cells on every rank and run).
     seed: int = 0
+    #: --handle-type: how ranks share device memory ("fabric", "posix-fd" or "ipc"); None
+    #: (auto) takes the best kind every rank can use.
+    handle_type: str | None = attrs.field(default=None, validator=_handle_type)
 
 
 @attrs.frozen
@@ -154,6 +167,8 @@ def options_record(
         record["host_huge_pages"] = True
     if o.sample_pairs is not None:  # only then: a full run's record is as it always was
         record.update(sample_pairs=o.sample_pairs, seed=o.seed)
+    if o.handle_type is not None:
+        record["handle_type"] = o.handle_type
     if o.world_timeout_s != DEFAULT_WORLD_TIMEOUT_S:
         record["world_timeout_s"] = o.world_timeout_s
     if invocation is not None:
@@ -197,6 +212,7 @@ def options_from_record(
             "world_timeout_s",
             "sample_pairs",
             "seed",
+            "handle_type",
         )
         if record.get(name) is not None
     }

@@ -125,10 +125,14 @@ class Sharing:
     that :meth:`close` frees whatever an interrupted testcase left (locally, without any
     collective: on the error path the other ranks free theirs the same way)."""
 
-    def __init__(self, pool: BufferPool, world: World, device: int) -> None:
+    def __init__(
+        self, pool: BufferPool, world: World, device: int, *, prefer: str | None = None
+    ) -> None:
         self.pool = pool
         self.world = world
         self.device = device
+        #: the kind the user asked for (``--handle-type``), or None for the best common one
+        self.prefer = prefer
         self._kind: str | None = None
         self._error: SharingError | None = None
         #: every rank's probes, by rank (after :meth:`handle_kind`)
@@ -174,6 +178,14 @@ class Sharing:
                 self.posix_fd_failure = failure
                 common.remove(POSIX_FD)
         best = max(common, key=HANDLE_LEVELS.__getitem__, default=None)
+        if self.prefer is not None and best is not None:
+            if self.prefer not in common:
+                self._error = SharingError(
+                    f"the handle type {self.prefer} was asked for, but not every rank can use "
+                    f"it (the ranks can all use: {', '.join(common)})"
+                )
+                raise self._error
+            best = self.prefer
         if world.host_count > 1 and best != FABRIC:
             failing = next(rp for rp in self.probes if not rp.ok(FABRIC))
             detail = f"fabric export failed on rank {failing.rank} with {failing.error(FABRIC)}"

@@ -55,7 +55,9 @@ class System:
         """Device memory shared across the world's ranks (made on first use; the handle kind
         is agreed by the ranks at the first shared buffer)."""
         if self._sharing is None:
-            self._sharing = Sharing(self.pool, self.world, self.rank_device)
+            self._sharing = Sharing(
+                self.pool, self.world, self.rank_device, prefer=self.options.handle_type
+            )
         return self._sharing
 
     @property
