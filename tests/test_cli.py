@@ -226,9 +226,11 @@ def test_list_is_fast_and_never_imports_cuda(tmp_path):
     )
     env = subprocess_env(paths)
     subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)  # warm caches
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - t0
+    elapsed = float("inf")
+    for _ in range(3):  # the best of three: a busy machine slows one run, not gpubw
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        elapsed = min(elapsed, time.perf_counter() - t0)
     assert proc.returncode == 0, proc.stderr
     assert "CUDA []" in proc.stderr
     assert "fixture_good" in proc.stdout
