@@ -295,3 +295,16 @@ def test_buffers_after_pool_close_are_freed_on_close(sim_system: SimSystemFactor
     assert _backend(system).live_allocations() == []
     buf.close()  # already freed by the pool: harmless
     assert _backend(system).live_allocations() == []
+
+
+def test_pattern_bytes_equal_the_plain_xorshift32_sequence() -> None:
+    """The block-jump pattern is word for word the xorshift32 sequence stepped one by one
+    (what the verification kernels and nvbandwidth compute)."""
+    import array
+
+    from gpubw.buffers import _xorshift32_words
+    from gpubw.kernels import PATTERN_WORDS
+
+    for seed in (0xCAFEBABE, 0xBAADF00D, 1):
+        expected = array.array("I", _xorshift32_words(seed, PATTERN_WORDS))
+        assert pattern_bytes(seed) == expected.tobytes()  # little-endian, as the device
