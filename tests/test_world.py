@@ -723,3 +723,25 @@ def test_mpi_ctrl_c_to_the_launcher_breaks_the_world_and_aborts_with_130(tmp_pat
     assert proc.returncode == 130
     broken = {"rank": 0, "broken": "rank 0: barrier interrupted (KeyboardInterrupt: )"}
     assert broken in _json_objects(out)
+
+
+def test_a_whole_run_waits_for_rank_0_beyond_the_collective_bound() -> None:
+    """join_timeout_s=inf (a whole simulated run) waits for rank 0 however long it works
+    between collectives; the default join would have called it hung after twice the bound."""
+    import math
+
+    def body(world: SimulatedWorld) -> str:
+        if world.rank == 0:
+            time.sleep(0.6)  # three times the 0.2 s collective bound, between collectives
+        world.barrier()
+        return "done"
+
+    short = SimulatedCluster([2], timeout_s=0.2).run(body)
+    assert short[0].hung
+    long = SimulatedCluster([2], timeout_s=2.0).run(body, join_timeout_s=math.inf)
+    assert [o.value for o in long] == ["done", "done"]
+    waits = SimulatedCluster([2], timeout_s=0.2).run(
+        lambda w: time.sleep(0.6) or "done" if w.rank == 0 else "other",
+        join_timeout_s=math.inf,
+    )
+    assert [o.value for o in waits] == ["done", "other"]

@@ -23,6 +23,7 @@ Nothing here prints; only rank 0's caller writes output.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -255,7 +256,8 @@ def run_simulated(
 
         return run_rank(opener, world)
 
-    root = cluster.run(body)[0]  # the others' failures reach rank 0 through the world
+    # a whole run: wait for rank 0 as long as it runs (each of its collectives is bounded)
+    root = cluster.run(body, join_timeout_s=math.inf)[0]  # others' failures reach rank 0
     if root.error is not None:
         raise root.error
     if root.hung:

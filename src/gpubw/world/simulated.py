@@ -14,6 +14,7 @@ returned or raised while others still wait) and fails the waiting ranks at once,
 from __future__ import annotations
 
 import copy
+import math
 import pickle
 import threading
 import time
@@ -202,7 +203,9 @@ class SimulatedCluster:
         """Run ``fn(world)`` on every rank, each in its own thread, and return how each ended.
 
         A rank still running after ``join_timeout_s`` (default: twice the collective bound)
-        is reported ``hung``; its thread is a daemon and is left behind, never waited for."""
+        is reported ``hung``; its thread is a daemon and is left behind, never waited for.
+        ``join_timeout_s=math.inf`` waits for rank 0 however long it runs (a whole run: every
+        collective it makes is bounded), then for the others up to twice the bound."""
         worlds = self.worlds()
         hub = worlds[0]._hub
         outcomes: list[RankOutcome[T] | None] = [None] * self.size
@@ -225,6 +228,9 @@ class SimulatedCluster:
         try:
             for t in threads:
                 t.start()
+            if math.isinf(bound):
+                _join(threads[:1], math.inf)
+                bound = 2 * self.timeout_s
             _join(threads, time.monotonic() + bound)
         except BaseException as exc:
             # Ctrl-C/SIGTERM arrive in this (main) thread: pass them to every rank, at its
