@@ -175,6 +175,24 @@ class MemcpyOperation:
             return copy.src.context_device
         raise UsageError("a copy between two host buffers has no device to issue it")
 
+    def _plan(
+        self, system: System, copies: Sequence[Copy]
+    ) -> tuple[list[int], list[DeviceInfo], tuple[int, ...], list[int]]:
+        """The executing device of each copy, its info, the bytes counted and the bytes
+        checked; kernels loaded and the gate page made (before any stream is held by it)."""
+        system.load_kernels()
+        execs = [self.exec_device(c) for c in copies]
+        infos: list[DeviceInfo] = [system.devices[e] for e in execs]
+        counted = tuple(self.initiator.counted_bytes(c.nbytes, d) for c, d in zip(copies, infos))
+        checked = [self.initiator.checked_bytes(c.nbytes, d) for c, d in zip(copies, infos)]
+        if any(b <= 0 for b in counted):
+            raise UsageError(
+                f"buffer of {copies[0].nbytes} bytes is too small for a {self.initiator.name} "
+                "copy (nothing would be copied)"
+            )
+        system.gate.page  # noqa: B018 - the page exists before any stream is held by it
+        return execs, infos, counted, checked
+
     def measure(self, copies: Sequence[Copy]) -> CellMeasurement:
         """Run all ``copies`` simultaneously for ``samples`` samples."""
         if not copies:
@@ -187,18 +205,8 @@ class MemcpyOperation:
         system = self.system
         backend = system.backend
         options = system.options
-        system.load_kernels()
-        execs = [self.exec_device(c) for c in copies]
-        infos: list[DeviceInfo] = [system.devices[e] for e in execs]
-        counted = tuple(self.initiator.counted_bytes(c.nbytes, d) for c, d in zip(copies, infos))
-        checked = [self.initiator.checked_bytes(c.nbytes, d) for c, d in zip(copies, infos)]
-        if any(b <= 0 for b in counted):
-            raise UsageError(
-                f"buffer of {copies[0].nbytes} bytes is too small for a {self.initiator.name} "
-                "copy (nothing would be copied)"
-            )
+        execs, infos, counted, checked = self._plan(system, copies)
         gate = system.gate
-        gate.page  # noqa: B018 - the page exists before any stream is held by it
         pair_samples: list[list[float]] = [[] for _ in copies]
         total_samples: list[float] = []
         # Each stream and event is owned as soon as it exists: whatever fails (a create, a
@@ -291,18 +299,8 @@ class MemcpyOperation:
         backend = system.backend
         options = system.options
         world = self.world
-        system.load_kernels()
-        execs = [self.exec_device(c) for c in copies]
-        infos = [system.devices[e] for e in execs]
-        counted = tuple(self.initiator.counted_bytes(c.nbytes, d) for c, d in zip(copies, infos))
-        checked = [self.initiator.checked_bytes(c.nbytes, d) for c, d in zip(copies, infos)]
-        if any(b <= 0 for b in counted):
-            raise UsageError(
-                f"buffer of {copies[0].nbytes} bytes is too small for a {self.initiator.name} "
-                "copy (nothing would be copied)"
-            )
+        execs, infos, counted, checked = self._plan(system, copies)
         gate = system.gate
-        gate.page  # noqa: B018 - the page exists before any stream is held by it
         samples: list[list[float]] = [[] for _ in copies]
         with contextlib.ExitStack() as stack:
             streams = [stack.enter_context(backend.stream(e)) for e in execs]
