@@ -9,23 +9,34 @@ exact architecture (see :mod:`gpubw.kernels.cache`) and loaded up front.
 
 Memory shared across processes (fabric, POSIX-fd and IPC handles, multicast objects) is in
 :mod:`gpubw.backend.cuda_sharing`; multicast objects are never created where the environment
-disables them (:func:`gpubw.backend.base.multicast_disabled`).
+disables them (:func:`gpubw.backend.base.multicast_disabled`). The helpers that need no
+driver (kernel argument packing, UUIDs, sysfs/proc facts) are in
+:mod:`gpubw.backend.cuda_support` and re-exported here.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import re
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
 
 from gpubw.backend.base import Backend, DeviceInfo, KernelArg
 from gpubw.backend.cuda_sharing import CudaSharingMixin
+from gpubw.backend.cuda_support import _ARG_TYPES as _ARG_TYPES
+from gpubw.backend.cuda_support import _DRIVER_VERSION_FILE as _DRIVER_VERSION_FILE
+from gpubw.backend.cuda_support import _MAX_GRID as _MAX_GRID
+from gpubw.backend.cuda_support import _SYSFS_PCI as _SYSFS_PCI
+from gpubw.backend.cuda_support import _registered_modules as _registered_modules
+from gpubw.backend.cuda_support import driver_version_string as driver_version_string
+from gpubw.backend.cuda_support import format_uuid as format_uuid
+from gpubw.backend.cuda_support import kernel_spec as kernel_spec
+from gpubw.backend.cuda_support import pack_kernel_args as pack_kernel_args
+from gpubw.backend.cuda_support import parse_cpulist as parse_cpulist
+from gpubw.backend.cuda_support import read_numa as read_numa
 from gpubw.errors import (
     CudaError,
     GateTimeoutError,
@@ -34,9 +45,6 @@ from gpubw.errors import (
     NoDriverError,
     UsageError,
 )
-from gpubw.kernels import KERNELS, KernelSpec
-from gpubw.kernels.cache import SOURCE_NAME
-from gpubw.kernels.modules import GPUBW, find_kernel, kernel_modules
 
 try:  # the bindings import without a driver; only calls need libcuda
     from cuda.bindings import driver as cu
@@ -52,18 +60,6 @@ NO_DEVICE_MESSAGE = (
     "no CUDA device is visible (the NVIDIA driver loaded but reports no device; check "
     "CUDA_VISIBLE_DEVICES); run on a modelled system instead with --simulate h200x2"
 )
-
-_SYSFS_PCI = Path("/sys/bus/pci/devices")
-_DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
-
-#: ctypes of each kernel parameter type, with the allowed value range.
-_ARG_TYPES: dict[str, tuple[type[ctypes._SimpleCData], int, int]] = {
-    "ptr": (ctypes.c_uint64, 0, (1 << 64) - 1),
-    "u64": (ctypes.c_uint64, 0, (1 << 64) - 1),
-    "u32": (ctypes.c_uint32, 0, (1 << 32) - 1),
-    "i32": (ctypes.c_int32, -(1 << 31), (1 << 31) - 1),
-}
-_MAX_GRID = (1 << 31) - 1
 
 
 def _result_name(result: Any) -> str:
@@ -89,99 +85,6 @@ def _check(call: str, result: tuple[Any, ...]) -> Any:
     if len(result) == 2:
         return result[1]
     return result[1:]
-
-
-def _registered_modules() -> list[tuple[str, str, str, tuple[KernelSpec, ...]]]:
-    """(module name, program name, CUDA C source, kernels) of every kernel module: gpubw's
-    own first, then those plugins registered (:mod:`gpubw.kernels.modules`)."""
-    out = []
-    for m in kernel_modules():
-        program = SOURCE_NAME if m is GPUBW else f"{m.name}.cu"
-        out.append((m.name, program, m.source, tuple(m.kernels)))
-    return out
-
-
-def kernel_spec(kernel: str) -> KernelSpec | None:
-    """The catalogued spec of ``kernel`` (gpubw's own or a registered plugin's), or None."""
-    spec = KERNELS.get(kernel)
-    if spec is not None:
-        return spec
-    try:
-        return find_kernel(kernel)[1]
-    except KeyError:
-        return None
-
-
-def pack_kernel_args(kernel: str, args: Sequence[KernelArg]) -> tuple[list[Any], Any]:
-    """Check ``args`` against the kernel's KernelSpec and build cuLaunchKernel's
-    ``kernelParams``: (the ctypes values, which must stay alive, and the void*[] array)."""
-    spec = kernel_spec(kernel)
-    if spec is None:
-        raise UsageError(f"unknown kernel {kernel!r}; gpubw's are: {', '.join(sorted(KERNELS))}")
-    if len(args) != len(spec.params):
-        raise UsageError(
-            f"kernel {kernel} takes {len(spec.params)} arguments {spec.params}, got {len(args)}"
-        )
-    values: list[Any] = []
-    for index, (arg, want) in enumerate(zip(args, spec.params)):
-        if not isinstance(arg, KernelArg):
-            raise UsageError(f"argument {index} of {kernel} is not a KernelArg: {arg!r}")
-        if arg.ctype != want:
-            raise UsageError(f"argument {index} of {kernel} must be {want}, got {arg.ctype}")
-        ctype, low, high = _ARG_TYPES[want]
-        if not low <= arg.value <= high:
-            raise UsageError(f"argument {index} of {kernel} ({want}) out of range: {arg.value}")
-        values.append(ctype(arg.value))
-    array = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
-    return values, array
-
-
-def format_uuid(raw: bytes) -> str:
-    """``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`` (lowercase hex) from 16 UUID bytes."""
-    h = bytes(raw[:16]).hex()
-    return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
-
-
-def parse_cpulist(text: str) -> tuple[int, ...]:
-    """Linux cpulist ("0-3,8,10-11") to a sorted tuple of CPU numbers."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            cpus.update(range(int(lo), int(hi) + 1))
-        else:
-            cpus.add(int(part))
-    return tuple(sorted(cpus))
-
-
-def read_numa(pci_bus_id: str, root: Path = _SYSFS_PCI) -> tuple[int | None, tuple[int, ...]]:
-    """(NUMA node, local CPUs) of a PCI device from sysfs; (None, ()) where unknown."""
-    node: int | None = None
-    cpus: tuple[int, ...] = ()
-    base = root / pci_bus_id
-    try:
-        value = int((base / "numa_node").read_text().strip())
-        node = value if value >= 0 else None
-    except (OSError, ValueError):
-        node = None
-    try:
-        cpus = parse_cpulist((base / "local_cpulist").read_text())
-    except (OSError, ValueError):
-        cpus = ()
-    return node, cpus
-
-
-def driver_version_string(path: Path = _DRIVER_VERSION_FILE) -> str | None:
-    """The kernel driver's version ("580.65.06") from /proc, or None where unknown."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return None
-    match = re.search(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)?)\s", text)
-    return match.group(1) if match else None
 
 
 @attrs.define(eq=False)
