@@ -426,19 +426,23 @@ def _usable(v: float | None) -> bool:
 
 
 def screen(report: Report) -> tuple[Report, list[str]]:
-    """(the report to draw, notes): testcases that are not drawn (Error, Interrupted, Not
-    Found, Waived) are named; NaN, infinite and zero cells of Passed testcases are flagged
-    and drawn as N/A, never as figures."""
+    """(the report to draw, notes): testcases that are not drawn because they failed (Error,
+    Interrupted, Not Found) are named, Waived ones counted (a default run waives the 13
+    multinode testcases); NaN, infinite and zero cells of Passed testcases are flagged and
+    drawn as N/A, never as figures."""
     import attrs
 
     notes: list[str] = []
     left_out = [
         f"{t.key}{f' @ {format_size_short(t.size)}' if t.size else ''} ({t.status.value})"
         for t in report.testcases
-        if t.status is not Status.PASSED
+        if t.status not in (Status.PASSED, Status.WAIVED)
     ]
+    waived = sum(t.status is Status.WAIVED for t in report.testcases)
     if left_out:
         notes.append(f"not drawn: {', '.join(left_out)}")
+    if waived:
+        notes.append(f"not drawn: {waived} Waived testcase(s) (see the report for why)")
     kept: list[TestcaseResult] = []
     for t in report.testcases:
         if t.status is not Status.PASSED:
