@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -52,8 +53,10 @@ def statuses(report: Report) -> dict[str, str]:
 
 def check_golden(name: str, actual: str) -> None:
     path = GOLDEN / name
-    if not path.exists():  # pragma: no cover - written once, then compared
+    if os.environ.get("GPUBW_WRITE_GOLDEN") == "1":  # pragma: no cover - a deliberate refresh
         path.write_text(actual)
+    if not path.exists():  # a missing golden file is a failure, never silently written
+        pytest.fail(f"{path} is missing (GPUBW_WRITE_GOLDEN=1 writes it; check it by hand)")
     assert actual == path.read_text()
 
 
