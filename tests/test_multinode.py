@@ -219,6 +219,51 @@ def test_eight_ranks_on_two_hosts_golden(monkeypatch: pytest.MonkeyPatch) -> Non
     bisect = report.testcases[-1].matrices[0]
     assert bisect.row_labels == bisect_labels(8) and bisect.column_labels == ("0",)
     check_golden("multinode_gb200nvl72_8ranks.txt", text(report))
+    headers = {t.key: [m.description for m in t.matrices] for t in report.testcases}
+    assert headers == SPEC_HEADERS
+
+
+def _three(word: str, engine: str = "CE", what: str = "CPU") -> list[str]:
+    return [
+        f"memcpy {engine} {what}(row) <-> GPU(column) {w} bandwidth (GB/s)"
+        for w in (f"{word}1", f"{word}2", "Total")
+    ]
+
+
+#: the headers of nvbandwidth's multinode build, transcribed from the spec (reference
+#: nvbandwidth-behaviour.md §6), copy-paste errors included: #37/#38/#41 say CPU(row), #38
+#: repeats #37's Read words, #39 says CE though it is an SM testcase
+SPEC_HEADERS = {
+    "multinode_device_to_device_memcpy_read_ce": [
+        "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"
+    ],
+    "multinode_device_to_device_memcpy_write_ce": [
+        "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)"
+    ],
+    "multinode_device_to_device_bidirectional_memcpy_read_ce": _three("Read"),
+    "multinode_device_to_device_bidirectional_memcpy_write_ce": _three("Read"),
+    "multinode_device_to_device_memcpy_read_sm": [
+        "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"
+    ],
+    "multinode_device_to_device_memcpy_write_sm": [
+        "memcpy SM GPU(row) <- GPU(column) bandwidth (GB/s)"
+    ],
+    "multinode_device_to_device_bidirectional_memcpy_read_sm": _three("Read", "SM"),
+    "multinode_device_to_device_bidirectional_memcpy_write_sm": _three("Write", "SM"),
+    "multinode_device_to_device_all_to_one_write_sm": [
+        "memcpy SM All Gpus -> GPU(column) total bandwidth (GB/s)"
+    ],
+    "multinode_device_to_device_all_from_one_read_sm": [
+        "memcpy SM All Gpus <- GPU(column) total bandwidth (GB/s)"
+    ],
+    "multinode_device_to_device_broadcast_one_to_all_sm": [
+        "multicast SM GPU(column) -> All Gpus total bandwidth (GB/s)"
+    ],
+    "multinode_device_to_device_broadcast_all_to_all_sm": [
+        "multicast SM All -> All Gpus total bandwidth (GB/s)"
+    ],
+    "multinode_bisect_write_ce": ["Bisect benchmarking, simultaneous write CE BW"],
+}
 
 
 @pytest.mark.parametrize(
