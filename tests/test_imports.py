@@ -134,6 +134,13 @@ FORBIDDEN = [
     ("gpubw.measurement", "gpubw.runner"),
     ("gpubw.report_io", "gpubw.writers"),
     ("gpubw.report_io", "gpubw.runner"),
+    ("gpubw.world", "gpubw.system"),
+    ("gpubw.world", "gpubw.backend"),
+    ("gpubw.world", "gpubw.runner"),
+    ("gpubw.backend", "gpubw.shared"),
+    ("gpubw.backend", "gpubw.ranks"),
+    ("gpubw.shared", "gpubw.system"),
+    ("gpubw.measurement", "gpubw.ranks"),
 ]
 
 
