@@ -26,6 +26,10 @@
 #                a second gpubw during a run warns about the other process on the GPUs
 #   multinode    mpirun -np 2 (Open MPI + mpi4py of the image): -p multinode -> $OUT/multinode-<tag>.json,
 #                the whole default suite -> $OUT/mpi-suite-<tag>.json (multicast variables kept)
+#   startup      issue 11 item 5: wall of `python3 -c pass`, `gpubw -l` and one testcase as a whole
+#                process (warm kernel cache), 5 runs each -> $OUT/times-<tag>.txt; `-X importtime` of
+#                `-l` and a cProfile of the one-testcase run -> $OUT/startup-<tag>.txt
+#   profile      a cProfile of the whole default suite (top functions)  -> $OUT/profile-<tag>.txt
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
 tag=$1; shift
@@ -123,6 +127,25 @@ PY
       echo "peers gpubw rc=$? wall=$(( $(date +%s) - s ))s" | tee -a "$OUT/times-$tag.txt"
       timeout 300 python3 benchmarks/peers.py "$OUT/peers-$tag.json" --size-mib "$mib" \
         --samples "$n" --devices "$devs" --gpubw "$OUT/peers-gpubw-$tag.json" 2>&1 | tail -20 ;;
+    startup)  # issue 11 item 5 (one testcase: -t device_local_copy -b 64 -q -j -o /dev/null)
+      one="-m gpubw -t device_local_copy -b 64 -q -j -o /dev/null"
+      python3 $one  # warm the kernel cache
+      wall() { local s; s=$(date +%s.%N); "$@" > /dev/null 2>&1; python3 -c "print(round($(date +%s.%N)-$s,3))"; }
+      for what in "python3 -c pass" "python3 -m gpubw -l" "python3 $one"; do
+        echo "$what: $(for i in 1 2 3 4 5; do wall $what; done | tr '\n' ' ')s" | tee -a "$OUT/times-$tag.txt"
+      done
+      { echo "== -X importtime -m gpubw -l (top 30 cumulative, us)"
+        python3 -X importtime -m gpubw -l 2>&1 >/dev/null | sort -t'|' -k2 -n | tail -30
+        echo "== cProfile $one"
+        python3 -m cProfile -s cumtime $one 2>&1 | head -90 | cut -c1-160
+        echo "== cProfile $one (tottime)"
+        python3 -m cProfile -s tottime $one 2>&1 | head -50 | cut -c1-160
+      } > "$OUT/startup-$tag.txt" ;;
+    profile)
+      s=$(date +%s.%N)
+      timeout 400 python3 -m cProfile -s cumtime -m gpubw -j -o "$OUT/profile-$tag.json" 2>&1 | head -150 | cut -c1-170 > "$OUT/profile-$tag.txt"
+      echo "profile wall=$(python3 -c "print(round($(date +%s.%N)-$s,1))")s" | tee -a "$OUT/times-$tag.txt"
+      python3 -m cProfile -s tottime -m gpubw -t host_to_device_memcpy_ce -j -o /dev/null 2>&1 | head -60 | cut -c1-170 >> "$OUT/profile-$tag.txt" ;;
     tune-flat) timeout 240 python3 benchmarks/tune_copy.py flat "$OUT/tune-flat-$tag.json" ${TUNE_SIZES:-} 2>&1 | tail -45 ;;
     ncu)
       ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
