@@ -254,6 +254,26 @@ def test_contexts_retained_once_and_released(fake: tuple[FakeDriver, CudaBackend
     assert driver.retained == {0: 0, 1: 0}
 
 
+def test_one_nvml_session_per_backend(
+    fake: tuple[FakeDriver, CudaBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Facts and process queries share one NVML session, which close() shuts down."""
+    from tests.test_nvml import fake_pynvml
+
+    from gpubw import nvml
+    from gpubw.backend import base
+
+    _, backend = fake
+    pynvml = fake_pynvml()
+    monkeypatch.setattr(base, "Session", lambda: nvml.Session(pynvml))
+    assert backend.node_facts().available
+    for _ in range(4):
+        assert backend.gpu_processes() is not None
+    assert pynvml.calls == ["init"]
+    backend.close()
+    assert pynvml.calls == ["init", "shutdown"]
+
+
 def test_work_runs_in_the_owning_context(fake: tuple[FakeDriver, CudaBackend]) -> None:
     """Memory is freed, and streams and events destroyed, in the context that made them."""
     driver, backend = fake

@@ -344,3 +344,31 @@ def test_device_facts_from_a_report_record():
     back = nvml.device_facts({"nvml": b.as_dict()})
     assert back == b
     assert nvml.device_facts({}) is None and nvml.device_facts({"nvml": {"pcie": "x"}}) is None
+
+
+def test_session_initialises_once_and_looks_each_handle_up_once():
+    """A Session: one nvmlInit, one handle lookup per device, however often it is asked."""
+    fake = fake_pynvml()
+    lookups = []
+    fake.nvmlDeviceGetHandleByIndex = lambda i: lookups.append(i) or i
+    session = nvml.Session(fake)
+    first = session.facts()
+    for _ in range(5):
+        assert session.processes() == {"0000:1b:00.0": (), "0000:2a:00.0": (4242, 77)}
+    assert session.facts() == first and first.available
+    assert fake.calls == ["init"] and sorted(lookups) == [0, 1]
+    session.close()
+    session.close()
+    assert fake.calls == ["init", "shutdown"]
+    assert session.processes() is not None  # a later query opens a new session
+    assert fake.calls == ["init", "shutdown", "init"]
+
+
+def test_session_remembers_why_nvml_cannot_be_used():
+    """A failed nvmlInit is tried once per session; facts say why, processes say None."""
+    fake = fake_pynvml(init_error=NVMLError("Driver Not Loaded"))
+    with nvml.Session(fake) as session:
+        assert session.processes() is None
+        facts = session.facts()
+        assert not facts.available and "Driver Not Loaded" in facts.reason
+    assert fake.calls == ["init"]  # no shutdown of what never started

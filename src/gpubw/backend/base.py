@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 
 from gpubw.errors import CudaError, UsageError
-from gpubw.nvml import NodeFacts, read_facts, read_processes
+from gpubw.nvml import NodeFacts, Session
 
 #: Kinds of shareable handle for device memory, best first: CUDA fabric handles (across
 #: hosts, need the IMEX service and a channel), POSIX file descriptors (one host; imported
@@ -196,14 +196,29 @@ class Backend(abc.ABC):
     #: host buffers come from huge pages (set by :meth:`enable_host_huge_pages`)
     host_huge_pages: bool = False
 
+    @property
+    def nvml(self) -> Session:
+        """The backend's NVML session (:class:`gpubw.nvml.Session`: initialised on first use,
+        shut down by :meth:`close`)."""
+        session: Session | None = self.__dict__.get("_nvml_session")
+        if session is None:
+            session = self.__dict__["_nvml_session"] = Session()
+        return session
+
     def node_facts(self) -> NodeFacts:
-        """Facts about the node from NVML (:func:`gpubw.nvml.read_facts`); never raises."""
-        return read_facts()
+        """Facts about the node from NVML (:meth:`gpubw.nvml.Session.facts`); never raises."""
+        return self.nvml.facts()
 
     def gpu_processes(self) -> dict[str, tuple[int, ...]] | None:
         """PCI bus id -> pids of the compute processes on that GPU (this one included), or
         None where NVML cannot say. Cheap enough to ask before and after every testcase."""
-        return read_processes()
+        return self.nvml.processes()
+
+    def close_nvml(self) -> None:
+        """Shut the NVML session down (if one was opened); :meth:`close` calls it."""
+        session: Session | None = self.__dict__.pop("_nvml_session", None)
+        if session is not None:
+            session.close()
 
     def huge_pages(self) -> tuple[int, int] | None:
         """(page bytes, free pages) of the host's default huge-page pool (/proc/meminfo
@@ -387,8 +402,10 @@ class Backend(abc.ABC):
         stage after :meth:`multicast_create` or :meth:`multicast_join`)."""
         raise UsageError(f"{key!r} is not a multicast object of this backend")
 
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release whatever the backend itself holds (modules, contexts, shared memory)."""
+    def close(self) -> None:
+        """Release whatever the backend itself holds (modules, contexts, shared memory, the
+        NVML session); a backend that holds more calls this too."""
+        self.close_nvml()
 
 
 @contextlib.contextmanager

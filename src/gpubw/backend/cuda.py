@@ -526,6 +526,7 @@ class CudaBackend(CudaSharingMixin, Backend):
     def close(self) -> None:
         """Free what callers left behind, unload modules, release primary contexts. Safe to
         call twice; the first error is raised after everything was attempted."""
+        super().close()  # the NVML session
         if self._closed and not self._contexts:
             return
         self._closed = True
