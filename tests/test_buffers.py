@@ -46,6 +46,24 @@ def test_pool_not_reused_across_shapes(sim_system: SimSystemFactory) -> None:
     assert DeviceBuffer.allocate(system, 0, 2 * MIB).ptr != a.ptr
 
 
+def test_host_buffers_pooled_by_placement(sim_system: SimSystemFactory) -> None:
+    """Pinned memory near one GPU serves another GPU with the same local CPUs (or any GPU
+    with -d); GPUs on different CPUs get their own."""
+    same = sim_system("h200x2")  # both GPUs: CPUs 0-31
+    h = HostBuffer.allocate(same, 0, MIB)
+    h.close()
+    assert HostBuffer.allocate(same, 1, MIB).ptr == h.ptr
+    anywhere = sim_system("h200x8", affinity=False)
+    h = HostBuffer.allocate(anywhere, 0, MIB)
+    h.close()
+    assert HostBuffer.allocate(anywhere, 7, MIB).ptr == h.ptr
+    apart = sim_system("h200x8")  # GPUs 0-3 on CPUs 0-55, GPUs 4-7 on CPUs 56-111
+    h = HostBuffer.allocate(apart, 0, MIB)
+    h.close()
+    assert HostBuffer.allocate(apart, 4, MIB).ptr != h.ptr
+    assert HostBuffer.allocate(apart, 3, MIB).ptr == h.ptr
+
+
 def test_pool_dropped_on_out_of_memory(sim_system: SimSystemFactory) -> None:
     """Out of memory with idle pooled buffers: the pool is freed and the allocation retried."""
     system = sim_system("h200x1")

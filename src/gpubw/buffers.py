@@ -143,31 +143,45 @@ class BufferPool:
         self.peers = PeerAccess(backend, len(devices))
         #: the spin gate; its page is pool scratch, allocated on first use
         self.gate = Gate(backend, lambda: self.host_scratch("gate", Gate.PAGE_BYTES).ptr)
-        self._idle: dict[tuple[bool, int | None, int], list[Buffer]] = {}
+        self._idle: dict[tuple[Any, ...], list[Buffer]] = {}
         self._live: set[Buffer] = set()
         self._scratch: dict[tuple[str, bool, int | None, int], Buffer] = {}
         self.closed = False
 
     # -- placement ------------------------------------------------------------------------
+    def placement(self, device: int | None) -> frozenset[int] | None:
+        """The CPUs a host buffer near ``device`` is allocated from (its pages land on their
+        NUMA node), or None for "wherever": no device, affinity off (``-d``), CPUs unknown.
+        Host buffers of one placement are interchangeable, so the pool keys them by it: on
+        a host where every GPU has the same local CPUs, a buffer pinned for GPU 0 serves
+        GPU 1 too (pinning 512 MiB took 0.2 s on 2 x H200, eight times in a suite)."""
+        if device is None or not self.options.affinity or not hasattr(os, "sched_setaffinity"):
+            return None
+        allowed = frozenset(self.devices[device].local_cpus) & frozenset(
+            range(os.cpu_count() or 1)
+        )
+        return allowed or None
+
     @contextlib.contextmanager
     def near(self, device: int | None) -> Iterator[None]:
         """Run the body with the CPU affinity set to ``device``'s local CPUs (if known and not
         disabled with ``-d``), then restore the previous affinity. Pinned pages are first
         touched by this thread, so they land on the device's NUMA node."""
-        cpus: tuple[int, ...] = ()
-        if device is not None and self.options.affinity and hasattr(os, "sched_setaffinity"):
-            cpus = self.devices[device].local_cpus
-        if not cpus:
+        allowed = self.placement(device)
+        if allowed is None:
             yield
             return
         before = os.sched_getaffinity(0)
-        allowed = set(cpus) & set(range(os.cpu_count() or 1))
         try:
-            if allowed:
-                os.sched_setaffinity(0, allowed)
+            os.sched_setaffinity(0, allowed)
             yield
         finally:
             os.sched_setaffinity(0, before)
+
+    def _idle_key(self, host: bool, device: int | None, nbytes: int) -> tuple[Any, ...]:
+        """Which idle buffers can serve a request: device memory by device, host memory by
+        placement (:meth:`placement`)."""
+        return (True, self.placement(device), nbytes) if host else (False, device, nbytes)
 
     def allocate_memory(self, host: bool, device: int | None, nbytes: int) -> int:
         """Allocate raw memory, retrying once after freeing the idle buffers on out-of-memory."""
@@ -205,7 +219,7 @@ class BufferPool:
     def take(self, kind: type[_B], device: int | None, nbytes: int) -> _B:
         """A handed-out buffer of ``kind``: an idle one of the same place and size, or new."""
         self.check_request(kind.is_host, device, nbytes)
-        idle = self._idle.get((kind.is_host, device, nbytes))
+        idle = self._idle.get(self._idle_key(kind.is_host, device, nbytes))
         if idle:
             buf = idle.pop()
             assert isinstance(buf, kind)
@@ -220,7 +234,8 @@ class BufferPool:
             buf.free()
         elif buf in self._live:
             self._live.discard(buf)
-            self._idle.setdefault((buf.is_host, buf.device, buf.nbytes), []).append(buf)
+            key = self._idle_key(buf.is_host, buf.device, buf.nbytes)
+            self._idle.setdefault(key, []).append(buf)
 
     def forget(self, buf: Buffer) -> None:
         """``buf`` has been freed: it is no longer handed out."""
