@@ -29,6 +29,8 @@
 #   startup      issue 11 item 5: wall of `python3 -c pass`, `gpubw -l` and one testcase as a whole
 #                process (warm kernel cache), 5 runs each -> $OUT/times-<tag>.txt; `-X importtime` of
 #                `-l` and a cProfile of the one-testcase run -> $OUT/startup-<tag>.txt
+#   probe        benchmarks/startup_probe.py: cuInit and primary contexts sequential vs one thread
+#                per device, cuInit overlapping imports, modules without a .pyc
 #   profile      a cProfile of the whole default suite (top functions)  -> $OUT/profile-<tag>.txt
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
@@ -141,6 +143,10 @@ PY
         echo "== cProfile $one (tottime)"
         python3 -m cProfile -s tottime $one 2>&1 | head -50 | cut -c1-160
       } > "$OUT/startup-$tag.txt" ;;
+    probe)
+      for mode in sequential parallel sequential parallel overlap overlap; do
+        python3 benchmarks/startup_probe.py --mode $mode; done
+      python3 benchmarks/startup_probe.py --mode modules ;;
     profile)
       s=$(date +%s.%N)
       timeout 400 python3 -m cProfile -s cumtime -m gpubw -j -o "$OUT/profile-$tag.json" 2>&1 | head -150 | cut -c1-170 > "$OUT/profile-$tag.txt"

@@ -1,0 +1,125 @@
+"""What a gpubw process pays to start CUDA, piece by piece (issue 11 item 5), on a real GPU.
+
+    python3 benchmarks/startup_probe.py [--mode sequential|parallel|overlap|modules]
+
+Each mode is meant to run in a fresh process (the driver's state is per process):
+sequential   cuInit, then each device's primary context retained one after the other, then
+             released one after the other; prints each step's seconds
+parallel     the same, with one thread per device for the retains and the releases
+overlap      cuInit on a helper thread while the main thread imports gpubw's run path: shows
+             whether cuda.bindings lets go of the GIL during cuInit
+modules      the modules a one-testcase gpubw run imports that have no byte-compiled file
+             beside them (so every process compiles them again), and sys.flags
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import threading
+import time
+
+
+def _ok(result: tuple) -> object:
+    from cuda.bindings import driver as cu
+
+    if result[0] != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(str(result[0]))
+    return result[1] if len(result) > 1 else None
+
+
+def _steps(parallel: bool) -> dict[str, float]:
+    t = time.perf_counter()
+    from cuda.bindings import driver as cu
+
+    out = {"import cuda.bindings.driver": time.perf_counter() - t}
+    t = time.perf_counter()
+    _ok(cu.cuInit(0))
+    out["cuInit"] = time.perf_counter() - t
+    count = int(_ok(cu.cuDeviceGetCount()))
+    handles = [_ok(cu.cuDeviceGet(i)) for i in range(count)]
+    ctxs: dict[int, object] = {}
+
+    def retain(i: int) -> None:
+        ctxs[i] = _ok(cu.cuDevicePrimaryCtxRetain(handles[i]))
+        _ok(cu.cuCtxSetCurrent(ctxs[i]))
+        _ok(cu.cuMemGetInfo())
+
+    def release(i: int) -> None:
+        _ok(cu.cuDevicePrimaryCtxRelease(handles[i]))
+
+    for name, fn in (("retain+use", retain), ("release", release)):
+        t = time.perf_counter()
+        if parallel:
+            threads = [threading.Thread(target=fn, args=(i,)) for i in range(count)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        else:
+            for i in range(count):
+                fn(i)
+        out[f"{name} x{count}"] = time.perf_counter() - t
+    return out
+
+
+def _overlap() -> dict[str, float]:
+    from cuda.bindings import driver as cu
+
+    done: dict[str, float] = {}
+
+    def init() -> None:
+        t = time.perf_counter()
+        _ok(cu.cuInit(0))
+        done["cuInit on the helper thread"] = time.perf_counter() - t
+
+    t0 = time.perf_counter()
+    th = threading.Thread(target=init)
+    th.start()
+    t = time.perf_counter()
+    for name in ("gpubw.runner", "gpubw.api", "gpubw.report_io", "gpubw.backend.cuda"):
+        importlib.import_module(name)
+    done["imports on the main thread meanwhile"] = time.perf_counter() - t
+    th.join()
+    done["both, wall"] = time.perf_counter() - t0
+    return done
+
+
+def _modules() -> None:
+    import os
+    import subprocess
+
+    code = (
+        "import sys, runpy; sys.argv=['gpubw','-t','device_local_copy','-b','64','-q','-j',"
+        "'-o','/dev/null']\ntry:\n    runpy.run_module('gpubw', run_name='__main__')\n"
+        "except SystemExit:\n    pass\nimport os\n"
+        "for m in list(sys.modules.values()):\n"
+        "    f = getattr(m, '__file__', None) or ''\n"
+        "    c = getattr(getattr(m, '__spec__', None), 'cached', None)\n"
+        "    if f.endswith('.py') and c and not os.path.exists(c):\n"
+        "        print('no pyc:', m.__name__, f)\n"
+    )
+    print("sys.flags.dont_write_bytecode:", sys.flags.dont_write_bytecode,
+          "PYTHONDONTWRITEBYTECODE:", os.environ.get("PYTHONDONTWRITEBYTECODE"))  # fmt: skip
+    lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    missing = [ln for ln in lines.splitlines() if ln.startswith("no pyc:")]
+    print(f"{len(missing)} modules imported without a .pyc beside them")
+    for ln in missing[:60]:
+        print(" ", ln)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", default="sequential",
+                    choices=["sequential", "parallel", "overlap", "modules"])  # fmt: skip
+    mode = ap.parse_args().mode
+    if mode == "modules":
+        _modules()
+        return
+    steps = _overlap() if mode == "overlap" else _steps(mode == "parallel")
+    print(mode + ": " + "; ".join(f"{k} {v * 1e3:.1f} ms" for k, v in steps.items()))
+
+
+if __name__ == "__main__":
+    main()
