@@ -144,9 +144,9 @@ PY
         python3 -m cProfile -s tottime $one 2>&1 | head -50 | cut -c1-160
       } > "$OUT/startup-$tag.txt" ;;
     probe)
-      for mode in sequential parallel sequential parallel overlap overlap; do
-        python3 benchmarks/startup_probe.py --mode $mode; done
-      python3 benchmarks/startup_probe.py --mode modules ;;
+      { for mode in sequential parallel sequential parallel overlap overlap; do
+          python3 benchmarks/startup_probe.py --mode $mode; done
+        python3 benchmarks/startup_probe.py --mode modules; } 2>&1 | tee "$OUT/probe-$tag.txt" | head -12 ;;
     profile)
       s=$(date +%s.%N)
       timeout 400 python3 -m cProfile -s cumtime -m gpubw -j -o "$OUT/profile-$tag.json" 2>&1 | head -150 | cut -c1-170 > "$OUT/profile-$tag.txt"

@@ -168,3 +168,36 @@ def test_evolve_keeps_explicit_fields() -> None:
     """attrs.evolve keeps kind and bytes_counting (a plugin may derive matrices)."""
     m = _matrix([[1.0]], bytes_counting="read+write")
     assert attrs.evolve(m, key="x").bytes_counting == "read+write"
+
+
+def test_small_reports_do_not_import_numpy() -> None:
+    """Validating and writing a small report never imports numpy (its import is most of a
+    short run's start-up where numpy has no byte-compiled files)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from gpubw.report_io import matrix_errors, report_to_dict, dumps\n"
+        "from gpubw.results import BANDWIDTH, Matrix\n"
+        "m = Matrix(key='k', description='d', unit=BANDWIDTH, row_labels=['0'],"
+        " column_labels=['0', '1'], values=[[1.0, None]], samples=[[[1.0], None]])\n"
+        "assert matrix_errors(m) == []\n"
+        "bad = Matrix(key='k', description='d', unit=BANDWIDTH, row_labels=['0'],"
+        " column_labels=['0'], values=[[-1.0]])\n"
+        "assert 'negative' in matrix_errors(bad)[0]\n"
+        "assert 'numpy' not in sys.modules, 'numpy was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -2.0, 10**400, "x"])
+def test_large_and_small_matrices_catch_the_same_cells(bad) -> None:
+    """The plain-Python check (small) and the numpy check (large) refuse the same cells."""
+    from gpubw.report_io import NUMPY_FROM_CELLS
+
+    for cols in (3, NUMPY_FROM_CELLS // 2 + 1):
+        values = [[1.0] * cols, [2.0] * cols]
+        values[1][-1] = bad
+        errors = matrix_errors(_matrix(values))
+        assert errors and f"values[1][{cols - 1}]" in errors[0], (cols, errors)

@@ -11,9 +11,11 @@ tree. Values are in base units (bytes/s, seconds, bytes); each matrix also says 
 ``display_unit`` and the ``scale`` that turns a value into it. NaN and infinities are written
 as null.
 
-Matrix validation (:func:`matrix_errors`) checks values and samples with numpy (a 2000 x 2000
-matrix takes a fraction of a second) and the rest of the matrix with the schema; the whole
-document is validated with the schema before it is written (:func:`validate`).
+Matrix validation (:func:`matrix_errors`) checks values and samples in plain Python up to
+:data:`NUMPY_FROM_CELLS` cells and with numpy beyond (a 2000 x 2000 matrix takes a fraction
+of a second; numpy is imported only then: its import cost ~0.1-0.25 s of every short run) and
+the rest of the matrix with the schema; the whole document is validated with the schema
+before it is written (:func:`validate`).
 """
 
 from __future__ import annotations
@@ -23,13 +25,13 @@ import itertools
 import json
 import math
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import numpy as np
 
 from gpubw.errors import GpubwError, UsageError
 from gpubw.options import options_from_record
@@ -83,7 +85,8 @@ def json_safe(value: Any) -> Any:
         return [json_safe(v) for v in value]
     if isinstance(value, Status):
         return value.value
-    if isinstance(value, np.generic):
+    np = sys.modules.get("numpy")  # a numpy scalar exists only once numpy is imported
+    if np is not None and isinstance(value, np.generic):
         return json_safe(value.item())
     if attrs.has(type(value)):
         return json_safe(attrs.asdict(value, recurse=False))
@@ -152,12 +155,19 @@ def validate(doc: Any, what: str = "report") -> None:
 
 # -- matrix validation -------------------------------------------------------------------
 
-_NUMBER_TYPES = (int, float, np.integer, np.floating)
-_NOT_NUMBERS = (bool, np.bool_)
+#: from this many cells on, :func:`_numbers_ok` checks with numpy (imported then)
+NUMPY_FROM_CELLS = 20_000
 
 
 def _is_number_type(t: type) -> bool:
-    return issubclass(t, _NUMBER_TYPES) and not issubclass(t, _NOT_NUMBERS)
+    if issubclass(t, bool):
+        return False
+    if issubclass(t, (int, float)):
+        return True
+    np = sys.modules.get("numpy")  # a numpy number exists only once numpy is imported
+    return (
+        np is not None and issubclass(t, (np.integer, np.floating)) and not issubclass(t, np.bool_)
+    )
 
 
 def _cell_problem(where: str, value: Any) -> str | None:
@@ -178,11 +188,21 @@ def _cell_problem(where: str, value: Any) -> str | None:
 
 
 def _numbers_ok(cells: Any, nones: int, types: set[type]) -> bool:
-    """Fast check (numpy) that ``cells`` (a flat list, or rows of equal length) holds only
-    None and finite numbers >= 0; ``nones`` is how many Nones it holds, ``types`` the types
-    of its cells."""
+    """Fast check that ``cells`` (a flat list, or rows of equal length) holds only None and
+    finite numbers >= 0; ``nones`` is how many Nones it holds, ``types`` the types of its
+    cells. Plain Python for small matrices, numpy for large ones."""
     if not all(t is type(None) or _is_number_type(t) for t in types):
         return False
+    flat = cells if not cells or not isinstance(cells[0], list | tuple) else None
+    size = len(cells) if flat is not None else len(cells) * len(cells[0])
+    if size < NUMPY_FROM_CELLS:
+        values = flat if flat is not None else itertools.chain.from_iterable(cells)
+        try:
+            return all(v is None or (math.isfinite(v) and v >= 0) for v in values)
+        except OverflowError:  # an int too large for a float
+            return False
+    import numpy as np
+
     try:
         arr = np.array(cells, dtype=np.float64)  # None -> NaN
     except (OverflowError, TypeError, ValueError):  # e.g. an int too large for a float
