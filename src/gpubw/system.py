@@ -33,7 +33,6 @@ class System:
         #: the ranks of the run (one rank holding every local GPU without an MPI launcher)
         self.world: World = world if world is not None else SingleWorld()
         self.devices: Sequence[DeviceInfo] = tuple(backend.devices())
-        backend.warm_up()
         if self.options.host_huge_pages:  # refuse now when the host has too few
             backend.enable_host_huge_pages(max(self.options.buffer_sizes))
         #: every buffer's memory, the run's scratch, patterns and the gate page

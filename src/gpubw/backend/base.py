@@ -402,10 +402,6 @@ class Backend(abc.ABC):
         stage after :meth:`multicast_create` or :meth:`multicast_join`)."""
         raise UsageError(f"{key!r} is not a multicast object of this backend")
 
-    def warm_up(self) -> None:  # noqa: B027 - optional hook
-        """Make now what every run needs on every device (the CUDA backend: the primary
-        contexts, side by side); the System calls it once, as it opens."""
-
     def close(self) -> None:
         """Release whatever the backend itself holds (modules, contexts, shared memory, the
         NVML session); a backend that holds more calls this too."""

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -167,15 +166,6 @@ class CudaBackend(CudaSharingMixin, Backend):
             self._contexts[device] = ctx
             self._closed = False
         return ctx
-
-    def warm_up(self) -> None:
-        """Retain every device's primary context now, one thread per device: making a
-        context is driver work of ~0.1 s per GPU that the driver does side by side (see
-        benchmarks/startup_probe.py). Errors are raised after every device was tried."""
-        todo = [d for d in range(len(self._handles)) if d not in self._contexts]
-        errors = _on_each(todo, self._use)
-        if errors:
-            raise errors[0]
 
     def _use(self, device: int) -> None:
         """Make ``device``'s primary context current on this thread."""
@@ -565,36 +555,10 @@ class CudaBackend(CudaSharingMixin, Backend):
             attempt(e.device, "cuEventDestroy", cu.cuEventDestroy, e.handle)
         self._events.clear()
         errors.extend(self._release_sharing())  # mappings of other ranks' memory, exports
-        # Each device's memory, pinned host memory it allocated, modules and context, one
-        # thread per device (unpinning and context teardown are driver work per GPU).
-        devices = sorted(
-            {*self._device_memory.values(), *self._host_memory.values(), *self._modules,
-             *self._contexts}
-        )  # fmt: skip
-        errors.extend(_on_each(devices, self._tear_down))
+        for pointer, device in list(self._device_memory.items()):
+            attempt(device, "cuMemFree", cu.cuMemFree, pointer)
         self._device_memory.clear()
-        self._host_memory.clear()
-        self._modules.clear()
-        self._functions.clear()
-        self._contexts.clear()
-        if errors:
-            raise errors[0]
-
-    def _tear_down(self, device: int) -> None:
-        """Free ``device``'s memory, the pinned memory its context allocated and its modules,
-        then release its primary context; every step tried, the first error raised."""
-        errors: list[BaseException] = []
-
-        def attempt(call: str, fn: Any, *args: Any) -> None:
-            try:
-                self._use(device)
-                _check(call, fn(*args))
-            except BaseException as exc:
-                errors.append(exc)
-
-        for pointer in [p for p, d in self._device_memory.items() if d == device]:
-            attempt("cuMemFree", cu.cuMemFree, pointer)
-        for pointer in [p for p, d in self._host_memory.items() if d == device]:
+        for pointer, device in list(self._host_memory.items()):
             if pointer in self._huge:
                 try:
                     self._use(device)
@@ -602,10 +566,14 @@ class CudaBackend(CudaSharingMixin, Backend):
                 except BaseException as exc:
                     errors.append(exc)
                 continue
-            attempt("cuMemFreeHost", cu.cuMemFreeHost, pointer)
-        for module in self._modules.get(device, {}).values():
-            attempt("cuModuleUnload", cu.cuModuleUnload, module)
-        if device in self._contexts:
+            attempt(device, "cuMemFreeHost", cu.cuMemFreeHost, pointer)
+        self._host_memory.clear()
+        for device, modules in list(self._modules.items()):
+            for module in modules.values():
+                attempt(device, "cuModuleUnload", cu.cuModuleUnload, module)
+        self._modules.clear()
+        self._functions.clear()
+        for device in list(self._contexts):
             try:
                 _check("cuCtxSetCurrent", cu.cuCtxSetCurrent(None))
             except BaseException as exc:
@@ -617,6 +585,7 @@ class CudaBackend(CudaSharingMixin, Backend):
                 )
             except BaseException as exc:
                 errors.append(exc)
+        self._contexts.clear()
         if errors:
             raise errors[0]
 
@@ -625,26 +594,3 @@ class CudaBackend(CudaSharingMixin, Backend):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _on_each(devices: Sequence[int], work: Callable[[int], None]) -> list[BaseException]:
-    """``work(device)`` for every device, each on a thread of its own (inline for one
-    device); the errors, in device order, once all are done."""
-    failures: dict[int, BaseException] = {}
-
-    def run(device: int) -> None:
-        try:
-            work(device)
-        except BaseException as exc:  # reported to the caller, which raises the first
-            failures[device] = exc
-
-    if len(devices) <= 1:
-        for d in devices:
-            run(d)
-    else:
-        threads = [threading.Thread(target=run, args=(d,), daemon=True) for d in devices]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    return [failures[d] for d in devices if d in failures]
