@@ -31,6 +31,11 @@
 #                `-l` and a cProfile of the one-testcase run -> $OUT/startup-<tag>.txt
 #   probe        benchmarks/startup_probe.py: cuInit and primary contexts sequential vs one thread
 #                per device, cuInit overlapping imports, modules without a .pyc
+#   compile-deps byte-compile the image's packages that gpubw imports (cuda.bindings,
+#                cuda.pathfinder, numpy, pynvml, idna, certifi: the image ships them without
+#                .pyc files and sets PYTHONDONTWRITEBYTECODE, so every process compiled ~130
+#                modules again, ~0.26 s; a pip install compiles them once). Run `startup`
+#                before and after it to see both.
 #   profile      a cProfile of the whole default suite (top functions)  -> $OUT/profile-<tag>.txt
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
@@ -147,6 +152,18 @@ PY
       { for mode in sequential parallel sequential parallel overlap overlap; do
           python3 benchmarks/startup_probe.py --mode $mode; done
         python3 benchmarks/startup_probe.py --mode modules; } 2>&1 | tee "$OUT/probe-$tag.txt" | head -12 ;;
+    compile-deps)
+      python3 - <<'PY' | xargs -r python3 -m compileall -q > /dev/null
+import importlib, os
+for name in ("cuda.bindings", "cuda.pathfinder", "numpy", "pynvml", "idna", "certifi"):
+    try:
+        m = importlib.import_module(name)
+    except ImportError:
+        continue
+    f = m.__file__
+    print(os.path.dirname(f) if f.endswith("__init__.py") else f)
+PY
+      python3 benchmarks/startup_probe.py --mode modules | sed -n 2p ;;
     profile)
       s=$(date +%s.%N)
       timeout 400 python3 -m cProfile -s cumtime -m gpubw -j -o "$OUT/profile-$tag.json" 2>&1 | head -150 | cut -c1-170 > "$OUT/profile-$tag.txt"

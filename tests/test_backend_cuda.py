@@ -7,6 +7,7 @@ import itertools
 import os
 import re
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -252,6 +253,48 @@ def test_contexts_retained_once_and_released(fake: tuple[FakeDriver, CudaBackend
     backend.close()
     backend.close()
     assert driver.retained == {0: 0, 1: 0}
+
+
+def test_prestarted_contexts_are_adopted_and_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    """prestart() retains every primary context on a helper thread; the next backend owns
+    them (no second retain) and releases each once; a later backend starts on its own."""
+    from gpubw.backend import cuda_start
+
+    driver = FakeDriver()
+    monkeypatch.setattr(cuda_backend, "cu", driver)
+    main = threading.get_ident()
+    threads: set[int] = set()
+    retain = driver.cuDevicePrimaryCtxRetain
+
+    def recording(dev: int) -> tuple[Any, ...]:
+        threads.add(threading.get_ident())
+        return retain(dev)
+
+    monkeypatch.setattr(driver, "cuDevicePrimaryCtxRetain", recording)
+    assert cuda_start.prestart(driver)
+    with CudaBackend() as backend:
+        assert driver.retained == {0: 1, 1: 1} and main not in threads
+        backend.memory_info(1)
+        assert driver.retained == {0: 1, 1: 1}
+    assert driver.retained == {0: 0, 1: 0}
+    with CudaBackend() as again:  # nothing left to adopt: retains lazily, in this thread
+        again.memory_info(0)
+        assert driver.retained == {0: 1, 1: 0} and main in threads
+    assert driver.retained == {0: 0, 1: 0}
+
+
+def test_failed_prestart_leaves_the_start_to_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prestart whose cuInit fails adopts nothing; the backend's own cuInit reports it."""
+    from gpubw.backend import cuda_start
+
+    driver = FakeDriver()
+    monkeypatch.setattr(cuda_backend, "cu", driver)
+    monkeypatch.setattr(driver, "cuInit", lambda flags: (R.CUDA_ERROR_NO_DEVICE,))
+    assert cuda_start.prestart(driver)
+    with pytest.raises(NoDriverError):
+        CudaBackend()
+    assert driver.retained == {}
+    assert cuda_start.adopt(driver) == {}  # the failed start was consumed
 
 
 def test_one_nvml_session_per_backend(

@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from gpubw.backend import cuda_start
 from gpubw.backend.base import Backend, DeviceInfo, KernelArg
 from gpubw.backend.cuda_sharing import CudaSharingMixin
 from gpubw.backend.cuda_support import _ARG_TYPES as _ARG_TYPES
@@ -132,7 +133,8 @@ class CudaBackend(CudaSharingMixin, Backend):
         self._handles = [_check("cuDeviceGet", cu.cuDeviceGet(i)) for i in range(count)]
         self._driver_version = int(_check("cuDriverGetVersion", cu.cuDriverGetVersion()))
         self._devices: tuple[DeviceInfo, ...] | None = None
-        self._contexts: dict[int, Any] = {}
+        # primary contexts retained by cuda_start.prestart() on a helper thread are ours now
+        self._contexts: dict[int, Any] = cuda_start.adopt(cu)
         self._modules: dict[int, dict[str, Any]] = {}  # device -> module name -> CUmodule
         self._functions: dict[int, dict[str, Any]] = {}  # device -> kernel -> CUfunction
         self._images: dict[tuple[str, str, tuple[int, int]], bytes] = {}

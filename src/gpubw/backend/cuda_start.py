@@ -1,0 +1,90 @@
+"""CUDA started early, on a helper thread, while the ``gpubw`` command is still importing.
+
+Starting CUDA is ~0.45 s of driver work on 2 x H200 (``cuInit`` ~0.22 s, then ~0.1 s to make
+each device's primary context), and ``cuda.bindings`` lets go of the GIL while the driver
+works (benchmarks/startup_probe.py ``--mode overlap``: 67-71 ms of imports ran on the main
+thread during a 225 ms ``cuInit`` with no delay to either). So the command calls
+:func:`prestart` as soon as it knows a run is going to use the real GPUs, and the
+:class:`gpubw.backend.cuda.CudaBackend` opened later takes over what it made
+(:func:`adopt`): the primary contexts retained here are the backend's to release.
+
+Nothing here is needed for correctness: when :func:`prestart` was not called, or its thread
+failed, the backend does the same work itself (and reports any error with its own messages).
+A process that prestarts and then never opens a backend (a usage error found later) keeps the
+retained contexts until it exits, when the driver frees them. This module imports only
+``cuda.bindings.driver`` and the standard library, so calling it early costs ~20 ms.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+_lock = threading.Lock()
+_started: _Prestart | None = None
+
+
+class _Prestart:
+    """The helper thread and what it made: device handle -> retained primary context."""
+
+    def __init__(self, driver: Any) -> None:
+        self.driver = driver
+        self.contexts: dict[int, Any] = {}
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="gpubw-cuda-start", daemon=True)
+
+    def _run(self) -> None:
+        cu = self.driver
+        try:
+            if cu.cuInit(0)[0] != cu.CUresult.CUDA_SUCCESS:
+                return  # the backend's own cuInit says why
+            status, count = cu.cuDeviceGetCount()
+            if status != cu.CUresult.CUDA_SUCCESS:
+                return
+            for ordinal in range(int(count)):
+                status, handle = cu.cuDeviceGet(ordinal)
+                if status != cu.CUresult.CUDA_SUCCESS:
+                    return
+                status, ctx = cu.cuDevicePrimaryCtxRetain(handle)
+                if status != cu.CUresult.CUDA_SUCCESS:
+                    return
+                self.contexts[ordinal] = ctx
+        except BaseException as exc:  # never in the way: the backend starts CUDA itself
+            self.error = exc
+
+
+def prestart(driver: Any = None) -> bool:
+    """Start ``cuInit`` and every device's primary context on a helper thread (once per
+    process; a second call while the first is not adopted does nothing). ``driver`` replaces
+    ``cuda.bindings.driver`` (tests). False when there is no driver binding to start."""
+    global _started
+    if driver is None:
+        try:
+            from cuda.bindings import driver
+        except ImportError:
+            return False
+    with _lock:
+        if _started is not None:
+            return True
+        _started = _Prestart(driver)
+        _started.thread.start()
+    return True
+
+
+def adopt(driver: Any) -> dict[int, Any]:
+    """Wait for the helper thread, then hand its retained primary contexts (ordinal ->
+    context) to the caller, who now owns them (must release each once). Empty when nothing
+    was prestarted, or it was started for another driver module; one caller gets them."""
+    global _started
+    with _lock:
+        started, _started = _started, None
+    if started is None:
+        return {}
+    started.thread.join()
+    if started.driver is not driver:  # started for another driver module: give them back
+        for ordinal, _ctx in started.contexts.items():
+            status, handle = started.driver.cuDeviceGet(ordinal)
+            if status == started.driver.CUresult.CUDA_SUCCESS:
+                started.driver.cuDevicePrimaryCtxRelease(handle)
+        return {}
+    return dict(started.contexts)
