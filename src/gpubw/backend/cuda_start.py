@@ -58,15 +58,16 @@ def prestart(driver: Any = None) -> bool:
     process; a second call while the first is not adopted does nothing). ``driver`` replaces
     ``cuda.bindings.driver`` (tests). False when there is no driver binding to start."""
     global _started
-    if driver is None:
+    cu = driver
+    if cu is None:
         try:
-            from cuda.bindings import driver
+            from cuda.bindings import driver as cu
         except ImportError:
             return False
     with _lock:
         if _started is not None:
             return True
-        _started = _Prestart(driver)
+        _started = _Prestart(cu)
         _started.thread.start()
     return True
 
