@@ -17,6 +17,7 @@ retained contexts until it exits, when the driver frees them. This module import
 
 from __future__ import annotations
 
+import importlib
 import threading
 from typing import Any
 
@@ -58,10 +59,10 @@ def prestart(driver: Any = None) -> bool:
     process; a second call while the first is not adopted does nothing). ``driver`` replaces
     ``cuda.bindings.driver`` (tests). False when there is no driver binding to start."""
     global _started
-    cu = driver
+    cu: Any = driver
     if cu is None:
         try:
-            from cuda.bindings import driver as cu
+            cu = importlib.import_module("cuda.bindings.driver")
         except ImportError:
             return False
     with _lock:
