@@ -36,6 +36,8 @@
 #                .pyc files and sets PYTHONDONTWRITEBYTECODE, so every process compiled ~130
 #                modules again, ~0.26 s; a pip install compiles them once). Run `startup`
 #                before and after it to see both.
+#   extras       paths not yet seen on hardware: `gpubw info` (text), `--host-huge-pages` on one
+#                testcase (a run, or the refusal naming HugePages_Free), /proc/meminfo's huge pages
 #   profile      a cProfile of the whole default suite (top functions)  -> $OUT/profile-<tag>.txt
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
@@ -164,6 +166,11 @@ for name in ("cuda.bindings", "cuda.pathfinder", "numpy", "pynvml", "idna", "cer
     print(os.path.dirname(f) if f.endswith("__init__.py") else f)
 PY
       python3 benchmarks/startup_probe.py --mode modules | sed -n 2p ;;
+    extras)
+      grep -i huge /proc/meminfo | head -4
+      python3 -m gpubw info > "$OUT/info-$tag.txt" 2>&1; echo "info rc=$? ($(wc -l < "$OUT/info-$tag.txt") lines)"; head -30 "$OUT/info-$tag.txt"
+      python3 -m gpubw --host-huge-pages -t host_to_device_memcpy_ce -b 64 -j -o "$OUT/huge-$tag.json" 2>&1 | tail -3
+      echo "huge pages rc=${PIPESTATUS[0]}" ;;
     profile)
       s=$(date +%s.%N)
       timeout 400 python3 -m cProfile -s cumtime -m gpubw -j -o "$OUT/profile-$tag.json" 2>&1 | head -150 | cut -c1-170 > "$OUT/profile-$tag.txt"
