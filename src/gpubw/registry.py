@@ -10,6 +10,13 @@ fails to load keeps its place and index and carries a :class:`LoadFailure`; it n
 the others from loading; so does a built-in missing from gpubw's installed entry points.
 Two entry points with one key: the built-in (or else the first in that order) is kept and
 the other is recorded as a :class:`LoadFailure` naming both distributions.
+
+Discovery is lazy: it reads the entry points (names, values, distributions; each
+distribution's metadata parsed once) and imports no plugin. An :class:`Entry` imports its
+plugin's module through stevedore the first time it is needed, so ``-t KEY`` imports one
+testcase module and ``-p`` the matched ones; :meth:`Registry.load` and
+:attr:`Registry.failures` (the default suite, ``-l``) load them all. A writer is loaded when
+it is asked for by name.
 """
 
 from __future__ import annotations
