@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -198,3 +199,22 @@ def test_t_key_imports_only_that_testcase(tmp_path):
     loaded = set(json.loads(proc.stderr.strip().splitlines()[-1].replace("'", '"')))
     testcase_modules = {m for m in loaded if not m.endswith(("shapes", "_shapes"))}
     assert testcase_modules == {"gpubw.testcases.local"}, loaded
+
+
+def test_sigterm_during_a_plain_list_exits_143_and_keeps_o(capsys, tmp_path, monkeypatch):
+    """SIGTERM while a plain -l lists ends it with 143 (as SIGINT with 130), the -o file as
+    it was, and the previous SIGTERM handler back."""
+    target = tmp_path / "list.txt"
+    target.write_text("old\n")
+
+    def terminated(_as_json: bool) -> str:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return "never written\n"
+
+    monkeypatch.setattr(listing, "listing", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["-l", "-o", str(target)]) == 128 + signal.SIGTERM
+    assert target.read_text() == "old\n"
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert not [p for p in tmp_path.iterdir() if p.name != "list.txt"]
+    assert capsys.readouterr().out == ""

@@ -201,9 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         plain_list = _plain_list(args)
         if plain_list is not None:  # gpubw -l without the parser (see gpubw.listing)
-            from gpubw import listing
-
-            return listing.main(*plain_list)
+            return _list_plainly(*plain_list)
         if args and args[0] == "plot":
             return _plot(args[1:])
         if args and args[0] == "compare":
@@ -282,6 +280,26 @@ def _plain_list(args: list[str]) -> tuple[str, str | None] | None:
     from gpubw.listing import plain_list_args
 
     return plain_list_args(args)
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise InterruptedRun(signum)
+
+
+def _list_plainly(fmt: str, output: str | None) -> int:
+    """A plain ``gpubw -l``, with no SignalGuard (gpubw.interrupts costs more than the whole
+    list from its cache): SIGTERM ends it as SIGINT does, through :func:`main` (exit 143,
+    an ``-o`` file left as it was); off the main thread signals are left alone."""
+    from gpubw import listing
+
+    try:
+        old = signal.signal(signal.SIGTERM, _interrupted)
+    except ValueError:  # not the main thread
+        return listing.main(fmt, output)
+    try:
+        return listing.main(fmt, output)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if old is None else old)
 
 
 def _run_command(argv: list[str], guard: Any) -> int:
