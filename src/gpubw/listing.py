@@ -17,7 +17,7 @@ this is as it was when it was written:
   distribution installed, removed or changed);
 * the modification time and size of every module file that defines a listed testcase class
   or one of its base classes (an edited description in an editable install), and of gpubw's
-  own listing and registry modules.
+  own listing and registry modules and its list of built-ins.
 
 A list in which any testcase failed to load is never cached: the next ``-l`` imports the
 plugins again, so a failure shows as it is now, never as it was. Anything else the output
@@ -142,9 +142,11 @@ def _path_stamp() -> list[tuple[str, tuple[int, int]]]:
 
 
 def _own_files() -> list[str]:
-    from gpubw import registry
+    """gpubw's files that shape the list: this module, the registry (order, messages) and
+    :data:`gpubw.testcases.BUILTINS` (the built-ins' order)."""
+    from gpubw import registry, testcases
 
-    return [__file__, registry.__file__ or ""]
+    return [__file__, registry.__file__ or "", testcases.__file__ or ""]
 
 
 def _module_files(registry: object) -> list[str]:
