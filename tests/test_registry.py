@@ -369,15 +369,20 @@ def test_discovery_imports_no_plugin_and_an_entry_loads_on_first_use(plugins):
     assert {GOOD, "gpubw_fixture_broken", "gpubw_fixture_boom"} >= _fixture_modules()
 
 
-def test_prefixes_load_only_the_matched(plugins):
-    """A -p selection, used, loads the matched entries and no other."""
+def test_a_selection_loads_only_the_selected(plugins):
+    """A -p selection loads the matched entries, before anything runs, and no other; -t
+    loads the named ones (an index too)."""
     reg = Registry.discover()
     selected = reg.select(prefixes=["fixture_fixed", "fixture_waived"])
+    assert {e.key for e in reg.entries if e.loaded} == {"fixture_fixed", "fixture_waived"}
     assert [e.key for e in selected if isinstance(e, Entry) and e.cls] == [
         "fixture_fixed",
         "fixture_waived",
     ]
-    assert {e.key for e in reg.entries if e.loaded} == {"fixture_fixed", "fixture_waived"}
+    index = str(reg.by_key("fixture_slow").index)  # type: ignore[union-attr]
+    reg.select(["fixture_leak", index, "nope"])
+    loaded = {e.key for e in reg.entries if e.loaded}
+    assert loaded == {"fixture_fixed", "fixture_waived", "fixture_leak", "fixture_slow"}
 
 
 def test_each_distributions_metadata_is_parsed_once(plugins, monkeypatch):

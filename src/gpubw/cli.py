@@ -125,9 +125,8 @@ def _error(message: str) -> None:
 
 
 # -- -l ------------------------------------------------------------------------------------
-#: what -l/--list honours (LIST_FORMATS); every other option is refused with it (never
-#: silently ignored)
-#: (namespace attribute, flag) of the options that do not apply to -l
+#: (namespace attribute, flag) of the options that do not apply to -l: refused with it, never
+#: silently ignored (-l honours -j, --format in LIST_FORMATS and -o)
 _NOT_FOR_LIST = (
     ("buffer_size", "-b/--buffer-size"),
     ("testcase", "-t/--testcase"),

@@ -316,10 +316,12 @@ class Registry:
         entries = [Entry(i, f.name, f.plugin, found=f) for i, f in enumerate(found)]
         return cls(entries, duplicates)
 
-    def load(self) -> Registry:
-        """Load every entry not loaded yet (one stevedore pass); returns self."""
-        _load(TESTCASE_GROUP, [e._found for e in self.entries if e._found is not None])
-        for e in self.entries:
+    def load(self, entries: Iterable[Entry] | None = None) -> Registry:
+        """Load ``entries`` (default: all) not loaded yet, in one stevedore pass; returns
+        self."""
+        todo = list(self.entries if entries is None else entries)
+        _load(TESTCASE_GROUP, [e._found for e in todo if e._found is not None])
+        for e in todo:
             e._settle()
         return self
 
@@ -374,23 +376,27 @@ class Registry:
 
     def select(self, testcases: Sequence[str] = (), prefixes: Sequence[str] = ()) -> list[Selected]:
         """What to run: ``-t`` items in order (duplicates kept, unresolved ones included),
-        or the ``-p`` matches, or everything."""
+        or the ``-p`` matches, or everything; the selected entries are loaded (their plugin
+        modules imported) now, before anything runs, and no other."""
         if testcases and prefixes:
             raise UsageError(
                 "testcases and testcase prefixes cannot be used together; give one of them",
                 param="testcase_selection",
             )
+        selected: list[Selected]
         if testcases:
-            return [self.resolve(t) for t in testcases]
-        if prefixes:
-            matched = self.with_prefixes(prefixes)
-            if not matched:
+            selected = [self.resolve(t) for t in testcases]
+        elif prefixes:
+            selected = list(self.with_prefixes(prefixes))
+            if not selected:
                 shown = " ".join(repr(p) for p in prefixes)
                 raise SelectionError(
                     f"the testcase prefixes {shown} match no testcase (see gpubw -l)"
                 )
-            return list(matched)
-        return list(self.entries)
+        else:
+            selected = list(self.entries)
+        self.load(s for s in selected if isinstance(s, Entry))
+        return selected
 
 
 _BLANKS = " \t\n\v\f\r"
