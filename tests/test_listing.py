@@ -47,9 +47,19 @@ def _env(cache_dir: Path, *site: Path) -> dict[str, str]:
     return env
 
 
-def test_cache_hit_is_byte_identical_to_a_discovery(capsys, cache, monkeypatch):
-    """-l from the cache prints exactly what a full discovery prints, text and JSON, and
-    discovers nothing."""
+@pytest.mark.parametrize("plugin", [False, True])
+def test_cache_hit_is_byte_identical_to_a_discovery(capsys, cache, monkeypatch, tmp_path, plugin):
+    """-l from the cache prints exactly what a full discovery prints, text and JSON (also
+    with a third-party plugin), and discovers nothing."""
+    if plugin:
+        with installed(tmp_path / "site", GOOD):
+            _check_cache_hit(capsys, cache, monkeypatch)
+            assert "(from gpubw-fixture-good)" in _cli(capsys, "-l")
+    else:
+        _check_cache_hit(capsys, cache, monkeypatch)
+
+
+def _check_cache_hit(capsys, cache, monkeypatch):
     fresh_text = _cli(capsys, "-l")
     fresh_json = _cli(capsys, "-l", "-j")
     assert list(cache.glob("testcase-list-*.bin"))
@@ -57,13 +67,16 @@ def test_cache_hit_is_byte_identical_to_a_discovery(capsys, cache, monkeypatch):
     def no_discovery() -> None:
         raise AssertionError("the registry was used on a cache hit")
 
+    discover = registry.Registry.discover
+
     monkeypatch.setattr(registry.Registry, "discover", no_discovery)
     assert _cli(capsys, "-l") == fresh_text
     assert _cli(capsys, "--list", "--format", "json") == fresh_json
-    monkeypatch.undo()
+    monkeypatch.setattr(registry.Registry, "discover", discover)
     monkeypatch.setenv(listing.NO_CACHE_ENV, "1")
     assert _cli(capsys, "-l") == fresh_text
     assert _cli(capsys, "-l", "-j") == fresh_json
+    monkeypatch.delenv(listing.NO_CACHE_ENV)
     json.loads(fresh_json)
 
 
@@ -153,6 +166,10 @@ def test_a_corrupt_cache_file_is_rewritten(capsys, cache):
         (["-l", "--format", "json", "-o", "x"], ("json", "x")),
         (["-j", "-l", "--format", "json"], ("json", None)),
         (["-l", "-o", "-"], ("text", "-")),
+        (["-l", "--output=x", "--format=json"], ("json", "x")),
+        (["-l", "--output=-x"], ("text", "-x")),
+        (["-l", "--format=csv"], None),
+        (["-l", "--out", "x"], None),
         (["-l", "-b", "1"], None),
         (["-l", "-o", "a", "-o", "b"], None),
         (["-l", "-j", "--format", "text"], None),

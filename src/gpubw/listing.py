@@ -220,39 +220,36 @@ def listing(as_json: bool) -> str:
 # -- the command -------------------------------------------------------------------------
 def plain_list_args(argv: list[str]) -> tuple[str, str | None] | None:
     """(format, output) when ``argv`` is a plain ``-l`` that needs no option parser: only
-    ``-l``/``--list``, ``-j``/``--json``, ``--format text|json`` and ``-o``/``--output FILE``
-    (each once), consistent. None for anything else, which the full parser then handles
-    (and refuses with its messages where it must)."""
+    ``-l``/``--list``, ``-j``/``--json``, ``--format[=]text|json`` and
+    ``-o``/``--output[=]FILE`` (each once), consistent. None for anything else, which the
+    full parser then handles (and refuses with its messages where it must)."""
     listed = as_json = False
-    fmt: str | None = None
-    output: str | None = None
+    values: dict[str, str] = {}  # "--output" / "--format" -> the value given
     i = 0
     while i < len(argv):
         token = argv[i]
+        name, eq, value = token.partition("=")
         if token in ("-l", "--list"):
             listed = True
         elif token in ("-j", "--json"):
             as_json = True
-        elif token in ("-o", "--output", "--format") and i + 1 < len(argv):
-            value = argv[i + 1]
-            if value.startswith("-") and value != "-":
+        elif eq and name in ("--output", "--format"):
+            if name in values:
                 return None
-            if token == "--format":
-                if fmt is not None:
-                    return None
-                fmt = value
-            else:
-                if output is not None:
-                    return None
-                output = value
+            values[name] = value  # --output=VALUE: taken as it is
+        elif token in ("-o", "--output", "--format") and i + 1 < len(argv):
+            name, value = ("--output" if token == "-o" else token), argv[i + 1]
+            if name in values or (value.startswith("-") and value != "-"):
+                return None  # the parser's business (given twice, missing, negative)
+            values[name] = value
             i += 1
         else:
             return None
         i += 1
-    chosen = fmt or ("json" if as_json else "text")
+    chosen = values.get("--format") or ("json" if as_json else "text")
     if not listed or chosen not in LIST_FORMATS or (as_json and chosen != "json"):
         return None
-    return chosen, output
+    return chosen, values.get("--output")
 
 
 def main(fmt: str, output: str | None) -> int:
