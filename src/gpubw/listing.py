@@ -15,9 +15,9 @@ this is as it was when it was written:
 * the modification time of every ``sys.path`` entry and of every ``entry_points.txt`` in
   their ``*.dist-info`` / ``*.egg-info`` folders (as the plugin loader's entry-point cache: a
   distribution installed, removed or changed);
-* the modification time and size of every module file that defines a listed testcase class
-  or one of its base classes (an edited description in an editable install), and of gpubw's
-  own listing and registry modules and its list of built-ins.
+* the modification time and size of every module file the discovery imported, outside the
+  standard library: gpubw's own, every plugin's (an edited description in an editable
+  install) and their dependencies'.
 
 A list in which any testcase failed to load is never cached: the next ``-l`` imports the
 plugins again, so a failure shows as it is now, never as it was. Anything else the output
@@ -141,23 +141,21 @@ def _path_stamp() -> list[tuple[str, tuple[int, int]]]:
     return stamp
 
 
-def _own_files() -> list[str]:
-    """gpubw's files that shape the list: this module, the registry (order, messages) and
-    :data:`gpubw.testcases.BUILTINS` (the built-ins' order)."""
-    from gpubw import registry, testcases
-
-    return [__file__, registry.__file__ or "", testcases.__file__ or ""]
-
-
-def _module_files(registry: object) -> list[str]:
-    """The files of the modules that define the listed classes and their bases."""
-    files = set(_own_files())
-    for e in registry.entries:  # type: ignore[attr-defined]
-        for klass in getattr(e.cls, "__mro__", ()):
-            module = sys.modules.get(klass.__module__)
-            path = getattr(module, "__file__", None)
-            if path:
-                files.add(path)
+def _module_files() -> list[str]:
+    """The files of every module imported so far (after a discovery: gpubw's, the plugins'
+    and their dependencies'), less the standard library's (the interpreter's version
+    covers those)."""
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    files = set()
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str):
+            continue
+        if path.startswith(stdlib) and not any(
+            part in path for part in ("site-packages", "dist-packages")
+        ):
+            continue
+        files.add(path)
     return sorted(files)
 
 
@@ -174,8 +172,8 @@ def _read(path: str) -> dict[str, str] | None:
         if any(_stat(p) != tuple(s) for p, s in cached["files"]):
             return None
         return {"text": cached["text"], "json": cached["json"]}
-    except (OSError, EOFError, ValueError, TypeError, KeyError):
-        return None
+    except (OSError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None  # not a cache file of ours: made again
 
 
 def _write(path: str, data: dict[str, object]) -> None:
@@ -204,7 +202,7 @@ def _discover() -> dict[str, str]:
     registry = Registry.discover().load()
     out = {"text": render(registry, False), "json": render(registry, True)}
     if use_cache and all(e.failure is None for e in registry.entries):
-        files = [(p, _stat(p)) for p in _module_files(registry)]
+        files = [(p, _stat(p)) for p in _module_files()]
         _write(cache_path(), {"header": _header(), "paths": paths, "files": files, **out})
     return out
 
