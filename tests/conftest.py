@@ -52,3 +52,10 @@ def backend() -> SimulatedBackend:
     for d in range(2):
         be.load_kernels(d)
     return be
+
+
+@pytest.fixture(autouse=True)
+def _no_list_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gpubw -l`` lists without its cache file in every test (never the user's cache);
+    tests/test_listing.py turns it on in a temporary directory."""
+    monkeypatch.setenv("GPUBW_NO_LIST_CACHE", "1")

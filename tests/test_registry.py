@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -345,3 +346,63 @@ def test_registry_is_the_only_entry_point_reader() -> None:
         if re.search(r"\bentry_points\(|\bstevedore\b", p.read_text("utf-8"))
     )
     assert readers == ["registry.py"]
+
+
+def _fixture_modules() -> set[str]:
+    return {m for m in sys.modules if m.startswith("gpubw_fixture")}
+
+
+def test_discovery_imports_no_plugin_and_an_entry_loads_on_first_use(plugins):
+    """Discovery imports no plugin module; using one entry imports its module alone, once;
+    the failures (what -l shows) load every entry."""
+    reg = Registry.discover()
+    assert _fixture_modules() == set()
+    assert not any(e.loaded for e in reg.entries)
+    (good,) = reg.select(["fixture_good"])
+    assert isinstance(good, Entry) and good.cls is not None
+    assert _fixture_modules() == {GOOD}
+    assert [e.key for e in reg.entries if e.loaded] == ["fixture_good"]
+    assert good.cls is reg.by_key("fixture_good").cls  # type: ignore[union-attr]
+    assert reg.by_key("fixture_import_raises").loaded is False  # type: ignore[union-attr]
+    assert any(f.key == "fixture_import_raises" for f in reg.failures)
+    assert all(e.loaded for e in reg.entries)
+    assert {GOOD, "gpubw_fixture_broken", "gpubw_fixture_boom"} >= _fixture_modules()
+
+
+def test_a_selection_loads_only_the_selected(plugins):
+    """A -p selection loads the matched entries, before anything runs, and no other; -t
+    loads the named ones (an index too)."""
+    reg = Registry.discover()
+    selected = reg.select(prefixes=["fixture_fixed", "fixture_waived"])
+    assert {e.key for e in reg.entries if e.loaded} == {"fixture_fixed", "fixture_waived"}
+    assert [e.key for e in selected if isinstance(e, Entry) and e.cls] == [
+        "fixture_fixed",
+        "fixture_waived",
+    ]
+    index = str(reg.by_key("fixture_slow").index)  # type: ignore[union-attr]
+    reg.select(["fixture_leak", index, "nope"])
+    loaded = {e.key for e in reg.entries if e.loaded}
+    assert loaded == {"fixture_fixed", "fixture_waived", "fixture_leak", "fixture_slow"}
+
+
+def test_each_distributions_metadata_is_parsed_once(plugins, monkeypatch):
+    """Discovery reads each distribution's metadata once, only for those with testcases."""
+    reads: list[object] = []
+    metadata = importlib.metadata.Distribution.metadata
+
+    def counted(dist):  # type: ignore[no-untyped-def]
+        reads.append(dist)
+        return metadata.fget(dist)
+
+    monkeypatch.setattr(importlib.metadata.Distribution, "metadata", property(counted))
+    reg = Registry.discover()
+    owners = {e.plugin for e in reg.entries} | {f.plugin for f in reg.unlisted_failures}
+    assert len(reads) == len(owners)
+
+
+def test_a_writer_loads_only_when_asked_for(plugins):
+    """Writers.discover imports no writer module; get(name) imports that one."""
+    writers = Writers.discover()
+    assert _fixture_modules() == set()
+    assert writers.get("fixture_lines").__name__ == "LinesWriter"
+    assert _fixture_modules() == {GOOD}

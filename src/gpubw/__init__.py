@@ -67,13 +67,16 @@ data did not match).
 from __future__ import annotations
 
 import importlib
-import typing as _typing
 
 # first: while the gpubw command starts, a signal exits 130/143 quietly (see _startup)
 from gpubw import _startup  # noqa: F401
 from gpubw.version import __version__
 
-if _typing.TYPE_CHECKING:  # the names below are imported on first use (__getattr__)
+# typing.TYPE_CHECKING without importing typing (~5 ms of gpubw -l's start-up; deleted below)
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the names below are imported on first use (__getattr__)
+    from typing import Any
+
     from gpubw.api import open_system, report_to_dict, report_to_json, run
     from gpubw.backend.base import DeviceInfo, KernelArg, i32, ptr, u32, u64
     from gpubw.buffers import Buffer, DeviceBuffer, HostBuffer
@@ -165,9 +168,9 @@ _LAZY: dict[str, tuple[str, str]] = {
 }
 
 
-if not _typing.TYPE_CHECKING:  # (for mypy the names are the imports above: a typo stays an error)
+if not TYPE_CHECKING:  # (for mypy the names are the imports above: a typo stays an error)
 
-    def __getattr__(name: str) -> _typing.Any:
+    def __getattr__(name: str) -> Any:
         """A public name, imported from its module on first use (PEP 562); a submodule's
         name (``gpubw.api`` after ``import gpubw``) imports that submodule."""
         if name in _LAZY:
@@ -182,6 +185,9 @@ if not _typing.TYPE_CHECKING:  # (for mypy the names are the imports above: a ty
                 if exc.name != f"{__name__}.{name}":
                     raise
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+del TYPE_CHECKING
 
 
 def __dir__() -> list[str]:

@@ -15,7 +15,10 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from typing import Any
 
 _previous: dict[int, Any] = {}
 _SCRIPT_NAMES = ("gpubw", "gpubw.exe", "gpubw-script.py")

@@ -53,7 +53,7 @@ def _plugin_kernel_names() -> set[str]:
     from gpubw.registry import Registry
 
     names: set[str] = set()
-    for entry in Registry.discover().entries:
+    for entry in Registry.discover().load().entries:
         for module in getattr(entry.cls, "kernel_modules", ()):
             names.update(module.names)
     return names

@@ -18,34 +18,57 @@ Nothing here imports CUDA at import time: ``gpubw -l`` never touches a GPU.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import inspect
-import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from typing import IO, Any
 
-from gpubw.accept_cli import judging
-from gpubw.cli_args import (  # the parser and its names; the public ones re-exported
-    DEFAULT_FORMAT,
-    DEFAULT_GATE_TIMEOUT_S,
-    EXIT_CODES,
-    PARAM_FLAGS,
-    PROG,
-    SUGGESTED_PRESET,
-    _attach_negative_values,
-    build_parser,
-    usage_message,
-)
 from gpubw.errors import GpubwError, InterruptedRun, NoDriverError, PluginError, UsageError
-from gpubw.live import LiveOutput, progress_mode
-from gpubw.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions, exit_status
-from gpubw.registry import Registry, Writers
-from gpubw.sizes import parse_sizes
-from gpubw.version import __version__
+from gpubw.listing import LIST_FORMATS, PROG
+
+# Everything else is imported where it is used: ``gpubw -l`` from its cache imports none of
+# it (argparse, attrs, the options, the registry; see gpubw.listing).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Iterator, Sequence
+    from typing import IO, Any
+
+    from gpubw.cli_args import (
+        DEFAULT_FORMAT,
+        DEFAULT_GATE_TIMEOUT_S,
+        EXIT_CODES,
+        PARAM_FLAGS,
+        SUGGESTED_PRESET,
+        build_parser,
+        usage_message,
+    )
+    from gpubw.live import LiveOutput
+    from gpubw.options import RunOptions
+
+#: the names of :mod:`gpubw.cli_args` re-exported here, imported on first use (PEP 562)
+_FROM_CLI_ARGS = frozenset(
+    {
+        "DEFAULT_FORMAT",
+        "DEFAULT_GATE_TIMEOUT_S",
+        "EXIT_CODES",
+        "PARAM_FLAGS",
+        "SUGGESTED_PRESET",
+        "build_parser",
+        "usage_message",
+    }
+)
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        """A name of :mod:`gpubw.cli_args` re-exported here, imported on first use."""
+        if name in _FROM_CLI_ARGS:
+            from gpubw import cli_args
+
+            return getattr(cli_args, name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_FORMAT",
@@ -102,53 +125,8 @@ def _error(message: str) -> None:
 
 
 # -- -l ------------------------------------------------------------------------------------
-def _list(registry: Registry, as_json: bool, out: IO[str]) -> None:
-    if as_json:
-        items: list[dict[str, Any]] = [
-            {
-                "index": e.index,
-                "key": e.key,
-                "description": e.description,
-                "plugin": e.plugin,
-                "fixed_size": e.fixed_size,
-                "load_failure": e.failure.message if e.failure else None,
-            }
-            for e in registry.entries
-        ]
-        items += [
-            {
-                "index": None,
-                "key": f.key,
-                "description": "",
-                "plugin": f.plugin,
-                "fixed_size": False,
-                "load_failure": f.message,
-            }
-            for f in registry.unlisted_failures
-        ]
-        out.write(json.dumps(items, indent=2) + "\n")
-        return
-    lines = [f"{PROG} Version: {__version__}", "", "Index, Name:", "\tDescription"]
-    lines.append("=" * 23)
-    for e in registry.entries:
-        lines.append(f"{e.index}, {e.key}:")
-        if e.failure is not None:
-            lines.append(f"\t(could not be loaded from {e.plugin!r}: see below)")
-        else:
-            lines += ["\t" + line for line in (e.description or "(no description)").splitlines()]
-            if not e.builtin:
-                lines.append(f"\t(from {e.plugin})")
-        lines.append("")
-    if registry.failures:
-        lines.append("Plugins that could not be loaded:")
-        lines += [f"\t{f.key} ({f.plugin}): {f.message}" for f in registry.failures]
-        lines.append("")
-    out.write("\n".join(lines) + "\n")
-
-
-#: what -l/--list honours; every other option is refused with it (never silently ignored)
-LIST_FORMATS = ("text", "json")
-#: (namespace attribute, flag) of the options that do not apply to -l
+#: (namespace attribute, flag) of the options that do not apply to -l: refused with it, never
+#: silently ignored (-l honours -j, --format in LIST_FORMATS and -o)
 _NOT_FOR_LIST = (
     ("buffer_size", "-b/--buffer-size"),
     ("testcase", "-t/--testcase"),
@@ -172,6 +150,9 @@ _NOT_FOR_LIST = (
 def _list_command(ns: argparse.Namespace) -> int:
     """``gpubw -l``: the testcase list as text or JSON (``-j``, ``--format``), on stdout or
     into ``-o FILE``; an option that only applies to a run is a usage error."""
+    from gpubw import listing
+    from gpubw.cli_args import build_parser
+
     given: set[str] = getattr(ns, "_given", set())
     parser = build_parser()
     for dest, flag in _NOT_FOR_LIST:
@@ -187,10 +168,7 @@ def _list_command(ns: argparse.Namespace) -> int:
         )
     if fmt not in LIST_FORMATS:
         raise UsageError(f"-l/--list writes {' or '.join(LIST_FORMATS)}, not --format {fmt!r}")
-    output = _Output(ns.output)
-    with output.stream() as stream:
-        _list(Registry.discover(), fmt == "json", stream)
-    return 0
+    return listing.main(fmt, ns.output)
 
 
 # -- systems -------------------------------------------------------------------------------
@@ -220,6 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _startup.restore()  # the start-up handlers: from here a signal is a KeyboardInterrupt
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        plain_list = _plain_list(args)
+        if plain_list is not None:  # gpubw -l without the parser (see gpubw.listing)
+            return _list_plainly(*plain_list)
         if args and args[0] == "plot":
             return _plot(args[1:])
         if args and args[0] == "compare":
@@ -230,9 +211,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # -h, --version, and plot's own argparse
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except UsageError as exc:
+        from gpubw.cli_args import usage_message
+
         _error(usage_message(exc))
         return 2
     except NoDriverError as exc:
+        from gpubw.cli_args import SUGGESTED_PRESET
+
         _error(str(exc))
         if "--simulate" not in str(exc):
             print(
@@ -245,8 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: simulated systems: {', '.join(names)}", file=sys.stderr)
         return 1
     except InterruptedRun as exc:
+        from gpubw.options import exit_status
+
         return exit_status(signal=exc.signum)
     except KeyboardInterrupt:
+        from gpubw.options import exit_status
+
         return exit_status(signal=signal.SIGINT)
     except BrokenPipeError:  # e.g. gpubw -l | head: the reader left; say nothing more
         with contextlib.suppress(OSError):
@@ -277,10 +266,49 @@ def _main(argv: list[str], command: bool = False) -> int:
         guard.uninstall(signal.SIG_IGN if command else None)
     # a signal that arrived after the report was complete: the report stays complete, and
     # the exit code still says the run was stopped
+    from gpubw.options import exit_status
+
     return code if guard.signum is None else exit_status(signal=guard.signum)
 
 
+def _plain_list(args: list[str]) -> tuple[str, str | None] | None:
+    """(format, output) of a plain ``gpubw -l`` that needs no option parser, else None (the
+    whole command line then goes through the parser, which refuses what -l does not take)."""
+    if "-l" not in args and "--list" not in args:
+        return None
+    from gpubw.listing import plain_list_args
+
+    return plain_list_args(args)
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise InterruptedRun(signum)
+
+
+def _list_plainly(fmt: str, output: str | None) -> int:
+    """A plain ``gpubw -l``, with no SignalGuard (gpubw.interrupts costs more than the whole
+    list from its cache): SIGTERM ends it as SIGINT does, through :func:`main` (exit 143,
+    an ``-o`` file left as it was); off the main thread signals are left alone."""
+    from gpubw import listing
+
+    try:
+        old = signal.signal(signal.SIGTERM, _interrupted)
+    except ValueError:  # not the main thread
+        return listing.main(fmt, output)
+    try:
+        return listing.main(fmt, output)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if old is None else old)
+
+
 def _run_command(argv: list[str], guard: Any) -> int:
+    from gpubw.accept_cli import judging
+    from gpubw.cli_args import DEFAULT_FORMAT, _attach_negative_values, build_parser
+    from gpubw.live import progress_mode
+    from gpubw.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
+    from gpubw.registry import Writers
+    from gpubw.sizes import parse_sizes
+
     ns = build_parser().parse_args(_attach_negative_values(argv))
     if ns.list:
         return _list_command(ns)
@@ -417,6 +445,8 @@ def make_writer(cls: Any, *, verbose: bool = False, perf_formatter: bool = False
     flags as keyword arguments if it takes them, else constructed without arguments and the
     flags set as attributes (a plugin writer need not subclass
     :class:`gpubw.writers.Writer`)."""
+    import inspect
+
     flags = {"verbose": verbose, "perf_formatter": perf_formatter}
     try:
         inspect.signature(cls).bind(**flags)
@@ -435,6 +465,8 @@ def _live_output(
 ) -> LiveOutput:
     """The writer, driven as the run goes when the report goes to stdout
     (:class:`gpubw.live.LiveOutput`); a writer that cannot be made is a PluginError."""
+    from gpubw.live import LiveOutput
+
     try:
         writer = make_writer(writer_cls, verbose=verbose, perf_formatter=perf)
     except (GpubwError, OSError):

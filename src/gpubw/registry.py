@@ -10,6 +10,13 @@ fails to load keeps its place and index and carries a :class:`LoadFailure`; it n
 the others from loading; so does a built-in missing from gpubw's installed entry points.
 Two entry points with one key: the built-in (or else the first in that order) is kept and
 the other is recorded as a :class:`LoadFailure` naming both distributions.
+
+Discovery is lazy: it reads the entry points (names, values, distributions; each
+distribution's metadata parsed once) and imports no plugin. An :class:`Entry` imports its
+plugin's module through stevedore the first time it is needed, so ``-t KEY`` imports one
+testcase module and ``-p`` the matched ones; :meth:`Registry.load` and
+:attr:`Registry.failures` (the default suite, ``-l``) load them all. A writer is loaded when
+it is asked for by name.
 """
 
 from __future__ import annotations
@@ -50,15 +57,69 @@ class LoadFailure:
     message: str
 
 
-@attrs.frozen
 class Entry:
-    """One testcase in the list: ``cls`` when it loaded, ``failure`` when it did not."""
+    """One testcase in the list: ``cls`` when it loaded, ``failure`` when it did not.
 
-    index: int
-    key: str
-    plugin: str
-    cls: type[Testcase] | None = None
-    failure: LoadFailure | None = None
+    An entry that :meth:`Registry.discover` found is loaded on first need (``cls``,
+    ``failure``, ``description``, ``fixed_size``, :meth:`create`): its plugin's module is
+    imported then, through stevedore, once; a load failure becomes its :class:`LoadFailure`,
+    as it did when discovery imported everything."""
+
+    __slots__ = ("_cls", "_failure", "_found", "index", "key", "plugin")
+
+    def __init__(
+        self,
+        index: int,
+        key: str,
+        plugin: str,
+        cls: type[Testcase] | None = None,
+        failure: LoadFailure | None = None,
+        *,
+        found: _Found | None = None,
+    ) -> None:
+        self.index = index
+        self.key = key
+        self.plugin = plugin
+        self._cls = cls
+        self._failure = failure
+        self._found = found  # the entry point to load on first need; None once settled
+
+    def __repr__(self) -> str:
+        state = "not loaded" if self._found is not None else f"cls={self._cls!r}"
+        if self._failure is not None:
+            state = f"failure={self._failure!r}"
+        return f"Entry({self.index}, {self.key!r}, {self.plugin!r}, {state})"
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the plugin's class was loaded (or failed to), so that ``cls`` imports
+        nothing more."""
+        return self._found is None
+
+    def _settle(self) -> None:
+        found = self._found
+        if found is None:
+            return
+        _load(TESTCASE_GROUP, [found])
+        if found.error:
+            self._failure = LoadFailure(found.name, found.plugin, found.error)
+        else:
+            tc = _as_testcase(found)
+            if isinstance(tc, str):
+                self._failure = LoadFailure(found.name, found.plugin, tc)
+            else:
+                self._cls = tc
+        self._found = None
+
+    @property
+    def cls(self) -> type[Testcase] | None:
+        self._settle()
+        return self._cls
+
+    @property
+    def failure(self) -> LoadFailure | None:
+        self._settle()
+        return self._failure
 
     @property
     def builtin(self) -> bool:
@@ -95,21 +156,15 @@ Selected = Entry | Unresolved
 # -- discovery ---------------------------------------------------------------------------
 @attrs.define
 class _Found:
+    """One entry point of a group: its name, ``module:attr`` value and distribution; ``obj``
+    once loaded, ``error`` when it could not be."""
+
     name: str
     value: str
     plugin: str
     obj: Any = None
     error: str = ""
-
-
-def _owners(group: str) -> dict[tuple[str, str], list[str]]:
-    """(entry-point name, value) -> names of the distributions declaring it."""
-    owners: dict[tuple[str, str], list[str]] = {}
-    for ep in importlib.metadata.entry_points(group=group):
-        dist = getattr(ep, "dist", None)
-        name = dist.metadata["Name"] if dist is not None else "?"
-        owners.setdefault((ep.name, ep.value), []).append(name)
-    return owners
+    loaded: bool = False
 
 
 def _describe(exc: BaseException) -> str:
@@ -118,35 +173,49 @@ def _describe(exc: BaseException) -> str:
 
 
 def _discover(group: str) -> list[_Found]:
-    """Load every entry point of ``group`` through stevedore, failures included."""
+    """Every entry point of ``group`` with its distribution's name, imported by none: one
+    scan of the installed distributions, each distribution's metadata parsed once (only
+    those that declare an entry point of ``group``). An entry point two distributions
+    declare alike (name and value) is one, the first's (as stevedore sees it)."""
+    names: dict[int, str] = {}
+    seen: set[tuple[str, str]] = set()
+    found = []
+    for ep in importlib.metadata.entry_points(group=group):
+        if (ep.name, ep.value) in seen:
+            continue
+        seen.add((ep.name, ep.value))
+        dist = getattr(ep, "dist", None)
+        if dist is None:
+            plugin = "?"
+        elif id(dist) in names:
+            plugin = names[id(dist)]
+        else:
+            plugin = names[id(dist)] = dist.metadata["Name"] or "?"
+        found.append(_Found(ep.name, ep.value, plugin))
+    return found
+
+
+def _load(group: str, found: Sequence[_Found]) -> None:
+    """Import the objects of ``found`` through stevedore (each ``obj``, or its ``error``):
+    only these entry points, never the rest of the group."""
     import stevedore
 
-    # stevedore caches the entry points of a namespace per process; drop that so plugins
-    # installed (or put on sys.path) since the last discovery are seen.
-    stevedore.ExtensionManager.ENTRY_POINT_CACHE.pop(group, None)
-    failed: list[tuple[Any, BaseException]] = []
+    wanted = {(f.name, f.value): f for f in found if not f.loaded and not f.error}
+    if not wanted:
+        return
+
+    class Only(stevedore.ExtensionManager):
+        def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
+            return [importlib.metadata.EntryPoint(n, v, group) for n, v in wanted]
 
     def on_failure(_manager: Any, ep: Any, exc: BaseException) -> None:
-        failed.append((ep, exc))
+        wanted[(ep.name, ep.value)].error = f"could not load {ep.value}: {_describe(exc)}"
 
-    manager = stevedore.ExtensionManager(
-        namespace=group, invoke_on_load=False, on_load_failure_callback=on_failure
-    )
-    owners = _owners(group)
-
-    def plugin_of(ep: Any) -> str:
-        names = owners.get((ep.name, ep.value)) or ["?"]
-        return names[0]
-
-    found = [
-        _Found(ext.name, ext.entry_point.value, plugin_of(ext.entry_point), ext.plugin)
-        for ext in manager.extensions
-    ]
-    found += [
-        _Found(ep.name, ep.value, plugin_of(ep), error=f"could not load {ep.value}: {_describe(e)}")
-        for ep, e in failed
-    ]
-    return found
+    manager = Only(namespace=group, invoke_on_load=False, on_load_failure_callback=on_failure)
+    for ext in manager.extensions:
+        wanted[(ext.name, ext.entry_point.value)].obj = ext.plugin
+    for f in wanted.values():
+        f.loaded = True
 
 
 def _sort_key(f: _Found) -> tuple[int, int, str, str]:
@@ -220,37 +289,49 @@ def _missing_builtins(found: list[_Found]) -> list[_Found]:
     ]
 
 
+def _failure_order(f: LoadFailure) -> tuple[bool, str, str]:
+    return (f.plugin != BUILTIN_DIST, f.plugin, f.key)
+
+
 # -- testcases ---------------------------------------------------------------------------
 class Registry:
-    """The discovered testcases, in list order, and the plugins that failed to load."""
+    """The discovered testcases, in list order, and the plugins that failed to load.
 
-    def __init__(self, entries: Sequence[Entry], failures: Sequence[LoadFailure]) -> None:
+    Discovery reads the entry points only; an entry's plugin is imported when the entry is
+    first used (so ``-t KEY`` imports that testcase's module alone, ``-p`` the matched
+    ones), and :attr:`failures` (what ``-l`` shows) loads them all."""
+
+    def __init__(self, entries: Sequence[Entry], unlisted: Sequence[LoadFailure] = ()) -> None:
         self.entries: tuple[Entry, ...] = tuple(entries)
-        self.failures: tuple[LoadFailure, ...] = tuple(failures)
+        self._unlisted = tuple(sorted(unlisted, key=_failure_order))
         self._by_key = {e.key: e for e in self.entries}
 
     @classmethod
     def discover(cls) -> Registry:
-        """Load every testcase plugin (imports their modules; touches no GPU)."""
+        """Find every testcase plugin: reads the entry points, imports no plugin (nor
+        touches a GPU); a duplicate key is settled now, each entry loads on first use."""
         discovered = _discover(TESTCASE_GROUP)
         discovered += _missing_builtins(discovered)
-        found, failures = _dedupe(sorted(discovered, key=_sort_key), "testcase")
-        entries = []
-        for index, f in enumerate(found):
-            if f.error:
-                fail = LoadFailure(f.name, f.plugin, f.error)
-                failures.append(fail)
-                entries.append(Entry(index, f.name, f.plugin, failure=fail))
-                continue
-            tc = _as_testcase(f)
-            if isinstance(tc, str):
-                fail = LoadFailure(f.name, f.plugin, tc)
-                failures.append(fail)
-                entries.append(Entry(index, f.name, f.plugin, failure=fail))
-            else:
-                entries.append(Entry(index, f.name, f.plugin, cls=tc))
-        failures.sort(key=lambda x: (x.plugin != BUILTIN_DIST, x.plugin, x.key))
-        return cls(entries, failures)
+        found, duplicates = _dedupe(sorted(discovered, key=_sort_key), "testcase")
+        entries = [Entry(i, f.name, f.plugin, found=f) for i, f in enumerate(found)]
+        return cls(entries, duplicates)
+
+    def load(self, entries: Iterable[Entry] | None = None) -> Registry:
+        """Load ``entries`` (default: all) not loaded yet, in one stevedore pass; returns
+        self."""
+        todo = list(self.entries if entries is None else entries)
+        _load(TESTCASE_GROUP, [e._found for e in todo if e._found is not None])
+        for e in todo:
+            e._settle()
+        return self
+
+    @property
+    def failures(self) -> tuple[LoadFailure, ...]:
+        """Every plugin that could not be used, gpubw's first, then by (distribution, key):
+        the entries that failed to load (this loads them all) and the duplicates' losers."""
+        self.load()
+        listed = [e.failure for e in self.entries if e.failure is not None]
+        return tuple(sorted([*self._unlisted, *listed], key=_failure_order))
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -264,9 +345,9 @@ class Registry:
 
     @property
     def unlisted_failures(self) -> list[LoadFailure]:
-        """Failures without a place in the list: the losers of duplicate keys."""
-        listed = {e.failure for e in self.entries if e.failure is not None}
-        return [f for f in self.failures if f not in listed]
+        """Failures without a place in the list: the losers of duplicate keys (known
+        without loading anything)."""
+        return list(self._unlisted)
 
     def by_key(self, key: str) -> Entry | None:
         return self._by_key.get(key)
@@ -295,23 +376,27 @@ class Registry:
 
     def select(self, testcases: Sequence[str] = (), prefixes: Sequence[str] = ()) -> list[Selected]:
         """What to run: ``-t`` items in order (duplicates kept, unresolved ones included),
-        or the ``-p`` matches, or everything."""
+        or the ``-p`` matches, or everything; the selected entries are loaded (their plugin
+        modules imported) now, before anything runs, and no other."""
         if testcases and prefixes:
             raise UsageError(
                 "testcases and testcase prefixes cannot be used together; give one of them",
                 param="testcase_selection",
             )
+        selected: list[Selected]
         if testcases:
-            return [self.resolve(t) for t in testcases]
-        if prefixes:
-            matched = self.with_prefixes(prefixes)
-            if not matched:
+            selected = [self.resolve(t) for t in testcases]
+        elif prefixes:
+            selected = list(self.with_prefixes(prefixes))
+            if not selected:
                 shown = " ".join(repr(p) for p in prefixes)
                 raise SelectionError(
                     f"the testcase prefixes {shown} match no testcase (see gpubw -l)"
                 )
-            return list(matched)
-        return list(self.entries)
+        else:
+            selected = list(self.entries)
+        self.load(s for s in selected if isinstance(s, Entry))
+        return selected
 
 
 _BLANKS = " \t\n\v\f\r"
@@ -332,40 +417,53 @@ def strtol_index(token: str) -> int | None:
 
 # -- writers -----------------------------------------------------------------------------
 class Writers:
-    """The report writers (entry-point group ``gpubw.writers``)."""
+    """The report writers (entry-point group ``gpubw.writers``); a writer's module is
+    imported when it is asked for (:meth:`get`), all of them for :attr:`names` and
+    :attr:`failures`."""
 
-    def __init__(self, writers: dict[str, tuple[str, Any]], failures: Sequence[LoadFailure]):
-        self._writers = writers  # name -> (plugin, class)
-        self.failures = tuple(failures)
+    def __init__(self, found: Sequence[_Found], failures: Sequence[LoadFailure]):
+        self._found = {f.name: f for f in found}  # name -> entry point (deduplicated)
+        self._duplicates = tuple(failures)
 
     @classmethod
     def discover(cls) -> Writers:
         found, failures = _dedupe(sorted(_discover(WRITER_GROUP), key=_sort_key), "writer")
-        writers: dict[str, tuple[str, Any]] = {}
-        for f in found:
-            if f.error:
-                failures.append(LoadFailure(f.name, f.plugin, f.error))
-            elif not callable(getattr(f.obj, "write", None)):
-                failures.append(
-                    LoadFailure(f.name, f.plugin, f"{f.value} has no write(report, stream)")
-                )
-            else:
-                writers[f.name] = (f.plugin, f.obj)
-        return cls(writers, failures)
+        return cls(found, failures)
+
+    def _settle(self, found: Sequence[_Found]) -> None:
+        _load(WRITER_GROUP, found)
+
+    @staticmethod
+    def _failure(f: _Found) -> LoadFailure | None:
+        if f.error:
+            return LoadFailure(f.name, f.plugin, f.error)
+        if not callable(getattr(f.obj, "write", None)):
+            return LoadFailure(f.name, f.plugin, f"{f.value} has no write(report, stream)")
+        return None
+
+    @property
+    def failures(self) -> tuple[LoadFailure, ...]:
+        """The duplicates' losers, then the writers that could not be loaded (loads all)."""
+        self._settle(list(self._found.values()))
+        loaded = [self._failure(f) for f in self._found.values()]
+        return (*self._duplicates, *(f for f in loaded if f is not None))
 
     @property
     def names(self) -> list[str]:
-        """The names of the writers that loaded, sorted."""
-        return sorted(self._writers)
+        """The names of the writers that loaded, sorted (loads all)."""
+        self._settle(list(self._found.values()))
+        return sorted(name for name, f in self._found.items() if self._failure(f) is None)
 
     def get(self, name: str) -> Any:
         """The writer class called ``name``: UsageError if none is installed, PluginError if
         it is installed but could not be loaded."""
-        if name in self._writers:
-            return self._writers[name][1]
-        for fail in self.failures:
-            if fail.key == name:
-                raise PluginError(f"writer {name!r} from {fail.plugin!r}: {fail.message}")
+        found = self._found.get(name)
+        if found is not None:
+            self._settle([found])
+            fail = self._failure(found)
+            if fail is None:
+                return found.obj
+            raise PluginError(f"writer {name!r} from {fail.plugin!r}: {fail.message}")
         allowed = ", ".join(self.names) or "none is installed"
         raise UsageError(f"unknown output format {name!r}; allowed: {allowed}")
 
