@@ -297,6 +297,20 @@ def test_failed_prestart_leaves_the_start_to_the_backend(monkeypatch: pytest.Mon
     assert cuda_start.adopt(driver) == {}  # the failed start was consumed
 
 
+def test_settle_releases_a_prestart_nobody_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command that prestarted CUDA and then stopped on a usage error releases the
+    contexts the helper thread retained before it exits (exit code 2 as before)."""
+    from gpubw import cli
+    from gpubw.backend import cuda_start
+
+    driver = FakeDriver()
+    monkeypatch.setattr(cuda_start, "_driver_module", lambda: driver)
+    code = cli.main(["-t", "0", "--expect", "/nonexistent/expectations.json"])
+    assert code == 2
+    assert driver.retained == {0: 0, 1: 0}
+    assert cuda_start.adopt(driver) == {}
+
+
 def test_one_nvml_session_per_backend(
     fake: tuple[FakeDriver, CudaBackend], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -247,6 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         _error(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}")
         return 1
+    finally:
+        start = sys.modules.get("gpubw.backend.cuda_start")
+        if start is not None:  # a CUDA start nobody took over (e.g. a usage error later)
+            start.settle()
 
 
 def _main(argv: list[str], command: bool = False) -> int:
@@ -336,6 +340,10 @@ def _run_command(argv: list[str], guard: Any) -> int:
         seed=ns.seed,
         handle_type=None if ns.handle_type == "auto" else ns.handle_type,
     )
+    if ns.simulate is None:  # the real GPUs: start CUDA while the rest of the run is set up
+        from gpubw.backend.cuda_start import prestart
+
+        prestart()
     invocation = Invocation(
         testcase=ns.testcase,
         testcase_prefixes=ns.prefixes,

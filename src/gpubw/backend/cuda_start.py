@@ -10,13 +10,15 @@ thread during a 225 ms ``cuInit`` with no delay to either). So the command calls
 
 Nothing here is needed for correctness: when :func:`prestart` was not called, or its thread
 failed, the backend does the same work itself (and reports any error with its own messages).
-A process that prestarts and then never opens a backend (a usage error found later) keeps the
-retained contexts until it exits, when the driver frees them. This module imports only
-``cuda.bindings.driver`` and the standard library, so calling it early costs ~20 ms.
+A command that prestarts and then never opens a backend (a usage error found later) calls
+:func:`settle` as it ends: it waits for the helper thread and releases what it retained.
+This module imports only ``cuda.bindings.driver`` and the standard library, so calling it
+early costs ~20 ms.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
 from typing import Any
@@ -59,12 +61,9 @@ def prestart(driver: Any = None) -> bool:
     process; a second call while the first is not adopted does nothing). ``driver`` replaces
     ``cuda.bindings.driver`` (tests). False when there is no driver binding to start."""
     global _started
-    cu: Any = driver
+    cu: Any = driver if driver is not None else _driver_module()
     if cu is None:
-        try:
-            cu = importlib.import_module("cuda.bindings.driver")
-        except ImportError:
-            return False
+        return False
     with _lock:
         if _started is not None:
             return True
@@ -73,20 +72,51 @@ def prestart(driver: Any = None) -> bool:
     return True
 
 
+def _driver_module() -> Any:
+    """``cuda.bindings.driver``, or None where cuda-python is not installed."""
+    try:
+        return importlib.import_module("cuda.bindings.driver")
+    except ImportError:
+        return None
+
+
 def adopt(driver: Any) -> dict[int, Any]:
     """Wait for the helper thread, then hand its retained primary contexts (ordinal ->
     context) to the caller, who now owns them (must release each once). Empty when nothing
     was prestarted, or it was started for another driver module; one caller gets them."""
+    started = _take()
+    if started is None:
+        return {}
+    if started.driver is not driver:  # started for another driver module: give them back
+        _release(started)
+        return {}
+    return dict(started.contexts)
+
+
+def settle() -> None:
+    """Wait for a prestart that no backend adopted and release what it retained (the command
+    calls this as it ends, so no driver work is still running on a helper thread at exit
+    and nothing it made outlives the command)."""
+    started = _take()
+    if started is not None:
+        _release(started)
+
+
+def _take() -> _Prestart | None:
+    """The prestart (its thread finished), now the caller's; None if there is none."""
     global _started
     with _lock:
         started, _started = _started, None
-    if started is None:
-        return {}
-    started.thread.join()
-    if started.driver is not driver:  # started for another driver module: give them back
-        for ordinal, _ctx in started.contexts.items():
-            status, handle = started.driver.cuDeviceGet(ordinal)
-            if status == started.driver.CUresult.CUDA_SUCCESS:
-                started.driver.cuDevicePrimaryCtxRelease(handle)
-        return {}
-    return dict(started.contexts)
+    if started is not None:
+        started.thread.join()
+    return started
+
+
+def _release(started: _Prestart) -> None:
+    cu = started.driver
+    for ordinal in started.contexts:
+        with contextlib.suppress(Exception):  # nothing to do about it at the end
+            status, handle = cu.cuDeviceGet(ordinal)
+            if status == cu.CUresult.CUDA_SUCCESS:
+                cu.cuDevicePrimaryCtxRelease(handle)
+    started.contexts.clear()
