@@ -283,6 +283,22 @@ def test_prestarted_contexts_are_adopted_and_released(monkeypatch: pytest.Monkey
     assert driver.retained == {0: 0, 1: 0}
 
 
+def test_prestarted_contexts_adopted_at_first_use_or_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backend takes the prestarted contexts when it first needs one; a backend that
+    never needed one releases them at close."""
+    from gpubw.backend import cuda_start
+
+    driver = FakeDriver()
+    monkeypatch.setattr(cuda_backend, "cu", driver)
+    assert cuda_start.prestart(driver)
+    backend = CudaBackend()
+    assert cuda_start.pending()  # opening the backend does not wait for the contexts
+    backend.close()
+    assert not cuda_start.pending() and driver.retained == {0: 0, 1: 0}
+
+
 def test_failed_prestart_leaves_the_start_to_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     """A prestart whose cuInit fails adopts nothing; the backend's own cuInit reports it."""
     from gpubw.backend import cuda_start

@@ -316,6 +316,10 @@ def _run_command(argv: list[str], guard: Any) -> int:
     ns = build_parser().parse_args(_attach_negative_values(argv))
     if ns.list:
         return _list_command(ns)
+    if ns.simulate is None:  # the real GPUs: start CUDA while the rest of the run is set up
+        from gpubw.backend.cuda_start import prestart
+
+        prestart()
     sizes = [DEFAULT_BUFFER_SIZE] if ns.buffer_size is None else parse_sizes(ns.buffer_size)
 
     fmt = ns.format or ("json" if ns.json else DEFAULT_FORMAT)
@@ -340,10 +344,6 @@ def _run_command(argv: list[str], guard: Any) -> int:
         seed=ns.seed,
         handle_type=None if ns.handle_type == "auto" else ns.handle_type,
     )
-    if ns.simulate is None:  # the real GPUs: start CUDA while the rest of the run is set up
-        from gpubw.backend.cuda_start import prestart
-
-        prestart()
     invocation = Invocation(
         testcase=ns.testcase,
         testcase_prefixes=ns.prefixes,

@@ -133,8 +133,10 @@ class CudaBackend(CudaSharingMixin, Backend):
         self._handles = [_check("cuDeviceGet", cu.cuDeviceGet(i)) for i in range(count)]
         self._driver_version = int(_check("cuDriverGetVersion", cu.cuDriverGetVersion()))
         self._devices: tuple[DeviceInfo, ...] | None = None
-        # primary contexts retained by cuda_start.prestart() on a helper thread are ours now
-        self._contexts: dict[int, Any] = cuda_start.adopt(cu)
+        self._contexts: dict[int, Any] = {}
+        # primary contexts cuda_start.prestart() is retaining on a helper thread become ours
+        # at their first use (meanwhile the caller reads devices, NVML facts, ...)
+        self._prestarted = cuda_start.pending()
         self._modules: dict[int, dict[str, Any]] = {}  # device -> module name -> CUmodule
         self._functions: dict[int, dict[str, Any]] = {}  # device -> kernel -> CUfunction
         self._images: dict[tuple[str, str, tuple[int, int]], bytes] = {}
@@ -159,8 +161,16 @@ class CudaBackend(CudaSharingMixin, Backend):
             raise UsageError(f"no device {device!r}; devices are 0..{len(self._handles) - 1}")
         return device
 
+    def _adopt_prestarted(self) -> None:
+        """Take over the primary contexts a prestart retained (waiting for it to finish)."""
+        if self._prestarted:
+            self._prestarted = False
+            adopted = cuda_start.adopt(cu)
+            self._contexts.update({d: c for d, c in adopted.items() if d < len(self._handles)})
+
     def _context(self, device: int) -> Any:
         """Device's primary context, retained on first use."""
+        self._adopt_prestarted()
         ctx = self._contexts.get(device)
         if ctx is None:
             handle = self._handles[self._device_index(device)]
@@ -536,6 +546,7 @@ class CudaBackend(CudaSharingMixin, Backend):
         """Free what callers left behind, unload modules, release primary contexts. Safe to
         call twice; the first error is raised after everything was attempted."""
         super().close()  # the NVML session
+        self._adopt_prestarted()  # a prestart never used: its contexts are released below
         if self._closed and not self._contexts:
             return
         self._closed = True

@@ -72,6 +72,12 @@ def prestart(driver: Any = None) -> bool:
     return True
 
 
+def pending() -> bool:
+    """Whether a prestart is running or waiting to be adopted."""
+    with _lock:
+        return _started is not None
+
+
 def _driver_module() -> Any:
     """``cuda.bindings.driver``, or None where cuda-python is not installed."""
     try:
