@@ -59,3 +59,12 @@ def _no_list_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """``gpubw -l`` lists without its cache file in every test (never the user's cache);
     tests/test_listing.py turns it on in a temporary directory."""
     monkeypatch.setenv("GPUBW_NO_LIST_CACHE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Kernels and verification patterns are cached in a directory of this test session,
+    never in the user's cache (a test that wants its own sets GPUBW_CACHE_DIR itself)."""
+    monkeypatch.setenv("GPUBW_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "gpubw-cache"))

@@ -66,13 +66,39 @@ def _apply(columns: Any, words: Any) -> Any:
     return out
 
 
+#: words of a cached pattern compared with a plain step-by-step xorshift32 before it is used
+_PATTERN_SPOT_CHECK = 64
+
+
 @functools.lru_cache(maxsize=4)
 def pattern_bytes(seed: int) -> bytes:
     """PATTERN_WORDS 32-bit words of xorshift32 from ``seed`` (first word = one step).
 
-    xorshift32 is linear over GF(2): the first block is stepped one word at a time, then
-    each further block is the previous one times the block's jump matrix (T to the power
-    of the block length), so 2 MiB take milliseconds instead of a 0.15 s Python loop."""
+    Kept in the kernel cache (:class:`gpubw.kernels.cache.KernelCache`: SHA-256 checked, an
+    unwritable directory is ignored), and its first words compared with a plain xorshift32
+    before use: computing it needs numpy, whose import was ~0.1 s of a one-testcase process
+    on 2 x H200 (0.25 s where numpy had no .pyc files). Computed by :func:`_pattern` on a
+    miss."""
+    import struct
+
+    from gpubw.kernels.cache import KernelCache
+
+    cache = KernelCache()
+    key = f"pattern-xorshift32-{seed:08x}-{PATTERN_WORDS}w"
+    check = struct.pack(f"<{_PATTERN_SPOT_CHECK}I", *_xorshift32_words(seed, _PATTERN_SPOT_CHECK))
+    data = cache.get(key)
+    if data is not None and len(data) == PATTERN_WORDS * 4 and data.startswith(check):
+        return data
+    data = _pattern(seed)
+    cache.put(key, data)
+    return data
+
+
+def _pattern(seed: int) -> bytes:
+    """:func:`pattern_bytes`, computed. xorshift32 is linear over GF(2): the first block is
+    stepped one word at a time, then each further block is the previous one times the
+    block's jump matrix (T to the power of the block length), so 2 MiB take milliseconds
+    instead of a 0.15 s Python loop."""
     import numpy as np
 
     block = min(_PATTERN_BLOCK, PATTERN_WORDS)
