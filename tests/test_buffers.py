@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import itertools
 import pathlib
+from typing import Any
 
+import attrs
 import pytest
 
 from conftest import MIB, SimSystemFactory
+from gpubw.backend.presets import load_system
 from gpubw.backend.sim import Faults, SimulatedBackend
 from gpubw.buffers import DST_SEED, SRC_SEED, DeviceBuffer, HostBuffer, pattern_bytes
 from gpubw.errors import CudaError, VerificationError
@@ -370,3 +374,168 @@ def test_a_bad_cached_pattern_is_computed_again(
         assert buffers.pattern_bytes(SRC_SEED) == good
         assert KernelCache(tmp_path).get(entry.stem) == good
     buffers.pattern_bytes.cache_clear()
+
+
+# -- a larger idle host buffer serving a smaller request (a view) ---------------------------
+S = 2 * MIB
+
+
+def _count_frees(system: object, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record every pointer the backend frees (host and device), in order."""
+    backend = _backend(system)
+    freed: list[int] = []
+    for name in ("free_host", "free_device"):
+        real = getattr(backend, name)
+
+        def counting(pointer: int, _real: Any = real) -> None:
+            freed.append(pointer)
+            _real(pointer)
+
+        monkeypatch.setattr(backend, name, counting)
+    return freed
+
+
+def test_idle_2s_host_buffer_serves_an_s_request(sim_system: SimSystemFactory) -> None:
+    """An idle 2S host buffer serves an S request of the same placement: nbytes == S, the
+    same pointer, no new allocation, near the device asked for."""
+    system = sim_system("h200x2")  # both GPUs on the same CPUs: one placement
+    big = HostBuffer.allocate(system, 0, 2 * S)
+    big.close()
+    before = _backend(system).live_allocations()
+    view = HostBuffer.allocate(system, 1, S)
+    assert isinstance(view, HostBuffer) and view is not big
+    assert (view.ptr, view.nbytes, view.device) == (big.ptr, S, 1)
+    assert _backend(system).live_allocations() == before and system.live_buffers == 1
+    assert HostBuffer.allocate(system, 0, S + 4096).ptr != big.ptr  # taken: a new one
+
+
+def test_larger_idle_buffer_only_within_twice_the_request(sim_system: SimSystemFactory) -> None:
+    """A request more than 2x smaller than an idle host buffer gets a new one; of several
+    that fit, the smallest serves; device buffers and other placements are never served by
+    a larger idle buffer."""
+    system = sim_system("h200x8")  # GPUs 0-3 and 4-7 on different CPUs
+    big, mid = HostBuffer.allocate(system, 0, 2 * S), HostBuffer.allocate(system, 0, S + S // 2)
+    big.close()
+    small = HostBuffer.allocate(system, 0, S - 4096)  # 2S > 2 x request: not big
+    assert small.ptr not in (big.ptr, mid.ptr)
+    mid.close()
+    best = HostBuffer.allocate(system, 0, S)  # both fit: the smaller one
+    assert (best.ptr, best.nbytes) == (mid.ptr, S)
+    assert HostBuffer.allocate(system, 4, S).ptr != big.ptr  # another placement
+    dev = DeviceBuffer.allocate(system, 0, 2 * S)
+    dev.close()
+    assert DeviceBuffer.allocate(system, 0, S).ptr != dev.ptr  # device memory: exact only
+
+
+def test_closing_a_view_makes_its_backing_idle_at_full_size(
+    sim_system: SimSystemFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing a view makes the whole backing buffer idle again: the next 2S request gets it
+    whole; closing or freeing the spent view again frees nothing and gives nothing back."""
+    system = sim_system("h200x1")
+    freed = _count_frees(system, monkeypatch)
+    big = HostBuffer.allocate(system, 0, 2 * S)
+    big.close()
+    with HostBuffer.allocate(system, 0, S) as view:
+        assert view.ptr == big.ptr
+    view.close()
+    view.free()
+    whole = HostBuffer.allocate(system, 0, 2 * S)
+    assert (whole.ptr, whole.nbytes) == (big.ptr, 2 * S) and freed == []
+    assert HostBuffer.allocate(system, 0, 2 * S).ptr != big.ptr  # handed out only once
+
+
+def test_a_view_and_its_backing_are_never_both_handed_out(sim_system: SimSystemFactory) -> None:
+    """While a view is out, neither its backing nor another view of it is handed out: every
+    live host buffer's bytes are its own."""
+    system = sim_system("h200x1")
+    big = HostBuffer.allocate(system, 0, 2 * S)
+    big.close()
+    live = [HostBuffer.allocate(system, 0, S), HostBuffer.allocate(system, 0, 2 * S)]
+    live += [HostBuffer.allocate(system, 0, S), HostBuffer.allocate(system, 0, 2 * S - 4096)]
+    assert live[0].ptr == big.ptr
+    spans = sorted((b.ptr, b.ptr + b.nbytes) for b in live)
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
+    assert system.live_buffers == 4
+
+
+def test_every_backing_freed_exactly_once(
+    sim_system: SimSystemFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """release_leaked (a view still out), release_idle (a view closed) and pool close (a
+    view out, a closed view's backing idle) free each backing allocation exactly once."""
+    system = sim_system("h200x1")
+    freed = _count_frees(system, monkeypatch)
+    backings = [HostBuffer.allocate(system, 0, 2 * S) for _ in range(3)]
+    for buf in backings:
+        buf.close()
+    leaked = HostBuffer.allocate(system, 0, S)
+    assert system.release_leaked() == 1 and freed == [leaked.ptr]
+    leaked.close()
+    leaked.free()  # already freed by the pool: nothing more
+    HostBuffer.allocate(system, 0, S).close()
+    system.release_pool()
+    assert sorted(freed) == sorted(b.ptr for b in backings)
+    again = [HostBuffer.allocate(system, 0, 2 * S) for _ in range(2)]
+    again[0].close()
+    out = HostBuffer.allocate(system, 0, S)
+    closed = HostBuffer.allocate(system, 0, S - 4096)
+    closed.close()  # a new buffer (again[0] is out as out's backing), now idle
+    system.pool.close()
+    out.close()  # after the pool closed: already freed, nothing more
+    assert len(freed) == len(set(freed)) == 6
+    assert _backend(system).live_allocations() == []
+
+
+def test_out_of_memory_retry_frees_an_idle_backing_once(
+    sim_system: SimSystemFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of pinned memory with a view's backing idle again: it is freed once, the new
+    allocation made, and the spent view frees nothing later."""
+    model = attrs.evolve(load_system("h200x1"), host_memory_bytes=8 * S)
+    system = sim_system(model)
+    freed = _count_frees(system, monkeypatch)
+    big = HostBuffer.allocate(system, 0, 4 * S)
+    big.close()
+    with HostBuffer.allocate(system, 0, 3 * S) as view:
+        assert view.ptr == big.ptr
+    huge = HostBuffer.allocate(system, 0, 6 * S)  # does not fit beside the idle 4S
+    assert freed == [big.ptr] and huge.nbytes == 6 * S
+    view.free()
+    system.pool.close()
+    assert freed == [big.ptr, huge.ptr]
+
+
+def test_view_fill_verify_read_write_cover_only_its_nbytes(sim_system: SimSystemFactory) -> None:
+    """fill and verify of a view touch its first nbytes only (the rest of the backing keeps
+    its data); read, write, fill and verify past its end are refused."""
+    system = sim_system("h200x1")
+    system.load_kernels()
+    stream = system.backend.create_stream(0)
+    try:
+        big = HostBuffer.allocate(system, 0, 2 * S)
+        big.fill(DST_SEED, 2 * S, stream=stream, exec_device=0)
+        system.backend.synchronize(stream, 1.0)
+        big.close()
+        view = HostBuffer.allocate(system, 0, S + 4096)
+        assert view.ptr == big.ptr
+        view.fill(SRC_SEED, view.nbytes, stream=stream, exec_device=0)
+        view.verify(SRC_SEED, view.nbytes, stream=stream, exec_device=0)
+        for bad in (
+            lambda: view.fill(SRC_SEED, view.nbytes + 4, stream=stream, exec_device=0),
+            lambda: view.verify(SRC_SEED, view.nbytes + 4, stream=stream, exec_device=0),
+            lambda: view.clear_warp_parity(view.nbytes + 16, 0, stream=stream),
+            lambda: view.read(1, offset=view.nbytes),
+            lambda: view.write(b"xy", offset=view.nbytes - 1),
+            lambda: view.read(1, offset=-1),
+        ):
+            with pytest.raises(ValueError, match=f"do not fit in <HostBuffer Host {S + 4096}"):
+                bad()
+        view.close()
+        whole = HostBuffer.allocate(system, 0, 2 * S)
+        assert whole.ptr == big.ptr
+        pattern = pattern_bytes(DST_SEED)
+        assert whole.read(S - 4096, offset=S + 4096) == pattern[4096:]  # untouched
+        assert whole.read(S) == pattern_bytes(SRC_SEED)
+    finally:
+        system.backend.destroy_stream(stream)
