@@ -151,7 +151,7 @@ PY
         python3 -m cProfile -s tottime $one 2>&1 | head -50 | cut -c1-160
       } > "$OUT/startup-$tag.txt" ;;
     probe)
-      { for mode in sequential parallel sequential parallel overlap overlap; do
+      { for mode in sequential parallel overlap calls calls; do
           python3 benchmarks/startup_probe.py --mode $mode; done
         python3 benchmarks/startup_probe.py --mode modules; } 2>&1 | tee "$OUT/probe-$tag.txt" | head -12 ;;
     compile-deps)

@@ -8,6 +8,8 @@ sequential   cuInit, then each device's primary context retained one after the o
 parallel     the same, with one thread per device for the retains and the releases
 overlap      cuInit on a helper thread while the main thread imports gpubw's run path: shows
              whether cuda.bindings lets go of the GIL during cuInit
+calls        each driver call of a start timed alone: cuInit, then per device the retain, the
+             first cuCtxSetCurrent, the first and the second cuMemGetInfo
 modules      the modules a one-testcase gpubw run imports that have no byte-compiled file
              beside them (so every process compiles them again), and sys.flags
 """
@@ -64,6 +66,30 @@ def _steps(parallel: bool) -> dict[str, float]:
     return out
 
 
+def _calls() -> dict[str, float]:
+    from cuda.bindings import driver as cu
+
+    out: dict[str, float] = {}
+
+    def timed(name: str, fn: object, *args: object) -> object:
+        t = time.perf_counter()
+        value = _ok(fn(*args))  # type: ignore[operator]
+        out[name] = time.perf_counter() - t
+        return value
+
+    timed("cuInit", cu.cuInit, 0)
+    count = int(_ok(cu.cuDeviceGetCount()))
+    for i in range(count):
+        handle = _ok(cu.cuDeviceGet(i))
+        ctx = timed(f"retain {i}", cu.cuDevicePrimaryCtxRetain, handle)
+        timed(f"set current {i}", cu.cuCtxSetCurrent, ctx)
+        timed(f"1st cuMemGetInfo {i}", cu.cuMemGetInfo)
+        timed(f"2nd cuMemGetInfo {i}", cu.cuMemGetInfo)
+    for i in range(count):
+        timed(f"release {i}", cu.cuDevicePrimaryCtxRelease, _ok(cu.cuDeviceGet(i)))
+    return out
+
+
 def _overlap() -> dict[str, float]:
     from cuda.bindings import driver as cu
 
@@ -112,12 +138,17 @@ def _modules() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", default="sequential",
-                    choices=["sequential", "parallel", "overlap", "modules"])  # fmt: skip
+                    choices=["sequential", "parallel", "overlap", "calls", "modules"])  # fmt: skip
     mode = ap.parse_args().mode
     if mode == "modules":
         _modules()
         return
-    steps = _overlap() if mode == "overlap" else _steps(mode == "parallel")
+    if mode == "calls":
+        steps = _calls()
+    elif mode == "overlap":
+        steps = _overlap()
+    else:
+        steps = _steps(mode == "parallel")
     print(mode + ": " + "; ".join(f"{k} {v * 1e3:.1f} ms" for k, v in steps.items()))
 
 
