@@ -185,7 +185,14 @@ def test_plain_list_args(argv, parsed):
 
 
 #: all that gpubw imports of itself for -l from the cache
-LIST_MODULES = {"gpubw", "gpubw._startup", "gpubw.version", "gpubw.errors", "gpubw.listing"}
+LIST_MODULES = {
+    "gpubw",
+    "gpubw._startup",
+    "gpubw.version",
+    "gpubw.errors",
+    "gpubw.listing",
+    "gpubw.plugincache",
+}
 #: what -l from the cache must not import
 HEAVY = ("attr", "attrs", "importlib.metadata", "stevedore", "argparse", "numpy", "jsonschema")
 

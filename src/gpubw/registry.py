@@ -13,7 +13,7 @@ the other is recorded as a :class:`LoadFailure` naming both distributions.
 
 Discovery is lazy: it reads the entry points (names, values, distributions; each
 distribution's metadata parsed once) and imports no plugin. What it reads is kept in the
-entry-point cache (:func:`gpubw.listing.cached_entry_points`: both groups, valid while
+entry-point cache (:mod:`gpubw.plugincache`: both groups, valid while
 ``sys.path`` and its distributions' ``entry_points.txt`` files are as they were), so that
 while nothing is installed, removed or changed a discovery neither scans the installed
 distributions nor parses any metadata; a miss scans both groups at once and refreshes it.
@@ -34,7 +34,7 @@ import attrs
 
 from gpubw.errors import GpubwError, PluginError, UsageError
 from gpubw.kernels.modules import KernelModule
-from gpubw.listing import ENTRY_POINT_GROUPS
+from gpubw.plugincache import ENTRY_POINT_GROUPS
 from gpubw.system import System
 from gpubw.testcase import Testcase
 from gpubw.testcases import BUILTINS
@@ -210,12 +210,12 @@ def _discover(group: str) -> list[_Found]:
     """Every entry point of ``group`` (see :func:`_scan`): from the entry-point cache when
     it is valid; else from a scan of both groups, which refreshes the cache (a scan of
     ``group`` alone when the cache is off)."""
-    from gpubw import listing
+    from gpubw import plugincache
 
-    stamp, groups = listing.cached_entry_points()
+    stamp, groups = plugincache.cached_entry_points()
     if groups is None:
         groups = _scan(ENTRY_POINT_GROUPS if stamp is not None else (group,))
-        listing.store_entry_points(stamp, groups)
+        plugincache.store_entry_points(stamp, groups)
     return [_Found(name, value, plugin) for name, value, plugin in groups[group]]
 
 
