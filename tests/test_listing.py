@@ -185,7 +185,14 @@ def test_plain_list_args(argv, parsed):
 
 
 #: all that gpubw imports of itself for -l from the cache
-LIST_MODULES = {"gpubw", "gpubw._startup", "gpubw.version", "gpubw.errors", "gpubw.listing"}
+LIST_MODULES = {
+    "gpubw",
+    "gpubw._startup",
+    "gpubw.version",
+    "gpubw.errors",
+    "gpubw.listing",
+    "gpubw.plugincache",
+}
 #: what -l from the cache must not import
 HEAVY = ("attr", "attrs", "importlib.metadata", "stevedore", "argparse", "numpy", "jsonschema")
 
@@ -216,6 +223,37 @@ def test_t_key_imports_only_that_testcase(tmp_path):
     loaded = set(json.loads(proc.stderr.strip().splitlines()[-1].replace("'", '"')))
     testcase_modules = {m for m in loaded if not m.endswith(("shapes", "_shapes"))}
     assert testcase_modules == {"gpubw.testcases.local"}, loaded
+
+
+#: ``python -m gpubw ARGV`` that reports on stderr, at exit, how often the installed
+#: distributions' entry points were scanned (the module-level scan, or any distribution's)
+_COUNT_SCANS = """
+import atexit, importlib.metadata as md, runpy, sys
+scans = []
+scan, dist_eps = md.entry_points, md.Distribution.entry_points
+md.entry_points = lambda *a, **k: scans.append(1) or scan(*a, **k)
+md.Distribution.entry_points = property(lambda d: scans.append(1) or dist_eps.fget(d))
+atexit.register(lambda: print("SCANS", len(scans), file=sys.stderr))
+sys.argv = ["gpubw", *sys.argv[1:]]
+runpy.run_module("gpubw", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_second_t_run_scans_no_distribution(tmp_path):
+    """python -m gpubw -t KEY run twice: the second takes the entry points from the cache
+    and scans no installed distribution's entry points (the first does)."""
+    env = _env(tmp_path / "cache")
+    argv = ["--simulate", "h200x2", "-t", "device_local_copy", "-b", "64", "-q", "-j"]
+
+    def scans() -> int:
+        cmd = [sys.executable, "-c", _COUNT_SCANS, *argv, "-o", os.devnull]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        return int(proc.stderr.rsplit("SCANS ", 1)[1])
+
+    assert scans() > 0
+    assert list((tmp_path / "cache").glob("entry-points-*.bin"))
+    assert scans() == 0
 
 
 def test_sigterm_during_a_plain_list_exits_143_and_keeps_o(capsys, tmp_path, monkeypatch):

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
 import gpubw
-from _plugin_fixtures import BROKEN, BROKEN_DIST, GOOD, GOOD_DIST, installed
-from gpubw import registry
+from _plugin_fixtures import BROKEN, BROKEN_DIST, FIXTURES, GOOD, GOOD_DIST, installed
+from gpubw import listing, registry
 from gpubw.errors import PluginError, UsageError
 from gpubw.registry import (
     BUILTIN_ORDER,
@@ -406,3 +409,168 @@ def test_a_writer_loads_only_when_asked_for(plugins):
     assert _fixture_modules() == set()
     assert writers.get("fixture_lines").__name__ == "LinesWriter"
     assert _fixture_modules() == {GOOD}
+
+
+# -- the entry-point cache ---------------------------------------------------------------
+@pytest.fixture
+def ep_cache(tmp_path, monkeypatch):
+    """The entry-point cache on, in a temporary directory."""
+    monkeypatch.delenv(listing.NO_CACHE_ENV, raising=False)
+    monkeypatch.setenv("GPUBW_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _no_scan(monkeypatch) -> None:
+    """Make any scan of the installed distributions' entry points or metadata fail."""
+
+    def scanned(*_a, **_k):  # type: ignore[no-untyped-def]
+        raise AssertionError("the installed distributions were scanned")
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", scanned)
+    monkeypatch.setattr(importlib.metadata, "distributions", scanned)
+    monkeypatch.setattr(importlib.metadata.Distribution, "metadata", property(scanned))
+    monkeypatch.setattr(importlib.metadata.Distribution, "entry_points", property(scanned))
+
+
+def _shape(reg: Registry) -> list[tuple[int, str, str]]:
+    return [(e.index, e.key, e.plugin) for e in reg.entries]
+
+
+def _forget_fixtures() -> None:
+    for name in _fixture_modules():
+        del sys.modules[name]
+
+
+def test_a_valid_entry_point_cache_is_used_without_scanning(plugins, ep_cache, monkeypatch):
+    """A second discovery with a valid cache scans no distribution and gives the same
+    entries, indexes, duplicates and writers; the selected entry still loads."""
+    first = Registry.discover()
+    writers = Writers.discover()
+    assert list(ep_cache.glob("entry-points-*.bin"))
+    _no_scan(monkeypatch)
+    again = Registry.discover()
+    assert _shape(again) == _shape(first)
+    assert again.unlisted_failures == first.unlisted_failures
+    assert Writers.discover()._found.keys() == writers._found.keys()
+    (good,) = again.select(["fixture_good"])
+    assert isinstance(good, Entry) and good.cls is not None and good.cls.__name__ == "Good"
+    assert Writers.discover().get("fixture_lines").__name__ == "LinesWriter"
+
+
+def test_a_failing_plugin_is_reported_the_same_on_a_cache_hit(plugins, ep_cache, monkeypatch):
+    """Load failures (import errors, wrong types, duplicates, a broken writer) are the same
+    from the cache as from a scan, for -t, -l (rendered) and writers."""
+    from gpubw import listing as lst
+
+    scanned = Registry.discover()
+    failures, text = scanned.failures, lst.render(scanned, False)
+    (selected,) = Registry.discover().select(["fixture_import_raises"])
+    writer_failures = Writers.discover().failures
+    _forget_fixtures()
+    _no_scan(monkeypatch)
+    hit = Registry.discover()
+    (again,) = Registry.discover().select(["fixture_import_raises"])
+    assert isinstance(selected, Entry) and isinstance(again, Entry)
+    assert again.failure == selected.failure and "boom at import" in again.failure.message  # type: ignore[union-attr]
+    assert hit.failures == failures and any(f.plugin == BROKEN_DIST for f in failures)
+    assert lst.render(hit, False) == text
+    assert Writers.discover().failures == writer_failures
+    with pytest.raises(PluginError, match="ModuleNotFoundError"):
+        Writers.discover().get("fixture_broken_writer")
+
+
+def test_a_builtin_missing_is_a_failure_on_a_cache_hit(ep_cache, monkeypatch):
+    """A built-in missing from the scanned entry points is still a failure at its index when
+    the scan comes from the cache."""
+    scan = registry._scan
+
+    def stale(groups):  # type: ignore[no-untyped-def]
+        out = scan(groups)
+        out[registry.TESTCASE_GROUP] = [
+            t for t in out[registry.TESTCASE_GROUP] if t[0] != "host_to_device_memcpy_sm"
+        ]
+        return out
+
+    monkeypatch.setattr(registry, "_scan", stale)
+    Registry.discover()
+    _no_scan(monkeypatch)
+    entry = Registry.discover().by_index(16)
+    assert entry is not None and entry.key == "host_to_device_memcpy_sm"
+    assert entry.failure is not None and "reinstall gpubw" in entry.failure.message
+
+
+def _site(tmp_path: Path, monkeypatch) -> Path:
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def test_installing_removing_or_changing_a_plugin_voids_the_cache(ep_cache, tmp_path, monkeypatch):
+    """A plugin distribution installed into a sys.path folder, its entry points edited in
+    place (an editable install) or removed: each is seen by the next discovery."""
+    site = _site(tmp_path, monkeypatch)
+    try:
+        assert Registry.discover().by_key("fixture_good") is None
+        assert Registry.discover().by_key("fixture_good") is None  # a hit
+        shutil.copytree(FIXTURES / GOOD, site, dirs_exist_ok=True)
+        importlib.invalidate_caches()
+        reg = Registry.discover()
+        good = reg.by_key("fixture_good")
+        assert good is not None and good.plugin == GOOD_DIST and good.cls is not None
+        assert reg.by_key("fixture_fixed") is not None
+        (eps,) = site.glob("*.dist-info/entry_points.txt")
+        before = eps.stat().st_mtime_ns
+        eps.write_text(eps.read_text().replace("fixture_fixed = ", "fixture_renamed = "))
+        os.utime(eps, ns=(before + 10**9, before + 10**9))
+        reg = Registry.discover()
+        assert reg.by_key("fixture_fixed") is None and reg.by_key("fixture_renamed") is not None
+        shutil.rmtree(eps.parent)
+        importlib.invalidate_caches()
+        assert Registry.discover().by_key("fixture_good") is None
+    finally:
+        _forget_fixtures()
+
+
+def test_a_plain_file_written_on_sys_path_keeps_the_cache(ep_cache, tmp_path, monkeypatch):
+    """A file that is no distribution written into a sys.path folder (a report in the current
+    folder) does not void the entry-point cache."""
+    site = _site(tmp_path, monkeypatch)
+    first = _shape(Registry.discover())
+    (site / "report.json").write_text("{}\n")
+    _no_scan(monkeypatch)
+    assert _shape(Registry.discover()) == first
+
+
+def test_no_list_cache_bypasses_the_entry_point_cache(ep_cache, monkeypatch):
+    """GPUBW_NO_LIST_CACHE=1: every discovery scans, no cache file is read or written."""
+    monkeypatch.setenv(listing.NO_CACHE_ENV, "1")
+    scans: list[object] = []
+    scan = registry._scan
+    monkeypatch.setattr(registry, "_scan", lambda groups: scans.append(groups) or scan(groups))
+    first = _shape(Registry.discover())
+    assert _shape(Registry.discover()) == first
+    assert scans == [(registry.TESTCASE_GROUP,)] * 2
+    assert not ep_cache.exists()
+
+
+def test_an_unwritable_cache_dir_still_discovers(tmp_path, monkeypatch):
+    """A cache folder that cannot be made never fails discovery; each one scans."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.delenv(listing.NO_CACHE_ENV, raising=False)
+    monkeypatch.setenv("GPUBW_CACHE_DIR", str(blocker / "cache"))
+    first = _shape(Registry.discover())
+    assert first[34] == (34, "device_local_copy", "gpubw")
+    assert _shape(Registry.discover()) == first
+    assert {"text", "json"} <= set(Writers.discover().names)
+    assert blocker.read_text() == "not a folder"
+
+
+def test_a_corrupt_entry_point_cache_is_rescanned(ep_cache):
+    """An entry-point cache file that is not one is ignored and written again."""
+    first = _shape(Registry.discover())
+    (path,) = ep_cache.glob("entry-points-*.bin")
+    path.write_bytes(b"GPUBWL1\n\x00garbage")
+    assert _shape(Registry.discover()) == first
+    assert path.read_bytes() != b"GPUBWL1\n\x00garbage"

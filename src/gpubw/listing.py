@@ -7,8 +7,9 @@ descriptions); a cache file keeps the rendered list (text and JSON) so that a se
 ``-o FILE``); :mod:`gpubw.cli` hands it those before it builds its parser.
 
 The cache (``$GPUBW_CACHE_DIR``, else ``$XDG_CACHE_HOME/gpubw``, else ``~/.cache/gpubw``; one
-file per interpreter and ``sys.path``: ``testcase-list-<crc>.bin``) is used only while all of
-this is as it was when it was written:
+file per interpreter and ``sys.path``: ``testcase-list-<crc>.bin``; its key, file format and
+fingerprints are :mod:`gpubw.plugincache`'s, shared with the registry's entry-point cache)
+is used only while all of this is as it was when it was written:
 
 * gpubw's version, the interpreter (``sys.executable``, ``sys.prefix``, its version) and
   ``sys.path``;
@@ -28,19 +29,25 @@ cannot be read or written is never an error: the list is made by discovery then.
 
 from __future__ import annotations
 
-import marshal
 import os
 import sys
 
+from gpubw.plugincache import (
+    NO_CACHE_ENV,
+    NOT_OURS,
+    cache_path,
+    header,
+    load_file,
+    path_stamp,
+    stat_of,
+    write_file,
+)
 from gpubw.version import __version__
 
 PROG = "gpubw"
 #: what -l/--list writes
 LIST_FORMATS = ("text", "json")
-#: set to 1 to list without the cache file
-NO_CACHE_ENV = "GPUBW_NO_LIST_CACHE"
-_MAGIC = b"GPUBWL1\n"
-_MISSING = (-1, -1)
+__all__ = ["LIST_FORMATS", "NO_CACHE_ENV", "PROG", "listing", "main", "plain_list_args", "render"]
 
 
 # -- rendering ---------------------------------------------------------------------------
@@ -93,54 +100,7 @@ def render(registry: object, as_json: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-# -- the cache ---------------------------------------------------------------------------
-def cache_dir() -> str:
-    """Where the list cache is kept (the kernel cache's rules; it may not exist yet)."""
-    explicit = os.environ.get("GPUBW_CACHE_DIR")
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "gpubw")
-
-
-def _header() -> tuple[object, ...]:
-    return (__version__, sys.executable, sys.prefix, sys.version, tuple(sys.path))
-
-
-def cache_path() -> str:
-    """This interpreter's and ``sys.path``'s cache file."""
-    import zlib
-
-    crc = zlib.crc32(repr(_header()).encode("utf-8", "surrogatepass"))
-    return os.path.join(cache_dir(), f"testcase-list-{crc:08x}.bin")
-
-
-def _stat(path: str) -> tuple[int, int]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return _MISSING
-    return (st.st_mtime_ns, st.st_size)
-
-
-def _path_stamp() -> list[tuple[str, tuple[int, int]]]:
-    """The modification times the plugin loader keys its entry-point cache on: every ``sys.path``
-    entry and every ``entry_points.txt`` of a distribution in one."""
-    stamp = []
-    for entry in sys.path:
-        where = entry or os.curdir
-        stamp.append((entry, (_stat(where)[0], 0)))
-        try:
-            names = sorted(os.listdir(where))
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith((".dist-info", ".egg-info")):
-                eps = os.path.join(where, name, "entry_points.txt")
-                stamp.append((eps, (_stat(eps)[0], 0)))
-    return stamp
-
-
+# -- the cache ----------------------------------------------------------------------------
 def _module_files() -> list[str]:
     """The files of every module imported so far (after a discovery: gpubw's, the plugins'
     and their dependencies'), less the standard library's (the interpreter's version
@@ -161,35 +121,15 @@ def _module_files() -> list[str]:
 
 def _read(path: str) -> dict[str, str] | None:
     """The cached outputs, if the file is there and still valid."""
+    cached = load_file(path)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-        if not data.startswith(_MAGIC):
+        if cached is None or cached["paths"] != path_stamp():
             return None
-        cached = marshal.loads(data[len(_MAGIC) :])
-        if cached["header"] != _header() or cached["paths"] != _path_stamp():
+        if any(stat_of(p) != tuple(s) for p, s in cached["files"]):  # type: ignore[attr-defined]
             return None
-        if any(_stat(p) != tuple(s) for p, s in cached["files"]):
-            return None
-        return {"text": cached["text"], "json": cached["json"]}
-    except (OSError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError):
-        return None  # not a cache file of ours: made again
-
-
-def _write(path: str, data: dict[str, object]) -> None:
-    """Store ``data`` at ``path`` atomically; any OSError leaves no file behind."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + marshal.dumps(data))
-        os.replace(tmp, path)
-    except OSError:
-        import contextlib
-
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        return {"text": cached["text"], "json": cached["json"]}  # type: ignore[dict-item]
+    except NOT_OURS:
+        return None
 
 
 def _discover() -> dict[str, str]:
@@ -198,12 +138,12 @@ def _discover() -> dict[str, str]:
     from gpubw.registry import Registry
 
     use_cache = not os.environ.get(NO_CACHE_ENV)
-    paths = _path_stamp() if use_cache else []  # taken first: a change during discovery
+    paths = path_stamp() if use_cache else []  # taken first: a change during discovery
     registry = Registry.discover().load()
     out = {"text": render(registry, False), "json": render(registry, True)}
     if use_cache and all(e.failure is None for e in registry.entries):
-        files = [(p, _stat(p)) for p in _module_files()]
-        _write(cache_path(), {"header": _header(), "paths": paths, "files": files, **out})
+        files = [(p, stat_of(p)) for p in _module_files()]
+        write_file(cache_path(), {"header": header(), "paths": paths, "files": files, **out})
     return out
 
 

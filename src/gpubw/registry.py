@@ -12,16 +12,20 @@ Two entry points with one key: the built-in (or else the first in that order) is
 the other is recorded as a :class:`LoadFailure` naming both distributions.
 
 Discovery is lazy: it reads the entry points (names, values, distributions; each
-distribution's metadata parsed once) and imports no plugin. An :class:`Entry` imports its
-plugin's module through stevedore the first time it is needed, so ``-t KEY`` imports one
-testcase module and ``-p`` the matched ones; :meth:`Registry.load` and
-:attr:`Registry.failures` (the default suite, ``-l``) load them all. A writer is loaded when
-it is asked for by name.
+distribution's metadata parsed once) and imports no plugin. What it reads is kept in the
+entry-point cache (:mod:`gpubw.plugincache`: both groups, valid while
+``sys.path`` and its distributions' ``entry_points.txt`` files are as they were), so that
+while nothing is installed, removed or changed a discovery neither scans the installed
+distributions nor parses any metadata; a miss scans both groups at once and refreshes it.
+An :class:`Entry` imports its plugin's module through stevedore the first time it is
+needed, so ``-t KEY`` imports one testcase module and ``-p`` the matched ones;
+:meth:`Registry.load` and :attr:`Registry.failures` (the default suite, ``-l``) load them
+all; load failures are found then, cache or not. A writer is loaded when it is asked for
+by name.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -30,12 +34,13 @@ import attrs
 
 from gpubw.errors import GpubwError, PluginError, UsageError
 from gpubw.kernels.modules import KernelModule
+from gpubw.plugincache import ENTRY_POINT_GROUPS
 from gpubw.system import System
 from gpubw.testcase import Testcase
 from gpubw.testcases import BUILTINS
 
-TESTCASE_GROUP = "gpubw.testcases"
-WRITER_GROUP = "gpubw.writers"
+#: the entry-point groups of testcases and of writers (those the entry-point cache keeps)
+TESTCASE_GROUP, WRITER_GROUP = ENTRY_POINT_GROUPS
 #: The distribution that provides the built-ins.
 BUILTIN_DIST = "gpubw"
 
@@ -172,32 +177,53 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _discover(group: str) -> list[_Found]:
-    """Every entry point of ``group`` with its distribution's name, imported by none: one
-    scan of the installed distributions, each distribution's metadata parsed once (only
-    those that declare an entry point of ``group``). An entry point two distributions
-    declare alike (name and value) is one, the first's (as stevedore sees it)."""
+def _scan(groups: Sequence[str]) -> dict[str, list[tuple[str, str, str]]]:
+    """Every entry point of each of ``groups`` as (name, value, distribution's name),
+    imported by none: one scan of the installed distributions, each distribution's
+    metadata parsed once (only those that declare an entry point of ``groups``). An entry
+    point two distributions declare alike (name and value) is one, the first's (as
+    stevedore sees it)."""
+    import importlib.metadata
+
     names: dict[int, str] = {}
-    seen: set[tuple[str, str]] = set()
-    found = []
-    for ep in importlib.metadata.entry_points(group=group):
-        if (ep.name, ep.value) in seen:
-            continue
-        seen.add((ep.name, ep.value))
-        dist = getattr(ep, "dist", None)
-        if dist is None:
-            plugin = "?"
-        elif id(dist) in names:
-            plugin = names[id(dist)]
-        else:
-            plugin = names[id(dist)] = dist.metadata["Name"] or "?"
-        found.append(_Found(ep.name, ep.value, plugin))
-    return found
+    every = importlib.metadata.entry_points()
+    out: dict[str, list[tuple[str, str, str]]] = {}
+    for group in groups:
+        seen: set[tuple[str, str]] = set()
+        found = out[group] = []
+        for ep in every.select(group=group):
+            if (ep.name, ep.value) in seen:
+                continue
+            seen.add((ep.name, ep.value))
+            dist = getattr(ep, "dist", None)
+            if dist is None:
+                plugin = "?"
+            elif id(dist) in names:
+                plugin = names[id(dist)]
+            else:
+                plugin = names[id(dist)] = dist.metadata["Name"] or "?"
+            found.append((ep.name, ep.value, plugin))
+    return out
+
+
+def _discover(group: str) -> list[_Found]:
+    """Every entry point of ``group`` (see :func:`_scan`): from the entry-point cache when
+    it is valid; else from a scan of both groups, which refreshes the cache (a scan of
+    ``group`` alone when the cache is off)."""
+    from gpubw import plugincache
+
+    stamp, groups = plugincache.cached_entry_points()
+    if groups is None:
+        groups = _scan(ENTRY_POINT_GROUPS if stamp is not None else (group,))
+        plugincache.store_entry_points(stamp, groups)
+    return [_Found(name, value, plugin) for name, value, plugin in groups[group]]
 
 
 def _load(group: str, found: Sequence[_Found]) -> None:
     """Import the objects of ``found`` through stevedore (each ``obj``, or its ``error``):
     only these entry points, never the rest of the group."""
+    import importlib.metadata
+
     import stevedore
 
     wanted = {(f.name, f.value): f for f in found if not f.loaded and not f.error}

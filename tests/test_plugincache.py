@@ -1,0 +1,87 @@
+"""Tests of the cache files' key, fingerprints and the entry-point cache (gpubw.plugincache)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import zipfile
+
+import pytest
+
+from _plugin_fixtures import FIXTURES, GOOD
+from gpubw import plugincache
+
+GROUPS = {"gpubw.testcases": [("k", "m:C", "d")], "gpubw.writers": [("w", "m:W", "d")]}
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """The caches on, in a temporary directory, with an empty folder first on sys.path."""
+    monkeypatch.delenv(plugincache.NO_CACHE_ENV, raising=False)
+    monkeypatch.setenv("GPUBW_CACHE_DIR", str(tmp_path / "cache"))
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def test_a_stored_scan_is_read_back(cache):
+    """What a scan stored under a fresh stamp is what the next read gives."""
+    stamp, groups = plugincache.cached_entry_points()
+    assert stamp is not None and groups is None
+    plugincache.store_entry_points(stamp, GROUPS)
+    assert plugincache.cached_entry_points() == (stamp, GROUPS)
+
+
+def test_a_change_during_the_scan_voids_what_it_stores(cache):
+    """A distribution installed between the stamp and the store makes the stored scan stale."""
+    stamp, _ = plugincache.cached_entry_points()
+    shutil.copytree(FIXTURES / GOOD, cache, dirs_exist_ok=True)
+    plugincache.store_entry_points(stamp, GROUPS)
+    assert plugincache.cached_entry_points()[1] is None
+
+
+def test_folder_stamp_sees_distributions_not_other_files(cache):
+    """Without folder times a plain file in a sys.path folder keeps the stamp; a new
+    distribution folder, or its entry_points.txt touched, changes it."""
+    before = plugincache.path_stamp(folder_mtimes=False)
+    (cache / "report.json").write_text("{}\n")
+    assert plugincache.path_stamp(folder_mtimes=False) == before
+    assert plugincache.path_stamp() != before  # the list cache still watches the folder
+    shutil.copytree(FIXTURES / GOOD, cache, dirs_exist_ok=True)
+    installed = plugincache.path_stamp(folder_mtimes=False)
+    assert installed != before
+    (eps,) = cache.glob("*.dist-info/entry_points.txt")
+    t = eps.stat().st_mtime_ns + 10**9
+    os.utime(eps, ns=(t, t))
+    assert plugincache.path_stamp(folder_mtimes=False) != installed
+
+
+def test_a_zip_on_sys_path_is_stamped_by_its_time(cache, tmp_path, monkeypatch):
+    """A zip entry of sys.path keeps its modification time in the stamp."""
+    archive = tmp_path / "plugins.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("x.py", "")
+    monkeypatch.syspath_prepend(str(archive))
+    before = plugincache.path_stamp(folder_mtimes=False)
+    t = archive.stat().st_mtime_ns + 10**9
+    os.utime(archive, ns=(t, t))
+    assert plugincache.path_stamp(folder_mtimes=False) != before
+
+
+def test_the_cache_off_reads_and_writes_nothing(cache, monkeypatch):
+    """GPUBW_NO_LIST_CACHE=1: no stamp, no read, nothing stored."""
+    monkeypatch.setenv(plugincache.NO_CACHE_ENV, "1")
+    assert plugincache.cached_entry_points() == (None, None)
+    plugincache.store_entry_points(None, GROUPS)
+    assert not os.path.exists(plugincache.cache_dir())
+
+
+def test_a_cache_file_of_other_groups_is_not_used(cache):
+    """A stored scan that lacks a group (another gpubw's file) is a miss and is not written."""
+    stamp, _ = plugincache.cached_entry_points()
+    plugincache.store_entry_points(stamp, {"gpubw.testcases": []})
+    assert plugincache.cached_entry_points()[1] is None
+    other = {"header": plugincache.header(), "paths": stamp, "groups": {"x": []}}
+    plugincache.write_file(plugincache.cache_path("entry-points"), other)
+    assert plugincache.cached_entry_points()[1] is None
