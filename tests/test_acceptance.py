@@ -18,6 +18,7 @@ from gpubw.errors import UsageError
 from gpubw.expect import Verdict, evaluate
 from gpubw.options import EXIT_BELOW_EXPECTATION, exit_status
 from gpubw.report_io import dumps, report_from_dict, validate
+from gpubw.results import Report
 
 H2D = "host_to_device_memcpy_ce"
 FAST = ("-t", "0", "-b", "64MiB", "-i", "3")
@@ -431,3 +432,22 @@ def test_streamed_text_has_verdicts_after_each_matrix(capsys, tmp_path):
     target = tmp_path / "r.txt"
     run_cli(capsys, *args, "-o", str(target))
     assert target.read_text() == out
+
+
+def test_end_facts_are_read_as_the_system_closes(monkeypatch):
+    """The end-of-run facts are read first thing in System.close, while the backend (and its
+    NVML session) is still open, and finish() uses them without asking again."""
+    from gpubw.api import _simulated_backend
+    from gpubw.system import System
+
+    backend = _simulated_backend(load_system("h200x2"))
+    calls = []
+    facts = backend.node_facts
+    monkeypatch.setattr(backend, "node_facts", lambda: calls.append(backend.closed) or facts())
+    watch = acceptance.RunWatch(lambda o: System(backend, o))
+    system = watch.opener(acceptance.RunOptions())
+    assert calls == [False] and watch.end is None
+    system.close()
+    assert calls == [False, False] and watch.end is not None  # read before the backend closed
+    report = Report("gpubw", "", "", False, "", "", {}, devices=watch.devices)
+    assert watch.finish(report).devices[0]["nvml_end"] and len(calls) == 2

@@ -145,3 +145,23 @@ def test_affinity_disabled() -> None:
     model = attrs.evolve(model, devices=(attrs.evolve(model.devices[0], local_cpus=(cpu,)),))
     with System(SimulatedBackend(model), RunOptions(affinity=False)) as system, system.near(0):
         assert os.sched_getaffinity(0) == before
+
+
+def test_before_close_hooks_run_first_and_a_failure_frees_all(
+    sim_system: SimSystemFactory,
+) -> None:
+    """Hooks run before anything is freed; a failing hook is raised after everything was."""
+    system = sim_system("h200x2")
+    backend = system.backend
+    assert isinstance(backend, SimulatedBackend)
+    DeviceBuffer.allocate(system, 0, MIB)
+    seen: list[int] = []
+    system.before_close(lambda: seen.append(len(backend.live_allocations())))
+
+    def failing() -> None:
+        raise RuntimeError("hook failed")
+
+    system.before_close(failing)
+    with pytest.raises(RuntimeError, match="hook failed"):
+        system.close()
+    assert seen and seen[0] >= 1 and backend.live_allocations() == []

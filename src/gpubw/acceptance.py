@@ -76,6 +76,8 @@ class RunWatch:
         self._expect_builtin = expect_builtin
         self.backend: Any = None
         self.start: NodeFacts | None = None
+        #: the facts as the System closed (None until then)
+        self.end: NodeFacts | None = None
         self.devices: list[dict[str, Any]] = []
         self.builtin: Expectations | None = None
         #: the usage error that stopped the run before it began (no built-in expectations)
@@ -101,7 +103,13 @@ class RunWatch:
                 self.refused = exc  # the CLI raises it again after the run: exit 2
                 raise
         self.start = _facts(self.backend)
+        system.before_close(self._read_end)
         return system
+
+    def _read_end(self) -> None:
+        """The facts at the end of the run, read as the System closes: in the session that
+        is still open (after the close a new one costs nvmlInit and every handle again)."""
+        self.end = _facts(self.backend)
 
     def progress(self, event: Any) -> None:
         if self.backend is not None:
@@ -169,7 +177,7 @@ class RunWatch:
         """The Report with the facts in its device records and the process warnings."""
         if self.backend is None:
             return report
-        end = _facts(self.backend)
+        end = self.end if self.end is not None else _facts(self.backend)
         devices = self._with_facts(report.devices, self.start, "nvml")
         devices = self._with_facts(devices, end, "nvml_end")
         warnings = list(report.warnings)

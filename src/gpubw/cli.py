@@ -306,12 +306,7 @@ def _list_plainly(fmt: str, output: str | None) -> int:
 
 
 def _run_command(argv: list[str], guard: Any) -> int:
-    from gpubw.accept_cli import judging
     from gpubw.cli_args import DEFAULT_FORMAT, _attach_negative_values, build_parser
-    from gpubw.live import progress_mode
-    from gpubw.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
-    from gpubw.registry import Writers
-    from gpubw.sizes import parse_sizes
 
     ns = build_parser().parse_args(_attach_negative_values(argv))
     if ns.list:
@@ -320,6 +315,12 @@ def _run_command(argv: list[str], guard: Any) -> int:
         from gpubw.backend.cuda_start import prestart
 
         prestart()
+    from gpubw.accept_cli import judging
+    from gpubw.live import progress_mode
+    from gpubw.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
+    from gpubw.registry import Writers
+    from gpubw.sizes import parse_sizes
+
     sizes = [DEFAULT_BUFFER_SIZE] if ns.buffer_size is None else parse_sizes(ns.buffer_size)
 
     fmt = ns.format or ("json" if ns.json else DEFAULT_FORMAT)

@@ -8,7 +8,7 @@ including buffers a failed testcase left behind, so a run never leaks device or 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from gpubw.backend.base import Backend, DeviceInfo
 from gpubw.buffers import DST_SEED, SRC_SEED, BufferPool, pattern_bytes
@@ -42,6 +42,7 @@ class System:
         #: kernel-module registry generation the devices were loaded at (None: not yet)
         self._kernels_loaded: int | None = None
         self._sharing: Sharing | None = None
+        self._before_close: list[Callable[[], None]] = []
         self.closed = False
 
     @property
@@ -129,6 +130,12 @@ class System:
         return self.pool.pattern(device, seed)
 
     # -- teardown -------------------------------------------------------------------------
+    def before_close(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` first thing in :meth:`close`, while everything is still open (the
+        run's end-of-run NVML facts are read there, in the backend's NVML session); its
+        failure is raised after everything was freed, like a failure to free."""
+        self._before_close.append(hook)
+
     def close(self) -> None:
         """Free everything: handed-out and idle buffers, patterns, gate, scratch; then the
         backend's own resources (also when freeing failed). Safe to call twice."""
@@ -136,6 +143,11 @@ class System:
             return
         self.closed = True
         errors: list[BaseException] = []
+        for hook in self._before_close:
+            try:
+                hook()
+            except BaseException as exc:
+                errors.append(exc)
         if self._sharing is not None:
             try:
                 self._sharing.close()
