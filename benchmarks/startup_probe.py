@@ -10,6 +10,8 @@ overlap      cuInit on a helper thread while the main thread imports gpubw's run
              whether cuda.bindings lets go of the GIL during cuInit
 calls        each driver call of a start timed alone: cuInit, then per device the retain, the
              first cuCtxSetCurrent, the first and the second cuMemGetInfo
+handover     contexts made (retained and used) on a helper thread, then used on the main
+             thread: each main-thread call timed (what gpubw's prestart leaves to the main thread)
 modules      the modules a one-testcase gpubw run imports that have no byte-compiled file
              beside them (so every process compiles them again), and sys.flags
 """
@@ -90,6 +92,35 @@ def _calls() -> dict[str, float]:
     return out
 
 
+def _handover() -> dict[str, float]:
+    from cuda.bindings import driver as cu
+
+    out: dict[str, float] = {}
+    ctxs: dict[int, object] = {}
+
+    def start() -> None:
+        _ok(cu.cuInit(0))
+        for i in range(int(_ok(cu.cuDeviceGetCount()))):
+            ctxs[i] = _ok(cu.cuDevicePrimaryCtxRetain(_ok(cu.cuDeviceGet(i))))
+            _ok(cu.cuCtxSetCurrent(ctxs[i]))
+            _ok(cu.cuMemGetInfo())
+        _ok(cu.cuCtxSetCurrent(None))
+
+    t = time.perf_counter()
+    th = threading.Thread(target=start)
+    th.start()
+    th.join()
+    out["helper thread"] = time.perf_counter() - t
+    for i, ctx in ctxs.items():
+        for name, fn, args in (("set current", cu.cuCtxSetCurrent, (ctx,)),
+                               ("1st cuMemGetInfo", cu.cuMemGetInfo, ()),
+                               ("2nd cuMemGetInfo", cu.cuMemGetInfo, ())):  # fmt: skip
+            t = time.perf_counter()
+            _ok(fn(*args))
+            out[f"main: {name} {i}"] = time.perf_counter() - t
+    return out
+
+
 def _overlap() -> dict[str, float]:
     from cuda.bindings import driver as cu
 
@@ -138,13 +169,15 @@ def _modules() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", default="sequential",
-                    choices=["sequential", "parallel", "overlap", "calls", "modules"])  # fmt: skip
+                    choices=["sequential", "parallel", "overlap", "calls", "handover", "modules"])  # fmt: skip
     mode = ap.parse_args().mode
     if mode == "modules":
         _modules()
         return
     if mode == "calls":
         steps = _calls()
+    elif mode == "handover":
+        steps = _handover()
     elif mode == "overlap":
         steps = _overlap()
     else:
