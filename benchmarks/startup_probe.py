@@ -168,8 +168,8 @@ def _modules() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", default="sequential",
-                    choices=["sequential", "parallel", "overlap", "calls", "handover", "modules"])  # fmt: skip
+    modes = ["sequential", "parallel", "overlap", "calls", "handover", "modules"]
+    ap.add_argument("--mode", default="sequential", choices=modes)
     mode = ap.parse_args().mode
     if mode == "modules":
         _modules()
