@@ -276,11 +276,12 @@ def test_prestarted_contexts_are_adopted_and_released(monkeypatch: pytest.Monkey
         assert driver.retained == {0: 1, 1: 1} and main not in threads
         backend.memory_info(1)
         assert driver.retained == {0: 1, 1: 1}
+    assert cuda_start.settle() == []  # the prestart's contexts are released on its thread
     assert driver.retained == {0: 0, 1: 0}
     with CudaBackend() as again:  # nothing left to adopt: retains lazily, in this thread
         again.memory_info(0)
         assert driver.retained == {0: 1, 1: 0} and main in threads
-    assert driver.retained == {0: 0, 1: 0}
+    assert driver.retained == {0: 0, 1: 0}  # its own context: released inline at close
 
 
 def test_prestarted_contexts_adopted_at_first_use_or_close(
@@ -296,7 +297,25 @@ def test_prestarted_contexts_adopted_at_first_use_or_close(
     backend = CudaBackend()
     assert cuda_start.pending()  # opening the backend does not wait for the contexts
     backend.close()
-    assert not cuda_start.pending() and driver.retained == {0: 0, 1: 0}
+    assert not cuda_start.pending() and cuda_start.settle() == []
+    assert driver.retained == {0: 0, 1: 0}
+
+
+def test_a_failed_late_release_is_reported_by_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prestarted context whose release fails on the helper thread is named by settle()."""
+    from gpubw.backend import cuda_start
+
+    driver = FakeDriver()
+    monkeypatch.setattr(cuda_backend, "cu", driver)
+    monkeypatch.setattr(
+        driver, "cuDevicePrimaryCtxRelease", lambda dev: (R.CUDA_ERROR_INVALID_CONTEXT,)
+    )
+    assert cuda_start.prestart(driver)
+    with CudaBackend() as backend:
+        backend.memory_info(0)
+    problems = cuda_start.settle()
+    assert len(problems) == 2 and "CUDA_ERROR_INVALID_CONTEXT" in problems[0]
+    assert cuda_start.settle() == []
 
 
 def test_failed_prestart_leaves_the_start_to_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -325,6 +344,20 @@ def test_settle_releases_a_prestart_nobody_adopted(monkeypatch: pytest.MonkeyPat
     assert code == 2
     assert driver.retained == {0: 0, 1: 0}
     assert cuda_start.adopt(driver) == {}
+
+
+def test_the_command_names_a_failed_late_release(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What settle() reports at the command's end is printed as a warning on stderr."""
+    from gpubw import cli
+    from gpubw.backend import cuda_start
+
+    monkeypatch.setattr(cuda_start, "settle", lambda: ["cuDevicePrimaryCtxRelease failed: X"])
+    assert cli.main(["--simulate", "h200x2", "-t", "0", "-b", "4MiB", "-q"]) == 0
+    assert "warning: freeing CUDA at the end: cuDevicePrimaryCtxRelease failed: X" in (
+        capsys.readouterr().err
+    )
 
 
 def test_one_nvml_session_per_backend(

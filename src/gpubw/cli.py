@@ -249,8 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         start = sys.modules.get("gpubw.backend.cuda_start")
-        if start is not None:  # a CUDA start nobody took over (e.g. a usage error later)
-            start.settle()
+        if start is not None:  # a CUDA start nobody took over, contexts still being released
+            for problem in start.settle():
+                print(f"{PROG}: warning: freeing CUDA at the end: {problem}", file=sys.stderr)
 
 
 def _main(argv: list[str], command: bool = False) -> int:

@@ -137,6 +137,9 @@ class CudaBackend(CudaSharingMixin, Backend):
         # primary contexts cuda_start.prestart() is retaining on a helper thread become ours
         # at their first use (meanwhile the caller reads devices, NVML facts, ...)
         self._prestarted = cuda_start.pending()
+        #: devices whose context came from the prestart: released on cuda_start's helper
+        #: thread at close (the command waits for it as it ends, cuda_start.settle)
+        self._release_later: set[int] = set()
         self._modules: dict[int, dict[str, Any]] = {}  # device -> module name -> CUmodule
         self._functions: dict[int, dict[str, Any]] = {}  # device -> kernel -> CUfunction
         self._images: dict[tuple[str, str, tuple[int, int]], bytes] = {}
@@ -166,7 +169,9 @@ class CudaBackend(CudaSharingMixin, Backend):
         if self._prestarted:
             self._prestarted = False
             adopted = cuda_start.adopt(cu)
-            self._contexts.update({d: c for d, c in adopted.items() if d < len(self._handles)})
+            adopted = {d: c for d, c in adopted.items() if d < len(self._handles)}
+            self._contexts.update(adopted)
+            self._release_later.update(adopted)
 
     def _context(self, device: int) -> Any:
         """Device's primary context, retained on first use."""
@@ -586,11 +591,14 @@ class CudaBackend(CudaSharingMixin, Backend):
                 attempt(device, "cuModuleUnload", cu.cuModuleUnload, module)
         self._modules.clear()
         self._functions.clear()
+        later = [self._handles[d] for d in self._contexts if d in self._release_later]
         for device in list(self._contexts):
             try:
                 _check("cuCtxSetCurrent", cu.cuCtxSetCurrent(None))
             except BaseException as exc:
                 errors.append(exc)
+            if device in self._release_later:
+                continue
             try:
                 _check(
                     "cuDevicePrimaryCtxRelease",
@@ -598,6 +606,9 @@ class CudaBackend(CudaSharingMixin, Backend):
                 )
             except BaseException as exc:
                 errors.append(exc)
+        if later:  # made by the prestart: given back to it (the command settles it)
+            cuda_start.release_later(cu, later)
+        self._release_later.clear()
         self._contexts.clear()
         if errors:
             raise errors[0]

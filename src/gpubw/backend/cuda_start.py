@@ -104,13 +104,56 @@ def adopt(driver: Any) -> dict[int, Any]:
     return dict(started.contexts)
 
 
-def settle() -> None:
-    """Wait for a prestart that no backend adopted and release what it retained (the command
-    calls this as it ends, so no driver work is still running on a helper thread at exit
-    and nothing it made outlives the command)."""
+def release_later(driver: Any, handles: list[Any]) -> None:
+    """Release the primary contexts of these device handles on a helper thread (a backend
+    that adopted prestarted contexts hands them back here as it closes: ~65 ms of driver
+    work per H200 that the command's last steps, writing the report, need not wait for);
+    :func:`settle` waits for it and says what failed."""
+    cu = driver
+    job = _Release(threading.Thread(name="gpubw-cuda-release", daemon=True), [])
+
+    def run() -> None:
+        for handle in handles:
+            try:
+                status = cu.cuDevicePrimaryCtxRelease(handle)[0]
+                if status != cu.CUresult.CUDA_SUCCESS:
+                    job.errors.append(f"cuDevicePrimaryCtxRelease failed: {status!r}")
+            except Exception as exc:
+                job.errors.append(f"cuDevicePrimaryCtxRelease failed: {exc}")
+
+    job.thread = threading.Thread(target=run, name="gpubw-cuda-release", daemon=True)
+    with _lock:
+        _releases.append(job)
+    job.thread.start()
+
+
+def settle() -> list[str]:
+    """Wait for a prestart that no backend adopted and release what it retained, and wait for
+    the releases :func:`release_later` started (the command calls this as it ends, so no
+    driver work is still running on a helper thread at exit and nothing it made outlives the
+    command). Returns what failed, one line each."""
     started = _take()
     if started is not None:
         _release(started)
+    with _lock:
+        jobs = list(_releases)
+        _releases.clear()
+    errors: list[str] = []
+    for job in jobs:
+        job.thread.join()
+        errors.extend(job.errors)
+    return errors
+
+
+class _Release:
+    """A release thread and the failures it met."""
+
+    def __init__(self, thread: threading.Thread, errors: list[str]) -> None:
+        self.thread = thread
+        self.errors = errors
+
+
+_releases: list[_Release] = []
 
 
 def _take() -> _Prestart | None:
