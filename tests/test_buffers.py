@@ -348,7 +348,7 @@ def test_pattern_comes_from_the_cache_without_numpy(tmp_path: pathlib.Path) -> N
     )
     env = {**os.environ, "GPUBW_CACHE_DIR": str(tmp_path)}
     runs = [
-        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, encoding="utf-8")
         for _ in range(2)
     ]
     assert [r.stdout.strip() for r in runs] == ["True", "False"], [r.stderr for r in runs]

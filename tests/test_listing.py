@@ -35,7 +35,9 @@ def _gpubw(env: dict[str, str], *argv: str, code: str = "pass") -> subprocess.Co
     """A fresh ``gpubw ARGV`` process (``code`` runs after main, before exit)."""
     prog = f"import sys; from gpubw.cli import main; rc = main({list(argv)!r})"
     prog += f"; {code}; sys.exit(rc)"
-    proc = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", prog], env=env, capture_output=True, encoding="utf-8"
+    )
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -247,7 +249,7 @@ def test_a_second_t_run_scans_no_distribution(tmp_path):
 
     def scans() -> int:
         cmd = [sys.executable, "-c", _COUNT_SCANS, *argv, "-o", os.devnull]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp_path)
+        proc = subprocess.run(cmd, env=env, capture_output=True, encoding="utf-8", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         return int(proc.stderr.rsplit("SCANS ", 1)[1])
 

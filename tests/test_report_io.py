@@ -187,7 +187,7 @@ def test_small_reports_do_not_import_numpy() -> None:
         "assert 'negative' in matrix_errors(bad)[0]\n"
         "assert 'numpy' not in sys.modules, 'numpy was imported'\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, encoding="utf-8")
     assert done.returncode == 0, done.stderr
 
 
