@@ -366,12 +366,12 @@ def test_one_nvml_session_per_backend(
     """Facts and process queries share one NVML session, which close() shuts down."""
     from tests.test_nvml import fake_pynvml
 
-    from gpubw import nvml
+    from gpubw import nvml_read
     from gpubw.backend import base
 
     _, backend = fake
     pynvml = fake_pynvml()
-    monkeypatch.setattr(base, "Session", lambda: nvml.Session(pynvml))
+    monkeypatch.setattr(base, "Session", lambda: nvml_read.Session(pynvml))
     assert backend.node_facts().available
     for _ in range(4):
         assert backend.gpu_processes() is not None

@@ -319,63 +319,6 @@ def test_buffers_after_pool_close_are_freed_on_close(sim_system: SimSystemFactor
     assert _backend(system).live_allocations() == []
 
 
-def test_pattern_bytes_equal_the_plain_xorshift32_sequence() -> None:
-    """The block-jump pattern is word for word the xorshift32 sequence stepped one by one
-    (what the verification kernels and nvbandwidth compute)."""
-    import array
-
-    from gpubw.buffers import _xorshift32_words
-    from gpubw.kernels import PATTERN_WORDS
-
-    for seed in (0xCAFEBABE, 0xBAADF00D, 1):
-        expected = array.array("I", _xorshift32_words(seed, PATTERN_WORDS))
-        assert pattern_bytes(seed) == expected.tobytes()  # little-endian, as the device
-
-
-def test_pattern_comes_from_the_cache_without_numpy(tmp_path: pathlib.Path) -> None:
-    """A second process reads the pattern from the cache, checked, and never imports numpy."""
-    import os
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, struct; from gpubw.buffers import pattern_bytes, SRC_SEED\n"
-        "p = pattern_bytes(SRC_SEED); x = SRC_SEED\n"
-        "for k in range(3):\n"
-        "    x ^= (x << 13) & 0xFFFFFFFF; x ^= x >> 17; x ^= (x << 5) & 0xFFFFFFFF\n"
-        "assert struct.unpack_from('<I', p, 4 * k)[0] == x and len(p) == 2 * 1024 * 1024\n"
-        "print('numpy' in sys.modules)\n"
-    )
-    env = {**os.environ, "GPUBW_CACHE_DIR": str(tmp_path)}
-    runs = [
-        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, encoding="utf-8")
-        for _ in range(2)
-    ]
-    assert [r.stdout.strip() for r in runs] == ["True", "False"], [r.stderr for r in runs]
-
-
-def test_a_bad_cached_pattern_is_computed_again(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A corrupt cache entry, or one holding other words, is ignored and rewritten."""
-    from gpubw import buffers
-    from gpubw.kernels.cache import KernelCache
-
-    monkeypatch.setenv("GPUBW_CACHE_DIR", str(tmp_path))
-    buffers.pattern_bytes.cache_clear()
-    good = buffers.pattern_bytes(SRC_SEED)
-    (entry,) = tmp_path.glob("pattern-*.bin")
-    for bad in (entry.read_bytes()[:-1] + b"\x00", None):
-        if bad is None:  # a well-formed entry of the wrong words (the other seed's)
-            KernelCache(tmp_path).put(entry.stem, buffers._pattern(DST_SEED))
-        else:
-            entry.write_bytes(bad)
-        buffers.pattern_bytes.cache_clear()
-        assert buffers.pattern_bytes(SRC_SEED) == good
-        assert KernelCache(tmp_path).get(entry.stem) == good
-    buffers.pattern_bytes.cache_clear()
-
-
 # -- a larger idle host buffer serving a smaller request (a view) ---------------------------
 S = 2 * MIB
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpubw import nvml
+from gpubw import nvml, nvml_read
 
 
 class NVMLError(Exception):
@@ -156,7 +156,7 @@ def fake_pynvml(gpus=GPUS, init_error: Exception | None = None) -> types.ModuleT
 def test_reads_every_fact_of_every_device():
     """PCIe, NVLink, ECC, persistence, MIG, clocks, ids and processes come through."""
     fake = fake_pynvml()
-    facts = nvml.read_facts(fake)
+    facts = nvml_read.read_facts(fake)
     assert facts.available and not facts.simulated
     assert (facts.driver_version, facts.nvml_version) == ("580.159.04", "13.580.159.04")
     assert facts.cuda_driver_version == 13000
@@ -182,7 +182,7 @@ def test_reads_every_fact_of_every_device():
 def test_downtrained_link_mig_processes_and_unsupported_queries():
     """GPU 1: Gen4 x8 of Gen5 x16, ECC off, MIG on, power capped, two processes; queries
     the GPU does not support are listed with the reason, not raised."""
-    b = nvml.read_facts(fake_pynvml()).devices[1]
+    b = nvml_read.read_facts(fake_pynvml()).devices[1]
     assert str(b.pcie) == "PCIe Gen4 x8, max Gen5 x16"
     assert b.pcie.width_degraded and b.pcie.gen_below_max
     assert b.nvlink is None
@@ -201,14 +201,14 @@ def test_downtrained_link_mig_processes_and_unsupported_queries():
 def test_missing_library_is_unavailable_not_an_error(monkeypatch):
     """Without nvidia-ml-py, read_facts says so and how to install it."""
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
-    facts = nvml.read_facts()
+    facts = nvml_read.read_facts()
     assert not facts.available
     assert "pip install 'gpubw[nvml]'" in facts.reason and facts.devices == ()
 
 
 def test_failed_init_is_unavailable_with_the_reason():
     """No driver: NVML's own message is the reason."""
-    facts = nvml.read_facts(fake_pynvml(init_error=NVMLError("Driver Not Loaded")))
+    facts = nvml_read.read_facts(fake_pynvml(init_error=NVMLError("Driver Not Loaded")))
     assert not facts.available and "Driver Not Loaded" in facts.reason
 
 
@@ -223,7 +223,7 @@ def test_one_broken_device_keeps_the_others():
         return real(i)
 
     fake.nvmlDeviceGetHandleByIndex = handle
-    facts = nvml.read_facts(fake)
+    facts = nvml_read.read_facts(fake)
     assert facts.devices[0].unavailable == (("device", "GPU is lost"),)
     assert facts.devices[1].uuid == "GPU-bbbb"
     assert fake.calls[-1] == "shutdown"
@@ -231,7 +231,7 @@ def test_one_broken_device_keeps_the_others():
 
 def test_match_devices_pairs_by_bus_id_not_by_index():
     """CUDA ordinals are paired with NVML devices by PCI bus id (CUDA's order may differ)."""
-    facts = nvml.read_facts(fake_pynvml())
+    facts = nvml_read.read_facts(fake_pynvml())
     cuda_devices = [
         {"ordinal": 0, "pci_bus_id": "0000:2a:00.0", "uuid": "GPU-bbbb"},
         {"ordinal": 1, "pci_bus_id": "0000:1b:00.0", "uuid": "GPU-aaaa"},
@@ -292,14 +292,14 @@ def test_bus_id_normalisation():
 
 def test_importing_gpubw_nvml_does_not_import_pynvml():
     """pynvml is imported only when facts are read (gpubw -l never loads it)."""
-    code = "import sys, gpubw.nvml, gpubw.cli; assert 'pynvml' not in sys.modules"
+    code = "import sys, gpubw.nvml, gpubw.nvml_read, gpubw.cli; assert 'pynvml' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_every_nvml_name_used_exists_in_the_real_binding():
-    """Each pynvml function and constant gpubw.nvml calls exists in nvidia-ml-py."""
+    """Each pynvml function and constant gpubw.nvml_read calls exists in nvidia-ml-py."""
     pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
-    source = Path(nvml.__file__).read_text(encoding="utf-8")
+    source = Path(nvml_read.__file__).read_text(encoding="utf-8")
     names = set(re.findall(r"\bnv\.(nvml\w+|NVML_\w+)", source))
     names |= set(re.findall(r'"(nvmlDevice\w+|NVML_\w+)"', source))
     names -= {"nvmlDeviceGetCurrentClocksEventReasons"}  # optional (newer name), getattr'd
@@ -310,7 +310,7 @@ def test_every_nvml_name_used_exists_in_the_real_binding():
 
 def test_suspects_explain_a_slow_cell_in_words():
     """suspects() names the facts behind a slow figure, filtered by the cell's link type."""
-    a, b = nvml.read_facts(fake_pynvml()).devices
+    a, b = nvml_read.read_facts(fake_pynvml()).devices
     assert nvml.suspects(a) == ()
     assert nvml.suspects(b, "host", own_pid=77) == (
         "PCIe Gen4 x8, max Gen5 x16",
@@ -334,13 +334,13 @@ def test_suspects_explain_a_slow_cell_in_words():
 def test_read_processes_by_bus_id():
     """read_processes: bus id -> pids of each GPU; None without NVML; init and shutdown."""
     fake = fake_pynvml()
-    assert nvml.read_processes(fake) == {"0000:1b:00.0": (), "0000:2a:00.0": (4242, 77)}
-    assert nvml.read_processes(fake_pynvml(init_error=NVMLError("no driver"))) is None
+    assert nvml_read.read_processes(fake) == {"0000:1b:00.0": (), "0000:2a:00.0": (4242, 77)}
+    assert nvml_read.read_processes(fake_pynvml(init_error=NVMLError("no driver"))) is None
 
 
 def test_device_facts_from_a_report_record():
     """A device record's nvml entry (as_dict form) reads back as the same DeviceFacts."""
-    b = nvml.read_facts(fake_pynvml()).devices[1]
+    b = nvml_read.read_facts(fake_pynvml()).devices[1]
     back = nvml.device_facts({"nvml": b.as_dict()})
     assert back == b
     assert nvml.device_facts({}) is None and nvml.device_facts({"nvml": {"pcie": "x"}}) is None
@@ -351,7 +351,7 @@ def test_session_initialises_once_and_looks_each_handle_up_once():
     fake = fake_pynvml()
     lookups = []
     fake.nvmlDeviceGetHandleByIndex = lambda i: lookups.append(i) or i
-    session = nvml.Session(fake)
+    session = nvml_read.Session(fake)
     first = session.facts()
     for _ in range(5):
         assert session.processes() == {"0000:1b:00.0": (), "0000:2a:00.0": (4242, 77)}
@@ -367,7 +367,7 @@ def test_session_initialises_once_and_looks_each_handle_up_once():
 def test_session_remembers_why_nvml_cannot_be_used():
     """A failed nvmlInit is tried once per session; facts say why, processes say None."""
     fake = fake_pynvml(init_error=NVMLError("Driver Not Loaded"))
-    with nvml.Session(fake) as session:
+    with nvml_read.Session(fake) as session:
         assert session.processes() is None
         facts = session.facts()
         assert not facts.available and "Driver Not Loaded" in facts.reason

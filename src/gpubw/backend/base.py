@@ -30,7 +30,8 @@ from typing import Any
 import attrs
 
 from gpubw.errors import CudaError, UsageError
-from gpubw.nvml import NodeFacts, Session
+from gpubw.nvml import NodeFacts
+from gpubw.nvml_read import Session
 
 #: Kinds of shareable handle for device memory, best first: CUDA fabric handles (across
 #: hosts, need the IMEX service and a channel), POSIX file descriptors (one host; imported
@@ -198,7 +199,7 @@ class Backend(abc.ABC):
 
     @property
     def nvml(self) -> Session:
-        """The backend's NVML session (:class:`gpubw.nvml.Session`: initialised on first use,
+        """The backend's NVML session (:class:`gpubw.nvml_read.Session`: initialised on first use,
         shut down by :meth:`close`)."""
         session: Session | None = self.__dict__.get("_nvml_session")
         if session is None:
@@ -206,7 +207,7 @@ class Backend(abc.ABC):
         return session
 
     def node_facts(self) -> NodeFacts:
-        """Facts about the node from NVML (:meth:`gpubw.nvml.Session.facts`); never raises."""
+        """Facts about the node from NVML (:meth:`gpubw.nvml_read.Session.facts`); never raises."""
         return self.nvml.facts()
 
     def gpu_processes(self) -> dict[str, tuple[int, ...]] | None:

@@ -17,7 +17,6 @@ driver (kernel argument packing, UUIDs, sysfs/proc facts) are in
 from __future__ import annotations
 
 import ctypes
-import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +30,14 @@ from gpubw.backend.cuda_support import _ARG_TYPES as _ARG_TYPES
 from gpubw.backend.cuda_support import _DRIVER_VERSION_FILE as _DRIVER_VERSION_FILE
 from gpubw.backend.cuda_support import _MAX_GRID as _MAX_GRID
 from gpubw.backend.cuda_support import _SYSFS_PCI as _SYSFS_PCI
+from gpubw.backend.cuda_support import (
+    HUGE_MMAP_FLAGS,
+    NO_DEVICE_MESSAGE,
+    NO_DRIVER_MESSAGE,
+    map_anonymous,
+    result_name,
+    unmap,
+)
 from gpubw.backend.cuda_support import _registered_modules as _registered_modules
 from gpubw.backend.cuda_support import driver_version_string as driver_version_string
 from gpubw.backend.cuda_support import format_uuid as format_uuid
@@ -52,21 +59,6 @@ try:  # the bindings import without a driver; only calls need libcuda
 except ImportError:  # pragma: no cover - cuda-bindings is a hard dependency
     cu = None
 
-NO_DRIVER_MESSAGE = (
-    "no NVIDIA driver was found (libcuda could not be loaded), so no real GPU can be used; "
-    "run on a modelled system instead with --simulate h200x2 (or another model, e.g. "
-    "--simulate h200x8)"
-)
-NO_DEVICE_MESSAGE = (
-    "no CUDA device is visible (the NVIDIA driver loaded but reports no device; check "
-    "CUDA_VISIBLE_DEVICES); run on a modelled system instead with --simulate h200x2"
-)
-
-
-def _result_name(result: Any) -> str:
-    name = getattr(result, "name", None)
-    return str(name) if name else f"CUresult {int(result)}"
-
 
 def _check(call: str, result: tuple[Any, ...]) -> Any:
     """Raise CudaError unless ``result[0]`` is CUDA_SUCCESS; return the call's outputs: None,
@@ -80,7 +72,7 @@ def _check(call: str, result: tuple[Any, ...]) -> Any:
                 detail = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
         except Exception:  # no driver to ask: the name alone is enough
             detail = ""
-        raise CudaError(call, _result_name(status), detail)
+        raise CudaError(call, result_name(status), detail)
     if len(result) == 1:
         return None
     if len(result) == 2:
@@ -98,10 +90,6 @@ class _Stream:
 class _Event:
     handle: Any
     device: int
-
-
-#: mmap flags of a huge-page host buffer: MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB (Linux)
-HUGE_MMAP_FLAGS = 0x02 | 0x20 | 0x40000
 
 
 #: The longest pause between two cuStreamQuery polls of :meth:`CudaBackend.synchronize`
@@ -320,35 +308,30 @@ class CudaBackend(CudaSharingMixin, Backend):
         hp = self.huge_pages()
         page = hp[0] if hp else 2 << 20
         size = -(-nbytes // page) * page
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                              ctypes.c_int, ctypes.c_long]  # fmt: skip
-        addr = libc.mmap(None, size, 0x1 | 0x2, HUGE_MMAP_FLAGS, -1, 0)  # PROT_READ|WRITE
-        if addr in (None, ctypes.c_void_p(-1).value):
-            err = ctypes.get_errno()
+        try:
+            addr = map_anonymous(size, HUGE_MMAP_FLAGS)
+        except OSError as exc:
             raise GpubwError(
-                f"mmap(MAP_HUGETLB) of {size} bytes failed: {os.strerror(err)} "
+                f"mmap(MAP_HUGETLB) of {size} bytes failed: {exc.strerror} "
                 f"(free huge pages: {hp[1] if hp else 'unknown'}; /proc/meminfo HugePages_Free)"
-            )
+            ) from None
         try:
             _check(
                 "cuMemHostRegister",
                 cu.cuMemHostRegister(addr, size, cu.CU_MEMHOSTREGISTER_PORTABLE),
             )
         except BaseException:
-            libc.munmap(ctypes.c_void_p(addr), ctypes.c_size_t(size))
+            unmap(addr, size)
             raise
-        self._huge[int(addr)] = size
-        return int(addr)
+        self._huge[addr] = size
+        return addr
 
     def _free_huge(self, pointer: int) -> None:
         size = self._huge.pop(pointer)
         try:
             _check("cuMemHostUnregister", cu.cuMemHostUnregister(pointer))
         finally:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.munmap(ctypes.c_void_p(pointer), ctypes.c_size_t(size))
+            unmap(pointer, size)
 
     def free_host(self, pointer: int) -> None:
         owner = self._host_memory.pop(pointer, None)

@@ -9,6 +9,7 @@ Nothing here calls the CUDA driver, so none of it needs ``cu``; every name is re
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -124,3 +125,42 @@ def driver_version_string(path: Path = _DRIVER_VERSION_FILE) -> str | None:
         return None
     match = re.search(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)?)\s", text)
     return match.group(1) if match else None
+
+
+NO_DRIVER_MESSAGE = (
+    "no NVIDIA driver was found (libcuda could not be loaded), so no real GPU can be used; "
+    "run on a modelled system instead with --simulate h200x2 (or another model, e.g. "
+    "--simulate h200x8)"
+)
+NO_DEVICE_MESSAGE = (
+    "no CUDA device is visible (the NVIDIA driver loaded but reports no device; check "
+    "CUDA_VISIBLE_DEVICES); run on a modelled system instead with --simulate h200x2"
+)
+#: mmap flags of a huge-page host buffer: MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB (Linux)
+HUGE_MMAP_FLAGS = 0x02 | 0x20 | 0x40000
+
+
+def result_name(result: Any) -> str:
+    """A CUresult's name (``CUDA_ERROR_...``), or its number."""
+    name = getattr(result, "name", None)
+    return str(name) if name else f"CUresult {int(result)}"
+
+
+def map_anonymous(size: int, flags: int) -> int:
+    """``mmap(NULL, size, PROT_READ | PROT_WRITE, flags, -1, 0)``: the address, or OSError
+    (with errno) when the kernel refuses (e.g. MAP_HUGETLB without free huge pages)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]  # fmt: skip
+    addr = libc.mmap(None, size, 0x1 | 0x2, flags, -1, 0)  # PROT_READ | PROT_WRITE
+    if addr in (None, ctypes.c_void_p(-1).value):
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(addr)
+
+
+def unmap(addr: int, size: int) -> None:
+    """``munmap`` what :func:`map_anonymous` mapped."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.munmap(ctypes.c_void_p(addr), ctypes.c_size_t(size))
