@@ -134,7 +134,7 @@ class FakeDriver:
         self.devices = devices
         self.ids = itertools.count(1)
         self.retained: dict[int, int] = {}
-        self.current: Any = None
+        self._thread = threading.local()  # like the driver: a current context per thread
         self.live: dict[str, set[Any]] = {"stream": set(), "event": set(), "dev": set()}
         self.host: dict[int, ctypes.Array[ctypes.c_char]] = {}
         self.peer_enabled: set[tuple[Any, Any]] = set()
@@ -164,8 +164,12 @@ class FakeDriver:
         self.retained[dev] -= 1
         return (R.CUDA_SUCCESS,)
 
+    @property
+    def current(self) -> Any:
+        return getattr(self._thread, "ctx", None)
+
     def cuCtxSetCurrent(self, ctx: Any) -> tuple[Any, ...]:
-        self.current = ctx
+        self._thread.ctx = ctx
         return (R.CUDA_SUCCESS,)
 
     def _dev(self) -> int:
@@ -273,8 +277,9 @@ def test_prestarted_contexts_are_adopted_and_released(monkeypatch: pytest.Monkey
     monkeypatch.setattr(driver, "cuDevicePrimaryCtxRetain", recording)
     assert cuda_start.prestart(driver)
     with CudaBackend() as backend:
-        assert driver.retained == {0: 1, 1: 1} and main not in threads
-        backend.memory_info(1)
+        backend.memory_info(1)  # the first use waits for the helper and adopts its contexts
+        assert driver.retained == {0: 1, 1: 1} and threads and main not in threads
+        backend.memory_info(0)
         assert driver.retained == {0: 1, 1: 1}
     assert cuda_start.settle() == []  # the prestart's contexts are released on its thread
     assert driver.retained == {0: 0, 1: 0}

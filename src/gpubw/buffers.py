@@ -175,8 +175,7 @@ class BufferPool:
         elif backing.nbytes == nbytes:
             buf = backing
         else:
-            buf = kind(self, backing.ptr, nbytes, device)
-            buf._backing = backing
+            buf = kind(self, backing.ptr, nbytes, device, backing=backing)
         assert isinstance(buf, kind)
         self._live.add(buf)
         return buf
@@ -207,9 +206,7 @@ class BufferPool:
             buf.free()
         elif buf in self._live:
             self._live.discard(buf)
-            memory = buf._backing
-            if memory is not buf:
-                buf._freed = True  # owns nothing now: closing or freeing it again does nothing
+            memory = buf.detach()
             key = self._idle_key(memory.is_host, memory.device, memory.nbytes)
             self._idle.setdefault(key, []).append(memory)
 
@@ -336,13 +333,21 @@ class Buffer:
 
     is_host: bool = False
 
-    def __init__(self, pool: BufferPool, ptr: int, nbytes: int, device: int | None) -> None:
+    def __init__(
+        self,
+        pool: BufferPool,
+        ptr: int,
+        nbytes: int,
+        device: int | None,
+        *,
+        backing: Buffer | None = None,
+    ) -> None:
         self.pool = pool
         self.ptr = ptr
         self.nbytes = nbytes
         self.device = device
         #: the buffer that owns the memory (a larger one for a view, else this one)
-        self._backing: Buffer = self
+        self._backing: Buffer = backing if backing is not None else self
         #: freed, or (a view) given back: it owns no memory any more
         self._freed = False
 
@@ -366,6 +371,14 @@ class Buffer:
         """Give the memory back to the pool (which frees it at the end of the run)."""
         if not self._freed:
             self.pool.give_back(self)
+
+    def detach(self) -> Buffer:
+        """The buffer that owns this one's memory (itself, or a view's backing buffer); a view
+        is spent by it: closing or freeing it afterwards does nothing (the pool calls this
+        when a buffer is given back)."""
+        if self._backing is not self:
+            self._freed = True
+        return self._backing
 
     def free(self) -> None:
         """Really free the memory now (the pool does this; a buffer is closed, not freed).
