@@ -31,6 +31,14 @@
 #                `-l` and a cProfile of the one-testcase run -> $OUT/startup-<tag>.txt
 #   probe        benchmarks/startup_probe.py: cuInit and primary contexts sequential vs one thread
 #                per device, cuInit overlapping imports, modules without a .pyc
+#   trace        benchmarks/startup_trace.py: a wall-clock timeline (every thread) of the one-testcase
+#                run, 3 times -> $OUT/trace-<tag>.txt; and startup_probe.py's exit-release /
+#                exit-keep (what the process exit costs with and without releasing the contexts),
+#                nvml (NVML facts beside cuInit) and pipeline (device 0 working while device 1's
+#                context is made)
+#   gaps         the one-testcase run after pauses of ${GAPS:-0 0 3 3 8 8} s (a run right after another
+#                one vs after the GPUs sat idle), plain and traced -> $OUT/gaps-<tag>.txt; and
+#                the devices' persistence mode
 #   compile-deps byte-compile the image's packages that gpubw imports (cuda.bindings,
 #                cuda.pathfinder, numpy, pynvml, idna, certifi: the image ships them without
 #                .pyc files and sets PYTHONDONTWRITEBYTECODE, so every process compiled ~130
@@ -150,6 +158,35 @@ PY
         echo "== cProfile $one (tottime)"
         python3 -m cProfile -s tottime $one 2>&1 | head -50 | cut -c1-160
       } > "$OUT/startup-$tag.txt" ;;
+    trace)  # issue 11 item 5: where the one-testcase second goes, thread by thread
+      one="-t device_local_copy -b 64 -q -j -o /dev/null"
+      python3 -m gpubw $one  # warm the kernel cache
+      ms() { python3 -c "print(round(($2-$1)*1e3,1))"; }
+      GPUBW_T0=$(date +%s.%N) python3 benchmarks/startup_trace.py -- ${one% -o *} -o "$OUT/t.json" 2> /dev/null > /dev/null
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(' traced run:', t['key'], t['status'], t['message'][:600]) for t in d['testcases']]" "$OUT/t.json"
+      for i in 1 2 3; do
+        s=$(date +%s.%N); GPUBW_T0=$s python3 benchmarks/startup_trace.py -- $one 2> "$OUT/t.txt" > /dev/null
+        e=$(date +%s.%N); { echo "== run $i"; cat "$OUT/t.txt"; echo "# process ended at $(ms $s $e) ms"; } >> "$OUT/trace-$tag.txt"
+      done
+      rm -f "$OUT/t.txt" "$OUT/t.json"; grep "^#" "$OUT/trace-$tag.txt"
+      for mode in ${TRACE_MODES:-exit-release exit-keep exit-release-os exit-keep-os nvml pipeline}; do
+        s=$(date +%s.%N); line=$(GPUBW_T0=$s python3 benchmarks/startup_probe.py --mode $mode)
+        e=$(date +%s.%N); echo "$line; process ended at $(ms $s $e) ms"
+      done 2>&1 | tee -a "$OUT/trace-$tag.txt" ;;
+    gaps)  # is the first run after a pause slower, and in which step?
+      one="-t device_local_copy -b 64 -q -j -o /dev/null"
+      nvidia-smi --query-gpu=index,persistence_mode,pstate,clocks.sm --format=csv,noheader | tee "$OUT/gaps-$tag.txt"
+      python3 -m gpubw $one  # warm the kernel cache
+      ms() { python3 -c "print(round(($2-$1)*1e3,1))"; }
+      for gap in ${GAPS:-0 0 3 3 8 8}; do
+        sleep "$gap"; s=$(date +%s.%N); python3 -m gpubw $one; e=$(date +%s.%N)
+        echo "after ${gap} s idle: plain run $(ms $s $e) ms" | tee -a "$OUT/gaps-$tag.txt"
+      done
+      for gap in ${GAPS:-0 0 3 3 8 8}; do
+        sleep "$gap"; s=$(date +%s.%N); GPUBW_T0=$s python3 benchmarks/startup_trace.py --min-ms 8 -- $one 2> "$OUT/t.txt" > /dev/null
+        e=$(date +%s.%N); { echo "== after ${gap} s idle"; grep -v "import \|nvml" "$OUT/t.txt"; echo "# process ended at $(ms $s $e) ms"; } >> "$OUT/gaps-$tag.txt"
+      done
+      rm -f "$OUT/t.txt"; grep "^==\|^#" "$OUT/gaps-$tag.txt" | paste - - - - | cut -c1-200 ;;
     probe)
       { for mode in sequential parallel overlap calls calls; do
           python3 benchmarks/startup_probe.py --mode $mode; done

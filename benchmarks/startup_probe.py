@@ -12,6 +12,14 @@ calls        each driver call of a start timed alone: cuInit, then per device th
              first cuCtxSetCurrent, the first and the second cuMemGetInfo
 handover     contexts made (retained and used) on a helper thread, then used on the main
              thread: each main-thread call timed (what gpubw's prestart leaves to the main thread)
+exit-release / exit-keep (-os: leave by os._exit once atexit ran and output is flushed)
+             cuInit and every context made and used, then released (or not) before main
+             returns; prints when main returned, in ms since GPUBW_T0 (the shell's clock
+             before python3 ran): the shell's own end time minus it is the process exit
+nvml         NVML's node facts read on the main thread while cuInit runs on a helper thread,
+             against both one after the other: whether NVML and the driver start overlap
+pipeline     device 1's context made on a helper thread while device 0 (context made first)
+             allocates and copies 64 MiB on the main thread: whether device 0's work waits
 modules      the modules a one-testcase gpubw run imports that have no byte-compiled file
              beside them (so every process compiles them again), and sys.flags
 """
@@ -143,6 +151,104 @@ def _overlap() -> dict[str, float]:
     return done
 
 
+def _exit(release: bool, hard: bool) -> dict[str, float]:
+    import os
+
+    from cuda.bindings import driver as cu
+
+    t0 = float(os.environ.get("GPUBW_T0") or time.time())
+    t = time.perf_counter()
+    _ok(cu.cuInit(0))
+    handles = [_ok(cu.cuDeviceGet(i)) for i in range(int(_ok(cu.cuDeviceGetCount())))]
+    for h in handles:
+        _ok(cu.cuCtxSetCurrent(_ok(cu.cuDevicePrimaryCtxRetain(h))))
+        _ok(cu.cuMemGetInfo())
+    out = {"start": time.perf_counter() - t}
+    if release:
+        t = time.perf_counter()
+        _ok(cu.cuCtxSetCurrent(None))
+        for h in handles:
+            _ok(cu.cuDevicePrimaryCtxRelease(h))
+        out["release"] = time.perf_counter() - t
+    out["main returned (since GPUBW_T0)"] = time.time() - t0
+    if hard:  # what a command could do once its report is out: atexit, flush, os._exit
+        import atexit
+
+        atexit._run_exitfuncs()
+        print(_line("exit-" + ("release" if release else "keep") + "-os", out), flush=True)
+        sys.stderr.flush()
+        os._exit(0)
+    return out
+
+
+def _nvml() -> dict[str, float]:
+    from cuda.bindings import driver as cu
+
+    from gpubw.nvml_read import read_facts
+
+    out: dict[str, float] = {}
+
+    def init() -> None:
+        t = time.perf_counter()
+        _ok(cu.cuInit(0))
+        out["cuInit on the helper thread"] = time.perf_counter() - t
+
+    t0 = time.perf_counter()
+    th = threading.Thread(target=init)
+    th.start()
+    t = time.perf_counter()
+    read_facts()
+    out["NVML facts on the main thread meanwhile"] = time.perf_counter() - t
+    th.join()
+    out["both, wall"] = time.perf_counter() - t0
+    t = time.perf_counter()
+    read_facts()
+    out["NVML facts again, alone"] = time.perf_counter() - t
+    return out
+
+
+def _pipeline() -> dict[str, float]:
+    from cuda.bindings import driver as cu
+
+    out: dict[str, float] = {}
+    _ok(cu.cuInit(0))
+    handles = [_ok(cu.cuDeviceGet(i)) for i in range(int(_ok(cu.cuDeviceGetCount())))]
+    t = time.perf_counter()
+    ctx0 = _ok(cu.cuDevicePrimaryCtxRetain(handles[0]))
+    _ok(cu.cuCtxSetCurrent(ctx0))
+    _ok(cu.cuMemGetInfo())
+    out["context 0"] = time.perf_counter() - t
+    if len(handles) < 2:
+        return out
+
+    def second() -> None:
+        s = time.perf_counter()
+        _ok(cu.cuCtxSetCurrent(_ok(cu.cuDevicePrimaryCtxRetain(handles[1]))))
+        _ok(cu.cuMemGetInfo())
+        out["context 1 on the helper thread"] = time.perf_counter() - s
+
+    def work() -> float:
+        s = time.perf_counter()
+        a = _ok(cu.cuMemAlloc(64 << 20))
+        b = _ok(cu.cuMemAlloc(64 << 20))
+        for _ in range(8):
+            _ok(cu.cuMemcpyDtoD(b, a, 64 << 20))
+        _ok(cu.cuCtxSynchronize())
+        _ok(cu.cuMemFree(a))
+        _ok(cu.cuMemFree(b))
+        return time.perf_counter() - s
+
+    out["device 0 work alone"] = work()
+    t = time.perf_counter()
+    th = threading.Thread(target=second)
+    th.start()
+    out["device 0 work meanwhile"] = work()
+    th.join()
+    out["both, wall"] = time.perf_counter() - t
+    out["device 0 work after"] = work()
+    return out
+
+
 def _modules() -> None:
     import os
     import subprocess
@@ -168,7 +274,8 @@ def _modules() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    modes = ["sequential", "parallel", "overlap", "calls", "handover", "modules"]
+    modes = ["sequential", "parallel", "overlap", "calls", "handover", "modules", "exit-release",
+             "exit-keep", "exit-release-os", "exit-keep-os", "nvml", "pipeline"]  # fmt: skip
     ap.add_argument("--mode", default="sequential", choices=modes)
     mode = ap.parse_args().mode
     if mode == "modules":
@@ -178,11 +285,21 @@ def main() -> None:
         steps = _calls()
     elif mode == "handover":
         steps = _handover()
+    elif mode.startswith("exit-"):
+        steps = _exit(mode.startswith("exit-release"), mode.endswith("-os"))
+    elif mode == "nvml":
+        steps = _nvml()
+    elif mode == "pipeline":
+        steps = _pipeline()
     elif mode == "overlap":
         steps = _overlap()
     else:
         steps = _steps(mode == "parallel")
-    print(mode + ": " + "; ".join(f"{k} {v * 1e3:.1f} ms" for k, v in steps.items()))
+    print(_line(mode, steps))
+
+
+def _line(mode: str, steps: dict[str, float]) -> str:
+    return mode + ": " + "; ".join(f"{k} {v * 1e3:.1f} ms" for k, v in steps.items())
 
 
 if __name__ == "__main__":

@@ -351,6 +351,32 @@ def test_settle_releases_a_prestart_nobody_adopted(monkeypatch: pytest.MonkeyPat
     assert cuda_start.adopt(driver) == {}
 
 
+def test_settle_stops_an_unadopted_prestart_before_its_next_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """settle() on a prestart nobody adopted stops it before the next context (a command
+    line refused after CUDA was started early waits for no more than the context under
+    way), then releases the one it made."""
+    from gpubw.backend import cuda_start
+
+    driver = FakeDriver()
+    monkeypatch.setattr(cuda_backend, "cu", driver)
+    inside, go_on = threading.Event(), threading.Event()
+    retain = driver.cuDevicePrimaryCtxRetain
+
+    def slow(dev: int) -> tuple[Any, ...]:
+        inside.set()
+        assert go_on.wait(10)
+        return retain(dev)
+
+    monkeypatch.setattr(driver, "cuDevicePrimaryCtxRetain", slow)
+    assert cuda_start.prestart(driver)
+    assert inside.wait(10)  # the helper is making device 0's context
+    threading.Timer(0.2, go_on.set).start()
+    assert cuda_start.settle() == []
+    assert driver.retained == {0: 0}  # device 1's context was never made
+
+
 def test_the_command_names_a_failed_late_release(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -578,6 +578,45 @@ def test_progress_events_carry_the_header():
     assert header.warnings == rep.warnings and header.host == rep.host
 
 
+class _Ordered(FakeBackend):
+    """Records the order of versions() and memory_info(); memory_info raises ``fail``."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+        self.fail = fail
+
+    def versions(self) -> dict[str, Any]:
+        self.calls.append("versions")
+        return super().versions()
+
+    def memory_info(self, device: int) -> tuple[int, int]:
+        self.calls.append("memory_info")
+        if self.fail is not None:
+            raise self.fail
+        return super().memory_info(device)
+
+
+def test_versions_before_the_sizes_check_and_a_failed_check_closes():
+    """The versions are read before the sizes check (which waits for every device's
+    context), and a check that fails in any way closes the System."""
+    made: list[_Ordered] = []
+
+    def opener(fail: BaseException | None):
+        def open_system(options: RunOptions) -> System:
+            made.append(_Ordered(fail))
+            return System(made[-1], options)
+
+        return open_system
+
+    report = run(opener(None), [entry(Sized, "a")], RunOptions(buffer_sizes=[MIB]))
+    assert report.testcases[0].status == Status.PASSED
+    assert made[0].calls[:2] == ["versions", "memory_info"] and made[0].closed
+    with pytest.raises(RuntimeError, match="driver gone"):
+        run(opener(RuntimeError("driver gone")), [entry(Sized, "a")], RunOptions())
+    assert made[1].closed
+
+
 def test_report_metadata():
     """The report carries tool, backend, versions, devices, options, times and host."""
     report = run(

@@ -53,6 +53,63 @@ def install() -> None:
             _previous[sig] = signal.signal(sig, exit_quietly)
 
 
+#: long options that mean "not a run on the real GPUs"; argparse takes any unique prefix of
+#: them, so a token that is a prefix of one (3 characters or more) counts as it
+_NOT_A_RUN = ("--simulate", "--list", "--help", "--version")
+#: short options, alone or in a cluster (-jl), that mean the same
+_NOT_A_RUN_SHORT = frozenset("lhV")
+#: first words that are other commands than a run
+_SUBCOMMANDS = ("plot", "compare", "check", "expect-from", "info")
+
+
+def looks_like_gpu_run(args: list[str]) -> bool:
+    """Whether this command line is, before any parsing, a run on the real GPUs: no
+    subcommand, no ``--simulate``, ``-l``, ``-h`` or ``--version`` (or an abbreviation of
+    them). The command then starts CUDA (:mod:`gpubw.backend.cuda_start`) before it even
+    imports its option parser. Only a guess, erring towards False: a False costs ~20 ms (CUDA
+    starts after the parse instead), a True for a command line the parser then refuses costs
+    the wait for ``cuInit`` before the usage error (the contexts are not made)."""
+    if args and args[0] in _SUBCOMMANDS:
+        return False
+    for token in args:
+        if token == "--":
+            break
+        if token.startswith("--"):
+            name = token.split("=", 1)[0]
+            if len(name) >= 3 and any(long.startswith(name) for long in _NOT_A_RUN):
+                return False
+        elif token[:1] == "-" and token[1:2].isalpha() and _NOT_A_RUN_SHORT & set(token[1:]):
+            return False
+    return True
+
+
+def exit_now(code: int) -> None:
+    """End the gpubw command now with ``code``, the way it would end anyway but without
+    Python's own finalization: the atexit handlers run, standard output and error are
+    flushed, then ``os._exit``. Tearing down the ~300 modules of a run does nothing the
+    command needs and took ~40 ms of a one-testcase run (issue 11 item 5). Returns without
+    doing anything (the caller then returns as usual) unless this process is the gpubw
+    command, the main thread is the only thread left, and both streams flush."""
+    if not is_command() or threading.active_count() > 1:
+        return
+    if threading.current_thread() is not threading.main_thread():
+        return
+    import atexit
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed or broken stream: Python's exit deals with it
+        return
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(code)
+
+
 def restore() -> None:
     """Put back the handlers that were there before :func:`install`."""
     for sig, old in _previous.items():

@@ -192,12 +192,29 @@ def _system_opener(simulate: str | None) -> Callable[[RunOptions], Any]:
 
 # -- main ----------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+    """Run the command line; returns the exit code. As the ``gpubw`` command itself (no
+    ``argv``), it ends the process once all is written (:func:`gpubw._startup.exit_now`)."""
     from gpubw import _startup
 
     _startup.restore()  # the start-up handlers: from here a signal is a KeyboardInterrupt
     args = list(sys.argv[1:] if argv is None else argv)
+    code = _dispatch(args, command=argv is None)
+    if argv is None:
+        _startup.exit_now(code)
+    return code
+
+
+def _dispatch(args: list[str], command: bool) -> int:
+    """The command line's work, its errors printed and turned into the exit code."""
+    from gpubw import _startup
+
     try:
+        if command and _startup.looks_like_gpu_run(args):
+            # CUDA's start (~0.45 s of driver work) is the longest step of a short run: begin
+            # it before the option parser and the run's modules are imported (issue 11 item 5)
+            from gpubw.backend.cuda_start import prestart
+
+            prestart()
         plain_list = _plain_list(args)
         if plain_list is not None:  # gpubw -l without the parser (see gpubw.listing)
             return _list_plainly(*plain_list)
@@ -207,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compare(args[1:])
         if args and args[0] in _ACCEPT_COMMANDS:
             return _accept_command(args[0], args[1:])
-        return _main(args, command=argv is None)
+        return _main(args, command=command)
     except SystemExit as exc:  # -h, --version, and plot's own argparse
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except UsageError as exc:

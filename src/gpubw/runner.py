@@ -395,13 +395,17 @@ def _run(
             f"open_system must open the System with the options it is given: it was given "
             f"{options!r} and opened one with {system.options!r}"
         )
+    backend = system.backend
     try:
+        # before the sizes check, which waits for every device's context: the versions need
+        # none, and loading NVRTC for its version (~40 ms) overlaps the contexts still being
+        # made on the command's start-up thread (issue 11 item 5)
+        versions = software_versions(backend.versions())
         check_sizes(system, selection, sizes)
-    except UsageError:
+    except BaseException:
         system.close()
         raise
 
-    backend = system.backend
     state.meta.update(backend=backend.name, simulated=bool(backend.simulated), versions={})
     ranks: Ranks | None = None
 
@@ -420,7 +424,7 @@ def _run(
 
     try:
         state.meta.update(
-            versions=software_versions(backend.versions()),
+            versions=versions,
             devices=tuple(device_record(d) for d in system.devices),
         )
         ranks = Ranks(system)

@@ -4,14 +4,16 @@ Starting CUDA is ~0.45 s of driver work on 2 x H200 (``cuInit`` ~0.22 s, then ~0
 each device's primary context), and ``cuda.bindings`` lets go of the GIL while the driver
 works (benchmarks/startup_probe.py ``--mode overlap``: 67-71 ms of imports ran on the main
 thread during a 225 ms ``cuInit`` with no delay to either). So the command calls
-:func:`prestart` as soon as it knows a run is going to use the real GPUs, and the
+:func:`prestart` as soon as its command line looks like a run on the real GPUs (before it
+even parses it: :func:`gpubw._startup.looks_like_gpu_run`; else right after parsing), and the
 :class:`gpubw.backend.cuda.CudaBackend` opened later takes over what it made
 (:func:`adopt`): the primary contexts retained here are the backend's to release.
 
 Nothing here is needed for correctness: when :func:`prestart` was not called, or its thread
 failed, the backend does the same work itself (and reports any error with its own messages).
 A command that prestarts and then never opens a backend (a usage error found later) calls
-:func:`settle` as it ends: it waits for the helper thread and releases what it retained.
+:func:`settle` as it ends: it stops the helper thread before its next context, waits for it
+and releases what it retained.
 This module imports only ``cuda.bindings.driver`` and the standard library, so calling it
 early costs ~20 ms.
 """
@@ -34,6 +36,8 @@ class _Prestart:
         self.driver = driver
         self.contexts: dict[int, Any] = {}
         self.error: BaseException | None = None
+        #: set when nobody is going to adopt the contexts (:func:`settle`): stop making them
+        self.cancelled = threading.Event()
         self.thread = threading.Thread(target=self._run, name="gpubw-cuda-start", daemon=True)
 
     def _run(self) -> None:
@@ -45,6 +49,8 @@ class _Prestart:
             if status != cu.CUresult.CUDA_SUCCESS:
                 return
             for ordinal in range(int(count)):
+                if self.cancelled.is_set():
+                    break
                 status, handle = cu.cuDeviceGet(ordinal)
                 if status != cu.CUresult.CUDA_SUCCESS:
                     return
@@ -131,8 +137,9 @@ def settle() -> list[str]:
     """Wait for a prestart that no backend adopted and release what it retained, and wait for
     the releases :func:`release_later` started (the command calls this as it ends, so no
     driver work is still running on a helper thread at exit and nothing it made outlives the
-    command). Returns what failed, one line each."""
-    started = _take()
+    command); an unadopted prestart still running makes no more contexts. Returns what
+    failed, one line each."""
+    started = _take(cancel=True)
     if started is not None:
         _release(started)
     with _lock:
@@ -156,12 +163,15 @@ class _Release:
 _releases: list[_Release] = []
 
 
-def _take() -> _Prestart | None:
-    """The prestart (its thread finished), now the caller's; None if there is none."""
+def _take(cancel: bool = False) -> _Prestart | None:
+    """The prestart (its thread finished), now the caller's; None if there is none.
+    ``cancel``: the caller only releases what it made, so it stops before the next context."""
     global _started
     with _lock:
         started, _started = _started, None
     if started is not None:
+        if cancel:
+            started.cancelled.set()
         started.thread.join()
     return started
 

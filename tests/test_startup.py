@@ -1,0 +1,119 @@
+"""Tests of gpubw._startup: the command's early CUDA-start guess and its quick exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpubw import _startup, cli
+from gpubw.cli_args import build_parser
+from gpubw.errors import UsageError
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["-t", "0", "-b", "64", "-j"], ["-p", "host"], ["-o", "out.json", "-v"], ["-b", "-1"]],
+)
+def test_a_run_on_the_gpus_is_guessed(args: list[str]) -> None:
+    """A plain run, whatever its run options, starts CUDA before its parse."""
+    assert _startup.looks_like_gpu_run(args)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--simulate", "h200x2"],
+        ["-t", "0", "--simulate=h200x2"],
+        ["--sim", "h200x2"],
+        ["-l"],
+        ["-jl"],
+        ["--list"],
+        ["--li"],
+        ["-h"],
+        ["--help"],
+        ["--version"],
+        ["plot", "r.json"],
+        ["compare", "a.json", "b.json"],
+        ["check", "r.json"],
+        ["expect-from", "r.json"],
+        ["info"],
+    ],
+)
+def test_what_is_not_a_gpu_run_is_not_guessed(args: list[str]) -> None:
+    """--simulate, -l, -h, --version (or argparse's abbreviations of them) and every
+    subcommand start no CUDA before the parse."""
+    assert not _startup.looks_like_gpu_run(args)
+
+
+def test_the_subcommands_are_all_known() -> None:
+    """Every subcommand the command dispatches on is one the guess leaves alone."""
+    assert set(_startup._SUBCOMMANDS) == {"plot", "compare", *cli._ACCEPT_COMMANDS}
+
+
+@pytest.mark.parametrize("short", ["--s", "--l", "--h", "--v"])
+def test_shorter_abbreviations_are_ambiguous(short: str) -> None:
+    """An abbreviation shorter than the guess looks at is refused by the parser: it cannot
+    select --simulate, --list, --help or --version behind the guess's back."""
+    with pytest.raises(UsageError, match="ambiguous"):
+        build_parser().parse_args([short, "x"])
+
+
+#: a sitecustomize for a real ``python -m gpubw ARGV``: it says on stderr whether the atexit
+#: handlers ran and whether the process left through os._exit (with which code);
+#: GPUBW_TEST_THREAD=1 keeps another thread alive for 2 s
+_PROBE = """
+import atexit, os, threading, time
+real_exit = os._exit
+def noted(code):
+    os.write(2, f"FAST {code}\\n".encode())
+    real_exit(code)
+os._exit = noted
+atexit.register(lambda: os.write(2, b"ATEXIT\\n"))
+if os.environ.get("GPUBW_TEST_THREAD"):
+    threading.Thread(target=time.sleep, args=(2,)).start()
+"""
+
+
+def _probe(tmp_path: Path, *argv: str, thread: bool = False) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "sitecustomize.py").write_text(_PROBE)
+    env = {**os.environ, "GPUBW_TEST_THREAD": "1" if thread else ""}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "gpubw", *argv],
+        capture_output=True,
+        encoding="utf-8",
+        env=env,
+        timeout=120,
+    )
+
+
+def test_the_command_leaves_quickly_with_its_output_and_code(tmp_path: Path) -> None:
+    """The command ends by os._exit with its exit code, after the atexit handlers, its
+    report on stdout complete."""
+    proc = _probe(
+        tmp_path, "--simulate", "h200x2", "-t", "device_local_copy", "-b", "64", "-q", "-j"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["testcases"][0]["status"] == "Passed"
+    assert proc.stderr.splitlines()[-2:] == ["ATEXIT", "FAST 0"]
+    bad = _probe(tmp_path, "--simulate", "h200x2", "-b", "-1")
+    assert bad.returncode == 2
+    assert "-1" in bad.stderr and bad.stderr.splitlines()[-2:] == ["ATEXIT", "FAST 2"]
+
+
+def test_another_thread_alive_means_the_usual_exit(tmp_path: Path) -> None:
+    """With another thread still running, the command returns and Python ends as usual
+    (it waits for the thread): same code, no os._exit."""
+    proc = _probe(tmp_path, "--simulate", "h200x2", "-b", "-1", thread=True)
+    assert proc.returncode == 2
+    assert "FAST" not in proc.stderr and "ATEXIT" in proc.stderr
+
+
+def test_called_in_process_main_returns() -> None:
+    """cli.main(argv) from Python returns its code; nothing exits the caller's process."""
+    assert cli.main(["--simulate", "h200x2", "-b", "-1"]) == 2
