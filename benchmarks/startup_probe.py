@@ -18,6 +18,8 @@ exit-release / exit-keep (-os: leave by os._exit once atexit ran and output is f
              before python3 ran): the shell's own end time minus it is the process exit
 nvml         NVML's node facts read on the main thread while cuInit runs on a helper thread,
              against both one after the other: whether NVML and the driver start overlap
+spin         `calls` with a thread spinning on a CPU meanwhile (is a slow cuInit after the GPUs
+             sat idle waiting on a sleeping CPU?)
 pipeline     device 1's context made on a helper thread while device 0 (context made first)
              allocates and copies 64 MiB on the main thread: whether device 0's work waits
 modules      the modules a one-testcase gpubw run imports that have no byte-compiled file
@@ -151,6 +153,22 @@ def _overlap() -> dict[str, float]:
     return done
 
 
+def _spin() -> dict[str, float]:
+    stop = threading.Event()
+
+    def burn() -> None:
+        while not stop.is_set():
+            pass
+
+    th = threading.Thread(target=burn, daemon=True)
+    th.start()
+    try:
+        return _calls()
+    finally:
+        stop.set()
+        th.join()
+
+
 def _exit(release: bool, hard: bool) -> dict[str, float]:
     import os
 
@@ -275,7 +293,8 @@ def _modules() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     modes = ["sequential", "parallel", "overlap", "calls", "handover", "modules", "exit-release",
-             "exit-keep", "exit-release-os", "exit-keep-os", "nvml", "pipeline"]  # fmt: skip
+             "exit-keep", "exit-release-os", "exit-keep-os", "nvml", "pipeline",
+             "spin"]  # fmt: skip
     ap.add_argument("--mode", default="sequential", choices=modes)
     mode = ap.parse_args().mode
     if mode == "modules":
@@ -289,6 +308,8 @@ def main() -> None:
         steps = _exit(mode.startswith("exit-release"), mode.endswith("-os"))
     elif mode == "nvml":
         steps = _nvml()
+    elif mode == "spin":
+        steps = _spin()
     elif mode == "pipeline":
         steps = _pipeline()
     elif mode == "overlap":
