@@ -12,6 +12,8 @@ samples (``-i``, ``-m`` and the loop count do not apply).
 
 from __future__ import annotations
 
+import sys
+
 import attrs
 
 from gpubw.backend.base import ptr, u32, u64
@@ -30,12 +32,20 @@ ACCESSES = 1_000_000
 
 def ring_bytes(base: int, nbytes: int = RING_BYTES) -> bytes:
     """The ring's contents for a buffer at address ``base``: node i = base + 8 x ((i + 16) mod
-    nodes), little-endian 64-bit."""
-    import numpy as np
+    nodes), little-endian 64-bit. Built with the standard library's ``array`` (~5 ms for the
+    2 MiB ring): importing numpy only for this cost 65 ms of a default run, 0.2 s where numpy
+    ships without byte-compiled files."""
+    import array
 
     nodes = nbytes // NODE_BYTES
-    index = (np.arange(nodes, dtype=np.uint64) + STRIDE_NODES) % np.uint64(nodes)
-    return (np.uint64(base) + index * np.uint64(NODE_BYTES)).astype("<u8").tobytes()
+    if nodes == 0:
+        return b""
+    addresses = array.array("Q", range(base, base + nodes * NODE_BYTES, NODE_BYTES))
+    shift = STRIDE_NODES % nodes
+    ring = addresses[shift:] + addresses[:shift]  # node i holds the address of node i + 16
+    if sys.byteorder != "little":
+        ring.byteswap()
+    return ring.tobytes()
 
 
 def write_host_ring(buf: HostBuffer) -> None:
