@@ -119,6 +119,42 @@ def test_two_ranks_run_every_multinode_testcase(tmp_path: Path) -> None:
     assert [p["device"] for p in world["processes"]] == [0, 1]
 
 
+def test_the_command_itself_leaves_through_mpi_finalize(tmp_path: Path) -> None:
+    """mpiexec -n 2 python -m gpubw (the command, not cli.main): every rank ends through
+    Python's own exit, so mpi4py's MPI_Finalize runs, never by the command's quick
+    os._exit; exit 0 and the report from rank 0."""
+    from test_startup import _PROBE
+
+    (tmp_path / "sitecustomize.py").write_text(_PROBE)
+    mpiexec = _mpiexec()
+    assert mpiexec is not None
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    argv = [
+        mpiexec,
+        "-n",
+        "2",
+        sys.executable,
+        "-m",
+        "gpubw",
+        *FAST,
+        "-t",
+        "35",
+        "-j",
+        "-o",
+        "r.json",
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("ATEXIT") == 2 and "FAST" not in proc.stderr, proc.stderr
+    assert (
+        by_key(report(tmp_path / "r.json"))["multinode_device_to_device_memcpy_read_ce"]["status"]
+        == "Passed"
+    )
+
+
 def test_text_output_has_the_mpi_lines(tmp_path: Path) -> None:
     """Text from rank 0 only: MPI version, one Process line per rank, the matrix once."""
     rc, out, err, _ = mpirun(tmp_path, [*FAST, "-t", "35"])

@@ -74,14 +74,21 @@ def noted(code):
     real_exit(code)
 os._exit = noted
 atexit.register(lambda: os.write(2, b"ATEXIT\\n"))
+if os.environ.get("GPUBW_TEST_MPI"):  # stands for a loaded mpi4py (its MPI_Finalize at exit)
+    import sys, types
+    sys.modules["mpi4py.MPI"] = types.ModuleType("mpi4py.MPI")
 if os.environ.get("GPUBW_TEST_THREAD"):
     threading.Thread(target=time.sleep, args=(2,)).start()
 """
 
 
-def _probe(tmp_path: Path, *argv: str, thread: bool = False) -> subprocess.CompletedProcess[str]:
+def _probe(
+    tmp_path: Path, *argv: str, thread: bool = False, mpi: bool = False
+) -> subprocess.CompletedProcess[str]:
     (tmp_path / "sitecustomize.py").write_text(_PROBE)
-    env = {**os.environ, "GPUBW_TEST_THREAD": "1" if thread else ""}
+    env = {**os.environ, "GPUBW_TEST_THREAD": "1" if thread else "", "GPUBW_TEST_MPI": ""}
+    if mpi:
+        env["GPUBW_TEST_MPI"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
     return subprocess.run(
         [sys.executable, "-m", "gpubw", *argv],
@@ -110,6 +117,14 @@ def test_another_thread_alive_means_the_usual_exit(tmp_path: Path) -> None:
     """With another thread still running, the command returns and Python ends as usual
     (it waits for the thread): same code, no os._exit."""
     proc = _probe(tmp_path, "--simulate", "h200x2", "-b", "-1", thread=True)
+    assert proc.returncode == 2
+    assert "FAST" not in proc.stderr and "ATEXIT" in proc.stderr
+
+
+def test_with_mpi_loaded_the_usual_exit(tmp_path: Path) -> None:
+    """With mpi4py's MPI loaded the command returns and Python ends as usual, so that
+    mpi4py's MPI_Finalize (registered at the interpreter's C-level exit) still runs."""
+    proc = _probe(tmp_path, "--simulate", "h200x2", "-b", "-1", mpi=True)
     assert proc.returncode == 2
     assert "FAST" not in proc.stderr and "ATEXIT" in proc.stderr
 

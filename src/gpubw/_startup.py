@@ -83,14 +83,20 @@ def looks_like_gpu_run(args: list[str]) -> bool:
     return True
 
 
+#: the module that, once imported, makes MPI_Finalize part of the interpreter's exit
+_MPI_MODULE = "mpi4py.MPI"
+
+
 def exit_now(code: int) -> None:
     """End the gpubw command now with ``code``, the way it would end anyway but without
     Python's own finalization: the atexit handlers run, standard output and error are
     flushed, then ``os._exit``. Tearing down the ~300 modules of a run does nothing the
     command needs and took ~40 ms of a one-testcase run (issue 11 item 5). Returns without
     doing anything (the caller then returns as usual) unless this process is the gpubw
-    command, the main thread is the only thread left, and both streams flush."""
-    if not is_command() or threading.active_count() > 1:
+    command, the main thread is the only thread left, MPI is not loaded (mpi4py finalizes MPI
+    from the interpreter's own C-level exit, which ``os._exit`` would skip: a rank leaving
+    without ``MPI_Finalize`` may fail its launcher), and both streams flush."""
+    if not is_command() or threading.active_count() > 1 or _MPI_MODULE in sys.modules:
         return
     if threading.current_thread() is not threading.main_thread():
         return
