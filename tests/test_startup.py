@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from _plugin_fixtures import GOOD, copy_fixtures
 from gpubw import _startup, cli
 from gpubw.cli_args import build_parser
 from gpubw.errors import UsageError
@@ -83,13 +84,18 @@ if os.environ.get("GPUBW_TEST_THREAD"):
 
 
 def _probe(
-    tmp_path: Path, *argv: str, thread: bool = False, mpi: bool = False
+    tmp_path: Path,
+    *argv: str,
+    thread: bool = False,
+    mpi: bool = False,
+    site: tuple[Path, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
     (tmp_path / "sitecustomize.py").write_text(_PROBE)
     env = {**os.environ, "GPUBW_TEST_THREAD": "1" if thread else "", "GPUBW_TEST_MPI": ""}
     if mpi:
         env["GPUBW_TEST_MPI"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    paths = [str(tmp_path), *map(str, site), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     return subprocess.run(
         [sys.executable, "-m", "gpubw", *argv],
         capture_output=True,
@@ -127,6 +133,19 @@ def test_with_mpi_loaded_the_usual_exit(tmp_path: Path) -> None:
     proc = _probe(tmp_path, "--simulate", "h200x2", "-b", "-1", mpi=True)
     assert proc.returncode == 2
     assert "FAST" not in proc.stderr and "ATEXIT" in proc.stderr
+
+
+def test_plugin_code_means_the_usual_exit(tmp_path: Path) -> None:
+    """A run that imported a third-party plugin's code leaves Python the usual way (the
+    plugin may count on it); with the plugin installed but not selected, the quick exit."""
+    site = tuple(copy_fixtures(tmp_path / "site", GOOD))
+    sim = ("--simulate", "h200x2", "-b", "64", "-q", "-j")
+    plugin = _probe(tmp_path, *sim, "-t", "fixture_good", site=site)
+    assert plugin.returncode == 0, plugin.stderr
+    assert json.loads(plugin.stdout)["testcases"][0]["status"] == "Passed"
+    assert "FAST" not in plugin.stderr and "ATEXIT" in plugin.stderr
+    builtin = _probe(tmp_path, *sim, "-t", "device_local_copy", site=site)
+    assert builtin.returncode == 0 and builtin.stderr.splitlines()[-1] == "FAST 0"
 
 
 def test_called_in_process_main_returns() -> None:

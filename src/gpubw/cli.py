@@ -199,9 +199,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     _startup.restore()  # the start-up handlers: from here a signal is a KeyboardInterrupt
     args = list(sys.argv[1:] if argv is None else argv)
     code = _dispatch(args, command=argv is None)
-    if argv is None:
+    if argv is None and not _plugin_code_ran():
         _startup.exit_now(code)
     return code
+
+
+def _plugin_code_ran() -> bool:
+    """Whether a third-party plugin's code was imported: then the command leaves Python the
+    usual way (the plugin may count on it: files it left open are flushed, C libraries' exit
+    handlers run), not by :func:`gpubw._startup.exit_now`."""
+    registry = sys.modules.get("gpubw.registry")
+    return registry is not None and bool(registry.plugins_imported())
 
 
 def _dispatch(args: list[str], command: bool) -> int:

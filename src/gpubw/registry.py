@@ -237,11 +237,22 @@ def _load(group: str, found: Sequence[_Found]) -> None:
     def on_failure(_manager: Any, ep: Any, exc: BaseException) -> None:
         wanted[(ep.name, ep.value)].error = f"could not load {ep.value}: {_describe(exc)}"
 
+    _imported.update(f.plugin for f in wanted.values() if f.plugin != BUILTIN_DIST)
     manager = Only(namespace=group, invoke_on_load=False, on_load_failure_callback=on_failure)
     for ext in manager.extensions:
         wanted[(ext.name, ext.entry_point.value)].obj = ext.plugin
     for f in wanted.values():
         f.loaded = True
+
+
+#: the distributions other than gpubw whose entry points this process imported (or tried to)
+_imported: set[str] = set()
+
+
+def plugins_imported() -> frozenset[str]:
+    """The third-party distributions whose code this process has imported through the
+    registry (testcases, writers, kernel modules; also those whose import failed)."""
+    return frozenset(_imported)
 
 
 def _sort_key(f: _Found) -> tuple[int, int, str, str]:
