@@ -508,3 +508,14 @@ def test_simulated_h200x8_with_one_slow_host_link_names_that_gpu(tmp_path, slow)
     }
     assert {g.index for v in verdicts for g in v.devices} == {slow}
     assert {g.pci_bus_id for v in verdicts for g in v.devices} == {r.devices[slow]["pci_bus_id"]}
+
+
+def test_the_run_path_does_not_import_jsonschema() -> None:
+    """Importing the acceptance modules (every run does) imports no jsonschema: that waits
+    for a file to check (30-90 ms that a one-GPU run's start paid on its critical path)."""
+    import subprocess
+    import sys
+
+    code = "import sys, gpubw.acceptance; print('jsonschema' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

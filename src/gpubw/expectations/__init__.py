@@ -41,11 +41,14 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import jsonschema
 
 from gpubw.errors import UsageError
 from gpubw.results import BANDWIDTH, LATENCY, Report
 from gpubw.sizes import parse_size
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # jsonschema is imported where a file is checked: a run without
+    import jsonschema  # --expect does not pay its import (30-90 ms) before it starts
 
 FORMAT = "gpubw-expect-v1"
 SCHEMA_FILE = "expect-v1.schema.json"
@@ -125,6 +128,8 @@ def _schema_problem(e: jsonschema.ValidationError) -> str:
 def expectations_from_dict(doc: Any, source: str = "<dict>") -> Expectations:
     """Validate an expectations document and build :class:`Expectations`; UsageError naming
     ``source``, the JSON pointer of each problem and what is allowed."""
+    import jsonschema
+
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
