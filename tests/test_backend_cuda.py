@@ -377,6 +377,31 @@ def test_settle_stops_an_unadopted_prestart_before_its_next_context(
     assert driver.retained == {0: 0}  # device 1's context was never made
 
 
+def test_the_real_prestart_loads_nvrtc_beside_and_settle_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """prestart() for the real driver also loads NVRTC on a helper thread of its own (its
+    version is read by every run); settle() waits for that thread too, so none is left."""
+    from gpubw.backend import cuda_start
+    from gpubw.kernels import cache
+
+    driver = FakeDriver()
+    monkeypatch.setattr(cuda_start, "_driver_module", lambda: driver)
+    seen: list[str] = []
+
+    def slow_version() -> tuple[int, int]:
+        time.sleep(0.2)
+        seen.append(threading.current_thread().name)
+        return (13, 0)
+
+    monkeypatch.setattr(cache, "nvrtc_version", slow_version)
+    assert cuda_start.prestart()
+    assert cuda_start.settle() == []
+    assert seen == ["gpubw-nvrtc-load"]
+    assert not [t for t in threading.enumerate() if t.name.startswith("gpubw-")]
+    assert driver.retained == {0: 0, 1: 0}
+
+
 def test_the_command_names_a_failed_late_release(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

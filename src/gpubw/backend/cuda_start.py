@@ -80,7 +80,26 @@ def prestart(driver: Any = None) -> bool:
             return True
         _started = _Prestart(cu)
         _started.thread.start()
+        if driver is None:
+            loader = threading.Thread(target=_load_nvrtc, name="gpubw-nvrtc-load", daemon=True)
+            _loaders.append(loader)
+            loader.start()
     return True
+
+
+def _load_nvrtc() -> None:
+    """Load the NVRTC library (every run reads its version, for the report and the kernel
+    cache's key): ~50-65 ms of dlopen that lets go of the GIL, which on one GPU was on the
+    critical path of the main thread (measured: a main-thread workload beside it slowed
+    43 -> 45 ms). A failure is left for the run's own call to report."""
+    with contextlib.suppress(Exception):
+        from gpubw.kernels.cache import nvrtc_version
+
+        nvrtc_version()
+
+
+#: helper threads that only load libraries (joined by :func:`settle`)
+_loaders: list[threading.Thread] = []
 
 
 def pending() -> bool:
@@ -145,6 +164,10 @@ def settle() -> list[str]:
     with _lock:
         jobs = list(_releases)
         _releases.clear()
+        loaders = list(_loaders)
+        _loaders.clear()
+    for loader in loaders:
+        loader.join()
     errors: list[str] = []
     for job in jobs:
         job.thread.join()
