@@ -463,10 +463,10 @@ def test_matrix_validation_is_inside_the_testcase_guard(capsys, plugins, monkeyp
 
     check = runner.matrix_problem
 
-    def overflow(m: Any) -> str | None:
+    def overflow(m: Any, **how: Any) -> str | None:
         if m.key == "fixture_prints":
             raise OverflowError("int too large to convert to float")
-        return check(m)
+        return check(m, **how)
 
     monkeypatch.setattr(runner, "matrix_problem", overflow)
     code, got = plugin_run(capsys, "fixture_prints")

@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any, ClassVar
 
+import attrs
 import pytest
 
 import gpubw
@@ -17,7 +18,7 @@ from gpubw import BANDWIDTH, DeviceBuffer, DeviceInfo, Matrix, RunOptions, Syste
 from gpubw.backend.base import Backend
 from gpubw.errors import CudaError, NoDriverError, SimulationError
 from gpubw.options import Invocation
-from gpubw.registry import Entry, LoadFailure, Registry, Unresolved
+from gpubw.registry import BUILTIN_DIST, Entry, LoadFailure, Registry, Unresolved
 from gpubw.results import Status
 from gpubw.runner import SMALL_BUFFER_NOTE, Progress, run
 
@@ -615,6 +616,57 @@ def test_versions_before_the_sizes_check_and_a_failed_check_closes():
     with pytest.raises(RuntimeError, match="driver gone"):
         run(opener(RuntimeError("driver gone")), [entry(Sized, "a")], RunOptions())
     assert made[1].closed
+
+
+class _BadUnit(gpubw.Testcase):
+    """Returns a matrix whose unit the schema does not know; NAN=1 makes a cell NaN."""
+
+    nan = False
+
+    def run(self, size, loops):
+        value = float("nan") if self.nan else 1.0
+        return [attrs.evolve(row("m", value), unit="furlongs/fortnight")]
+
+
+class _NaN(_BadUnit):
+    """Returns a NaN cell."""
+
+    nan = True
+
+
+def test_builtin_matrices_have_their_values_checked_and_plugins_their_structure_too():
+    """A plugin's matrix is checked against the schema's matrix definition; gpubw's own
+    (built by the same code every run, proven by test_every_builtin_matrix_matches_the_schema)
+    only for its values: a NaN is an Error for both."""
+    report = run(
+        Factory(),
+        [
+            entry(_BadUnit, "plugin_unit"),
+            entry(_BadUnit, "own_unit", plugin=BUILTIN_DIST),
+            entry(_NaN, "own_nan", plugin=BUILTIN_DIST),
+        ],
+        RunOptions(),
+    )
+    got = {t.key: (t.status, t.message) for t in report.testcases}
+    assert got["plugin_unit"][0] == Status.ERROR and "furlongs" in got["plugin_unit"][1]
+    assert got["own_unit"] == (Status.PASSED, "")
+    assert got["own_nan"][0] == Status.ERROR and "nan" in got["own_nan"][1]
+
+
+@pytest.mark.parametrize("preset", ["h200x2", "pcie4"])
+def test_every_builtin_matrix_matches_the_schema(tmp_path, preset):
+    """Every built-in testcase's matrices, from a whole default run on a simulated system,
+    pass the full matrix check (values and structure) that the runner leaves to plugins."""
+    from gpubw import cli
+    from gpubw.report_io import load_report, matrix_errors, report_from_dict
+
+    out = tmp_path / "r.json"
+    args = ["--simulate", preset, "-b", "1MiB", "-i", "1", "--loop-count", "2", "-q", "-j"]
+    assert cli.main([*args, "-o", str(out)]) in (0, 1)
+    report = report_from_dict(load_report(out))
+    results = [t for t in report.testcases if t.status == Status.PASSED]
+    assert len(results) >= 10
+    assert [(t.key, e) for t in results for m in t.matrices for e in matrix_errors(m)] == []
 
 
 def test_report_metadata():

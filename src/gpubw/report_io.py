@@ -248,13 +248,13 @@ def _value_errors(m: Matrix) -> list[str]:
     return out
 
 
-def matrix_errors(m: Matrix) -> list[str]:
+def matrix_errors(m: Matrix, *, structure: bool = True) -> list[str]:
     """What is wrong with a testcase's Matrix for the report: every value and sample must be
-    a finite number >= 0 or None, and the rest of the matrix must match the schema's
-    ``matrix`` definition (unit, labels, notes, ...). Empty if it is fine. The runner turns a
-    non-empty answer into an Error for that testcase only."""
+    a finite number >= 0 or None, and (``structure``) the rest of the matrix must match the
+    schema's ``matrix`` definition (unit, labels, notes, ...). Empty if it is fine. The
+    runner turns a non-empty answer into an Error for that testcase only."""
     out = _value_errors(m)
-    if out:
+    if out or not structure:
         return out
     try:
         doc = matrix_to_dict(m, cells=False)
@@ -265,9 +265,9 @@ def matrix_errors(m: Matrix) -> list[str]:
     return out
 
 
-def matrix_problem(m: Matrix) -> str | None:
+def matrix_problem(m: Matrix, *, structure: bool = True) -> str | None:
     """:func:`matrix_errors` as one line (the first few), or None if the matrix is fine."""
-    errors = matrix_errors(m)
+    errors = matrix_errors(m, structure=structure)
     if not errors:
         return None
     shown = "; ".join(errors[:MAX_ERRORS])
