@@ -120,6 +120,9 @@ def test_driver_version_from_proc(tmp_path: Path) -> None:
     assert driver_version_string(tmp_path / "missing") is None
 
 
+R_ATTR = real_cu.CUdevice_attribute
+
+
 class FakeDriver:
     """Enough of cuda.bindings.driver to exercise the backend's bookkeeping on a CPU."""
 
@@ -377,27 +380,55 @@ def test_settle_stops_an_unadopted_prestart_before_its_next_context(
     assert driver.retained == {0: 0}  # device 1's context was never made
 
 
-def test_the_real_prestart_loads_nvrtc_beside_and_settle_waits(
+def test_the_real_prestart_prepares_kernels_beside_and_settle_waits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """prestart() for the real driver also loads NVRTC on a helper thread of its own (its
-    version is read by every run); settle() waits for that thread too, so none is left."""
+    """prestart() for the real driver also, on a helper thread of its own: loads NVRTC,
+    puts gpubw's kernels for every device's architecture in the kernel cache (from the
+    compute capabilities and driver version read right after cuInit) and makes the two
+    verification patterns; kernels_ready() and settle() wait for it, so none is left."""
+    from gpubw import patterns
     from gpubw.backend import cuda_start
+    from gpubw.buffers import DST_SEED, SRC_SEED
     from gpubw.kernels import cache
+    from gpubw.kernels.modules import GPUBW
 
     driver = FakeDriver()
+    capability = {
+        R_ATTR.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9,
+        R_ATTR.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0,
+    }
+    monkeypatch.setattr(
+        driver,
+        "cuDeviceGetAttribute",
+        lambda a, dev: (R.CUDA_SUCCESS, capability[a]),
+        raising=False,
+    )
     monkeypatch.setattr(cuda_start, "_driver_module", lambda: driver)
-    seen: list[str] = []
+    seen: list[tuple[str, Any]] = []
 
     def slow_version() -> tuple[int, int]:
         time.sleep(0.2)
-        seen.append(threading.current_thread().name)
+        seen.append((threading.current_thread().name, "nvrtc"))
         return (13, 0)
 
+    def compile_(cc: Any, version: Any, *, source_text: str, name: str) -> tuple[bytes, Any]:
+        assert source_text == GPUBW.source and name == cache.SOURCE_NAME
+        seen.append((threading.current_thread().name, (cc, version)))
+        return b"cubin", None
+
     monkeypatch.setattr(cache, "nvrtc_version", slow_version)
+    monkeypatch.setattr(cache, "load_or_compile", compile_)
+    monkeypatch.setattr(patterns, "pattern_bytes", lambda seed: seen.append(("p", seed)))
     assert cuda_start.prestart()
+    cuda_start.kernels_ready()  # what the backend calls before it loads kernels
+    assert seen == [
+        ("gpubw-kernels", "nvrtc"),
+        ("gpubw-kernels", ((9, 0), 13000)),
+        ("p", DST_SEED),
+        ("p", SRC_SEED),
+    ]
     assert cuda_start.settle() == []
-    assert seen == ["gpubw-nvrtc-load"]
     assert not [t for t in threading.enumerate() if t.name.startswith("gpubw-")]
     assert driver.retained == {0: 0, 1: 0}
 

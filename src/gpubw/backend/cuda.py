@@ -472,6 +472,7 @@ class CudaBackend(CudaSharingMixin, Backend):
         key = (name, text, cc)
         image = self._images.get(key)
         if image is None:
+            cuda_start.kernels_ready()  # a command's start may be compiling it already
             image, _ = load_or_compile(cc, self._driver_version, source_text=text, name=program)
             self._images[key] = image
         return image

@@ -7,7 +7,10 @@ thread during a 225 ms ``cuInit`` with no delay to either). So the command calls
 :func:`prestart` as soon as its command line looks like a run on the real GPUs (before it
 even parses it: :func:`gpubw._startup.looks_like_gpu_run`; else right after parsing), and the
 :class:`gpubw.backend.cuda.CudaBackend` opened later takes over what it made
-(:func:`adopt`): the primary contexts retained here are the backend's to release.
+(:func:`adopt`): the primary contexts retained here are the backend's to release. A
+second helper thread meanwhile prepares the first kernel launch (:func:`_prepare_kernels`:
+NVRTC loaded, gpubw's kernels in the kernel cache, the verification patterns); the backend
+waits for it (:func:`kernels_ready`) before it loads kernels.
 
 Nothing here is needed for correctness: when :func:`prestart` was not called, or its thread
 failed, the backend does the same work itself (and reports any error with its own messages).
@@ -38,6 +41,11 @@ class _Prestart:
         self.error: BaseException | None = None
         #: set when nobody is going to adopt the contexts (:func:`settle`): stop making them
         self.cancelled = threading.Event()
+        #: the devices' compute capabilities and the driver's version, read right after
+        #: cuInit (empty when that failed); ``probed`` is set once they are known
+        self.targets: tuple[tuple[int, int], ...] = ()
+        self.driver_version: int | None = None
+        self.probed = threading.Event()
         self.thread = threading.Thread(target=self._run, name="gpubw-cuda-start", daemon=True)
 
     def _run(self) -> None:
@@ -48,6 +56,7 @@ class _Prestart:
             status, count = cu.cuDeviceGetCount()
             if status != cu.CUresult.CUDA_SUCCESS:
                 return
+            self._probe(int(count))
             for ordinal in range(int(count)):
                 if self.cancelled.is_set():
                     break
@@ -65,6 +74,36 @@ class _Prestart:
             cu.cuCtxSetCurrent(None)
         except BaseException as exc:  # never in the way: the backend starts CUDA itself
             self.error = exc
+        finally:
+            self.probed.set()
+
+    def _probe(self, count: int) -> None:
+        """Read what compiling the kernels needs (compute capabilities, driver version), so
+        :func:`_prepare_kernels` can start before the contexts exist; a failure leaves the
+        compile to the backend."""
+        cu = self.driver
+        attr = cu.CUdevice_attribute
+        ok = cu.CUresult.CUDA_SUCCESS
+        try:
+            targets = set()
+            for ordinal in range(count):
+                status, handle = cu.cuDeviceGet(ordinal)
+                major = cu.cuDeviceGetAttribute(
+                    attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, handle
+                )
+                minor = cu.cuDeviceGetAttribute(
+                    attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, handle
+                )
+                if status != ok or major[0] != ok or minor[0] != ok:
+                    return
+                targets.add((int(major[1]), int(minor[1])))
+            status, version = cu.cuDriverGetVersion()
+            if status == ok:
+                self.targets, self.driver_version = tuple(sorted(targets)), int(version)
+        except Exception:  # the backend reads them itself
+            pass
+        finally:
+            self.probed.set()
 
 
 def prestart(driver: Any = None) -> bool:
@@ -81,21 +120,44 @@ def prestart(driver: Any = None) -> bool:
         _started = _Prestart(cu)
         _started.thread.start()
         if driver is None:
-            loader = threading.Thread(target=_load_nvrtc, name="gpubw-nvrtc-load", daemon=True)
+            loader = threading.Thread(
+                target=_prepare_kernels, args=(_started,), name="gpubw-kernels", daemon=True
+            )
             _loaders.append(loader)
             loader.start()
     return True
 
 
-def _load_nvrtc() -> None:
-    """Load the NVRTC library (every run reads its version, for the report and the kernel
-    cache's key): ~50-65 ms of dlopen that lets go of the GIL, which on one GPU was on the
-    critical path of the main thread (measured: a main-thread workload beside it slowed
-    43 -> 45 ms). A failure is left for the run's own call to report."""
+def _prepare_kernels(started: _Prestart) -> None:
+    """What the run's first kernel launch needs, made beside the CUDA start: the NVRTC
+    library loaded (every run reads its version, for the report and the kernel cache's key:
+    ~50-65 ms of dlopen, on one GPU on the main thread's critical path), gpubw's own kernels
+    for every device's architecture in the kernel cache (compiled on a cache miss: NVRTC lets
+    go of the GIL while it compiles, a first run's ~0.3-0.5 s), and the two verification
+    patterns. The backend waits for this (:func:`kernels_ready`) before it loads kernels,
+    so nothing is compiled twice. A failure is left for the run's own calls to report."""
     with contextlib.suppress(Exception):
-        from gpubw.kernels.cache import nvrtc_version
+        from gpubw.kernels.cache import SOURCE_NAME, load_or_compile, nvrtc_version
+        from gpubw.kernels.modules import GPUBW
 
         nvrtc_version()
+        started.probed.wait()
+        for cc in started.targets:
+            load_or_compile(cc, started.driver_version, source_text=GPUBW.source, name=SOURCE_NAME)
+        from gpubw.buffers import DST_SEED, SRC_SEED
+        from gpubw.patterns import pattern_bytes
+
+        pattern_bytes(DST_SEED)
+        pattern_bytes(SRC_SEED)
+
+
+def kernels_ready() -> None:
+    """Wait until what :func:`_prepare_kernels` makes is ready (at once when nothing was
+    prestarted): the backend calls this before it loads its first kernel module."""
+    with _lock:
+        loaders = list(_loaders)
+    for loader in loaders:
+        loader.join()
 
 
 #: helper threads that only load libraries (joined by :func:`settle`)
