@@ -433,6 +433,27 @@ def test_the_real_prestart_prepares_kernels_beside_and_settle_waits(
     assert driver.retained == {0: 0, 1: 0}
 
 
+def test_a_command_ending_without_a_run_compiles_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """settle() on a prestart nobody adopted (a refused command line) also stops the kernel
+    helper before it compiles: the command does not wait for a compile it will not use."""
+    from gpubw import patterns
+    from gpubw.backend import cuda_start
+    from gpubw.kernels import cache
+
+    driver = FakeDriver()
+    monkeypatch.setattr(
+        driver, "cuDeviceGetAttribute", lambda a, dev: (R.CUDA_SUCCESS, 9), raising=False
+    )
+    monkeypatch.setattr(cuda_start, "_driver_module", lambda: driver)
+    compiled: list[Any] = []
+    monkeypatch.setattr(cache, "nvrtc_version", lambda: time.sleep(0.3) or (13, 0))
+    monkeypatch.setattr(cache, "load_or_compile", lambda *a, **k: compiled.append(a))
+    monkeypatch.setattr(patterns, "pattern_bytes", compiled.append)
+    assert cuda_start.prestart()
+    assert cuda_start.settle() == []
+    assert compiled == []
+
+
 def test_the_command_names_a_failed_late_release(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -142,6 +142,8 @@ def _prepare_kernels(started: _Prestart) -> None:
 
         nvrtc_version()
         started.probed.wait()
+        if started.cancelled.is_set():  # the command is ending without a run
+            return
         for cc in started.targets:
             load_or_compile(cc, started.driver_version, source_text=GPUBW.source, name=SOURCE_NAME)
         from gpubw.buffers import DST_SEED, SRC_SEED
