@@ -745,3 +745,12 @@ def test_a_whole_run_waits_for_rank_0_beyond_the_collective_bound() -> None:
         join_timeout_s=math.inf,
     )
     assert [o.value for o in waits] == ["done", "other"]
+
+
+def test_the_mpi_library_text_loses_its_nul() -> None:
+    """The library text as Open MPI 4.1.6 returned it (a trailing NUL) is kept without it."""
+    from gpubw.world.mpi import library_version
+
+    raw = "Open MPI v4.1.6, package: Debian OpenMPI, ident: 4.1.6\x00"
+    assert library_version(raw) == "Open MPI v4.1.6, package: Debian OpenMPI, ident: 4.1.6"
+    assert library_version("  MPICH Version: 4.2\n") == "MPICH Version: 4.2"

@@ -49,6 +49,13 @@ def _wait(test: Callable[[], bool], deadline: float, waiting_for: Callable[[], s
         sleep = min(sleep * 2, _MAX_SLEEP_S)
 
 
+def library_version(raw: str) -> str:
+    """MPI_Get_library_version's text for the report: without the C string's NUL that some
+    libraries leave in it (Open MPI 4.1.6 did: the report's ``mpi_library`` ended in
+    ``\\u0000``), nor surrounding blanks."""
+    return raw.replace("\x00", "").strip()
+
+
 class MpiWorld(World):
     """One MPI rank. Build it with :meth:`create` (which starts MPI through mpi4py)."""
 
@@ -93,7 +100,7 @@ class MpiWorld(World):
         finally:
             local.Free()
         name = mpi.Get_processor_name()
-        library = mpi.Get_library_version().strip()
+        library = library_version(mpi.Get_library_version())
         # Host layout through gpubw's own, bounded allgather.
         probe = cls(comm, (0,) * comm.Get_size(), ("?",), timeout_s, library)
         try:
