@@ -162,7 +162,7 @@ def kernels_ready() -> None:
         loader.join()
 
 
-#: helper threads that only load libraries (joined by :func:`settle`)
+#: the kernel helper threads of :func:`_prepare_kernels` (joined by :func:`kernels_ready`, :func:`settle`)
 _loaders: list[threading.Thread] = []
 
 
