@@ -162,7 +162,8 @@ def kernels_ready() -> None:
         loader.join()
 
 
-#: the kernel helper threads of :func:`_prepare_kernels` (joined by :func:`kernels_ready`, :func:`settle`)
+#: the kernel helper threads (:func:`_prepare_kernels`), joined by :func:`kernels_ready`
+#: and :func:`settle`
 _loaders: list[threading.Thread] = []
 
 
