@@ -389,9 +389,9 @@ def test_the_real_prestart_prepares_kernels_beside_and_settle_waits(
     verification patterns; kernels_ready() and settle() wait for it, so none is left."""
     from gpubw import patterns
     from gpubw.backend import cuda_start
-    from gpubw.buffers import DST_SEED, SRC_SEED
     from gpubw.kernels import cache
     from gpubw.kernels.modules import GPUBW
+    from gpubw.patterns import DST_SEED, SRC_SEED
 
     driver = FakeDriver()
     capability = {
@@ -743,7 +743,8 @@ def test_copy_kernels_fit_the_launch_shape(backend: CudaBackend) -> None:
 @pytest.mark.gpu
 def test_fill_verify_detects_corruption(backend: CudaBackend) -> None:
     """gpubw_fill then gpubw_verify passes, and a planted bad word is found at its offset."""
-    from gpubw.buffers import SRC_SEED, DeviceBuffer
+    from gpubw.buffers import DeviceBuffer
+    from gpubw.patterns import SRC_SEED
 
     with _system(backend) as system:
         system.load_kernels()

@@ -14,8 +14,9 @@ import pytest
 from conftest import MIB, SimSystemFactory
 from gpubw.backend.presets import load_system
 from gpubw.backend.sim import Faults, SimulatedBackend
-from gpubw.buffers import DST_SEED, SRC_SEED, DeviceBuffer, HostBuffer, pattern_bytes
+from gpubw.buffers import DeviceBuffer, HostBuffer
 from gpubw.errors import CudaError, VerificationError
+from gpubw.patterns import DST_SEED, SRC_SEED, pattern_bytes
 
 
 def _backend(system: object) -> SimulatedBackend:

@@ -26,7 +26,8 @@ from gpubw.initiators import (
     flat_copy_launches,
     sm_truncated_bytes,
 )
-from gpubw.system import SRC_SEED, System
+from gpubw.patterns import SRC_SEED
+from gpubw.system import System
 
 H200 = load_system("h200x1").devices[0]
 

@@ -6,8 +6,7 @@ import pathlib
 
 import pytest
 
-from gpubw.buffers import DST_SEED, SRC_SEED
-from gpubw.patterns import pattern_bytes
+from gpubw.patterns import DST_SEED, SRC_SEED, pattern_bytes
 
 
 def test_pattern_bytes_equal_the_plain_xorshift32_sequence() -> None:
@@ -30,7 +29,7 @@ def test_pattern_comes_from_the_cache_without_numpy(tmp_path: pathlib.Path) -> N
     import sys
 
     code = (
-        "import sys, struct; from gpubw.buffers import pattern_bytes, SRC_SEED\n"
+        "import sys, struct; from gpubw.patterns import pattern_bytes, SRC_SEED\n"
         "p = pattern_bytes(SRC_SEED); x = SRC_SEED\n"
         "for k in range(3):\n"
         "    x ^= (x << 13) & 0xFFFFFFFF; x ^= x >> 17; x ^= (x << 5) & 0xFFFFFFFF\n"

@@ -13,9 +13,10 @@ import pytest
 from gpubw.backend.base import MULTICAST_OFF, ptr, u32, u64
 from gpubw.backend.presets import load_system, system_from_dict
 from gpubw.backend.sim import Faults, SimEngine, SimSystem, SimulatedBackend
-from gpubw.buffers import SRC_SEED, BufferPool, DeviceBuffer, HostBuffer
+from gpubw.buffers import BufferPool, DeviceBuffer, HostBuffer
 from gpubw.errors import CudaError, GateTimeoutError, VerificationError
 from gpubw.options import RunOptions
+from gpubw.patterns import SRC_SEED
 from gpubw.shared import (
     IMEX_MESSAGE,
     MulticastBuffer,

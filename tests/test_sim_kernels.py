@@ -10,7 +10,7 @@ from gpubw.backend.presets import load_system
 from gpubw.backend.sim import SimulatedBackend
 from gpubw.errors import CudaError, UsageError
 from gpubw.kernels import PATTERN_WORDS
-from gpubw.system import SRC_SEED, pattern_bytes
+from gpubw.patterns import SRC_SEED, pattern_bytes
 
 MIB = 1 << 20
 

@@ -15,7 +15,8 @@ from gpubw.errors import CudaError, VerificationError
 from gpubw.initiators import CE
 from gpubw.measurement import Copy, MemcpyOperation
 from gpubw.options import RunOptions
-from gpubw.system import SRC_SEED, System, pattern_bytes
+from gpubw.patterns import SRC_SEED, pattern_bytes
+from gpubw.system import System
 
 #: The loop count every measurement here is given (callers always pass it).
 LOOPS = 16

@@ -27,10 +27,6 @@ from gpubw.kernels import ELEMENT_BYTES, PATTERN_WORDS
 from gpubw.options import RunOptions
 from gpubw.patterns import pattern_bytes
 
-#: Seeds of the verification patterns (nvbandwidth's): destination, then source/expected.
-DST_SEED = 0xCAFEBABE
-SRC_SEED = 0xBAADF00D
-
 _BLOCK = 1024
 _NONE = b"\xff" * 8
 #: How many verifications can be queued before one synchronize.

@@ -11,9 +11,10 @@ import abc
 from typing import Any
 
 from gpubw.backend.base import DeviceInfo, ptr, u32, u64
-from gpubw.buffers import DST_SEED, SRC_SEED, Buffer, DeviceBuffer
+from gpubw.buffers import Buffer, DeviceBuffer
 from gpubw.kernels import ELEMENT_BYTES
 from gpubw.options import MIB
+from gpubw.patterns import DST_SEED, SRC_SEED
 from gpubw.system import System
 
 #: nvbandwidth's SM truncation applies to kernel copies of this size or more.

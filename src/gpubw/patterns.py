@@ -12,6 +12,10 @@ from typing import Any
 
 from gpubw.kernels import PATTERN_WORDS
 
+#: Seeds of the verification patterns (nvbandwidth's): destination, then source/expected.
+DST_SEED = 0xCAFEBABE
+SRC_SEED = 0xBAADF00D
+
 #: words of the pattern computed one by one before the rest is computed in blocks (a power
 #: of two)
 _PATTERN_BLOCK = 1024

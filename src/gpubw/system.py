@@ -11,11 +11,11 @@ import contextlib
 from collections.abc import Callable, Iterable, Sequence
 
 from gpubw.backend.base import Backend, DeviceInfo
-from gpubw.buffers import DST_SEED, SRC_SEED, BufferPool
+from gpubw.buffers import BufferPool
 from gpubw.gate import Gate
 from gpubw.kernels.modules import GPUBW, KernelModule, generation, register_kernel_module
 from gpubw.options import RunOptions
-from gpubw.patterns import pattern_bytes
+from gpubw.patterns import DST_SEED, SRC_SEED, pattern_bytes
 from gpubw.shared import Sharing
 from gpubw.world import SingleWorld, World, device_assignment
 

@@ -146,8 +146,7 @@ def _prepare_kernels(started: _Prestart) -> None:
             return
         for cc in started.targets:
             load_or_compile(cc, started.driver_version, source_text=GPUBW.source, name=SOURCE_NAME)
-        from gpubw.buffers import DST_SEED, SRC_SEED
-        from gpubw.patterns import pattern_bytes
+        from gpubw.patterns import DST_SEED, SRC_SEED, pattern_bytes
 
         pattern_bytes(DST_SEED)
         pattern_bytes(SRC_SEED)
