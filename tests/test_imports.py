@@ -137,6 +137,8 @@ FORBIDDEN = [
     ("gpubw.world", "gpubw.system"),
     ("gpubw.world", "gpubw.backend"),
     ("gpubw.world", "gpubw.runner"),
+    ("gpubw.backend", "gpubw.buffers"),
+    ("gpubw.backend", "gpubw.gate"),
     ("gpubw.backend", "gpubw.shared"),
     ("gpubw.backend", "gpubw.ranks"),
     ("gpubw.shared", "gpubw.system"),
