@@ -27,15 +27,21 @@ def test_ring_nodes_point_128_bytes_on() -> None:
 
 
 @pytest.mark.parametrize("nbytes", [8, 64, 128, 136, 4096])
-def test_every_ring_is_one_cycle_through_every_node(nbytes: int) -> None:
-    """Every node of a ring of any size points 16 nodes on (modulo the node count), so
-    following it from node 0 visits every node once per lap when 16 and the count are
-    coprime, and the pointers stay inside the buffer."""
+def test_every_node_of_any_ring_points_16_nodes_on(nbytes: int) -> None:
+    """Node i of a ring of any size holds the address of node (i + 16) mod nodes, inside the
+    buffer; where 16 and the node count are coprime (17 nodes) a walk from node 0 visits
+    every node before it comes back."""
     base = 0x7F00_0000_0000
     raw = ring_bytes(base, nbytes)
     n = nbytes // 8
     nodes = [int.from_bytes(raw[i : i + 8], "little") for i in range(0, nbytes, 8)]
     assert len(raw) == nbytes and nodes == [base + 8 * ((i + 16) % n) for i in range(n)]
+    if n == 17:
+        seen, at = set(), 0
+        while at not in seen:
+            seen.add(at)
+            at = (nodes[at] - base) // 8
+        assert seen == set(range(n))
 
 
 def test_the_ring_needs_no_numpy() -> None:

@@ -33,7 +33,7 @@ def test_pattern_comes_from_the_cache_without_numpy(tmp_path: pathlib.Path) -> N
         "p = pattern_bytes(SRC_SEED); x = SRC_SEED\n"
         "for k in range(3):\n"
         "    x ^= (x << 13) & 0xFFFFFFFF; x ^= x >> 17; x ^= (x << 5) & 0xFFFFFFFF\n"
-        "assert struct.unpack_from('<I', p, 4 * k)[0] == x and len(p) == 2 * 1024 * 1024\n"
+        "    assert struct.unpack_from('<I', p, 4 * k)[0] == x and len(p) == 2 * 1024 * 1024\n"
         "print('numpy' in sys.modules)\n"
     )
     env = {**os.environ, "GPUBW_CACHE_DIR": str(tmp_path)}

@@ -45,9 +45,12 @@ def test_folder_stamp_sees_distributions_not_other_files(cache):
     """Without folder times a plain file in a sys.path folder keeps the stamp; a new
     distribution folder, or its entry_points.txt touched, changes it."""
     before = plugincache.path_stamp(folder_mtimes=False)
+    watched = plugincache.path_stamp()
     (cache / "report.json").write_text("{}\n")
+    t = cache.stat().st_mtime_ns + 10**9  # a folder time the clock cannot miss
+    os.utime(cache, ns=(t, t))
     assert plugincache.path_stamp(folder_mtimes=False) == before
-    assert plugincache.path_stamp() != before  # the list cache still watches the folder
+    assert plugincache.path_stamp() != watched  # the list cache still watches the folder
     shutil.copytree(FIXTURES / GOOD, cache, dirs_exist_ok=True)
     installed = plugincache.path_stamp(folder_mtimes=False)
     assert installed != before
@@ -81,6 +84,7 @@ def test_a_cache_file_of_other_groups_is_not_used(cache):
     """A stored scan that lacks a group (another gpubw's file) is a miss and is not written."""
     stamp, _ = plugincache.cached_entry_points()
     plugincache.store_entry_points(stamp, {"gpubw.testcases": []})
+    assert not os.path.exists(plugincache.cache_path("entry-points"))
     assert plugincache.cached_entry_points()[1] is None
     other = {"header": plugincache.header(), "paths": stamp, "groups": {"x": []}}
     plugincache.write_file(plugincache.cache_path("entry-points"), other)

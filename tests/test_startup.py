@@ -78,8 +78,8 @@ atexit.register(lambda: os.write(2, b"ATEXIT\\n"))
 if os.environ.get("GPUBW_TEST_MPI"):  # stands for a loaded mpi4py (its MPI_Finalize at exit)
     import sys, types
     sys.modules["mpi4py.MPI"] = types.ModuleType("mpi4py.MPI")
-if os.environ.get("GPUBW_TEST_THREAD"):
-    threading.Thread(target=time.sleep, args=(2,)).start()
+if os.environ.get("GPUBW_TEST_THREAD"):  # a daemon: alive at the end, never waited for
+    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
 """
 
 
@@ -148,6 +148,40 @@ def test_plugin_code_means_the_usual_exit(tmp_path: Path) -> None:
     assert builtin.returncode == 0 and builtin.stderr.splitlines()[-1] == "FAST 0"
 
 
-def test_called_in_process_main_returns() -> None:
-    """cli.main(argv) from Python returns its code; nothing exits the caller's process."""
+def test_called_in_process_main_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cli.main(argv) from Python returns its code; nothing exits the caller's process, even
+    in a process that looks like the command."""
+
+    def no_exit(code: int) -> None:
+        raise AssertionError(f"os._exit({code}) from cli.main(argv)")
+
+    monkeypatch.setattr(_startup, "is_command", lambda: True)
+    monkeypatch.setattr(os, "_exit", no_exit)
     assert cli.main(["--simulate", "h200x2", "-b", "-1"]) == 2
+
+
+def test_the_quiet_start_handlers_come_and_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the command, install() makes SIGINT/SIGTERM end the process quietly with 128 + n
+    (nothing imported yet can be lost) and restore() puts the previous handlers back; a
+    signal set to be ignored stays ignored; imported as a library nothing is touched."""
+    import signal
+
+    calls: list[int] = []
+    monkeypatch.setattr(os, "_exit", calls.append)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    monkeypatch.setattr(_startup, "is_command", lambda: False)
+    _startup.install()
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+    monkeypatch.setattr(_startup, "is_command", lambda: True)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        _startup.install()
+        assert signal.getsignal(signal.SIGINT) is _startup.exit_quietly
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        _startup.exit_quietly(signal.SIGINT, None)
+        assert calls == [130]
+        _startup.restore()
+        assert signal.getsignal(signal.SIGINT) is before[signal.SIGINT]
+    finally:
+        _startup.restore()
+        signal.signal(signal.SIGTERM, before[signal.SIGTERM])
