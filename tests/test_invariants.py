@@ -128,9 +128,11 @@ def _check_folder(folder: Path, before: dict[str, tuple[int, int]]) -> None:
             assert after.get(name) == (mode, ino), f"{name} was replaced"
 
 
-def _check_report(path: Path, code: int) -> None:
-    """Either a complete schema-valid report with this exit code, or the previous content."""
+def _check_report(path: Path, code: int, *, written: bool = False) -> None:
+    """Either a complete schema-valid report with this exit code, or the previous content
+    (``written``: the run ended with a report's code, so it must have written it)."""
     if path.read_text() == PREVIOUS:
+        assert not written, f"exit {code} but the report was never written"
         return
     doc = load_report(path)
     assert doc["exit_code"] == code
@@ -168,7 +170,7 @@ def test_any_command_line_keeps_the_invariants(
         a == "--format" and b == "json" for a, b in itertools.pairwise(argv)
     )
     if chosen == target and as_json and not {"-l", "-h"} & set(argv):
-        _check_report(target, code)
+        _check_report(target, code, written=code in (0, 3))
 
 
 @settings(max_examples=60, **_SETTINGS)
@@ -229,11 +231,36 @@ def plugin_results(draw: Any) -> Any:
     return ("list", build) if kind == "list" else ("one", build)
 
 
+def _good_cell(v: Any) -> bool:
+    """A cell the report takes: None, or a finite number >= 0 that is not a bool."""
+    if v is None:
+        return True
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(float(v)) and v >= 0
+    except OverflowError:
+        return False
+
+
+def _expected_status(result: Any) -> str:
+    """Passed only for a list of one Matrix that builds, in a known unit, every cell good."""
+    if not isinstance(result, tuple) or result[0] != "list":
+        return "Error"
+    try:
+        m = result[1]()
+    except Exception:
+        return "Error"
+    good = all(_good_cell(v) for row in m.values for v in row)
+    return "Passed" if m.unit in (BANDWIDTH, LATENCY) and good else "Error"
+
+
 @settings(max_examples=40, **_SETTINGS)
 @given(result=plugin_results())
 def test_any_plugin_result_keeps_the_report_valid(result: Any) -> None:
     """Whatever a plugin's run() returns, the report is schema-valid and the exit code is a
-    documented one (the testcase is Passed or Error; the other testcase still Passes)."""
+    documented one; the testcase is Passed exactly when it returned a list of a good Matrix,
+    else Error; the other testcase still Passes."""
 
     class Random(gpubw.Testcase):
         """Returns a random result."""
@@ -251,7 +278,7 @@ def test_any_plugin_result_keeps_the_report_valid(result: Any) -> None:
     doc = json.loads(dumps(report))  # dumps validates against the schema
     assert doc["exit_code"] in EXIT_CODES
     statuses = [t["status"] for t in doc["testcases"]]
-    assert statuses[0] in ("Passed", "Error") and statuses[1] == "Passed", doc["testcases"]
+    assert statuses == [_expected_status(result), "Passed"], doc["testcases"]
 
 
 # -- signals at random moments (subprocesses) ------------------------------------------------

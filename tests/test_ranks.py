@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gpubw.options import RunOptions
 from gpubw.ranks import Ranks, finish, is_multinode, leader_bound, rank_prefix, simulated_hosts
 from gpubw.registry import Registry
@@ -37,8 +39,15 @@ def test_one_rank_is_a_no_op(sim_system: Any) -> None:
 
 
 def test_leader_bound_covers_every_cell_of_the_host(sim_system: Any) -> None:
-    """Other ranks wait for a host's first rank as long as an N x N testcase may take."""
+    """Other ranks wait for a host's first rank as long as an N x N testcase may take: past
+    the world's own bound, it grows with the square of the GPUs and with the samples, and
+    covers 64 cells of 2 samples each waiting out its gate and its sync on 8 GPUs."""
     options = RunOptions(samples=2, gate_timeout_s=1.0)
-    system = sim_system("h200x8", options=options)
-    expected = 64 * 2 * (1.0 + options.sync_timeout_s) + system.world.timeout_s
-    assert leader_bound(system) == expected
+    eight = sim_system("h200x8", options=options)
+    two = sim_system("h200x2", options=options)
+    more = sim_system("h200x8", options=RunOptions(samples=4, gate_timeout_s=1.0))
+    world = eight.world.timeout_s
+    assert leader_bound(eight) - world == pytest.approx(16 * (leader_bound(two) - world))
+    assert leader_bound(more) - world == pytest.approx(2 * (leader_bound(eight) - world))
+    one_cell_sample = options.gate_timeout_s + options.sync_timeout_s
+    assert leader_bound(eight) >= 8 * 8 * 2 * one_cell_sample + world
