@@ -35,18 +35,6 @@ def bounded_int(high: int, low: int = 1) -> Callable[[str], int]:
     return parse
 
 
-def positive_int(text: str) -> int:
-    """argparse type: a whole number >= 1 (no upper bound of its own; prefer
-    :func:`bounded_int`)."""
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
 #: -i/--samples
 samples_int = bounded_int(MAX_SAMPLES)
 #: --loop-count

@@ -151,9 +151,9 @@ def _list_command(ns: argparse.Namespace) -> int:
     """``gpubw -l``: the testcase list as text or JSON (``-j``, ``--format``), on stdout or
     into ``-o FILE``; an option that only applies to a run is a usage error."""
     from gpubw import listing
-    from gpubw.cli_args import build_parser
+    from gpubw.cli_args import build_parser, given_flags
 
-    given: set[str] = getattr(ns, "_given", set())
+    given = given_flags(ns)
     parser = build_parser()
     for dest, flag in _NOT_FOR_LIST:
         if dest in given or getattr(ns, dest) != parser.get_default(dest):
@@ -332,9 +332,9 @@ def _list_plainly(fmt: str, output: str | None) -> int:
 
 
 def _run_command(argv: list[str], guard: Any) -> int:
-    from gpubw.cli_args import DEFAULT_FORMAT, _attach_negative_values, build_parser
+    from gpubw.cli_args import DEFAULT_FORMAT, attach_negative_values, build_parser
 
-    ns = build_parser().parse_args(_attach_negative_values(argv))
+    ns = build_parser().parse_args(attach_negative_values(argv))
     if ns.list:
         return _list_command(ns)
     if ns.simulate is None:  # the real GPUs: start CUDA while the rest of the run is set up

@@ -57,6 +57,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see gpubw -h)")
 
 
+#: the namespace attribute where :class:`_Once` notes the options given (see given_flags)
+_GIVEN = "_given"
+
+
+def given_flags(ns: argparse.Namespace) -> set[str]:
+    """The destinations of the options given on the command line (also those given their
+    default value), as :class:`_Once` noted them while parsing."""
+    return set(getattr(ns, _GIVEN, set()))
+
+
 class _Once(argparse.Action):
     """Store a value, refusing a second one (nvbandwidth rejects a repeated option)."""
 
@@ -67,7 +77,7 @@ class _Once(argparse.Action):
         values: Any,
         option_string: str | None = None,
     ) -> None:
-        seen = namespace.__dict__.setdefault("_given", set())
+        seen = namespace.__dict__.setdefault(_GIVEN, set())
         if self.dest in seen:
             raise argparse.ArgumentError(self, "given more than once")
         seen.add(self.dest)
@@ -94,7 +104,7 @@ _NUMERIC_OPTIONS = frozenset(
 _NEGATIVE = re.compile(r"-[0-9.]")
 
 
-def _attach_negative_values(argv: list[str]) -> list[str]:
+def attach_negative_values(argv: list[str]) -> list[str]:
     """``-b -1GiB`` -> ``-b-1GiB``, ``--samples -2`` -> ``--samples=-2`` (up to ``--``)."""
     out: list[str] = []
     i = 0

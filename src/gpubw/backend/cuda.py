@@ -26,19 +26,16 @@ import attrs
 from gpubw.backend import cuda_start
 from gpubw.backend.base import Backend, DeviceInfo, KernelArg
 from gpubw.backend.cuda_sharing import CudaSharingMixin
-from gpubw.backend.cuda_support import _ARG_TYPES as _ARG_TYPES
-from gpubw.backend.cuda_support import _DRIVER_VERSION_FILE as _DRIVER_VERSION_FILE
-from gpubw.backend.cuda_support import _MAX_GRID as _MAX_GRID
-from gpubw.backend.cuda_support import _SYSFS_PCI as _SYSFS_PCI
 from gpubw.backend.cuda_support import (
     HUGE_MMAP_FLAGS,
+    MAX_GRID,
     NO_DEVICE_MESSAGE,
     NO_DRIVER_MESSAGE,
     map_anonymous,
+    registered_modules,
     result_name,
     unmap,
 )
-from gpubw.backend.cuda_support import _registered_modules as _registered_modules
 from gpubw.backend.cuda_support import driver_version_string as driver_version_string
 from gpubw.backend.cuda_support import format_uuid as format_uuid
 from gpubw.backend.cuda_support import kernel_spec as kernel_spec
@@ -442,7 +439,7 @@ class CudaBackend(CudaSharingMixin, Backend):
         device = self._device_index(device)
         loaded = self._modules.setdefault(device, {})
         functions = self._functions.setdefault(device, {})
-        for name, program, text, specs in _registered_modules():
+        for name, program, text, specs in registered_modules():
             if name in loaded:
                 continue
             image = self._image(name, program, text, self.devices()[device].compute_capability)
@@ -515,8 +512,8 @@ class CudaBackend(CudaSharingMixin, Backend):
         self, kernel: str, grid: int, block: int, args: Sequence[KernelArg], stream: Any
     ) -> None:
         values, array = pack_kernel_args(kernel, args)
-        if not 1 <= int(grid) <= _MAX_GRID:
-            raise UsageError(f"grid of {kernel} must be in 1..{_MAX_GRID}, got {grid}")
+        if not 1 <= int(grid) <= MAX_GRID:
+            raise UsageError(f"grid of {kernel} must be in 1..{MAX_GRID}, got {grid}")
         if not 1 <= int(block) <= 1024:
             raise UsageError(f"block of {kernel} must be in 1..1024, got {block}")
         s = self._stream(stream)

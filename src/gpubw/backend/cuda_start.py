@@ -17,8 +17,9 @@ failed, the backend does the same work itself (and reports any error with its ow
 A command that prestarts and then never opens a backend (a usage error found later) calls
 :func:`settle` as it ends: it stops the helper thread before its next context, waits for it
 and releases what it retained.
-This module imports only ``cuda.bindings.driver`` and the standard library, so calling it
-early costs ~20 ms.
+At import time this module imports only the standard library (``cuda.bindings.driver`` on
+the first :func:`prestart`, ~20 ms; gpubw's kernel and pattern modules only on the kernel
+helper thread), so calling it early is cheap.
 """
 
 from __future__ import annotations

@@ -31,10 +31,11 @@ _ARG_TYPES: dict[str, tuple[type[ctypes._SimpleCData], int, int]] = {
     "u32": (ctypes.c_uint32, 0, (1 << 32) - 1),
     "i32": (ctypes.c_int32, -(1 << 31), (1 << 31) - 1),
 }
-_MAX_GRID = (1 << 31) - 1
+#: the largest grid (blocks) a launch may ask for
+MAX_GRID = (1 << 31) - 1
 
 
-def _registered_modules() -> list[tuple[str, str, str, tuple[KernelSpec, ...]]]:
+def registered_modules() -> list[tuple[str, str, str, tuple[KernelSpec, ...]]]:
     """(module name, program name, CUDA C source, kernels) of every kernel module: gpubw's
     own first, then those plugins registered (:mod:`gpubw.kernels.modules`)."""
     out = []

@@ -34,10 +34,10 @@ from gpubw.shared import MulticastBuffer, SharedBuffer
 from gpubw.testcase import Testcase
 from gpubw.testcases.shapes import (
     Grid,
-    _counted,
     bandwidth_matrix,
     bidirectional_matrices,
     copy_text,
+    counted_bytes_of,
     sampled_cells,
 )
 
@@ -276,7 +276,8 @@ def fan(
     direction = "into" if into else "out of"
     text = (
         f"bytes of every simultaneous copy {direction} the column's GPU, one per other rank "
-        f"({copy_text(initiator, size, _counted(row, None), loops)}), each rank's figure summed"
+        f"({copy_text(initiator, size, counted_bytes_of(row, None), loops)}), "
+        "each rank's figure summed"
     )
     return [bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.SUM, [row], text)]
 
@@ -309,8 +310,8 @@ def broadcast(
                 row.append(op.measure_ranks(pairs, gate))
     text = (
         "bytes written to the multicast object by each issuing rank "
-        f"({copy_text(initiator, nbytes, _counted(row, None), loops)}), counted once, summed "
-        "over ranks"
+        f"({copy_text(initiator, nbytes, counted_bytes_of(row, None), loops)}), "
+        "counted once, summed over ranks"
     )
     return [bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.SUM, [row], text)]
 
@@ -345,7 +346,7 @@ def bisect(
     grid: Grid = [[m] for _ in range(n)]
     text = (
         f"bytes of the copy into the row's rank "
-        f"({copy_text(initiator, size, _counted([m], None), loops)}), "
+        f"({copy_text(initiator, size, counted_bytes_of([m], None), loops)}), "
         "counted once; every rank's copy runs at the same time"
     )
     matrix = bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.VECTOR, grid, text)

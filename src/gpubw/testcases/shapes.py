@@ -168,7 +168,7 @@ def _unique(values: Sequence[int]) -> int | None:
     return distinct.pop() if len(distinct) == 1 else None
 
 
-def _counted(cells: Sequence[CellMeasurement | None], pair: int | None) -> int | None:
+def counted_bytes_of(cells: Sequence[CellMeasurement | None], pair: int | None) -> int | None:
     """The bytes per copy behind the figures: pair ``pair`` (None: every pair), if it is the
     same in every cell."""
     found = [
@@ -225,7 +225,7 @@ def bandwidth_matrix(
         statistic=testcase.system.options.statistic,
         initiator=initiator.name,
         bandwidth_kind=kind.value,
-        bytes_per_copy=_counted(cells, counted_pair),
+        bytes_per_copy=counted_bytes_of(cells, counted_pair),
         notes=notes,
     )
 
@@ -248,7 +248,7 @@ def one_by_n(
     are interference described by ``interference``); None or [] from the flow gives N/A."""
     op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.FIRST, loops=loops)
     grid = [_measure_row(testcase, size, op, flow)]
-    copy = copy_text(initiator, size, _counted(grid[0], 0), loops)
+    copy = copy_text(initiator, size, counted_bytes_of(grid[0], 0), loops)
     if interference:
         counted = f"bytes of the measured copy ({copy}), counted once; {interference}"
     else:
@@ -329,7 +329,7 @@ def n_by_n(
     r cannot access c."""
     op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.FIRST, loops=loops)
     grid = _measure_grid(testcase, size, op, flow)
-    copy = copy_text(initiator, size, _counted([m for row in grid for m in row], 0), loops)
+    copy = copy_text(initiator, size, counted_bytes_of([m for row in grid for m in row], 0), loops)
     counted = f"bytes of the copy ({copy}), counted once"
     notes = sampled_cells(testcase, testcase.device_count)[1]
     return [
@@ -394,7 +394,7 @@ def bidirectional_matrices(
     key_names = (f"{key_word or word}1", f"{key_word or word}2")
     matrices = []
     for i in (0, 1):
-        copy = copy_text(initiator, size, _counted(cells, i), loops)
+        copy = copy_text(initiator, size, counted_bytes_of(cells, i), loops)
         counted = (
             f"bytes of {what[i]}: {copy}, counted once; "
             f"the simultaneous reverse copy is reported in {names[1 - i]}"
@@ -437,7 +437,7 @@ def bidirectional_matrices(
             statistic=testcase.system.options.statistic,
             initiator=initiator.name,
             bandwidth_kind=Kind.VECTOR.value,
-            bytes_per_copy=_counted(cells, None),
+            bytes_per_copy=counted_bytes_of(cells, None),
             notes=notes,
         )
     )
@@ -478,7 +478,7 @@ def _fan(
                         copies.append(Copy(peers[j], mine) if into else Copy(mine, peers[j]))
                 row.append(op.measure(copies) if copies else None)
     grid = [row]
-    copy = copy_text(initiator, size, _counted(row, None), loops)
+    copy = copy_text(initiator, size, counted_bytes_of(row, None), loops)
     direction = "into" if into else "out of"
     counted = (
         f"bytes of every simultaneous copy {direction} the device, one per accessible peer "
