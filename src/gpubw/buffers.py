@@ -320,7 +320,9 @@ def _pool_of(owner: BufferPool | HasPool) -> BufferPool:
 
 class Buffer:
     """Memory of ``nbytes`` at ``ptr``: on ``device`` (DeviceBuffer) or pinned host memory
-    allocated near ``device`` (HostBuffer; ``device`` may be None). Made by the pool only.
+    allocated near ``device`` (HostBuffer; ``device`` may be None). Made by the pool (or as a
+    view of a pool-made buffer, such as a multinode testcase's part of a shared allocation,
+    which owns nothing of its own).
 
     A host buffer may be a *view*: the first ``nbytes`` of a larger idle buffer of the pool
     (its backing), which it holds while handed out: closing the view makes the backing idle

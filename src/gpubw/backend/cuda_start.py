@@ -200,18 +200,18 @@ def release_later(driver: Any, handles: list[Any]) -> None:
     work per H200 that the command's last steps, writing the report, need not wait for);
     :func:`settle` waits for it and says what failed."""
     cu = driver
-    job = _Release(threading.Thread(name="gpubw-cuda-release", daemon=True), [])
+    errors: list[str] = []
 
     def run() -> None:
         for handle in handles:
             try:
                 status = cu.cuDevicePrimaryCtxRelease(handle)[0]
                 if status != cu.CUresult.CUDA_SUCCESS:
-                    job.errors.append(f"cuDevicePrimaryCtxRelease failed: {status!r}")
+                    errors.append(f"cuDevicePrimaryCtxRelease failed: {status!r}")
             except Exception as exc:
-                job.errors.append(f"cuDevicePrimaryCtxRelease failed: {exc}")
+                errors.append(f"cuDevicePrimaryCtxRelease failed: {exc}")
 
-    job.thread = threading.Thread(target=run, name="gpubw-cuda-release", daemon=True)
+    job = _Release(threading.Thread(target=run, name="gpubw-cuda-release", daemon=True), errors)
     with _lock:
         _releases.append(job)
     job.thread.start()
