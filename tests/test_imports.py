@@ -143,6 +143,12 @@ FORBIDDEN = [
     ("gpubw.backend", "gpubw.ranks"),
     ("gpubw.shared", "gpubw.system"),
     ("gpubw.measurement", "gpubw.ranks"),
+    ("gpubw.kernels", "gpubw.backend"),
+    ("gpubw.kernels", "gpubw.buffers"),
+    ("gpubw.patterns", "gpubw.backend"),
+    ("gpubw.patterns", "gpubw.buffers"),
+    ("gpubw.nvml", "gpubw.backend"),
+    ("gpubw.nvml_read", "gpubw.backend"),
 ]
 
 
