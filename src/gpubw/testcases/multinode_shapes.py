@@ -38,6 +38,7 @@ from gpubw.testcases.shapes import (
     bidirectional_matrices,
     copy_text,
     counted_bytes_of,
+    first_copy_matrices,
     sampled_cells,
 )
 
@@ -194,14 +195,7 @@ def n_by_n(
     """Row r, column c: ``flow``'s one copy between r's and c's shared buffers (FIRST)."""
     op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.FIRST, loops=loops)
     grid, notes = _grid(testcase, size, op, flow, 1)
-    cells = [m for row in grid for m in row if m is not None]
-    counted = cells[0].counted_bytes[0] if cells else None
-    text = f"bytes of the copy ({copy_text(initiator, size, counted, loops)}), counted once"
-    return [
-        bandwidth_matrix(
-            testcase, testcase.key, header, initiator, Kind.FIRST, grid, text, notes=notes
-        )
-    ]
+    return first_copy_matrices(testcase, size, loops, initiator, header, grid, notes)
 
 
 def bidirectional(

@@ -329,9 +329,23 @@ def n_by_n(
     r cannot access c."""
     op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.FIRST, loops=loops)
     grid = _measure_grid(testcase, size, op, flow)
+    notes = sampled_cells(testcase, testcase.device_count)[1]
+    return first_copy_matrices(testcase, size, loops, initiator, header, grid, notes)
+
+
+def first_copy_matrices(
+    testcase: Testcase,
+    size: int,
+    loops: int,
+    initiator: Initiator,
+    header: str,
+    grid: Grid,
+    notes: tuple[tuple[str, Any], ...],
+) -> list[Matrix]:
+    """The one FIRST matrix of an N x N testcase whose cells each measured one copy (also
+    across ranks: :func:`gpubw.testcases.multinode_shapes.n_by_n`)."""
     copy = copy_text(initiator, size, counted_bytes_of([m for row in grid for m in row], 0), loops)
     counted = f"bytes of the copy ({copy}), counted once"
-    notes = sampled_cells(testcase, testcase.device_count)[1]
     return [
         bandwidth_matrix(
             testcase, testcase.key, header, initiator, Kind.FIRST, grid, counted, notes=notes
