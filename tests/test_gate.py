@@ -6,6 +6,7 @@ import pytest
 
 from conftest import SimSystemFactory
 from gpubw.backend.sim import Faults, SimulatedBackend
+from gpubw.buffers import DeviceBuffer, HostBuffer
 from gpubw.errors import GateTimeoutError
 from gpubw.gate import Gate
 
@@ -64,3 +65,46 @@ def test_timed_out_reports_the_kernels_own_timeout(sim_system: SimSystemFactory)
         assert gate.timed_out()
         gate.close()
         assert not gate.timed_out()
+
+
+def test_relay_sets_the_device_flag_that_releases_the_flag_waiters(
+    sim_system: SimSystemFactory,
+) -> None:
+    """enqueue_relay holds its stream at the host gate; once the gate opens it sets the device
+    int, which releases a stream held by enqueue_wait(flag=) on another device (and only that
+    int does: an open host gate does not); nothing timed out."""
+    system = sim_system("h200x2")
+    system.load_kernels()
+    gate, backend = system.gate, system.backend
+    backend.enable_peer_access(1, 0)  # device 1's waiter polls device 0's memory
+    flag = DeviceBuffer.allocate(system, 0, 4)
+    zero = HostBuffer.allocate(system, 0, 4)
+    zero.write(b"\0" * 4)
+    zero_ptr = zero.ptr
+    with backend.stream(0) as s:
+        backend.memcpy_async(flag.ptr, zero_ptr, 4, s)
+        backend.synchronize(s, 1.0)
+    with backend.stream(0) as relay, backend.stream(1) as waiting:
+        gate.close()
+        gate.enqueue_relay(relay, flag.ptr, 10.0)
+        gate.enqueue_wait(waiting, 10.0, flag=flag.ptr)
+        for stream in (relay, waiting):
+            with pytest.raises(GateTimeoutError):
+                backend.synchronize(stream, 0.2)
+        gate.open()
+        backend.synchronize(relay, 1.0)
+        backend.synchronize(waiting, 1.0)
+        # the waiter follows the device flag, not the host gate: open, yet held until set
+        backend.memcpy_async(flag.ptr, zero_ptr, 4, relay)
+        backend.synchronize(relay, 1.0)
+        gate.open()
+        gate.enqueue_wait(waiting, 10.0, flag=flag.ptr)
+        with pytest.raises(GateTimeoutError):
+            backend.synchronize(waiting, 0.2)
+        gate.enqueue_relay(relay, flag.ptr, 10.0)
+        backend.synchronize(waiting, 1.0)
+    assert not gate.timed_out()
+    with HostBuffer.allocate(system, 0, 4) as out, backend.stream(0) as s:
+        backend.memcpy_async(out.ptr, flag.ptr, 4, s)
+        backend.synchronize(s, 1.0)
+        assert out.read(4) == b"\1\0\0\0"

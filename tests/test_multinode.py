@@ -15,12 +15,16 @@ import pytest
 
 from _ranked import model, ranked_report, run_ranks
 from gpubw import measurement
-from gpubw.errors import GpubwError
-from gpubw.measurement import CellMeasurement, MemcpyOperation, RankCopy
+from gpubw.backend.sim import Faults
+from gpubw.buffers import DeviceBuffer
+from gpubw.errors import GpubwError, UsageError
+from gpubw.initiators import CE
+from gpubw.measurement import CellMeasurement, Copy, MemcpyOperation, RankCopy, RankGate
 from gpubw.options import RunOptions
 from gpubw.registry import Registry
 from gpubw.report_io import dumps
 from gpubw.results import BANDWIDTH, Matrix, Report, Status
+from gpubw.shared import RemoteRankError
 from gpubw.system import System
 from gpubw.testcases import BUILTINS, MULTINODE
 from gpubw.testcases.multinode_shapes import ONE_RANK, bisect_labels
@@ -160,7 +164,7 @@ def test_first_sum_vector_from_values_that_differ_per_rank(
 
     def body(world: Any) -> CellMeasurement:
         op = MemcpyOperation.__new__(MemcpyOperation)
-        op.system, op.loops = Fake(world), 2  # type: ignore[assignment]
+        op.system, op.loops, op.kind = Fake(world), 2, measurement.Kind.VECTOR  # type: ignore[assignment]
         end = SimpleNamespace(label=f"Multinode node {world.rank}")
         copy = SimpleNamespace(src=end, dst=end)
         pairs = [RankCopy(r, copy if r == world.rank else None) for r in pairs_ranks]  # type: ignore[arg-type]
@@ -333,6 +337,53 @@ def test_one_rank_failing_a_testcase_fails_it_on_every_rank(
     assert [t.status for t in report.testcases] == [Status.PASSED, Status.ERROR, Status.PASSED]
     assert report.testcases[1].message == "rank 1: injected failure on rank 1"
     assert report.exit_code == 1
+
+
+def test_a_bad_copy_on_one_rank_fails_the_cell_on_every_rank_in_step() -> None:
+    """A copy of mismatched sizes issued by rank 1 is rank 1's usage error, raised on every
+    rank; the ranks stay in step, so the next (good) cell measures on both."""
+
+    def fn(system: System) -> tuple[str, int]:
+        op = MemcpyOperation(system, CE, loops=2)
+        me, device = system.world.rank, system.rank_device
+        with RankGate.create(system) as gate:
+            bad = good = None
+            if me == 1:
+                a = DeviceBuffer.allocate(system, device, 1 << 20)
+                bad = Copy(a, DeviceBuffer.allocate(system, device, 2 << 20))
+                good = Copy(a, DeviceBuffer.allocate(system, device, 1 << 20))
+            with pytest.raises(RemoteRankError) as info:
+                op.measure_ranks([RankCopy(1, bad)], gate)
+            cell = op.measure_ranks([RankCopy(1, good)], gate)
+        return str(info.value).split(": <")[0], len(cell.pair_samples[0])
+
+    outcomes = run_ranks("h200x2", [2], fn, SMALL)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    assert [o.value for o in outcomes] == [("rank 1: copy sizes differ", 1)] * 2
+
+
+def test_total_is_refused_across_ranks(sim_system: Any) -> None:
+    """measure_ranks has no TOTAL figure: refused before any collective, naming what is
+    allowed."""
+    op = MemcpyOperation(sim_system("h200x2"), CE, kind=measurement.Kind.TOTAL, loops=2)
+    with pytest.raises(UsageError, match=r"TOTAL .* allowed: FIRST, SUM, VECTOR"):
+        op.measure_ranks([RankCopy(0, None)], None)  # type: ignore[arg-type]
+
+
+def test_a_rank_failing_to_make_its_gate_words_frees_the_flag_everywhere() -> None:
+    """A pinned allocation failing on rank 1 inside RankGate.create: every rank raises
+    rank 1's error, and every rank has freed the shared flag (collectively)."""
+
+    def fn(system: System) -> tuple[str, int]:
+        with pytest.raises(RemoteRankError) as info:
+            RankGate.create(system)
+        return str(info.value), len(system.sharing.live)
+
+    faults = {1: Faults(host_alloc_fail_after=0)}
+    outcomes = run_ranks("h200x2", [2], fn, SMALL, faults=faults)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    message = "rank 1: cuMemHostAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (injected fault)"
+    assert [o.value for o in outcomes] == [(message, 0)] * 2
 
 
 def test_a_hung_rank_ends_the_run_with_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,10 @@ from gpubw.backend.base import Backend, ptr, u64
 
 #: The gate kernel (see kernels/gpubw.cu): (flag pointer, timeout in ns, status pointer).
 GATE_KERNEL = "gpubw_gate_wait"
+#: The relay kernel of the cross-rank gate (see kernels/gpubw.cu): (host flag, device flag,
+#: timeout in ns, status). It waits on the host flag like ``gpubw_gate_wait``, then sets the
+#: device flag every other rank's gate kernels wait on.
+RELAY_KERNEL = "gpubw_gate_relay"
 
 _CLOSED = struct.pack("<ii", 0, 0)  # flag 0 and status 0, written together
 _OPEN = struct.pack("<i", 1)
@@ -61,12 +65,28 @@ class Gate:
         raw = self._backend.host_read(self.page + self.STATUS, 4)
         return struct.unpack("<i", raw)[0] != 0
 
-    def enqueue_wait(self, stream: Any, timeout_s: float) -> None:
+    def enqueue_wait(self, stream: Any, timeout_s: float, *, flag: int | None = None) -> None:
         """Hold ``stream`` at the gate (a one-thread kernel on its device) until it is opened
-        or ``timeout_s`` seconds have passed on the device."""
+        or ``timeout_s`` seconds have passed on the device. With ``flag`` (the address of an
+        int32, the cross-rank gate's device flag) the kernel waits on that int instead of the
+        page's flag; a timeout still lands in this page's status."""
         page = self.page
-        args = (ptr(page + self.FLAG), u64(int(timeout_s * 1e9)), ptr(page + self.STATUS))
+        waited = page + self.FLAG if flag is None else flag
+        args = (ptr(waited), u64(int(timeout_s * 1e9)), ptr(page + self.STATUS))
         self._backend.launch(GATE_KERNEL, 1, 1, args, stream)
+
+    def enqueue_relay(self, stream: Any, device_flag: int, timeout_s: float) -> None:
+        """Hold ``stream`` at the gate like :meth:`enqueue_wait`; when the gate opens (or
+        ``timeout_s`` passed: status set) the kernel sets the int32 at ``device_flag``, which
+        the other ranks' streams wait on (:meth:`enqueue_wait` with ``flag``)."""
+        page = self.page
+        args = (
+            ptr(page + self.FLAG),
+            ptr(device_flag),
+            u64(int(timeout_s * 1e9)),
+            ptr(page + self.STATUS),
+        )
+        self._backend.launch(RELAY_KERNEL, 1, 1, args, stream)
 
     def slot(self, index: int) -> int:
         """Host pointer of verification result slot ``index`` (a u64)."""

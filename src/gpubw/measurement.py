@@ -21,24 +21,19 @@ import enum
 import math
 import statistics
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
-from gpubw.backend.base import DeviceInfo, ptr, u64
+from gpubw.backend.base import DeviceInfo
 from gpubw.buffers import MAX_VERIFY_SLOTS, Buffer
 from gpubw.errors import GateTimeoutError, GpubwError, UsageError, VerificationError
-from gpubw.gate import GATE_KERNEL, Gate
+from gpubw.gate import Gate
 from gpubw.initiators import Initiator
 from gpubw.options import WARMUP_ITERATIONS
 from gpubw.shared import RemoteRankError
 from gpubw.system import System
-
-#: The relay kernel of the cross-rank gate (see kernels/gpubw.cu): (host flag, device flag,
-#: timeout in ns, status). It waits on the host flag like ``gpubw_gate_wait``, then sets the
-#: device flag every other rank's gate kernels wait on.
-RELAY_KERNEL = "gpubw_gate_relay"
 
 
 def agreed(world: Any, error: BaseException | None, timeout_s: float | None = None) -> None:
@@ -88,6 +83,16 @@ class Copy:
     @property
     def nbytes(self) -> int:
         return self.src.nbytes
+
+
+def check_copies(copies: Sequence[Copy]) -> None:
+    """The copies of a cell are well formed: each one's source and destination of the same,
+    positive size (UsageError naming the buffers otherwise)."""
+    for c in copies:
+        if c.src.nbytes != c.dst.nbytes:
+            raise UsageError(f"copy sizes differ: {c.src!r} vs {c.dst!r}")
+        if c.src.nbytes <= 0:
+            raise UsageError(f"copy size must be positive, got {c.src.nbytes}")
 
 
 def statistic(values: Sequence[float], name: str) -> float:
@@ -197,11 +202,7 @@ class MemcpyOperation:
         """Run all ``copies`` simultaneously for ``samples`` samples."""
         if not copies:
             raise UsageError("measure() needs at least one copy")
-        for c in copies:
-            if c.src.nbytes != c.dst.nbytes:
-                raise UsageError(f"copy sizes differ: {c.src!r} vs {c.dst!r}")
-            if c.src.nbytes <= 0:
-                raise UsageError(f"copy size must be positive, got {c.src.nbytes}")
+        check_copies(copies)
         system = self.system
         backend = system.backend
         options = system.options
@@ -253,6 +254,11 @@ class MemcpyOperation:
         world = self.world
         if not pairs:
             raise UsageError("measure_ranks() needs at least one pair")
+        if self.kind is Kind.TOTAL:
+            # the same on every rank, so every rank raises it here without a collective
+            raise UsageError(
+                "a TOTAL figure is not measured across ranks; allowed: FIRST, SUM, VECTOR"
+            )
         me = world.rank
         mine = [(i, p.copy) for i, p in enumerate(pairs) if p.rank == me]
         error: BaseException | None = None
@@ -299,6 +305,7 @@ class MemcpyOperation:
         backend = system.backend
         options = system.options
         world = self.world
+        check_copies(copies)
         execs, infos, counted, checked = self._plan(system, copies)
         gate = system.gate
         samples: list[list[float]] = [[] for _ in copies]
@@ -331,20 +338,11 @@ class MemcpyOperation:
                 try:
                     if first:
                         gate.open()
-                    for s in streams:
-                        backend.synchronize(s, bound)
-                    if gate.timed_out():
-                        raise GateTimeoutError(
-                            "the spin gate timed out after "
-                            f"{options.gate_timeout_s:g} s before the first rank released it "
-                            "(queuing the copies took too long); the sample would have started "
-                            "early, so it is discarded"
-                        )
+                    self._wait_released(streams, "the first rank")
                     if options.verify and copies:
                         self._verify(copies, infos, checked, streams)
-                    for i in range(len(copies)):
-                        seconds = backend.elapsed_seconds(starts[i], ends[i])
-                        samples[i].append(_rate(counted[i] * self.loops, seconds))
+                    for k, rate in enumerate(self._rates(counted, starts, ends)):
+                        samples[k].append(rate)
                 except GpubwError as exc:
                     error = exc
                 agreed(world, error, bound + world.timeout_s)
@@ -361,24 +359,71 @@ class MemcpyOperation:
         first: bool,
         rank_gate: RankGate,
     ) -> None:
+        """Steps 1-4 of a sample on this rank: the first rank's first stream relays its host
+        gate to the device flag, every other stream waits on that flag."""
+        gate = self.system.gate
+        timeout_s = self.system.options.gate_timeout_s
+        flag = rank_gate.flag_pointer
+
+        def hold(k: int, stream: Any) -> None:
+            if first and k == 0:
+                gate.enqueue_relay(stream, flag, timeout_s)
+            else:
+                gate.enqueue_wait(stream, timeout_s, flag=flag)
+
+        self._fill(copies, infos, checked, streams)
+        self._enqueue_timed(copies, infos, streams, starts, ends, hold)
+
+    def _drain_ranks(self, gate: Gate, rank_gate: RankGate, streams: list[Any]) -> None:
+        """:meth:`_drain` across ranks: also set the device flag (any rank may), so no
+        rank's streams stay held when the first rank failed before its relay ran."""
+        with contextlib.suppress(GpubwError):
+            rank_gate.release()
+        self._drain(gate, streams)
+
+    def _drain(self, gate: Gate, streams: list[Any]) -> None:
+        """Open the gate (never leave a stream held by it) and wait for the streams (bounded),
+        each step tried even if another failed, before the streams are destroyed."""
+        with contextlib.suppress(GpubwError):
+            gate.open()
+        for s in streams:
+            with contextlib.suppress(GpubwError):
+                self.system.backend.synchronize(s, self.system.options.sync_timeout_s)
+
+    # -- the steps of a sample, shared by one node and the ranks ---------------------------
+    def _fill(
+        self,
+        copies: Sequence[Copy],
+        infos: list[DeviceInfo],
+        checked: list[int],
+        streams: list[Any],
+    ) -> None:
+        """Fill every copy's buffers (outside the timing) and wait for it, so no fill
+        overlaps a timed copy."""
+        system = self.system
+        for c, info, n, s in zip(copies, infos, checked, streams):
+            self.initiator.prepare(system, c.src, c.dst, checked=n, stream=s, exec_device=info)
+        for s in streams:
+            system.backend.synchronize(s, system.options.sync_timeout_s)
+
+    def _enqueue_timed(
+        self,
+        copies: Sequence[Copy],
+        infos: list[DeviceInfo],
+        streams: list[Any],
+        starts: list[Any],
+        ends: list[Any],
+        hold: Callable[[int, Any], None],
+        total_end: Any = None,
+    ) -> None:
+        """Hold every stream (``hold(k, stream)``) and queue its warm-up behind the hold;
+        start events (every stream starts once stream 0 has started); the measured copies
+        and end events; with ``total_end``, stream 0 also waits for every end and records it."""
         system = self.system
         backend = system.backend
-        options = system.options
         init = self.initiator
-        for c, info, n, s in zip(copies, infos, checked, streams):
-            init.prepare(system, c.src, c.dst, checked=n, stream=s, exec_device=info)
-        for s in streams:
-            backend.synchronize(s, options.sync_timeout_s)
-        page = system.gate.page
-        status = ptr(page + Gate.STATUS)
-        timeout = u64(int(options.gate_timeout_s * 1e9))
-        flag = ptr(rank_gate.flag_pointer)
         for k, (c, info, s) in enumerate(zip(copies, infos, streams)):
-            if first and k == 0:
-                args = (ptr(page + Gate.FLAG), flag, timeout, status)
-                backend.launch(RELAY_KERNEL, 1, 1, args, s)
-            else:
-                backend.launch(GATE_KERNEL, 1, 1, (flag, timeout, status), s)
+            hold(k, s)
             init.enqueue(
                 system,
                 c.src,
@@ -398,22 +443,32 @@ class MemcpyOperation:
                 system, c.src, c.dst, nbytes=c.nbytes, loops=self.loops, stream=s, exec_device=info
             )
             backend.record_event(ends[i], s)
+            if total_end is not None and i >= 1:
+                backend.wait_event(streams[0], ends[i])
+        if total_end is not None:
+            backend.record_event(total_end, streams[0])
 
-    def _drain_ranks(self, gate: Gate, rank_gate: RankGate, streams: list[Any]) -> None:
-        """:meth:`_drain` across ranks: also set the device flag (any rank may), so no
-        rank's streams stay held when the first rank failed before its relay ran."""
-        with contextlib.suppress(GpubwError):
-            rank_gate.release()
-        self._drain(gate, streams)
-
-    def _drain(self, gate: Gate, streams: list[Any]) -> None:
-        """Open the gate (never leave a stream held by it) and wait for the streams (bounded),
-        each step tried even if another failed, before the streams are destroyed."""
-        with contextlib.suppress(GpubwError):
-            gate.open()
+    def _wait_released(self, streams: list[Any], releaser: str) -> None:
+        """Wait for every stream (bounded by the gate's and the sync timeout), then refuse
+        the sample if a gate kernel gave up waiting before ``releaser`` released it."""
+        system = self.system
+        options = system.options
         for s in streams:
-            with contextlib.suppress(GpubwError):
-                self.system.backend.synchronize(s, self.system.options.sync_timeout_s)
+            system.backend.synchronize(s, options.gate_timeout_s + options.sync_timeout_s)
+        if system.gate.timed_out():
+            raise GateTimeoutError(
+                f"the spin gate timed out after {options.gate_timeout_s:g} s before "
+                f"{releaser} released it (queuing the copies took too long); the sample would "
+                "have started early, so it is discarded"
+            )
+
+    def _rates(self, counted: tuple[int, ...], starts: list[Any], ends: list[Any]) -> list[float]:
+        """Each pair's bandwidth of this sample: counted bytes x loops / (end - start)."""
+        elapsed = self.system.backend.elapsed_seconds
+        return [
+            _rate(n * self.loops, elapsed(start, end))
+            for n, start, end in zip(counted, starts, ends)
+        ]
 
     def _one_sample(
         self,
@@ -429,61 +484,34 @@ class MemcpyOperation:
         total_samples: list[float],
     ) -> None:
         system = self.system
-        backend = system.backend
-        options = system.options
         gate = system.gate
-        init = self.initiator
+        timeout_s = system.options.gate_timeout_s
+        total = self.kind is Kind.TOTAL
         # 1. Fill (outside the timing), and wait for it, so no fill overlaps a timed copy.
-        for c, info, n, s in zip(copies, infos, checked, streams):
-            init.prepare(system, c.src, c.dst, checked=n, stream=s, exec_device=info)
-        for s in streams:
-            backend.synchronize(s, options.sync_timeout_s)
-        # 2. Close the gate; hold every stream behind it; warm up behind it.
+        self._fill(copies, infos, checked, streams)
+        # 2.-4. Close the gate; hold every stream behind it with its warm-up; start events
+        #    (every stream starts once stream 0 has); measured copies and end events.
         gate.close()
-        for c, info, s in zip(copies, infos, streams):
-            gate.enqueue_wait(s, options.gate_timeout_s)
-            init.enqueue(
-                system,
-                c.src,
-                c.dst,
-                nbytes=c.nbytes,
-                loops=WARMUP_ITERATIONS,
-                stream=s,
-                exec_device=info,
-            )
-        # 3. Start events: every stream starts once stream 0 has started.
-        backend.record_event(starts[0], streams[0])
-        for i in range(1, len(copies)):
-            backend.wait_event(streams[i], starts[0])
-            backend.record_event(starts[i], streams[i])
-        # 4. Measured copies and end events.
-        for i, (c, info, s) in enumerate(zip(copies, infos, streams)):
-            init.enqueue(
-                system, c.src, c.dst, nbytes=c.nbytes, loops=self.loops, stream=s, exec_device=info
-            )
-            backend.record_event(ends[i], s)
-            if self.kind is Kind.TOTAL and i >= 1:
-                backend.wait_event(streams[0], ends[i])
-        backend.record_event(total_end, streams[0])
+        self._enqueue_timed(
+            copies,
+            infos,
+            streams,
+            starts,
+            ends,
+            lambda _k, s: gate.enqueue_wait(s, timeout_s),
+            total_end if total else None,
+        )
         # 5. Release and wait (bounded).
         gate.open()
-        for s in streams:
-            backend.synchronize(s, options.gate_timeout_s + options.sync_timeout_s)
-        if gate.timed_out():
-            raise GateTimeoutError(
-                f"the spin gate timed out after {options.gate_timeout_s:g} s before gpubw "
-                "released it (queuing the copies took too long); the sample would have started "
-                "early, so it is discarded"
-            )
+        self._wait_released(streams, "gpubw")
         # 6. Verify.
-        if options.verify:
+        if system.options.verify:
             self._verify(copies, infos, checked, streams)
         # 7. Arithmetic.
-        for i in range(len(copies)):
-            seconds = backend.elapsed_seconds(starts[i], ends[i])
-            pair_samples[i].append(_rate(counted[i] * self.loops, seconds))
-        if self.kind is Kind.TOTAL:
-            seconds = backend.elapsed_seconds(starts[0], total_end)
+        for samples, rate in zip(pair_samples, self._rates(counted, starts, ends)):
+            samples.append(rate)
+        if total:
+            seconds = system.backend.elapsed_seconds(starts[0], total_end)
             total_samples.append(_rate(sum(counted) * self.loops, seconds))
 
     def _verify(
@@ -528,20 +556,41 @@ class RankGate:
     #: the owner rank of the flag's memory
     owner = 0
 
-    def __init__(self, system: System, shared: Any) -> None:
-        from gpubw.buffers import HostBuffer
-
+    def __init__(self, system: System, shared: Any, words: Buffer) -> None:
         self.system = system
         self.shared = shared
-        self._words = HostBuffer.allocate(system, None, 8)
-        self._words.write(struct.pack("<ii", 0, 1))
+        self._words = words
 
     @classmethod
     def create(cls, system: System) -> RankGate:
-        """Collective: every rank calls it at the same point."""
+        """Collective: every rank calls it at the same point. If any rank fails to make its
+        host words, every rank frees the flag (collectively) and raises the same
+        :class:`gpubw.shared.RemoteRankError` (a broken world leaves the flag to the run's
+        sharing, which frees what is left at its end)."""
+        from gpubw.buffers import HostBuffer
         from gpubw.shared import SharedBuffer
 
-        return cls(system, SharedBuffer.create(system, cls.owner, 4))
+        shared = SharedBuffer.create(system, cls.owner, 4)
+        words: Buffer | None = None
+        error: BaseException | None = None
+        try:
+            words = HostBuffer.allocate(system, None, 8)
+            words.write(struct.pack("<ii", 0, 1))
+        except GpubwError as exc:
+            error = exc
+        try:
+            agreed(system.world, error)
+        except BaseException as exc:
+            # the first error is the one raised; the frees are each tried
+            with contextlib.suppress(GpubwError):
+                if words is not None:
+                    words.close()
+            if isinstance(exc, RemoteRankError):  # every rank is here: the close is collective
+                with contextlib.suppress(GpubwError):
+                    shared.close()
+            raise
+        assert words is not None
+        return cls(system, shared, words)
 
     @property
     def flag_pointer(self) -> int:
