@@ -858,6 +858,46 @@ def test_gate_object_holds_times_out_and_releases(backend: CudaBackend) -> None:
 
 
 @pytest.mark.gpu
+def test_gate_relay_sets_the_device_flag_on_release_and_on_timeout(backend: CudaBackend) -> None:
+    """The cross-rank gate's kernels on one GPU: a stream waiting on a device flag stays held
+    after the host gate opens, until the relay (held by the host gate) sets the flag; a relay
+    never released times out, says so in its status and still sets the flag."""
+    with _system(backend) as system:
+        system.load_kernels()
+        gate = system.gate
+        flag = backend.alloc_device(0, 4)
+        words = backend.alloc_host(8, 0)
+        backend.host_write(words, struct.pack("<ii", 0, 1))
+        with backend.stream(0) as relay, backend.stream(0) as waiting:
+            try:
+                for timeout_s in (30.0, 0.02):
+                    backend.memcpy_async(flag, words, 4, relay)  # device flag = 0
+                    backend.synchronize(relay, 10)
+                    gate.close()
+                    gate.enqueue_wait(waiting, 30.0, flag=flag)
+                    if timeout_s > 1:  # the host gate alone does not release the waiter
+                        gate.open()
+                        with pytest.raises(GateTimeoutError, match="device 0"):
+                            backend.synchronize(waiting, 0.2)
+                        gate.close()
+                    gate.enqueue_relay(relay, flag, timeout_s)
+                    if timeout_s > 1:
+                        with pytest.raises(GateTimeoutError, match="device 0"):
+                            backend.synchronize(waiting, 0.2)
+                        gate.open()
+                    backend.synchronize(relay, 10)
+                    backend.synchronize(waiting, 10)
+                    assert gate.timed_out() is (timeout_s < 1)
+            finally:
+                gate.open()
+                backend.memcpy_async(flag, words + 4, 4, relay)  # flag = 1: nothing held
+                backend.synchronize(relay, 60)
+                backend.synchronize(waiting, 60)
+                backend.free_device(flag)
+                backend.free_host(words)
+
+
+@pytest.mark.gpu
 def test_pointer_chase_follows_the_chain(backend: CudaBackend) -> None:
     """Only the target block chases, and the final pointer is stored to the sink."""
     backend.load_kernels(0)

@@ -284,21 +284,30 @@ extern "C" __global__ void __launch_bounds__(1024)
 // (flag, timeout_ns, status): the spin gate. One thread polls the host flag until it becomes
 // non-zero. If timeout_ns pass first it writes 1 to the host *status and returns, so the host
 // can tell that the sample's copies started before it released the gate.
+// gate_poll: the polling both gate kernels do. Returns once *flag is non-zero (true) or, after
+// timeout_ns, with 1 written to *status (false).
+__device__ __forceinline__ bool gate_poll(const volatile int *flag, u64 timeout_ns,
+                                          volatile int *status) {
+    const u64 start = global_timer_ns();
+    while (*flag == 0) {
+        if (global_timer_ns() - start >= timeout_ns) {
+            *status = 1;
+            return false;
+        }
+#if __CUDA_ARCH__ >= 700
+        __nanosleep(128);
+#endif
+    }
+    return true;
+}
+
 extern "C" __global__ void gpubw_gate_wait(const volatile int *flag, u64 timeout_ns,
                                            volatile int *status) {
     if (blockIdx.x != 0 || threadIdx.x != 0) {
         return;
     }
-    const u64 start = global_timer_ns();
-    while (*flag == 0) {
-        if (global_timer_ns() - start >= timeout_ns) {
-            *status = 1;
-            __threadfence_system();
-            return;
-        }
-#if __CUDA_ARCH__ >= 700
-        __nanosleep(128);
-#endif
+    if (!gate_poll(flag, timeout_ns, status)) {
+        __threadfence_system();
     }
 }
 
@@ -355,29 +364,19 @@ extern "C" __global__ void gpubw_pointer_chase(const void *start, u64 steps, u32
 }
 
 // ---------------------------------------------------------------------------------------------
-// The cross-rank spin gate (multinode testcases; added by the mn-testcases branch, kept at the
-// end of the file and self-contained so that the copy kernels above can change independently).
+// The cross-rank spin gate (multinode testcases).
 // (host_flag, device_flag, timeout_ns, status): on the first rank's first stream, one thread
-// polls the host int *host_flag as gpubw_gate_wait does; when it becomes non-zero it makes
-// everything before visible system-wide and stores 1 to *device_flag, a device int (in memory
-// shared by every rank) that every other rank's gpubw_gate_wait polls. On a timeout it writes
-// 1 to *status and still sets the device flag, so no rank's streams stay held.
+// polls the host int *host_flag as gpubw_gate_wait does (gate_poll); when it becomes non-zero
+// it makes everything before visible system-wide and stores 1 to *device_flag, a device int (in
+// memory shared by every rank) that every other rank's gpubw_gate_wait polls. On a timeout it
+// writes 1 to *status and still sets the device flag, so no rank's streams stay held.
 extern "C" __global__ void gpubw_gate_relay(const volatile int *host_flag,
                                             volatile int *device_flag, u64 timeout_ns,
                                             volatile int *status) {
     if (blockIdx.x != 0 || threadIdx.x != 0) {
         return;
     }
-    const u64 start = global_timer_ns();
-    while (*host_flag == 0) {
-        if (global_timer_ns() - start >= timeout_ns) {
-            *status = 1;
-            break;
-        }
-#if __CUDA_ARCH__ >= 700
-        __nanosleep(128);
-#endif
-    }
+    gate_poll(host_flag, timeout_ns, status);
     __threadfence_system();
     *device_flag = 1;
     __threadfence_system();
