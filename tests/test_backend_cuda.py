@@ -319,6 +319,30 @@ def test_prestarted_contexts_adopted_at_first_use_or_close(
     assert driver.retained == {0: 0, 1: 0}
 
 
+def test_prestarted_contexts_of_devices_the_backend_does_not_count_are_released(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prestart that retained a context the backend has no device for (3 vs 2) hands it
+    back for release; nothing stays retained after settle()."""
+    from gpubw.backend import cuda_start
+
+    driver = FakeDriver(devices=2)
+
+    def count() -> tuple[Any, ...]:  # the helper thread sees one device more
+        extra = threading.current_thread().name == "gpubw-cuda-start"
+        return (R.CUDA_SUCCESS, 3 if extra else 2)
+
+    monkeypatch.setattr(driver, "cuDeviceGetCount", count)
+    monkeypatch.setattr(cuda_backend, "cu", driver)
+    assert cuda_start.prestart(driver)
+    backend = CudaBackend()
+    backend.memory_info(0)
+    assert (driver.retained[0], driver.retained[1]) == (1, 1)
+    backend.close()
+    assert cuda_start.settle() == []
+    assert driver.retained == {0: 0, 1: 0, 2: 0}
+
+
 def test_a_failed_late_release_is_reported_by_settle(monkeypatch: pytest.MonkeyPatch) -> None:
     """A prestarted context whose release fails on the helper thread is named by settle()."""
     from gpubw.backend import cuda_start
