@@ -425,8 +425,9 @@ def test_the_real_prestart_prepares_kernels_beside_and_settle_waits(
 ) -> None:
     """prestart() for the real driver also, on a helper thread of its own: loads NVRTC,
     puts gpubw's kernels for every device's architecture in the kernel cache (from the
-    compute capabilities and driver version read right after cuInit) and makes the two
-    verification patterns; kernels_ready() and settle() wait for it, so none is left."""
+    compute capabilities and driver version read right after cuInit), then makes the two
+    verification patterns; kernels_ready() waits for the kernels only (the patterns are
+    needed later, at the first fill), settle() for everything, so nothing is left."""
     from gpubw import patterns
     from gpubw.backend import cuda_start
     from gpubw.kernels import cache
@@ -459,16 +460,20 @@ def test_the_real_prestart_prepares_kernels_beside_and_settle_waits(
 
     monkeypatch.setattr(cache, "nvrtc_version", slow_version)
     monkeypatch.setattr(cache, "load_or_compile", compile_)
-    monkeypatch.setattr(patterns, "pattern_bytes", lambda seed: seen.append(("p", seed)))
+    go_on = threading.Event()
+
+    def slow_pattern(seed: int) -> None:
+        assert go_on.wait(10)
+        seen.append(("p", seed))
+
+    monkeypatch.setattr(patterns, "pattern_bytes", slow_pattern)
     assert cuda_start.prestart()
     cuda_start.kernels_ready()  # what the backend calls before it loads kernels
-    assert seen == [
-        ("gpubw-kernels", "nvrtc"),
-        ("gpubw-kernels", ((9, 0), 13000)),
-        ("p", DST_SEED),
-        ("p", SRC_SEED),
-    ]
+    compiled = [("gpubw-kernels", "nvrtc"), ("gpubw-kernels", ((9, 0), 13000))]
+    assert seen == compiled  # the kernels are ready; the patterns still under way
+    go_on.set()
     assert cuda_start.settle() == []
+    assert seen == [*compiled, ("p", DST_SEED), ("p", SRC_SEED)]
     assert not [
         t for t in threading.enumerate() if t.name.startswith(("gpubw-kernels", "gpubw-cuda"))
     ]

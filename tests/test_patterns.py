@@ -55,7 +55,7 @@ def test_a_bad_cached_pattern_is_computed_again(
     from gpubw.kernels.cache import KernelCache
 
     monkeypatch.setenv("GPUBW_CACHE_DIR", str(tmp_path))
-    patterns.pattern_bytes.cache_clear()
+    patterns._pattern_bytes.cache_clear()
     good = patterns.pattern_bytes(SRC_SEED)
     (entry,) = tmp_path.glob("pattern-*.bin")
     for bad in (entry.read_bytes()[:-1] + b"\x00", None):
@@ -63,7 +63,39 @@ def test_a_bad_cached_pattern_is_computed_again(
             KernelCache(tmp_path).put(entry.stem, patterns._pattern(DST_SEED))
         else:
             entry.write_bytes(bad)
-        patterns.pattern_bytes.cache_clear()
+        patterns._pattern_bytes.cache_clear()
         assert patterns.pattern_bytes(SRC_SEED) == good
         assert KernelCache(tmp_path).get(entry.stem) == good
-    patterns.pattern_bytes.cache_clear()
+    patterns._pattern_bytes.cache_clear()
+
+
+def test_concurrent_callers_compute_a_pattern_once(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel helper thread and the main thread asking for a pattern at once: one
+    computes it, the other waits and gets the same bytes."""
+    import threading
+
+    from gpubw import patterns
+
+    monkeypatch.setenv("GPUBW_CACHE_DIR", str(tmp_path))
+    patterns._pattern_bytes.cache_clear()
+    calls: list[int] = []
+    compute = patterns._pattern
+
+    def counted(seed: int) -> bytes:
+        calls.append(seed)
+        return compute(seed)
+
+    monkeypatch.setattr(patterns, "_pattern", counted)
+    got: list[bytes] = []
+    threads = [
+        threading.Thread(target=lambda: got.append(patterns.pattern_bytes(SRC_SEED)))
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    patterns._pattern_bytes.cache_clear()
+    assert calls == [SRC_SEED] and len(got) == 4 and len(set(got)) == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import threading
 
 from gpubw.kernels import PATTERN_WORDS
 
@@ -59,13 +60,23 @@ def _map_lanes(columns: list[int], lanes: int, count: int) -> int:
 _PATTERN_SPOT_CHECK = 64
 
 
-@functools.lru_cache(maxsize=4)
+#: one caller computes or reads a pattern at a time (the command's kernel helper thread makes
+#: them early; a caller meanwhile waits for it instead of computing them again)
+_lock = threading.Lock()
+
+
 def pattern_bytes(seed: int) -> bytes:
     """PATTERN_WORDS 32-bit words of xorshift32 from ``seed`` (first word = one step).
 
     Kept in the kernel cache (:class:`gpubw.kernels.cache.KernelCache`: SHA-256 checked, an
     unwritable directory is ignored), and its first words compared with a plain xorshift32
-    before use. Computed by :func:`_pattern` on a miss (~40 ms per seed)."""
+    before use. Computed by :func:`_pattern` on a miss (~40 ms per seed). Thread-safe."""
+    with _lock:
+        return _pattern_bytes(seed)
+
+
+@functools.lru_cache(maxsize=4)
+def _pattern_bytes(seed: int) -> bytes:
     from gpubw.kernels.cache import KernelCache
 
     cache = KernelCache()

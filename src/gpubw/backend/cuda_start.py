@@ -121,32 +121,44 @@ def prestart(driver: Any = None) -> bool:
         _started = _Prestart(cu)
         _started.thread.start()
         if driver is None:
+            compiled = threading.Event()
             loader = threading.Thread(
-                target=_prepare_kernels, args=(_started,), name="gpubw-kernels", daemon=True
+                target=_prepare_kernels,
+                args=(_started, compiled),
+                name="gpubw-kernels",
+                daemon=True,
             )
             _loaders.append(loader)
+            _compiled.append(compiled)
             loader.start()
     return True
 
 
-def _prepare_kernels(started: _Prestart) -> None:
+def _prepare_kernels(started: _Prestart, compiled: threading.Event) -> None:
     """What the run's first kernel launch needs, made beside the CUDA start: the NVRTC
     library loaded (every run reads its version, for the report and the kernel cache's key:
     ~50-65 ms of dlopen, on one GPU on the main thread's critical path), gpubw's own kernels
     for every device's architecture in the kernel cache (compiled on a cache miss: NVRTC lets
-    go of the GIL while it compiles, a first run's ~0.3-0.5 s), and the two verification
-    patterns. The backend waits for this (:func:`kernels_ready`) before it loads kernels,
-    so nothing is compiled twice. A failure is left for the run's own calls to report."""
+    go of the GIL while it compiles, a first run's ~0.3-0.5 s), then (``compiled`` set) the
+    two verification patterns. The backend waits for the kernels (:func:`kernels_ready`)
+    before it loads any, so nothing is compiled twice; the patterns are needed only by the
+    first fill, after the first buffers are allocated (gpubw.patterns makes a second caller
+    wait for the one computing). A failure is left for the run's own calls to report."""
     with contextlib.suppress(Exception):
-        from gpubw.kernels.cache import SOURCE_NAME, load_or_compile, nvrtc_version
-        from gpubw.kernels.modules import GPUBW
+        try:
+            from gpubw.kernels.cache import SOURCE_NAME, load_or_compile, nvrtc_version
+            from gpubw.kernels.modules import GPUBW
 
-        nvrtc_version()
-        started.probed.wait()
-        if started.cancelled.is_set():  # the command is ending without a run
-            return
-        for cc in started.targets:
-            load_or_compile(cc, started.driver_version, source_text=GPUBW.source, name=SOURCE_NAME)
+            nvrtc_version()
+            started.probed.wait()
+            if started.cancelled.is_set():  # the command is ending without a run
+                return
+            for cc in started.targets:
+                load_or_compile(
+                    cc, started.driver_version, source_text=GPUBW.source, name=SOURCE_NAME
+                )
+        finally:
+            compiled.set()
         from gpubw.patterns import DST_SEED, SRC_SEED, pattern_bytes
 
         pattern_bytes(DST_SEED)
@@ -154,17 +166,19 @@ def _prepare_kernels(started: _Prestart) -> None:
 
 
 def kernels_ready() -> None:
-    """Wait until what :func:`_prepare_kernels` makes is ready (at once when nothing was
-    prestarted): the backend calls this before it loads its first kernel module."""
+    """Wait until the kernels :func:`_prepare_kernels` compiles are in the cache (at once
+    when nothing was prestarted): the backend calls this before it loads its first kernel
+    module."""
     with _lock:
-        loaders = list(_loaders)
-    for loader in loaders:
-        loader.join()
+        events = list(_compiled)
+    for event in events:
+        event.wait()
 
 
-#: the kernel helper threads (:func:`_prepare_kernels`), joined by :func:`kernels_ready`
-#: and :func:`settle`
+#: the kernel helper threads (:func:`_prepare_kernels`), joined by :func:`settle`, and the
+#: events each sets once its kernels are compiled (waited for by :func:`kernels_ready`)
 _loaders: list[threading.Thread] = []
+_compiled: list[threading.Event] = []
 
 
 def pending() -> bool:
@@ -231,6 +245,7 @@ def settle() -> list[str]:
         _releases.clear()
         loaders = list(_loaders)
         _loaders.clear()
+        _compiled.clear()
     for loader in loaders:
         loader.join()
     errors: list[str] = []
