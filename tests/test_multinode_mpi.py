@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -25,54 +24,17 @@ FAST = ["--simulate", "h200x2", "-b", "1MiB", "-i", "1", "--loop-count", "2"]
 MULTICAST = ("multinode_device_to_device_broadcast_one_to_all_sm",
              "multinode_device_to_device_broadcast_all_to_all_sm")  # fmt: skip
 
-#: run gpubw's CLI in each rank after the test's fault injection (FAULT names it)
-_WRAPPER = """
-import os, signal, sys, time
-from gpubw import cli
-from gpubw.errors import GpubwError
-from gpubw.measurement import MemcpyOperation
-from gpubw.testcases import multinode
-
-fault = os.environ.get("FAULT", "")
-rank = int(os.environ.get("PMI_RANK", "0"))
-queue = MemcpyOperation._queue_ranks
-
-def failing(self, *args):
-    if rank == 1 and self.initiator.name == "SM":
-        raise GpubwError("injected failure on rank 1")
-    queue(self, *args)
-
-def die(self, size, loops):
-    if rank == 1:  # dies a moment into the testcase (rank 0 has written the report so far)
-        time.sleep(1.0)
-        os.kill(os.getpid(), signal.SIGKILL)
-    return original(self, size, loops)
-
-def hang(self, size, loops):
-    if rank == 1:
-        time.sleep(120)  # far past the bound below: only the world timeout can end it
-    return original(self, size, loops)
-
-if fault == "sm":
-    MemcpyOperation._queue_ranks = failing
-original = multinode.MultinodeBidirectionalReadCE.run
-if fault == "kill":
-    multinode.MultinodeBidirectionalReadCE.run = die
-if fault == "hang":
-    multinode.MultinodeBidirectionalReadCE.run = hang
-sys.exit(cli.main(sys.argv[1:]))
-"""
+#: each rank's script: gpubw's CLI after the fault named by $FAULT is injected into rank 1
+RANK_SCRIPT = Path(__file__).with_name("mpi_fault_rank.py")
 
 
 def mpirun(
     tmp_path: Path, args: list[str], fault: str = "", flags: tuple[str, ...] = (), limit: float = 90
 ) -> tuple[int, str, str, float]:
     """mpiexec -n 2 (the wrapper) gpubw ARGS; the whole process group killed past ``limit``."""
-    script = tmp_path / "rank.py"
-    script.write_text(textwrap.dedent(_WRAPPER))
     mpiexec = _mpiexec()
     assert mpiexec is not None
-    argv = [mpiexec, *flags, "-n", "2", sys.executable, str(script), *args]
+    argv = [mpiexec, *flags, "-n", "2", sys.executable, str(RANK_SCRIPT), *args]
     env = {**os.environ, "FAULT": fault}
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -216,13 +178,11 @@ def test_a_hung_rank_is_bounded_by_the_world_timeout(tmp_path: Path) -> None:
 def test_ctrl_c_to_the_launcher_writes_the_interrupted_report(tmp_path: Path) -> None:
     """SIGINT to mpiexec (forwarded to every rank) while rank 0 waits for rank 1: rank 0
     writes the interrupted report and the run exits 130."""
-    script = tmp_path / "rank.py"
-    script.write_text(textwrap.dedent(_WRAPPER))
     mpiexec = _mpiexec()
     assert mpiexec is not None
     args = [*FAST, "-t", "35", "36", "37", "38", "-j", "-o", "r.json", "--world-timeout", "30"]
     proc = subprocess.Popen(
-        [mpiexec, "-n", "2", sys.executable, str(script), *args],
+        [mpiexec, "-n", "2", sys.executable, str(RANK_SCRIPT), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
