@@ -335,7 +335,7 @@ def test_other_processes_warning(capsys, tmp_path):
 def test_own_process_is_not_a_warning(monkeypatch):
     """gpubw's own pid among NVML's processes is not another program."""
     model = attrs.evolve(load_system("h200x2"), other_processes={"0": (1234,)})
-    monkeypatch.setattr(acceptance, "own_pids", lambda: frozenset({1234}))
+    monkeypatch.setattr(acceptance, "process_ids", lambda: frozenset({1234}))
     from gpubw.api import _simulated_backend
     from gpubw.system import System
 
@@ -343,6 +343,23 @@ def test_own_process_is_not_a_warning(monkeypatch):
     watch.opener(acceptance.RunOptions()).close()
     watch._check_processes("start of x")
     assert watch.process_warnings() == []
+
+
+def test_the_runs_other_ranks_are_not_a_warning() -> None:
+    """The pids of the run's other ranks on this host (the world's host_pids) among NVML's
+    processes are the run itself, not another program; a stranger still is."""
+    model = attrs.evolve(load_system("h200x2"), other_processes={"0": (5678, 91)})
+    from gpubw.api import _simulated_backend
+    from gpubw.system import System
+    from gpubw.world import SingleWorld
+
+    world = SingleWorld()
+    world.host_pids = world.host_pids | {5678}  # as an MPI world gathers them
+    watch = acceptance.RunWatch(lambda o: System(_simulated_backend(model), o, world=world))
+    watch.opener(acceptance.RunOptions()).close()
+    watch._check_processes("start of x")
+    (warning,) = watch.process_warnings()
+    assert "pid 91," in warning and "5678" not in warning
 
 
 # -- the simulated model ---------------------------------------------------------------------

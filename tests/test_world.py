@@ -527,6 +527,23 @@ def _run_mpi(
 
 
 @needs_mpi
+def test_mpi_ranks_know_each_others_process_ids(tmp_path: Path) -> None:
+    """Over real MPI: every rank's host_pids holds the pid of every rank on its host (the
+    run's own processes, which NVML lists beside other programs')."""
+    rc, lines, err, _ = _run_mpi(
+        tmp_path,
+        """
+        say(pid=os.getpid(), host_pids=sorted(world.host_pids))
+        world.close()
+        """,
+        timeout_s=20,
+    )
+    assert rc == 0, err
+    pids = {line["pid"] for line in lines}
+    assert len(pids) == 2 and all(pids <= set(line["host_pids"]) for line in lines), lines
+
+
+@needs_mpi
 def test_mpi_two_ranks_collectives(tmp_path: Path) -> None:
     """Over real MPI: shared-memory split layout, bcast/gather/allgather/allreduce/agree."""
     rc, lines, err, _ = _run_mpi(

@@ -18,7 +18,6 @@ Nothing here prints; the CLI does.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -37,22 +36,9 @@ from gpubw.nvml import NodeFacts, device_facts, match_devices, suspects
 from gpubw.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT, RunOptions
 from gpubw.results import Report
 from gpubw.sizes import format_size
+from gpubw.world import process_ids
 
 BUILTIN = "builtin"
-
-
-def own_pids() -> frozenset[int]:
-    """This process's ids: its pid, and its pid in every PID namespace (/proc/self/status
-    NSpid), so that NVML's view from outside a container still recognises it."""
-    pids = {os.getpid()}
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("NSpid:"):
-                    pids.update(int(x) for x in line.split()[1:] if x.isdigit())
-    except OSError:
-        pass
-    return frozenset(pids)
 
 
 def _where(size: int | None, key: str) -> str:
@@ -82,7 +68,9 @@ class RunWatch:
         self.builtin: Expectations | None = None
         #: the usage error that stopped the run before it began (no built-in expectations)
         self.refused: UsageError | None = None
-        self.own = own_pids()
+        #: the run's own processes (this one; once the System is open, every rank of the
+        #: run on this host), which the process checks leave out
+        self.own = process_ids()
         self._no_processes = False
         self._judging: tuple[Expectations | None, float | None, float | None] | None = None
         #: (ordinal, pids) -> ["start of key (size)", ...]
@@ -91,6 +79,7 @@ class RunWatch:
     def opener(self, options: RunOptions) -> Any:
         system = self._opener(options)
         self.backend = system.backend
+        self.own = self.own | system.world.host_pids
         self.devices = [
             {"ordinal": d.ordinal, "name": d.name, "pci_bus_id": d.pci_bus_id, "uuid": d.uuid}
             for d in system.devices

@@ -25,6 +25,7 @@ from gpubw.world.base import (
     WorldError,
     WorldTimeoutError,
     device_assignment,
+    process_ids,
 )
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "WorldTimeoutError",
     "detect_launch",
     "device_assignment",
+    "process_ids",
     "world_from_environment",
 ]
 

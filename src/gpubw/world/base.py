@@ -24,6 +24,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import operator
+import os
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -121,6 +122,20 @@ def _error_message(error: str | BaseException) -> str:
     return error
 
 
+def process_ids() -> frozenset[int]:
+    """This process's ids: its pid, and its pid in every PID namespace (/proc/self/status
+    NSpid), so that NVML's view from outside a container still recognises it."""
+    pids = {os.getpid()}
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    pids.update(int(x) for x in line.split()[1:] if x.isdigit())
+    except OSError:
+        pass
+    return frozenset(pids)
+
+
 class World(abc.ABC):
     """One rank's view of the world of ranks. See the module docstring."""
 
@@ -156,6 +171,10 @@ class World(abc.ABC):
         same_host = self.ranks_on_host(self.host_index)
         self.local_rank = same_host.index(rank)
         self.local_size = len(same_host)
+        #: the process ids (see :func:`process_ids`) of every rank on this rank's host, this
+        #: one's included: the run's own processes, which NVML lists beside other programs'
+        #: (an MPI world gathers them; one process knows only its own)
+        self.host_pids: frozenset[int] = process_ids()
         self._broken: str | None = None
         self._closed = False
         self._seq = 0

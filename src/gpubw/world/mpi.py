@@ -20,7 +20,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpubw.world.base import DEFAULT_TIMEOUT_S, CollectiveExpired, World, WorldError
+from gpubw.world.base import (
+    DEFAULT_TIMEOUT_S,
+    CollectiveExpired,
+    World,
+    WorldError,
+    process_ids,
+)
 
 #: Polling back-off while a non-blocking call is pending (seconds): short enough for the
 #: per-sample barriers, long enough not to steal a shared CPU from the ranks being waited on.
@@ -104,14 +110,15 @@ class MpiWorld(World):
         # Host layout through gpubw's own, bounded allgather.
         probe = cls(comm, (0,) * comm.Get_size(), ("?",), timeout_s, library)
         try:
-            pairs = probe.allgather((leader, name))
+            found = probe.allgather((leader, name, process_ids()))
         except WorldError:
             atexit.register(probe._at_exit)  # broken from the start: abort, never hang, at exit
             raise
-        leaders = sorted({lead for lead, _ in pairs})
-        rank_hosts = tuple(leaders.index(lead) for lead, _ in pairs)
-        host_names = tuple(pairs[lead][1] for lead in leaders)
+        leaders = sorted({lead for lead, _, _ in found})
+        rank_hosts = tuple(leaders.index(lead) for lead, _, _ in found)
+        host_names = tuple(found[lead][1] for lead in leaders)
         world = cls(comm, rank_hosts, host_names, timeout_s, library)
+        world.host_pids = frozenset().union(*(pids for lead, _, pids in found if lead == leader))
         world._seq = probe._seq
         atexit.register(world._at_exit)
         return world
