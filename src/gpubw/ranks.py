@@ -117,11 +117,16 @@ class Ranks:
         error = result.message if result.status is Status.ERROR else None
         if result.status is Status.INTERRUPTED:
             error = result.message
+        broke_already = self.world.broken is not None
         try:
             agreement = self.world.agree(error)
         except WorldError as exc:
             self.stopped = True
             if result.status is Status.INTERRUPTED:
+                return result
+            if error and broke_already:
+                # the agreement was refused because the world broke inside the testcase,
+                # which its own error already says: the refusal would only repeat it
                 return result
             message = f"{result.message}; {exc}" if error else str(exc)
             return _evolve(result, Status.ERROR, message)
