@@ -149,15 +149,15 @@ PY
         --samples "$n" --devices "$devs" --gpubw "$OUT/peers-gpubw-$tag.json" 2>&1 | tail -20 ;;
     mpifaults)  # a failing, a killed and a hung rank, and Ctrl-C to mpirun, on the GPUs under the image's Open MPI
       mpi=(timeout 150 mpirun --allow-run-as-root --oversubscribe -np 2 -x FAULT -x NCCL_NVLS_ENABLE -x GPUBW_CACHE_DIR -x PYTHONPATH -x PYTHONUNBUFFERED)
-      few=(-b 64MiB -i 1 --loop-count 2 -j --world-timeout 5)
+      few=(-b 64MiB -i 1 --loop-count 2 -j)
       for fault in sm kill hang int; do
         rm -f "$OUT/mpi-$fault-$tag.json"; s=$(date +%s.%N)
         case $fault in
-          sm) FAULT=sm "${mpi[@]}" python3 tests/mpi_fault_rank.py "${few[@]}" -t 35 39 36 -o "$OUT/mpi-$fault-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" ;;
+          sm) FAULT=sm "${mpi[@]}" python3 tests/mpi_fault_rank.py "${few[@]}" --world-timeout 5 -t 35 39 36 -o "$OUT/mpi-$fault-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" ;;
           int)  # SIGINT to mpirun while rank 0 waits for the hung rank 1 (Open MPI forwards it)
             FAULT=hang "${mpi[@]}" python3 tests/mpi_fault_rank.py "${few[@]}" --world-timeout 60 -t 35 36 37 38 -o "$OUT/mpi-$fault-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" &
             pid=$!; sleep 15; kill -INT $pid; wait $pid ;;
-          *) FAULT=$fault "${mpi[@]}" python3 tests/mpi_fault_rank.py "${few[@]}" -t 35 36 37 38 -o "$OUT/mpi-$fault-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" ;;
+          *) FAULT=$fault "${mpi[@]}" python3 tests/mpi_fault_rank.py "${few[@]}" --world-timeout 5 -t 35 36 37 38 -o "$OUT/mpi-$fault-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" ;;
         esac
         echo "$fault rc=$? after $(python3 -c "print(round($(date +%s.%N)-$s,1))") s"
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('  interrupted:', d['interrupted'], 'exit_code:', d['exit_code'], [(t['key'][-16:], t['status'], t['message'][:120]) for t in d['testcases']])" "$OUT/mpi-$fault-$tag.json" 2>&1 | tail -1
