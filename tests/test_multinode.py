@@ -19,8 +19,9 @@ from gpubw.backend.sim import Faults
 from gpubw.buffers import DeviceBuffer
 from gpubw.errors import GpubwError, UsageError
 from gpubw.initiators import CE
-from gpubw.measurement import CellMeasurement, Copy, MemcpyOperation, RankCopy, RankGate
+from gpubw.measurement import CellMeasurement, Copy, MemcpyOperation, RankCopy
 from gpubw.options import RunOptions
+from gpubw.rank_gate import RankGate
 from gpubw.registry import Registry
 from gpubw.report_io import dumps
 from gpubw.results import BANDWIDTH, Matrix, Report, Status

@@ -9,9 +9,10 @@ Bandwidth per pair per sample = counted bytes x loops / (end - start).
 
 Across the ranks of a world (:meth:`MemcpyOperation.measure_ranks`, the multinode testcases)
 the same protocol runs on every rank for the rank's own pairs, with three agreement points
-per sample and a device flag that carries the first rank's gate release to the others (see
-:class:`RankGate`); the ranks' per-pair samples are then gathered in one collective, so every
-rank holds the whole cell and FIRST/SUM/VECTOR are formed exactly as on one node.
+per sample (:func:`gpubw.shared.agreed`) and a device flag that carries the first rank's gate
+release to the others (:class:`gpubw.rank_gate.RankGate`); the ranks' per-pair samples are
+then gathered in one collective, so every rank holds the whole cell and FIRST/SUM/VECTOR are
+formed exactly as on one node.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ import contextlib
 import enum
 import math
 import statistics
-import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -32,20 +32,11 @@ from gpubw.errors import GateTimeoutError, GpubwError, UsageError, VerificationE
 from gpubw.gate import Gate
 from gpubw.initiators import Initiator
 from gpubw.options import WARMUP_ITERATIONS
-from gpubw.shared import RemoteRankError
+from gpubw.shared import RemoteRankError, agreed
 from gpubw.system import System
 
-
-def agreed(world: Any, error: BaseException | None, timeout_s: float | None = None) -> None:
-    """One agreement point of the cross-rank protocol: every rank passes its own error (or
-    None); if any rank failed, every rank raises the same
-    :class:`gpubw.shared.RemoteRankError` (``rank <r>: <message>`` of the lowest failing
-    rank; the failing rank's own error is its ``__cause__``), so all ranks unwind together."""
-    agreement = world.agree(error, timeout_s=timeout_s)
-    if agreement.ok:
-        return
-    assert agreement.failed_rank is not None
-    raise RemoteRankError(agreement.failed_rank, agreement.message or "failed") from error
+if TYPE_CHECKING:
+    from gpubw.rank_gate import RankGate
 
 
 @attrs.frozen
@@ -544,86 +535,6 @@ class MemcpyOperation:
                     f"issued by device {e}",
                     exc.offset,
                 ) from None
-
-
-class RankGate:
-    """The device flag of the cross-rank spin gate: one int in memory owned by rank 0 and
-    mapped by every rank (a shared buffer, made collectively, once per testcase), plus a
-    small host buffer holding the words 0 and 1 that are copied into it. Rank 0 zeroes it
-    before each sample; the first rank's relay kernel sets it when its host gate opens;
-    every other gate kernel waits on it. Close it collectively (a context manager)."""
-
-    #: the owner rank of the flag's memory
-    owner = 0
-
-    def __init__(self, system: System, shared: Any, words: Buffer) -> None:
-        self.system = system
-        self.shared = shared
-        self._words = words
-
-    @classmethod
-    def create(cls, system: System) -> RankGate:
-        """Collective: every rank calls it at the same point. If any rank fails to make its
-        host words, every rank frees the flag (collectively) and raises the same
-        :class:`gpubw.shared.RemoteRankError` (a broken world leaves the flag to the run's
-        sharing, which frees what is left at its end)."""
-        from gpubw.buffers import HostBuffer
-        from gpubw.shared import SharedBuffer
-
-        shared = SharedBuffer.create(system, cls.owner, 4)
-        words: Buffer | None = None
-        error: BaseException | None = None
-        try:
-            words = HostBuffer.allocate(system, None, 8)
-            words.write(struct.pack("<ii", 0, 1))
-        except GpubwError as exc:
-            error = exc
-        try:
-            agreed(system.world, error)
-        except BaseException as exc:
-            # the first error is the one raised; the frees are each tried
-            with contextlib.suppress(GpubwError):
-                if words is not None:
-                    words.close()
-            if isinstance(exc, RemoteRankError):  # every rank is here: the close is collective
-                with contextlib.suppress(GpubwError):
-                    shared.close()
-            raise
-        assert words is not None
-        return cls(system, shared, words)
-
-    @property
-    def flag_pointer(self) -> int:
-        """The flag's address in this rank's mapping."""
-        return int(self.shared.ptr)
-
-    def _put(self, word: int) -> None:
-        system = self.system
-        device = self.shared.context_device
-        with system.backend.stream(device) as s:
-            system.backend.memcpy_async(self.shared.ptr, self._words.ptr + 4 * word, 4, s)
-            system.backend.synchronize(s, system.options.sync_timeout_s)
-
-    def reset(self) -> None:
-        """Zero the flag (rank 0, before each sample), synchronously."""
-        self._put(0)
-
-    def release(self) -> None:
-        """Set the flag (on the error path: no rank's streams stay held)."""
-        self._put(1)
-
-    def close(self) -> None:
-        """Collective: free the flag's memory and the host words."""
-        try:
-            self.shared.close()
-        finally:
-            self._words.close()
-
-    def __enter__(self) -> RankGate:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _rate(nbytes: int, seconds: float) -> float:

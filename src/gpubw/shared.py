@@ -80,10 +80,12 @@ def _text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _agree(world: World, error: BaseException | None) -> None:
-    """One agreement point: raise :class:`RemoteRankError` on every rank if any rank
-    failed (the lowest failing rank's message)."""
-    agreement = world.agree(None if error is None else _text(error))
+def agreed(world: World, error: BaseException | None, timeout_s: float | None = None) -> None:
+    """One agreement point of a cross-rank protocol: every rank passes its own error (or
+    None); if any rank failed, every rank raises the same :class:`RemoteRankError`
+    (``rank <r>: <message>`` of the lowest failing rank; the failing rank's own error is
+    its ``__cause__``), so all ranks unwind together."""
+    agreement = world.agree(None if error is None else _text(error), timeout_s=timeout_s)
     if not agreement.ok:
         assert agreement.failed_rank is not None
         raise RemoteRankError(agreement.failed_rank, agreement.message or "failed") from error
@@ -342,7 +344,7 @@ class SharedBuffer(Buffer):
                     ptr = backend.import_device(device, handle, kind, nbytes)
                 except GpubwError as exc:
                     error = exc
-            _agree(world, error)
+            agreed(world, error)
         except BaseException:
             if ptr is not None:
                 with contextlib.suppress(GpubwError):
@@ -460,13 +462,13 @@ class MulticastBuffer(Buffer):
                 key = backend.multicast_join(device, sent[1], kind, nbytes)
             except GpubwError as exc:
                 error = exc
-            _agree(world, error)  # every device added before anyone binds
+            agreed(world, error)  # every device added before anyone binds
             ptr: int | None = None
             try:
                 ptr = backend.multicast_map(key)  # type: ignore[arg-type]
             except GpubwError as exc:
                 error = exc
-            _agree(world, error)
+            agreed(world, error)
         except BaseException:
             with contextlib.suppress(GpubwError):
                 _quiet_barrier(world)

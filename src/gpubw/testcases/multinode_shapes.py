@@ -27,8 +27,8 @@ from gpubw.measurement import (
     MemcpyOperation,
     Prefer,
     RankCopy,
-    RankGate,
 )
+from gpubw.rank_gate import RankGate
 from gpubw.results import Matrix
 from gpubw.shared import MulticastBuffer, SharedBuffer
 from gpubw.testcase import Testcase
