@@ -518,6 +518,24 @@ def test_signal_stops_a_run_with_valid_json(tmp_path, signum, code):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_once_the_report_is_final_keeps_its_exit_code(tmp_path, monkeypatch, signum):
+    """A signal that arrives right after the complete JSON report was written is absorbed:
+    main() returns the report's exit_code (0), not 128 + n, so the two never differ."""
+    write = cli._write
+
+    def write_then_signal(*args, **kwargs):
+        write(*args, **kwargs)
+        os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(cli, "_write", write_then_signal)
+    target = tmp_path / "r.json"
+    code = cli.main(["--simulate", PRESET, "-t", "0", "-b", "1MiB", "-i", "1", "-q", "-j",
+                     "-o", str(target)])  # fmt: skip
+    doc = json.loads(target.read_text())
+    assert code == doc["exit_code"] == 0 and doc["interrupted"] is False
+
+
 def test_os_environment_untouched(plugins):
     """Running the CLI in-process leaves the signal handlers as they were."""
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)

@@ -294,11 +294,13 @@ def _main(argv: list[str], command: bool = False) -> int:
         code = _run_command(argv, guard)
     finally:
         guard.uninstall(signal.SIG_IGN if command else None)
-    # a signal that arrived after the report was complete: the report stays complete, and
-    # the exit code still says the run was stopped
+    if guard.signum is None or guard.report_final:
+        # a signal after the complete report was final is absorbed: the exit code is the
+        # report's (the report and the process never say different things)
+        return code
     from gpubw.options import exit_status
 
-    return code if guard.signum is None else exit_status(signal=guard.signum)
+    return exit_status(signal=guard.signum)
 
 
 def _plain_list(args: list[str]) -> tuple[str, str | None] | None:

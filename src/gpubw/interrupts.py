@@ -17,6 +17,9 @@ the moment it starts until the report is written; :func:`gpubw.run` with
   one as Interrupted) and ends the process with ``os._exit(128 + signal)`` without waiting
   for the plugin (the driver frees GPU resources at process exit). If the complete report
   is being written at that moment, it waits for that instead (up to :data:`GRACE_S` more).
+* A signal that arrives once the complete report is final (:meth:`SignalGuard.writing`: it
+  is being written, or already is) is absorbed: the report stays complete and the exit code
+  is the report's, so the process's exit code and the report's ``exit_code`` never differ.
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ class SignalGuard:
         self._installed = False
         self._write_lock = threading.Lock()
         self._writing = False
+        #: True once the complete report is final (:meth:`writing`): a signal from then on
+        #: changes neither the report nor the exit code, which is the report's
+        self.report_final = False
         self._done = threading.Event()
         self._watchdog: threading.Thread | None = None
 
@@ -124,6 +130,7 @@ class SignalGuard:
     def writing(self) -> None:
         """The caller is about to write the complete report: a watchdog lets it finish (up
         to the grace period) instead of writing its own. Held until :meth:`uninstall`."""
+        self.report_final = True
         if not self._writing:
             self._write_lock.acquire()
             self._writing = True
