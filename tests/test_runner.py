@@ -528,6 +528,22 @@ def test_signal_before_the_run_gives_an_interrupted_report_without_opening_the_s
     assert guard.snapshot is not None and guard.snapshot() is report
 
 
+def test_the_finished_report_is_final_for_the_guard():
+    """run() under an installed guard hands it the complete report: the watchdog's snapshot
+    is that report and a signal from then on is absorbed (report_final)."""
+    from gpubw.interrupts import SignalGuard
+
+    guard = SignalGuard()
+    guard.install()
+    try:
+        assert not guard.report_final
+        report = run(Factory(), [entry(Sized, "only")], sizes(MIB), handle_signals=True)
+    finally:
+        guard.uninstall()
+    assert guard.report_final and guard.snapshot is not None and guard.snapshot() is report
+    assert report.exit_code == 0
+
+
 class Chatty(gpubw.Testcase):
     """Prints, then passes."""
 

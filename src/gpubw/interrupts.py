@@ -17,9 +17,10 @@ the moment it starts until the report is written; :func:`gpubw.run` with
   one as Interrupted) and ends the process with ``os._exit(128 + signal)`` without waiting
   for the plugin (the driver frees GPU resources at process exit). If the complete report
   is being written at that moment, it waits for that instead (up to :data:`GRACE_S` more).
-* A signal that arrives once the complete report is final (:meth:`SignalGuard.writing`: it
-  is being written, or already is) is absorbed: the report stays complete and the exit code
-  is the report's, so the process's exit code and the report's ``exit_code`` never differ.
+* A signal that arrives once the complete report is final (:meth:`SignalGuard.final`: the
+  runner built it; :meth:`SignalGuard.writing`: it is being written) is absorbed: the report
+  stays complete and the exit code is the report's, so the process's exit code and the
+  report's ``exit_code`` never differ.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class SignalGuard:
         self._installed = False
         self._write_lock = threading.Lock()
         self._writing = False
-        #: True once the complete report is final (:meth:`writing`): a signal from then on
+        #: True once the complete report is final (:meth:`final`, :meth:`writing`): a signal then
         #: changes neither the report nor the exit code, which is the report's
         self.report_final = False
         self._done = threading.Event()
@@ -126,6 +127,12 @@ class SignalGuard:
             yield
         finally:
             self._armed = False
+
+    def final(self, report: Any) -> None:
+        """The run's report is complete (``report``): the watchdog writes this one if it must
+        write any, and a signal from now on is absorbed (the exit code is the report's)."""
+        self.snapshot = lambda: report
+        self.report_final = True
 
     def writing(self) -> None:
         """The caller is about to write the complete report: a watchdog lets it finish (up

@@ -390,7 +390,7 @@ def _run(
     except GpubwError as exc:
         report = attrs.evolve(state.report(None), error=f"could not start: {exc}")
         if guard is not None:
-            guard.snapshot = lambda: report
+            guard.final(report)
         return report
 
     if system.options != options:
@@ -452,10 +452,11 @@ def _run(
 
 
 def _final(state: _RunState, guard: SignalGuard | None) -> Report:
-    """The run's Report; the guard's snapshot becomes this complete report."""
+    """The run's Report, final: the guard's snapshot becomes it, and a later signal is
+    absorbed (:meth:`gpubw.interrupts.SignalGuard.final`)."""
     report = state.report(None if guard is None else guard.signum)
     if guard is not None:
-        guard.snapshot = lambda: report
+        guard.final(report)
     return report
 
 
