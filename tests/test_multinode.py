@@ -6,6 +6,7 @@ import io
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -385,6 +386,28 @@ def test_a_rank_failing_to_make_its_gate_words_frees_the_flag_everywhere() -> No
     assert all(o.ok for o in outcomes), [o.error for o in outcomes]
     message = "rank 1: cuMemHostAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (injected fault)"
     assert [o.value for o in outcomes] == [(message, 0)] * 2
+
+
+def test_a_size_one_rank_refuses_is_refused_on_every_rank_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A buffer size that one rank's devices cannot hold (hosts that differ) is a usage error
+    on every rank, at once: the others do not go on into collectives it never joins."""
+    from gpubw import runner
+    from gpubw.errors import UsageError as Refusal
+
+    check = runner.check_sizes
+
+    def refusing(system: Any, selection: Any, sizes: Any) -> None:
+        if system.world.rank == 1:
+            raise Refusal("buffer size 1 MiB is larger than device 0 can hold", param="sizes")
+        check(system, selection, sizes)
+
+    monkeypatch.setattr(runner, "check_sizes", refusing)
+    started = time.monotonic()
+    with pytest.raises(Refusal, match=r"^rank 1: buffer size 1 MiB is larger than device 0"):
+        ranked_report("h200x2", [2], SMALL, testcases=[KEYS[0]], timeout_s=20.0)
+    assert time.monotonic() - started < 10  # not the world timeout
 
 
 def test_a_hung_rank_ends_the_run_with_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

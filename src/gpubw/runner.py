@@ -295,6 +295,29 @@ class _RunState:
         return state.report(signum, extra)
 
 
+def _check_sizes_everywhere(
+    system: System, selection: Sequence[Selected], sizes: Sequence[int]
+) -> None:
+    """:func:`check_sizes` on every rank of the System's world, agreed: if any rank refuses
+    (hosts whose GPUs or memory differ), every rank raises a UsageError at once (its own, or
+    ``rank <r>: <that rank's refusal>``) instead of the others going on into collectives that
+    the refusing rank never joins."""
+    world = system.world
+    if world.size == 1:
+        check_sizes(system, selection, sizes)
+        return
+    refused: UsageError | None = None
+    try:
+        check_sizes(system, selection, sizes)
+    except UsageError as exc:
+        refused = exc
+    agreement = world.agree(refused)
+    if refused is not None:
+        raise refused
+    if not agreement.ok:
+        raise UsageError(f"rank {agreement.failed_rank}: {agreement.message}", param="sizes")
+
+
 def run(
     open_system: Callable[[RunOptions], System],
     selection: Sequence[Selected],
@@ -405,7 +428,7 @@ def _run(
         # none, and loading NVRTC for its version (~40 ms) overlaps the contexts still being
         # made on the command's start-up thread (issue 11 item 5)
         versions = software_versions(backend.versions())
-        check_sizes(system, selection, sizes)
+        _check_sizes_everywhere(system, selection, sizes)
     except BaseException:
         system.close()
         raise
