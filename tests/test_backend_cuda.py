@@ -343,6 +343,29 @@ def test_prestarted_contexts_of_devices_the_backend_does_not_count_are_released(
     assert driver.retained == {0: 0, 1: 0, 2: 0}
 
 
+def test_an_mpi_rank_that_is_not_its_hosts_first_prestarts_only_its_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under an MPI launch, local rank 1 of 2 GPUs prestarts device 1's context alone (the
+    host's first rank makes every device's); local rank 0 makes both."""
+    from gpubw.backend import cuda_start
+
+    launch = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+    driver = FakeDriver()
+    monkeypatch.setattr(cuda_backend, "cu", driver)
+    assert cuda_start.prestart(driver, environ=launch)
+    with CudaBackend() as backend:
+        backend.memory_info(1)
+        assert driver.retained == {1: 1}
+    assert cuda_start.settle() == []
+    assert driver.retained == {1: 0}
+    assert cuda_start.prestart(driver, environ={**launch, "OMPI_COMM_WORLD_LOCAL_RANK": "0"})
+    with CudaBackend() as backend:
+        backend.memory_info(1)
+        assert driver.retained == {0: 1, 1: 1}
+    assert cuda_start.settle() == []
+
+
 def test_a_failed_late_release_is_reported_by_settle(monkeypatch: pytest.MonkeyPatch) -> None:
     """A prestarted context whose release fails on the helper thread is named by settle()."""
     from gpubw.backend import cuda_start

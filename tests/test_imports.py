@@ -152,6 +152,7 @@ FORBIDDEN = [
     ("gpubw.patterns", "gpubw.buffers"),
     ("gpubw.nvml", "gpubw.backend"),
     ("gpubw.nvml_read", "gpubw.backend"),
+    ("gpubw.launch_env", "gpubw"),
 ]
 
 

@@ -488,3 +488,49 @@ def test_bad_sample_pairs(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1
     assert [t["status"] for t in doc["testcases"]] == ["Error", "Passed"]
     assert doc["testcases"][0]["message"].startswith("--sample-pairs 1: a sample of 1 pair")
+
+
+#: backend calls that make (or need) the device's CUDA context: (method, which argument is
+#: the device; alloc_host's is the context that allocates, None meaning device 0)
+_CONTEXT_CALLS = (
+    ("memory_info", 0),
+    ("alloc_device", 0),
+    ("alloc_host", 1),
+    ("create_stream", 0),
+    ("create_event", 0),
+    ("load_kernels", 0),
+    ("enable_peer_access", 0),
+    ("export_device", 0),
+    ("import_device", 0),
+)
+
+
+def test_a_rank_that_is_not_its_hosts_first_touches_only_its_own_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under MPI, only the host's first rank makes contexts on every device (it runs the
+    single-node testcases): rank 1 loads kernels, checks sizes, allocates its host memory and
+    runs its multinode testcase on device 1 alone."""
+    from gpubw.backend.sim import SimulatedBackend
+
+    touched: dict[int | None, set[int]] = {}
+    lock = threading.Lock()
+
+    def recording(name: str, position: int) -> Any:
+        original = getattr(SimulatedBackend, name)
+
+        def call(self: SimulatedBackend, *args: Any, **kwargs: Any) -> Any:
+            device = args[position] if len(args) > position else None
+            with lock:
+                touched.setdefault(self.rank, set()).add(0 if device is None else device)
+            return original(self, *args, **kwargs)
+
+        return call
+
+    for name, position in _CONTEXT_CALLS:
+        monkeypatch.setattr(SimulatedBackend, name, recording(name, position))
+    report = ranked_report(
+        "h200x2", [2], SMALL, testcases=["device_to_device_memcpy_read_ce", KEYS[0]]
+    )
+    assert set(statuses(report).values()) == {"Passed"}, report.testcases
+    assert touched == {0: {0, 1}, 1: {1}}

@@ -81,11 +81,19 @@ class BufferPool:
     """Run-scoped owner of buffer memory. Use :meth:`close` (the System does) to free it all."""
 
     def __init__(
-        self, backend: Backend, devices: Sequence[DeviceInfo], options: RunOptions
+        self,
+        backend: Backend,
+        devices: Sequence[DeviceInfo],
+        options: RunOptions,
+        *,
+        home_device: int = 0,
     ) -> None:
         self.backend = backend
         self.devices = devices
         self.options = options
+        #: the device whose context makes host memory that is near no device (the gate page,
+        #: staging): one this process drives, so no other device gets a context for it
+        self.home_device = home_device
         self.peers = PeerAccess(backend, len(devices))
         #: the spin gate; its page is pool scratch, allocated on first use
         self.gate = Gate(backend, lambda: self.host_scratch("gate", Gate.PAGE_BYTES).ptr)
@@ -133,7 +141,8 @@ class BufferPool:
             try:
                 if host:
                     with self.near(device):
-                        return self.backend.alloc_host(nbytes, device)
+                        owner = self.home_device if device is None else device
+                        return self.backend.alloc_host(nbytes, owner)
                 assert device is not None
                 return self.backend.alloc_device(device, nbytes)
             except CudaError as exc:

@@ -116,8 +116,9 @@ SCRATCH_BYTES = 2 * PATTERN_WORDS * 4 + (2 << 20)
 
 def check_sizes(system: System, selection: Sequence[Selected], sizes: Sequence[int]) -> None:
     """Refuse, before anything runs, a buffer size that cannot fit: larger than what the
-    device with the least memory can allocate (its free memory as the driver reports it, so
-    the context's reserve and other processes' memory count), or than the host's physical
+    device with the least memory (of those this process drives: under MPI the host's first
+    rank checks every device) can allocate (its free memory as the driver reports it, so the
+    context's reserve and other processes' memory count), or than the host's physical
     memory (pinned buffers). Only sizes that some selected testcase uses count. Raises
     :class:`UsageError`."""
     sized = any(isinstance(s, Entry) and s.cls is not None and not s.fixed_size for s in selection)
@@ -127,6 +128,8 @@ def check_sizes(system: System, selection: Sequence[Selected], sizes: Sequence[i
     if system.devices:
         room: list[tuple[int, Any]] = []
         for d in system.devices:
+            if d.ordinal not in system.driven_devices:
+                continue  # not this rank's: the host's first rank checks it
             try:
                 free = min(system.backend.memory_info(d.ordinal)[0], d.memory_bytes)
             except GpubwError:  # no figure: the total is still an upper bound

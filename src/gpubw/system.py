@@ -36,8 +36,19 @@ class System:
         self.devices: Sequence[DeviceInfo] = tuple(backend.devices())
         if self.options.host_huge_pages:  # refuse now when the host has too few
             backend.enable_host_huge_pages(max(self.options.buffer_sizes))
+        #: the devices this process drives: every one, except on an MPI rank that is not its
+        #: host's first, which runs only the multinode testcases, on :attr:`rank_device`
+        #: (kernels are loaded, sizes checked and contexts made only on these)
+        self.driven_devices: tuple[int, ...] = tuple(d.ordinal for d in self.devices)
+        if self.world.size > 1 and self.world.local_rank != 0 and self.devices:
+            self.driven_devices = (self.rank_device,)
         #: every buffer's memory, the run's scratch, patterns and the gate page
-        self.pool = BufferPool(backend, self.devices, self.options)
+        self.pool = BufferPool(
+            backend,
+            self.devices,
+            self.options,
+            home_device=self.driven_devices[0] if self.driven_devices else 0,
+        )
         #: the spin gate (its page belongs to the pool)
         self.gate: Gate = self.pool.gate
         #: kernel-module registry generation the devices were loaded at (None: not yet)
@@ -87,15 +98,16 @@ class System:
 
     def load_kernel_modules(self, modules: Iterable[KernelModule]) -> None:
         """Make the kernels of ``modules`` (what a testcase declares in ``kernel_modules``)
-        launchable on every device, before anything is gated: each is registered
+        launchable on every device this process drives (:attr:`driven_devices`), before
+        anything is gated: each is registered
         (:func:`gpubw.kernels.modules.register_kernel_module`; PluginError on a clash) and
         the backend loads, once per device, whatever it has not loaded yet."""
         for module in modules:
             register_kernel_module(module)
         current = generation()
         if self._kernels_loaded != current:
-            for dev in self.devices:
-                self.backend.load_kernels(dev.ordinal)
+            for ordinal in self.driven_devices:
+                self.backend.load_kernels(ordinal)
             self._kernels_loaded = current
 
     def load_kernels(self) -> None:

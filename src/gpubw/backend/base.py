@@ -258,7 +258,8 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def alloc_host(self, nbytes: int, device: int | None) -> int:
         """Allocate pinned, portable host memory (placed near ``device`` where the caller has
-        already set CPU affinity); returns a pointer usable by every device."""
+        already set CPU affinity; made in ``device``'s context, the first device's for None);
+        returns a pointer usable by every device."""
 
     @abc.abstractmethod
     def free_host(self, pointer: int) -> None: ...

@@ -17,7 +17,8 @@ failed, the backend does the same work itself (and reports any error with its ow
 A command that prestarts and then never opens a backend (a usage error found later) calls
 :func:`settle` as it ends: it stops the helper thread before its next context, waits for it
 and releases what it retained.
-At import time this module imports only the standard library (``cuda.bindings.driver`` on
+At import time this module imports only the standard library and :mod:`gpubw.launch_env`
+(which imports nothing else either; ``cuda.bindings.driver`` on
 the first :func:`prestart`, ~20 ms; gpubw's kernel and pattern modules only on the kernel
 helper thread), so calling it early is cheap.
 """
@@ -26,8 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import threading
+from collections.abc import Mapping
 from typing import Any
+
+from gpubw.launch_env import devices_to_start
 
 _lock = threading.Lock()
 _started: _Prestart | None = None
@@ -36,8 +41,10 @@ _started: _Prestart | None = None
 class _Prestart:
     """The helper thread and what it made: device handle -> retained primary context."""
 
-    def __init__(self, driver: Any) -> None:
+    def __init__(self, driver: Any, environ: Mapping[str, str]) -> None:
         self.driver = driver
+        #: the launcher's environment, which says which devices this process will drive
+        self.environ = environ
         self.contexts: dict[int, Any] = {}
         self.error: BaseException | None = None
         #: set when nobody is going to adopt the contexts (:func:`settle`): stop making them
@@ -58,7 +65,9 @@ class _Prestart:
             if status != cu.CUresult.CUDA_SUCCESS:
                 return
             self._probe(int(count))
-            for ordinal in range(int(count)):
+            # under MPI, a rank that is not its host's first drives one device: only its
+            # context is made (each context holds ~0.5 GiB of its device's memory)
+            for ordinal in devices_to_start(int(count), self.environ):
                 if self.cancelled.is_set():
                     break
                 status, handle = cu.cuDeviceGet(ordinal)
@@ -107,10 +116,12 @@ class _Prestart:
             self.probed.set()
 
 
-def prestart(driver: Any = None) -> bool:
-    """Start ``cuInit`` and every device's primary context on a helper thread (once per
-    process; a second call while the first is not adopted does nothing). ``driver`` replaces
-    ``cuda.bindings.driver`` (tests). False when there is no driver binding to start."""
+def prestart(driver: Any = None, environ: Mapping[str, str] | None = None) -> bool:
+    """Start ``cuInit`` and the primary contexts of the devices this process will drive on
+    a helper thread (every device, except on an MPI rank that is not its host's first:
+    :func:`gpubw.launch_env.devices_to_start`); once per process: a second call while the
+    first is not adopted does nothing. ``driver`` replaces ``cuda.bindings.driver`` and
+    ``environ`` ``os.environ`` (tests). False when there is no driver binding to start."""
     global _started
     cu: Any = driver if driver is not None else _driver_module()
     if cu is None:
@@ -118,7 +129,7 @@ def prestart(driver: Any = None) -> bool:
     with _lock:
         if _started is not None:
             return True
-        _started = _Prestart(cu)
+        _started = _Prestart(cu, os.environ if environ is None else environ)
         _started.thread.start()
         if driver is None:
             compiled = threading.Event()

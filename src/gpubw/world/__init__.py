@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from gpubw.launch_env import PMIX_VARIABLE, size_variable
 from gpubw.world.base import (
     DEFAULT_TIMEOUT_S,
     MORE_RANKS_THAN_GPUS,
@@ -58,14 +59,6 @@ class Launch:
     variable: str  # the variable the size (or the launcher) was read from
 
 
-#: (launcher, variable holding the world size), in the order they are looked at.
-_SIZE_VARIABLES = (
-    ("Open MPI", "OMPI_COMM_WORLD_SIZE"),  # mpirun/mpiexec of Open MPI 4 and 5
-    ("PMI (MPICH hydra, Intel MPI, srun --mpi=pmi2)", "PMI_SIZE"),
-    ("Slurm srun", "SLURM_STEP_NUM_TASKS"),  # srun only (sbatch's SLURM_NTASKS is no launch)
-)
-
-
 def _int(environ: Mapping[str, str], name: str) -> int:
     text = environ[name]
     try:
@@ -85,11 +78,12 @@ def detect_launch(environ: Mapping[str, str] | None = None) -> Launch | None:
     ``SLURM_PROCID``; a PMIx launcher ``PMIX_RANK``. A batch script's ``SLURM_NTASKS`` alone
     is not a launch: ``gpubw`` run directly in ``sbatch`` is one process."""
     env = os.environ if environ is None else environ
-    for launcher, name in _SIZE_VARIABLES:
-        if name in env and (name != "SLURM_STEP_NUM_TASKS" or "SLURM_PROCID" in env):
-            return Launch(launcher, _int(env, name), name)
-    if "PMIX_RANK" in env:
-        return Launch("PMIx", None, "PMIX_RANK")
+    found = size_variable(env)
+    if found is not None:
+        launcher, name = found
+        return Launch(launcher, _int(env, name), name)
+    if PMIX_VARIABLE in env:
+        return Launch("PMIx", None, PMIX_VARIABLE)
     return None
 
 
