@@ -7,7 +7,6 @@ import itertools
 import os
 import re
 import struct
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -482,13 +481,7 @@ def test_the_real_prestart_prepares_kernels_beside_and_settle_waits(
         seen.append((threading.current_thread().name, (cc, version)))
         return b"cubin", None
 
-    def elsewhere(targets: list[Any], version: Any, cancelled: threading.Event) -> int:
-        seen.append((threading.current_thread().name, ("process", targets, version)))
-        return 0
-
     monkeypatch.setattr(cache, "nvrtc_version", slow_version)
-    monkeypatch.setattr(cache, "is_cached", lambda *a, **k: False)
-    monkeypatch.setattr(cuda_start, "compile_elsewhere", elsewhere)
     monkeypatch.setattr(cache, "load_or_compile", compile_)
     go_on = threading.Event()
 
@@ -497,13 +490,9 @@ def test_the_real_prestart_prepares_kernels_beside_and_settle_waits(
         seen.append(("p", seed))
 
     monkeypatch.setattr(patterns, "pattern_bytes", slow_pattern)
-    assert cuda_start.prestart(environ={})
+    assert cuda_start.prestart()
     cuda_start.kernels_ready()  # what the backend calls before it loads kernels
-    compiled = [
-        ("gpubw-kernels", "nvrtc"),
-        ("gpubw-kernels", ("process", [(9, 0)], 13000)),  # compiled in a process of its own
-        ("gpubw-kernels", ((9, 0), 13000)),  # then read from the cache
-    ]
+    compiled = [("gpubw-kernels", "nvrtc"), ("gpubw-kernels", ((9, 0), 13000))]
     assert seen == compiled  # the kernels are ready; the patterns still under way
     go_on.set()
     assert cuda_start.settle() == []
@@ -512,93 +501,6 @@ def test_the_real_prestart_prepares_kernels_beside_and_settle_waits(
         t for t in threading.enumerate() if t.name.startswith(("gpubw-kernels", "gpubw-cuda"))
     ]
     assert driver.retained == {0: 0, 1: 0}
-
-
-def _kernel_helper_driver(monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
-    """A fake driver whose devices are compute capability 9.0, for the real prestart."""
-    from gpubw.backend import cuda_start
-
-    driver = FakeDriver()
-    capability = {
-        R_ATTR.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9,
-        R_ATTR.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0,
-    }
-    monkeypatch.setattr(
-        driver,
-        "cuDeviceGetAttribute",
-        lambda a, dev: (R.CUDA_SUCCESS, capability[a]),
-        raising=False,
-    )
-    monkeypatch.setattr(cuda_start, "_driver_module", lambda: driver)
-    return driver
-
-
-def test_the_kernel_cache_is_filled_by_a_process_of_its_own(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """compile_elsewhere runs gpubw.kernels.precompile in a new process of the same
-    interpreter, which puts the binary in the cache the run then reads; a target it cannot
-    compile is a positive exit status (the run compiles, and reports, itself)."""
-    from gpubw.backend import cuda_start
-    from gpubw.kernels import cache
-    from gpubw.kernels.modules import GPUBW
-
-    monkeypatch.setenv("GPUBW_CACHE_DIR", str(tmp_path))  # the process's cache too
-    store = cache.KernelCache(tmp_path)
-    assert not cache.is_cached((9, 0), 13000, source_text=GPUBW.source, cache=store)
-    assert cuda_start.compile_elsewhere([(9, 0)], 13000, threading.Event()) == 0
-    assert cache.is_cached((9, 0), 13000, source_text=GPUBW.source, cache=store)
-    assert cuda_start.compile_elsewhere([(1, 0)], None, threading.Event()) == 1
-
-
-def test_settle_kills_a_compile_process_nobody_waits_for(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """A command ending while its kernels still compile in the other process does not wait
-    for them: settle() kills the process, and the helper compiles nothing in this one."""
-    from gpubw import patterns
-    from gpubw.backend import cuda_start
-    from gpubw.kernels import cache
-
-    _kernel_helper_driver(monkeypatch)
-    hanging = tmp_path / "python"
-    hanging.write_text("#!/bin/sh\nexec sleep 60\n")
-    hanging.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(hanging))
-    monkeypatch.setattr(cache, "is_cached", lambda *a, **k: False)
-    compiled: list[Any] = []
-    monkeypatch.setattr(cache, "load_or_compile", lambda *a, **k: compiled.append(a))
-    monkeypatch.setattr(patterns, "pattern_bytes", compiled.append)
-    assert cuda_start.prestart(environ={})
-    deadline = time.monotonic() + 10
-    while not cuda_start._workers and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert cuda_start._workers, "the compile process did not start"
-    start = time.monotonic()
-    assert cuda_start.settle() == []
-    assert time.monotonic() - start < 5
-    assert compiled == [] and cuda_start._workers == []
-
-
-def test_under_an_mpi_launch_the_kernels_compile_in_the_rank(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """An MPI rank does not fork a compile process: its helper thread compiles in place."""
-    from gpubw import patterns
-    from gpubw.backend import cuda_start
-    from gpubw.kernels import cache
-
-    _kernel_helper_driver(monkeypatch)
-    monkeypatch.setattr(cache, "is_cached", lambda *a, **k: False)
-    monkeypatch.setattr(cuda_start, "compile_elsewhere", lambda *a: pytest.fail("forked under MPI"))
-    compiled: list[Any] = []
-    monkeypatch.setattr(cache, "load_or_compile", lambda *a, **k: compiled.append(a))
-    monkeypatch.setattr(patterns, "pattern_bytes", lambda seed: None)
-    launch = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}
-    assert cuda_start.prestart(environ=launch)
-    cuda_start.kernels_ready()
-    assert compiled == [((9, 0), 13000)]
-    assert cuda_start.settle() == []
 
 
 def test_a_command_ending_without_a_run_compiles_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -47,15 +47,6 @@ def _number(environ: Mapping[str, str], name: str) -> int | None:
     return value if value >= 0 else None
 
 
-def launched(environ: Mapping[str, str]) -> bool:
-    """Whether an MPI launcher started this process as one of several ranks (or as one of a
-    PMIx launch, which does not say how many)."""
-    found = size_variable(environ)
-    if found is None:
-        return PMIX_VARIABLE in environ
-    return _number(environ, found[1]) != 1
-
-
 def devices_to_start(count: int, environ: Mapping[str, str]) -> tuple[int, ...]:
     """The device ordinals (of ``count``) whose contexts this process should make before the
     run knows its world: every device outside an MPI launch of several ranks and on a host's
@@ -63,7 +54,11 @@ def devices_to_start(count: int, environ: Mapping[str, str]) -> tuple[int, ...]:
     detected but its local rank is not in the environment (the run then makes the contexts
     it needs itself)."""
     every = tuple(range(max(count, 0)))
-    if not launched(environ):
+    found = size_variable(environ)
+    if found is None:
+        if PMIX_VARIABLE not in environ:
+            return every
+    elif _number(environ, found[1]) == 1:
         return every
     local = None
     for name in LOCAL_RANK_VARIABLES:

@@ -28,15 +28,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import sys
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpubw.launch_env import devices_to_start, launched
-
-if TYPE_CHECKING:
-    import subprocess
+from gpubw.launch_env import devices_to_start
 
 _lock = threading.Lock()
 _started: _Prestart | None = None
@@ -143,7 +139,7 @@ def prestart(driver: Any = None, environ: Mapping[str, str] | None = None) -> bo
                 name="gpubw-kernels",
                 daemon=True,
             )
-            _loaders.append((loader, _started))
+            _loaders.append(loader)
             _compiled.append(compiled)
             loader.start()
     return True
@@ -153,80 +149,31 @@ def _prepare_kernels(started: _Prestart, compiled: threading.Event) -> None:
     """What the run's first kernel launch needs, made beside the CUDA start: the NVRTC
     library loaded (every run reads its version, for the report and the kernel cache's key:
     ~50-65 ms of dlopen, on one GPU on the main thread's critical path), gpubw's own kernels
-    for every device's architecture in the kernel cache (on a cache miss compiled by
-    :func:`compile_elsewhere`, a process of its own, or here under an MPI launch or where that
-    failed: a first run's ~0.3-0.5 s), then (``compiled`` set) the
+    for every device's architecture in the kernel cache (compiled on a cache miss: NVRTC lets
+    go of the GIL while it compiles, a first run's ~0.3-0.5 s), then (``compiled`` set) the
     two verification patterns. The backend waits for the kernels (:func:`kernels_ready`)
     before it loads any, so nothing is compiled twice; the patterns are needed only by the
     first fill, after the first buffers are allocated (gpubw.patterns makes a second caller
     wait for the one computing). A failure is left for the run's own calls to report."""
     with contextlib.suppress(Exception):
         try:
-            from gpubw.kernels.cache import SOURCE_NAME, is_cached, load_or_compile, nvrtc_version
+            from gpubw.kernels.cache import SOURCE_NAME, load_or_compile, nvrtc_version
             from gpubw.kernels.modules import GPUBW
 
             nvrtc_version()
             started.probed.wait()
             if started.cancelled.is_set():  # the command is ending without a run
                 return
-            version = started.driver_version
-            missing = [
-                cc
-                for cc in started.targets
-                if not is_cached(cc, version, source_text=GPUBW.source, name=SOURCE_NAME)
-            ]
-            elsewhere = bool(missing) and not launched(started.environ)
-            if elsewhere and compile_elsewhere(missing, version, started.cancelled) < 0:
-                return  # killed by a signal or cancelled: the command is ending
-            for cc in missing:  # from the cache now, or compiled here if the process failed
-                load_or_compile(cc, version, source_text=GPUBW.source, name=SOURCE_NAME)
+            for cc in started.targets:
+                load_or_compile(
+                    cc, started.driver_version, source_text=GPUBW.source, name=SOURCE_NAME
+                )
         finally:
             compiled.set()
         from gpubw.patterns import DST_SEED, SRC_SEED, pattern_bytes
 
         pattern_bytes(DST_SEED)
         pattern_bytes(SRC_SEED)
-
-
-def compile_elsewhere(
-    targets: list[tuple[int, int]], driver_version: int | None, cancelled: threading.Event
-) -> int:
-    """Compile gpubw's kernels for ``targets`` into the kernel cache in a process of its own
-    (:mod:`gpubw.kernels.precompile`, same interpreter and environment) and wait for it;
-    returns its exit status (negative: killed by that signal; :func:`settle` kills it when
-    the command ends first). Not used under an MPI launch, where a rank should not fork.
-
-    A thread of this process would hold the interpreter lock for the ~0.2-0.3 s of
-    ``cuda.core``'s import that the compile needs, slowing the command's own start by as
-    much; another process runs on another core. Its output is discarded: a compile that
-    fails there fails again in the run, which reports it."""
-    if not sys.executable:
-        return 1
-    import subprocess
-
-    env = dict(os.environ)
-    # the directory gpubw was imported from (.../gpubw/backend/cuda_start.py), first
-    home = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (home, env.get("PYTHONPATH")) if p)
-    version = "none" if driver_version is None else str(driver_version)
-    args = [sys.executable, "-m", "gpubw.kernels.precompile", version]
-    args += [f"{major}.{minor}" for major, minor in targets]
-    with _lock:
-        if cancelled.is_set():
-            return -1
-        worker = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        _workers.append(worker)
-    try:
-        return worker.wait()
-    finally:
-        with _lock:
-            _workers.remove(worker)
 
 
 def kernels_ready() -> None:
@@ -241,10 +188,8 @@ def kernels_ready() -> None:
 
 #: the kernel helper threads (:func:`_prepare_kernels`), joined by :func:`settle`, and the
 #: events each sets once its kernels are compiled (waited for by :func:`kernels_ready`)
-_loaders: list[tuple[threading.Thread, _Prestart]] = []
+_loaders: list[threading.Thread] = []
 _compiled: list[threading.Event] = []
-#: compile processes running (:func:`compile_elsewhere`), killed by :func:`settle`
-_workers: list[subprocess.Popen[bytes]] = []
 
 
 def pending() -> bool:
@@ -312,12 +257,7 @@ def settle() -> list[str]:
         loaders = list(_loaders)
         _loaders.clear()
         _compiled.clear()
-        for _, prestarted in loaders:  # no compile process starts after this
-            prestarted.cancelled.set()
-        for worker in _workers:  # a compile nobody waits for any more (the command ends)
-            with contextlib.suppress(OSError):
-                worker.kill()
-    for loader, _ in loaders:
+    for loader in loaders:
         loader.join()
     errors: list[str] = []
     for job in jobs:

@@ -217,8 +217,11 @@ def load_or_compile(
     cache, or compiled now (and stored). Returns the image for cuModuleLoadData and what it
     is."""
     text = source_text if source_text is not None else source(SOURCE_NAME)
+    target = choose_target(compute_capability)
     store = cache if cache is not None else KernelCache()
-    target, key = _entry(compute_capability, driver_version, text, name)
+    key = cache_key(
+        text, target, driver_version, nvrtc_version(), (("name", name), *compile_options())
+    )
     image = store.get(key)
     if image is None:
         image = compile_source(text, target, name)
@@ -226,25 +229,3 @@ def load_or_compile(
     if target.kind == "ptx" and not image.endswith(b"\0"):
         image += b"\0"  # cuModuleLoadData reads PTX as a NUL-terminated string
     return image, target
-
-
-def is_cached(
-    compute_capability: tuple[int, int],
-    driver_version: int | None,
-    *,
-    source_text: str,
-    name: str = SOURCE_NAME,
-    cache: KernelCache | None = None,
-) -> bool:
-    """Whether :func:`load_or_compile` would find this binary in the cache (a sound entry)."""
-    store = cache if cache is not None else KernelCache()
-    return store.get(_entry(compute_capability, driver_version, source_text, name)[1]) is not None
-
-
-def _entry(
-    compute_capability: tuple[int, int], driver_version: int | None, text: str, name: str
-) -> tuple[Target, str]:
-    """The target and the cache key of ``text`` compiled for ``compute_capability``."""
-    target = choose_target(compute_capability)
-    options = (("name", name), *compile_options())
-    return target, cache_key(text, target, driver_version, nvrtc_version(), options)
