@@ -16,7 +16,7 @@ import gpubw
 from _plugin_fixtures import BROKEN, GOOD, GOOD_DIST, installed
 from gpubw import BANDWIDTH, DeviceBuffer, DeviceInfo, Matrix, RunOptions, System
 from gpubw.backend.base import Backend
-from gpubw.errors import CudaError, NoDriverError, SimulationError
+from gpubw.errors import CudaError, GpubwError, NoDriverError, SimulationError
 from gpubw.options import Invocation
 from gpubw.registry import BUILTIN_DIST, Entry, LoadFailure, Registry, Unresolved
 from gpubw.results import Status
@@ -526,6 +526,26 @@ def test_signal_before_the_run_gives_an_interrupted_report_without_opening_the_s
     assert report.testcases == () and report.signal == "SIGTERM" and report.exit_code == 143
     assert f.system is None
     assert guard.snapshot is not None and guard.snapshot() is report
+
+
+def test_a_signal_while_the_system_opens_stays_in_a_could_not_start_report():
+    """SIGTERM while open_system runs, which then fails: the report says both (the error and
+    the signal) and its exit code is 143, not the start error's 1."""
+    from gpubw.interrupts import SignalGuard
+
+    def failing(options: RunOptions) -> System:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.02)
+        raise GpubwError("no context")
+
+    guard = SignalGuard()
+    guard.install()
+    try:
+        report = run(failing, [entry(Sized, "never")], sizes(MIB), handle_signals=True)
+    finally:
+        guard.uninstall()
+    assert report.error == "could not start: no context" and report.signal == "SIGTERM"
+    assert report.exit_code == 143 and guard.report_final
 
 
 def test_the_finished_report_is_final_for_the_guard():

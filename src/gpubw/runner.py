@@ -414,7 +414,9 @@ def _run(
     except NoDriverError:
         raise
     except GpubwError as exc:
-        report = attrs.evolve(state.report(None), error=f"could not start: {exc}")
+        # a signal that came while the System opened is the run's too (exit 128 + n)
+        signum = None if guard is None else guard.signum
+        report = attrs.evolve(state.report(signum), error=f"could not start: {exc}")
         if guard is not None:
             guard.final(report)
         return report
