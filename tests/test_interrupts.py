@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 import time
+import types
 from typing import Any
 
 import pytest
@@ -79,6 +80,27 @@ def test_watchdog_writes_the_snapshot_and_exits_after_a_second_signal(monkeypatc
     finally:
         guard.uninstall()
     assert written == ["the report so far"] and exits == [143]
+
+
+def test_watchdog_after_the_report_was_final_exits_with_the_reports_code(monkeypatch):
+    """Two signals once the report is final and a run that still does not end: the watchdog
+    writes that report and exits with its exit code (the signal was absorbed), not 128 + n."""
+    exits: list[int] = []
+    monkeypatch.setattr(interrupts.os, "_exit", exits.append)
+    written: list[object] = []
+    final = types.SimpleNamespace(exit_code=3)
+    guard = SignalGuard(grace_s=0.1)
+    guard.emergency_write = written.append
+    guard.install()
+    try:
+        guard.final(final)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+        wait_until(lambda: exits)
+    finally:
+        guard.uninstall()
+    assert written == [final] and exits == [3]
 
 
 def test_watchdog_stands_down_when_the_run_ends_in_time(monkeypatch):

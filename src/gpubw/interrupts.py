@@ -163,6 +163,8 @@ class SignalGuard:
         if got:
             with contextlib.suppress(BaseException):
                 report = self.snapshot() if self.snapshot is not None else None
+                if report is not None and self.report_final:
+                    code = int(report.exit_code)  # the signal was absorbed: the report's
                 if report is not None and self.emergency_write is not None:
                     self.emergency_write(report)
             with contextlib.suppress(BaseException):
