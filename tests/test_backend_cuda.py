@@ -414,7 +414,7 @@ def test_settle_releases_a_prestart_nobody_adopted(monkeypatch: pytest.MonkeyPat
     # the command gives up, so it may have made none)
     assert set(driver.retained.values()) <= {0}
     assert not cuda_start.pending()
-    assert cuda_start.adopt(driver) == {}
+    assert cuda_start.adopt(driver, 2) == {}
 
 
 def test_settle_stops_an_unadopted_prestart_before_its_next_context(
@@ -522,6 +522,42 @@ def test_a_command_ending_without_a_run_compiles_nothing(monkeypatch: pytest.Mon
     assert cuda_start.prestart()
     assert cuda_start.settle() == []
     assert compiled == []
+
+
+def test_a_command_ending_during_the_compile_makes_no_patterns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """settle() while the kernel helper compiles: once that compile returns, the helper
+    stops (no patterns, nothing more) and settle() returns."""
+    from gpubw import patterns
+    from gpubw.backend import cuda_start
+    from gpubw.kernels import cache
+
+    driver = FakeDriver()
+    monkeypatch.setattr(
+        driver, "cuDeviceGetAttribute", lambda a, dev: (R.CUDA_SUCCESS, 9), raising=False
+    )
+    monkeypatch.setattr(cuda_start, "_driver_module", lambda: driver)
+    compiling, go_on = threading.Event(), threading.Event()
+    made: list[Any] = []
+
+    def compile_(*args: Any, **kwargs: Any) -> None:
+        compiling.set()
+        assert go_on.wait(10)
+        made.append(args)
+
+    monkeypatch.setattr(cache, "nvrtc_version", lambda: (13, 0))
+    monkeypatch.setattr(cache, "load_or_compile", compile_)
+    monkeypatch.setattr(patterns, "pattern_bytes", made.append)
+    assert cuda_start.prestart()
+    assert compiling.wait(10)
+    ending = threading.Thread(target=cuda_start.settle)
+    ending.start()
+    time.sleep(0.1)  # settle() has cancelled the helper and waits for it
+    go_on.set()
+    ending.join(10)
+    assert not ending.is_alive()
+    assert made == [((9, 9), 13000)]  # the compile under way finished; no patterns after it
 
 
 def test_the_command_names_a_failed_late_release(

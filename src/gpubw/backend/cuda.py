@@ -153,14 +153,7 @@ class CudaBackend(CudaSharingMixin, Backend):
         """Take over the primary contexts a prestart retained (waiting for it to finish)."""
         if self._prestarted:
             self._prestarted = False
-            adopted = cuda_start.adopt(cu)
-            # devices the backend does not count (not within one process, whose device count
-            # is fixed at cuInit) are never used: given straight back to the helper to release
-            extra = sorted(d for d in adopted if d >= len(self._handles))
-            if extra:
-                handles = [_check("cuDeviceGet", cu.cuDeviceGet(d)) for d in extra]
-                cuda_start.release_later(cu, handles)
-            adopted = {d: c for d, c in adopted.items() if d < len(self._handles)}
+            adopted = cuda_start.adopt(cu, len(self._handles))
             self._contexts.update(adopted)
             self._release_later.update(adopted)
 

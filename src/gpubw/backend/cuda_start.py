@@ -46,6 +46,8 @@ class _Prestart:
         #: the launcher's environment, which says which devices this process will drive
         self.environ = environ
         self.contexts: dict[int, Any] = {}
+        #: ordinal -> device handle of every retained context (what releasing it needs)
+        self.handles: dict[int, Any] = {}
         self.error: BaseException | None = None
         #: set when nobody is going to adopt the contexts (:func:`settle`): stop making them
         self.cancelled = threading.Event()
@@ -77,6 +79,7 @@ class _Prestart:
                 if status != cu.CUresult.CUDA_SUCCESS:
                     return
                 self.contexts[ordinal] = ctx
+                self.handles[ordinal] = handle
                 # the driver sets a context up at its first use, not at the retain (~0.09 s
                 # of a first cuMemGetInfo per H200): use it here
                 if cu.cuCtxSetCurrent(ctx)[0] == cu.CUresult.CUDA_SUCCESS:
@@ -165,11 +168,15 @@ def _prepare_kernels(started: _Prestart, compiled: threading.Event) -> None:
             if started.cancelled.is_set():  # the command is ending without a run
                 return
             for cc in started.targets:
+                if started.cancelled.is_set():  # the command is ending without a run
+                    return
                 load_or_compile(
                     cc, started.driver_version, source_text=GPUBW.source, name=SOURCE_NAME
                 )
         finally:
             compiled.set()
+        if started.cancelled.is_set():
+            return
         from gpubw.patterns import DST_SEED, SRC_SEED, pattern_bytes
 
         pattern_bytes(DST_SEED)
@@ -206,17 +213,22 @@ def _driver_module() -> Any:
         return None
 
 
-def adopt(driver: Any) -> dict[int, Any]:
+def adopt(driver: Any, count: int) -> dict[int, Any]:
     """Wait for the helper thread, then hand its retained primary contexts (ordinal ->
-    context) to the caller, who now owns them (must release each once). Empty when nothing
-    was prestarted, or it was started for another driver module; one caller gets them."""
+    context) of ordinals below ``count`` (the caller's device count) to the caller, who now
+    owns them (must release each once); any other is released here (on a helper thread).
+    Empty when nothing was prestarted, or it was started for another driver module; one
+    caller gets them."""
     started = _take()
     if started is None:
         return {}
     if started.driver is not driver:  # started for another driver module: give them back
         _release(started)
         return {}
-    return dict(started.contexts)
+    extra = [started.handles[d] for d in sorted(started.contexts) if d >= count]
+    if extra:  # devices the caller does not count are never used
+        release_later(driver, extra)
+    return {d: ctx for d, ctx in started.contexts.items() if d < count}
 
 
 def release_later(driver: Any, handles: list[Any]) -> None:
@@ -294,7 +306,5 @@ def _release(started: _Prestart) -> None:
     cu = started.driver
     for ordinal in started.contexts:
         with contextlib.suppress(Exception):  # nothing to do about it at the end
-            status, handle = cu.cuDeviceGet(ordinal)
-            if status == cu.CUresult.CUDA_SUCCESS:
-                cu.cuDevicePrimaryCtxRelease(handle)
+            cu.cuDevicePrimaryCtxRelease(started.handles[ordinal])
     started.contexts.clear()
