@@ -47,24 +47,38 @@ def _number(environ: Mapping[str, str], name: str) -> int | None:
     return value if value >= 0 else None
 
 
+def rank_device(local_rank: int, count: int) -> int:
+    """The GPU a rank drives in the multinode testcases, as nvbandwidth maps it: its local
+    rank modulo the host's device count (``count`` >= 1)."""
+    return local_rank % count
+
+
+def driven_devices(count: int, local_rank: int, several_ranks: bool) -> tuple[int, ...]:
+    """The devices (of ``count``) a process drives: every one, unless it is one of several
+    ranks and not its host's first (local rank 0, which runs the single-node testcases on
+    every device); then only :func:`rank_device`."""
+    if not several_ranks or local_rank == 0 or count < 1:
+        return tuple(range(max(count, 0)))
+    return (rank_device(local_rank, count),)
+
+
 def devices_to_start(count: int, environ: Mapping[str, str]) -> tuple[int, ...]:
     """The device ordinals (of ``count``) whose contexts this process should make before the
     run knows its world: every device outside an MPI launch of several ranks and on a host's
     first rank; only ``local rank % count`` on the host's other ranks; none when a launch is
     detected but its local rank is not in the environment (the run then makes the contexts
     it needs itself)."""
-    every = tuple(range(max(count, 0)))
     found = size_variable(environ)
     if found is None:
         if PMIX_VARIABLE not in environ:
-            return every
+            return driven_devices(count, 0, several_ranks=False)
     elif _number(environ, found[1]) == 1:
-        return every
+        return driven_devices(count, 0, several_ranks=False)
     local = None
     for name in LOCAL_RANK_VARIABLES:
         local = _number(environ, name)
         if local is not None:
             break
-    if local is None or count < 1:
+    if local is None:
         return ()
-    return every if local == 0 else (local % count,)
+    return driven_devices(count, local, several_ranks=True)

@@ -14,6 +14,7 @@ from gpubw.backend.base import Backend, DeviceInfo
 from gpubw.buffers import BufferPool
 from gpubw.gate import Gate
 from gpubw.kernels.modules import GPUBW, KernelModule, generation, register_kernel_module
+from gpubw.launch_env import driven_devices
 from gpubw.options import RunOptions
 from gpubw.patterns import DST_SEED, SRC_SEED, pattern_bytes
 from gpubw.shared import Sharing
@@ -39,9 +40,9 @@ class System:
         #: the devices this process drives: every one, except on an MPI rank that is not its
         #: host's first, which runs only the multinode testcases, on :attr:`rank_device`
         #: (kernels are loaded, sizes checked and contexts made only on these)
-        self.driven_devices: tuple[int, ...] = tuple(d.ordinal for d in self.devices)
-        if self.world.size > 1 and self.world.local_rank != 0 and self.devices:
-            self.driven_devices = (self.rank_device,)
+        self.driven_devices = driven_devices(
+            len(self.devices), self.world.local_rank, several_ranks=self.world.size > 1
+        )
         #: every buffer's memory, the run's scratch, patterns and the gate page
         self.pool = BufferPool(
             backend,

@@ -34,6 +34,7 @@ from typing import Any, Literal
 import attrs
 
 from gpubw.errors import GpubwError
+from gpubw.launch_env import rank_device
 
 #: Default bound of one collective, in seconds. Long waits (a rank waiting while another
 #: measures) must pass their own ``timeout_s``.
@@ -361,4 +362,4 @@ def device_assignment(world: World, device_count: int) -> DeviceAssignment:
     warning = None
     if world.local_rank == 0 and world.local_size > device_count:
         warning = MORE_RANKS_THAN_GPUS.format(host=world.host_name)
-    return DeviceAssignment(device=world.local_rank % device_count, warning=warning)
+    return DeviceAssignment(device=rank_device(world.local_rank, device_count), warning=warning)
