@@ -135,8 +135,10 @@ def test_launch_checks(backend: SimulatedBackend) -> None:
         be.launch("no_such_kernel", 1, 1, args, s)
     with pytest.raises(UsageError, match="takes"):
         be.launch("gpubw_fill", 1, 1, (ptr(0), i32(0), u64(1)), s)
-    with pytest.raises(UsageError, match="block"):
+    with pytest.raises(UsageError, match=r"^block of gpubw_fill must be in 1\.\.1024, got 2048$"):
         be.launch("gpubw_fill", 1, 2048, args, s)
+    with pytest.raises(UsageError, match=r"^grid of gpubw_fill must be in 1\.\.2147483647, got"):
+        be.launch("gpubw_fill", 1 << 31, 1, args, s)
 
 
 def test_pointer_chase_latency(backend: SimulatedBackend) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from gpubw.backend.base import DeviceInfo, ptr, u32, u64
+from gpubw.backend.base import MAX_GRID, DeviceInfo, ptr, u32, u64
 from gpubw.buffers import Buffer, DeviceBuffer
 from gpubw.kernels import ELEMENT_BYTES
 from gpubw.options import MIB
@@ -136,8 +136,6 @@ def copy_launch_shape(device: DeviceInfo, elements: int) -> tuple[int, int]:
 #: per thread: a 128-thread piece moves 4 KiB (4,294-4,318 GB/s read + write at 4 GiB on an
 #: H200, 256-thread blocks 4,233-4,274; benchmarks/README.md).
 FLAT_COPY_BLOCK = 128
-#: The most blocks of one launch (CUDA's grid x limit).
-MAX_GRID = 2**31 - 1
 
 
 def flat_copy_launches(elements: int, loops: int) -> list[tuple[int, int]]:

@@ -139,6 +139,19 @@ class KernelArg:
     value: int
 
 
+#: The most blocks of one launch (CUDA's grid x limit).
+MAX_GRID = (1 << 31) - 1
+
+
+def check_launch_geometry(kernel: str, grid: int, block: int) -> None:
+    """Refuse a launch shape CUDA cannot run (both backends call this first): UsageError
+    naming the kernel, the value and the allowed range."""
+    if not 1 <= int(grid) <= MAX_GRID:
+        raise UsageError(f"grid of {kernel} must be in 1..{MAX_GRID}, got {grid}")
+    if not 1 <= int(block) <= 1024:
+        raise UsageError(f"block of {kernel} must be in 1..1024, got {block}")
+
+
 def ptr(value: int) -> KernelArg:
     return KernelArg("ptr", int(value))
 

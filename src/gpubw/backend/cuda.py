@@ -24,11 +24,10 @@ from typing import Any
 import attrs
 
 from gpubw.backend import cuda_start
-from gpubw.backend.base import Backend, DeviceInfo, KernelArg
+from gpubw.backend.base import Backend, DeviceInfo, KernelArg, check_launch_geometry
 from gpubw.backend.cuda_sharing import CudaSharingMixin
 from gpubw.backend.cuda_support import (
     HUGE_MMAP_FLAGS,
-    MAX_GRID,
     NO_DEVICE_MESSAGE,
     NO_DRIVER_MESSAGE,
     map_anonymous,
@@ -511,10 +510,7 @@ class CudaBackend(CudaSharingMixin, Backend):
         self, kernel: str, grid: int, block: int, args: Sequence[KernelArg], stream: Any
     ) -> None:
         values, array = pack_kernel_args(kernel, args)
-        if not 1 <= int(grid) <= MAX_GRID:
-            raise UsageError(f"grid of {kernel} must be in 1..{MAX_GRID}, got {grid}")
-        if not 1 <= int(block) <= 1024:
-            raise UsageError(f"block of {kernel} must be in 1..1024, got {block}")
+        check_launch_geometry(kernel, grid, block)
         s = self._stream(stream)
         func = self._function(s.device, kernel)
         self._use(s.device)

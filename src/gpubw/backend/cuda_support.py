@@ -31,8 +31,6 @@ _ARG_TYPES: dict[str, tuple[type[ctypes._SimpleCData], int, int]] = {
     "u32": (ctypes.c_uint32, 0, (1 << 32) - 1),
     "i32": (ctypes.c_int32, -(1 << 31), (1 << 31) - 1),
 }
-#: the largest grid (blocks) a launch may ask for
-MAX_GRID = (1 << 31) - 1
 
 
 def registered_modules() -> list[tuple[str, str, str, tuple[KernelSpec, ...]]]:

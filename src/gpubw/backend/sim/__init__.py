@@ -49,7 +49,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from gpubw.backend.base import Backend, DeviceInfo, KernelArg
+from gpubw.backend.base import Backend, DeviceInfo, KernelArg, check_launch_geometry
 from gpubw.backend.sim import facts as sim_facts
 from gpubw.backend.sim.engine import Engine, Event, Op, Stream
 from gpubw.backend.sim.faults import FaultInjector, Faults
@@ -72,8 +72,6 @@ __all__ = [
     "SimulatedBackend",
     "iter_pairs",
 ]
-
-_MAX_GRID = (1 << 31) - 1
 
 
 class SimEngine:
@@ -513,10 +511,7 @@ class SimulatedBackend(SharingMixin, Backend):
         ):
             got = ", ".join(getattr(a, "ctype", type(a).__name__) for a in args)
             raise UsageError(f"{kernel} takes ({', '.join(spec.params)}), got ({got})")
-        if not 1 <= int(grid) <= _MAX_GRID:
-            raise UsageError(f"grid of {kernel} must be in 1..{_MAX_GRID}, got {grid}")
-        if not 1 <= int(block) <= 1024:
-            raise UsageError(f"block of {kernel} must be in 1..1024, got {block}")
+        check_launch_geometry(kernel, grid, block)
         s = self._stream(stream, f"cuLaunchKernel({kernel})")
         if s.device not in self._loaded:
             d = self._local(s.device)
