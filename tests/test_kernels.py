@@ -6,6 +6,7 @@ import io
 import re
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,9 +209,17 @@ def test_unwritable_cache_is_not_an_error(monkeypatch: pytest.MonkeyPatch, tmp_p
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("GPUBW_CACHE_DIR", str(blocker / "kernels"))
+    compiles: list[Any] = []
+    compile_source = kcache.compile_source
+    monkeypatch.setattr(
+        kcache, "compile_source", lambda *a: compiles.append(a) or compile_source(*a)
+    )
     image, _ = kcache.load_or_compile((8, 0), 13000)
     assert image[:4] == b"\x7fELF"
     assert list(tmp_path.iterdir()) == [blocker]
+    # a second load in this process (the backend after the command's kernel helper) finds
+    # the binary the first could not store: compiled once
+    assert kcache.load_or_compile((8, 0), 13000)[0] == image and len(compiles) == 1
 
 
 def test_unknown_architecture_falls_back_to_ptx(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -167,6 +167,10 @@ def compile_source(source_text: str, target: Target, name: str = SOURCE_NAME) ->
     return code.encode("utf-8") if isinstance(code, str) else bytes(code)
 
 
+#: binaries this process compiled but could not store (key -> payload)
+_unwritten: dict[str, bytes] = {}
+
+
 class KernelCache:
     """The on-disk store of compiled kernels. Every failure to read or write is logged at
     debug level and otherwise ignored."""
@@ -178,11 +182,12 @@ class KernelCache:
         return self.directory / f"{key}.bin"
 
     def get(self, key: str) -> bytes | None:
-        """The stored binary, or None when absent, unreadable or corrupt."""
+        """The stored binary, or None when absent, unreadable or corrupt (one this process
+        could not write is kept in memory and returned from there)."""
         try:
             blob = self.path(key).read_bytes()
         except OSError:
-            return None
+            return _unwritten.get(key)
         head = len(_MAGIC) + _DIGEST
         if len(blob) <= head or not blob.startswith(_MAGIC):
             log.debug("ignoring malformed kernel cache entry %s", self.path(key))
@@ -198,10 +203,14 @@ class KernelCache:
         blob = _MAGIC + hashlib.sha256(payload).digest() + payload
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            if not replace_regular_file(str(self.path(key)), blob):
-                log.debug("kernel cache entry %s is not a regular file; left alone", key)
+            if replace_regular_file(str(self.path(key)), blob):
+                return
+            log.debug("kernel cache entry %s is not a regular file; left alone", key)
         except (OSError, UsageError) as exc:
             log.debug("kernel cache %s not writable: %s", self.directory, exc)
+        # kept for this process: the command's kernel helper thread compiles for the backend
+        # through the cache, which must not compile the same binary again
+        _unwritten[key] = payload
 
 
 def load_or_compile(
