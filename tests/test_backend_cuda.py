@@ -408,8 +408,11 @@ def test_settle_releases_a_prestart_nobody_adopted(monkeypatch: pytest.MonkeyPat
 
     driver = FakeDriver()
     monkeypatch.setattr(cuda_start, "_driver_module", lambda: driver)
+    started: list[bool] = []
+    prestart = cuda_start.prestart
+    monkeypatch.setattr(cuda_start, "prestart", lambda: started.append(prestart()) or True)
     code = cli.main(["-t", "0", "--expect", "/nonexistent/expectations.json"])
-    assert code == 2
+    assert code == 2 and started == [True]  # the command did prestart CUDA
     # every context the helper made is released (it stops before its next context once
     # the command gives up, so it may have made none)
     assert set(driver.retained.values()) <= {0}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpubw.launch_env import devices_to_start, size_variable
+from gpubw.launch_env import devices_to_start
 from gpubw.world import detect_launch
 
 
@@ -13,6 +13,8 @@ from gpubw.world import detect_launch
     [
         ({}, (0, 1, 2, 3)),  # no launcher: one process drives every device
         ({"OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}, (0, 1, 2, 3)),
+        ({"OMPI_COMM_WORLD_SIZE": "1"}, (0, 1, 2, 3)),  # one rank: no local rank needed
+        ({"PMI_SIZE": "1"}, (0, 1, 2, 3)),
         ({"OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}, (0, 1, 2, 3)),
         ({"OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "3"}, (3,)),
         ({"OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "6"}, (2,)),  # 6 % 4
@@ -38,22 +40,22 @@ def test_no_devices_no_contexts() -> None:
 
 
 @pytest.mark.parametrize(
-    "environ",
+    ("environ", "variable"),
     [
-        {"OMPI_COMM_WORLD_SIZE": "2"},
-        {"PMI_SIZE": "3"},
-        {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0"},
-        {"SLURM_STEP_NUM_TASKS": "2"},
-        {"PMIX_RANK": "0"},
-        {},
+        ({"OMPI_COMM_WORLD_SIZE": "2"}, "OMPI_COMM_WORLD_SIZE"),
+        ({"OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}, "OMPI_COMM_WORLD_SIZE"),
+        ({"PMI_SIZE": "3"}, "PMI_SIZE"),
+        ({"PMI_SIZE": "1", "MPI_LOCALRANKID": "0"}, "PMI_SIZE"),
+        ({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0"}, "SLURM_STEP_NUM_TASKS"),
+        ({"SLURM_STEP_NUM_TASKS": "2"}, None),
+        ({"PMIX_RANK": "0"}, "PMIX_RANK"),
+        ({}, None),
     ],
 )
-def test_the_world_reads_the_same_launch(environ: dict[str, str]) -> None:
-    """detect_launch (which decides whether the run is an MPI world) and the prestart see
-    the same launcher in the same environment."""
+def test_the_world_reads_the_same_launch(environ: dict[str, str], variable: str | None) -> None:
+    """detect_launch (which decides whether the run is an MPI world) finds the launcher the
+    environment names, and the prestart starts every device exactly when that is no launch
+    of several ranks."""
     launch = detect_launch(environ)
-    found = size_variable(environ)
-    assert (launch.variable if launch else None) == (
-        found[1] if found else ("PMIX_RANK" if "PMIX_RANK" in environ else None)
-    )
+    assert (launch.variable if launch else None) == variable
     assert (devices_to_start(2, environ) == (0, 1)) == (launch is None or launch.size == 1)

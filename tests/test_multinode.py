@@ -364,12 +364,22 @@ def test_a_bad_copy_on_one_rank_fails_the_cell_on_every_rank_in_step() -> None:
     assert [o.value for o in outcomes] == [("rank 1: copy sizes differ", 1)] * 2
 
 
-def test_total_is_refused_across_ranks(sim_system: Any) -> None:
+def test_total_is_refused_across_ranks() -> None:
     """measure_ranks has no TOTAL figure: refused before any collective, naming what is
-    allowed."""
-    op = MemcpyOperation(sim_system("h200x2"), CE, kind=measurement.Kind.TOTAL, loops=2)
-    with pytest.raises(UsageError, match=r"TOTAL .* allowed: FIRST, SUM, VECTOR"):
-        op.measure_ranks([RankCopy(0, None)], None)  # type: ignore[arg-type]
+    allowed (only rank 0 asks, so a collective would wait for rank 1 until the timeout)."""
+
+    def fn(system: System) -> str:
+        if system.world.rank != 0:
+            return "idle"
+        op = MemcpyOperation(system, CE, kind=measurement.Kind.TOTAL, loops=2)
+        with pytest.raises(UsageError, match=r"TOTAL .* allowed: FIRST, SUM, VECTOR"):
+            op.measure_ranks([RankCopy(0, None)], None)  # type: ignore[arg-type]
+        return "refused"
+
+    start = time.monotonic()
+    outcomes = run_ranks("h200x2", [2], fn, SMALL, timeout_s=5.0)
+    assert [o.value for o in outcomes] == ["refused", "idle"], [o.error for o in outcomes]
+    assert time.monotonic() - start < 4
 
 
 def test_a_rank_failing_to_make_its_gate_words_frees_the_flag_everywhere() -> None:
