@@ -5,6 +5,8 @@ backend; ``benchmarks/gpu_check.sh mpifaults``, on the GPUs under the image's Op
 sm    the cross-rank SM testcases fail on rank 1 (a GpubwError while queuing a sample)
 kill  rank 1 is SIGKILLed 1 s into multinode_device_to_device_bidirectional_memcpy_read_ce
 hang  rank 1 sleeps 120 s at the start of that testcase (only the world timeout ends it)
+devices  no fault: each rank ends by printing ``rank R touched D`` on stderr, D the devices
+      its backend made (or needed) a CUDA context on
 """
 
 from __future__ import annotations
@@ -46,7 +48,35 @@ def hang(self: Any, size: int, loops: int) -> Any:
     return original(self, size, loops)
 
 
+#: backend calls that make or need a device's context, and which argument is the device
+#: (alloc_host's: the context that allocates it, None meaning the first device)
+CONTEXT_CALLS = (("memory_info", 0), ("alloc_device", 0), ("alloc_host", 1),
+                 ("create_stream", 0), ("create_event", 0), ("load_kernels", 0))  # fmt: skip
+touched: set[int] = set()
+
+
+def record(cls: type, name: str, position: int) -> None:
+    method = getattr(cls, name)
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        device = args[position] if len(args) > position else None
+        touched.add(0 if device is None else device)
+        return method(self, *args, **kwargs)
+
+    setattr(cls, name, call)
+
+
 if __name__ == "__main__":
+    if FAULT == "devices":
+        from gpubw.backend.cuda import CudaBackend
+        from gpubw.backend.sim import SimulatedBackend
+
+        for cls in (CudaBackend, SimulatedBackend):
+            for name, position in CONTEXT_CALLS:
+                record(cls, name, position)
+        code = cli.main(sys.argv[1:])
+        print(f"rank {RANK} touched {sorted(touched)}", file=sys.stderr)
+        sys.exit(code)
     if FAULT == "sm":
         MemcpyOperation._queue_ranks = failing  # type: ignore[method-assign, assignment]
     if FAULT == "kill":

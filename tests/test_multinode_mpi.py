@@ -142,6 +142,16 @@ def test_single_node_testcases_run_on_the_host_leader_only(tmp_path: Path) -> No
     assert len(t["matrices"][0]["values"]) == 2 and "hosts" not in doc
 
 
+def test_only_the_host_leader_touches_every_gpu(tmp_path: Path) -> None:
+    """Under mpiexec, the command's rank 1 (not its host's first) makes contexts on its own
+    GPU alone (kernels, size check, host memory, streams); rank 0 on both: a single-node
+    and a multinode testcase in one run."""
+    rc, _, err, _ = mpirun(tmp_path, [*FAST, "-t", "4", "35", "-j", "-o", "r.json"], "devices")
+    assert rc == 0, err
+    lines = sorted(line for line in err.splitlines() if " touched " in line)
+    assert lines == ["rank 0 touched [0, 1]", "rank 1 touched [1]"], err
+
+
 def test_one_rank_failing_a_testcase_fails_it_everywhere(tmp_path: Path) -> None:
     """Rank 1 fails the SM testcases: they are Error with rank 1's message, the CE ones
     Passed, the run goes on; exit code 1 from every rank."""

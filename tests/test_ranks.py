@@ -51,3 +51,19 @@ def test_leader_bound_covers_every_cell_of_the_host(sim_system: Any) -> None:
     assert leader_bound(more) - world == pytest.approx(2 * (leader_bound(eight) - world))
     one_cell_sample = options.gate_timeout_s + options.sync_timeout_s
     assert leader_bound(eight) >= 8 * 8 * 2 * one_cell_sample + world
+
+
+def test_a_system_opened_for_a_world_drives_only_what_its_rank_drives() -> None:
+    """with_world (the command's opener under MPI) gives the System its world after it opens:
+    a host's first rank drives every GPU, its second rank only its own, whose context also
+    makes the device-less host memory."""
+    from gpubw.api import system_opener
+    from gpubw.ranks import with_world
+    from gpubw.world.simulated import SimulatedCluster
+
+    first, second = SimulatedCluster([2]).worlds()
+    opened = []
+    for world in (first, second):
+        with with_world(system_opener("h200x2"), world)(RunOptions()) as system:
+            opened.append((system.world is world, system.driven_devices, system.pool.home_device))
+    assert opened == [(True, (0, 1), 0), (True, (1,), 1)]
