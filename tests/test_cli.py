@@ -631,3 +631,26 @@ def test_streaming_writer_bug_is_a_plugin_error(capsys, monkeypatch):
     code, _, err = run_cli(capsys, "--simulate", PRESET, "-t", "0", "-q")
     assert code == 1
     assert "writer 'text' failed: RuntimeError: testcase output broke" in only_error_line(err)
+
+
+def test_a_signal_during_a_simulated_rack_run_is_in_its_report(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """SIGINT while a simulated rack's ranks run (on threads a signal cannot stop): the run
+    finishes, and the report and the exit code say it was signalled (130), as before the
+    report-final rule; it is not lost as a clean 0."""
+    from gpubw import ranks
+
+    run_simulated = ranks.run_simulated
+
+    def signalled(*args: object) -> object:
+        os.kill(os.getpid(), signal.SIGINT)
+        return run_simulated(*args)
+
+    monkeypatch.setattr(ranks, "run_simulated", signalled)
+    out = tmp_path / "rack.json"
+    argv = ["--simulate", "gb200nvl72", "-t", "0", "-b", "1MiB", "-i", "1", "-j", "-o", str(out)]
+    assert cli.main(argv) == 130
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] is True and doc["exit_code"] == 130
+    assert [t["status"] for t in doc["testcases"]] == ["Passed"]
