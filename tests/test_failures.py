@@ -218,11 +218,21 @@ def test_samples_or_loop_count_zero_or_negative(capsys, option, value):
     assert f"{value!r} must be at least 1" in line
 
 
+@pytest.mark.parametrize("option", ["--gate-timeout", "--world-timeout"])
 @pytest.mark.parametrize("value", ["0", "-1", "soon", "inf", "nan"])
-def test_gate_timeout_not_positive(capsys, value):
-    """A --gate-timeout that is not a finite positive number is a usage error naming the value."""
-    line = usage_error(capsys, "--simulate", PRESET, "--gate-timeout", value)
-    assert "--gate-timeout" in line and repr(value) in line
+def test_gate_timeout_not_positive(capsys, option, value):
+    """A --gate-timeout or --world-timeout that is not a finite positive number is a usage
+    error naming the option, the value and what is allowed."""
+    line = usage_error(capsys, "--simulate", PRESET, f"{option}={value}")
+    assert option in line and repr(value) in line
+    assert "must be a positive, finite number" in line or "is not a number of seconds" in line
+
+
+@pytest.mark.parametrize("option", ["--gate-timeout", "--world-timeout"])
+def test_timeout_past_a_day(capsys, option):
+    """A timeout past 86400 s is refused, saying the bound."""
+    line = usage_error(capsys, "--simulate", PRESET, option, "1e9")
+    assert option in line and "must be at most 86400 seconds" in line
 
 
 def test_unknown_writer(capsys, monkeypatch):
@@ -309,6 +319,7 @@ def test_unknown_option(capsys, argv):
         ["--format", "json", "--format", "text"],
         ["--simulate", "h200x1", "--simulate", "h200x2"],
         ["--gate-timeout", "1", "--gate-timeout", "2"],
+        ["--world-timeout", "1", "--world-timeout", "2"],
     ],
 )
 def test_repeated_scalar_option(capsys, argv):

@@ -275,8 +275,10 @@ def _add_rank_options(add: Callable[..., Any]) -> None:
         type=seconds(MAX_WORLD_TIMEOUT_S),
         action=_Once,
         default=DEFAULT_WORLD_TIMEOUT_S,
-        help="longest any step that waits for other MPI ranks may take "
-        f"(default {DEFAULT_WORLD_TIMEOUT_S:g})",
+        help="longest a collective step may wait for the other ranks (MPI, or a simulated "
+        f"rack), at most {MAX_WORLD_TIMEOUT_S:g} (default {DEFAULT_WORLD_TIMEOUT_S:g}); while "
+        "a host's first rank runs a single-node testcase, its other ranks wait that "
+        "testcase's own bounds plus this",
     )
     add(
         "--sample-pairs",
