@@ -62,45 +62,39 @@ def test_install_elsewhere_than_the_main_thread_is_a_no_op():
     assert got == [False] and interrupts.current() is None
 
 
-def test_watchdog_writes_the_snapshot_and_exits_after_a_second_signal(monkeypatch):
-    """Two signals and a main thread that does not finish: after the grace period the
-    watchdog writes the snapshot and exits 128 + the first signal."""
+def _stuck_after_two_signals(monkeypatch, final: object = None) -> tuple[list[object], list[int]]:
+    """SIGTERM then SIGINT to a guard whose run never ends (its report made ``final`` first,
+    if given): what the watchdog wrote and the exit codes it chose."""
     exits: list[int] = []
     monkeypatch.setattr(interrupts.os, "_exit", exits.append)
-    written: list[str] = []
+    written: list[object] = []
     guard = SignalGuard(grace_s=0.1)
     guard.snapshot = lambda: "the report so far"
     guard.emergency_write = written.append
     guard.install()
     try:
+        if final is not None:
+            guard.final(final)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGINT)
         wait_until(lambda: exits)
     finally:
         guard.uninstall()
-    assert written == ["the report so far"] and exits == [143]
+    return written, exits
+
+
+def test_watchdog_writes_the_snapshot_and_exits_after_a_second_signal(monkeypatch):
+    """Two signals and a main thread that does not finish: after the grace period the
+    watchdog writes the snapshot and exits 128 + the first signal."""
+    assert _stuck_after_two_signals(monkeypatch) == (["the report so far"], [143])
 
 
 def test_watchdog_after_the_report_was_final_exits_with_the_reports_code(monkeypatch):
     """Two signals once the report is final and a run that still does not end: the watchdog
     writes that report and exits with its exit code (the signal was absorbed), not 128 + n."""
-    exits: list[int] = []
-    monkeypatch.setattr(interrupts.os, "_exit", exits.append)
-    written: list[object] = []
     final = types.SimpleNamespace(exit_code=3)
-    guard = SignalGuard(grace_s=0.1)
-    guard.emergency_write = written.append
-    guard.install()
-    try:
-        guard.final(final)
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.01)
-        os.kill(os.getpid(), signal.SIGINT)
-        wait_until(lambda: exits)
-    finally:
-        guard.uninstall()
-    assert written == [final] and exits == [3]
+    assert _stuck_after_two_signals(monkeypatch, final) == ([final], [3])
 
 
 def test_watchdog_stands_down_when_the_run_ends_in_time(monkeypatch):
