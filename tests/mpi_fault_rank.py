@@ -5,8 +5,9 @@ backend; ``benchmarks/gpu_check.sh mpifaults``, on the GPUs under the image's Op
 sm    the cross-rank SM testcases fail on rank 1 (a GpubwError while queuing a sample)
 kill  rank 1 is SIGKILLed 1 s into multinode_device_to_device_bidirectional_memcpy_read_ce
 hang  rank 1 sleeps 120 s at the start of that testcase (only the world timeout ends it)
-devices  no fault: each rank ends by printing ``rank R touched D`` on stderr, D the devices
-      its backend made (or needed) a CUDA context on
+devices  no fault: each rank ends by writing ``rank R touched D`` into the file
+      ``touched-R`` of the current folder (one file per rank: mpiexec merges the ranks'
+      streams in chunks), D the devices its backend made (or needed) a CUDA context on
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ if __name__ == "__main__":
             for name, position in CONTEXT_CALLS:
                 record(cls, name, position)
         code = cli.main(sys.argv[1:])
-        print(f"rank {RANK} touched {sorted(touched)}", file=sys.stderr)
+        with open(f"touched-{RANK}", "w") as note:
+            note.write(f"rank {RANK} touched {sorted(touched)}\n")
         sys.exit(code)
     if FAULT == "sm":
         MemcpyOperation._queue_ranks = failing  # type: ignore[method-assign, assignment]

@@ -315,23 +315,46 @@ def _signalled_run(folder: Path, offsets: list[float], sigs: list[int]) -> tuple
     return proc.returncode, out, err
 
 
-#: a traceback line of gpubw's start-up imports, before _startup.install() has run: module
-#: level of gpubw/__init__.py (importing _startup) or of _startup.py (importing signal, ...)
-_EARLY_FRAME = re.compile(r'gpubw[/\\](__init__|_startup)\.py", line \d+, in <module>$')
+def _install_line(module: str) -> int:
+    """The line of ``_startup.install()`` in an entry module of gpubw (``__main__``, ``cli``)."""
+    path = Path(gpubw.__file__).with_name(f"{module}.py")
+    lines = path.read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.startswith("_startup.install()"))
+
+
+def _early_frame(line: str) -> bool:
+    """Whether a traceback line is gpubw code that runs before the quiet handler is in:
+    the package's own light module level (``__init__``, ``version``, ``_startup``), an entry
+    module up to its ``_startup.install()`` line, or install() itself (a KeyboardInterrupt
+    there was raised before SIGINT's handler was set: once it is, SIGINT never raises)."""
+    found = re.search(r'gpubw[/\\](\w+)\.py", line (\d+), in (\S+)$', line)
+    if found is None:
+        return False
+    module, number, function = found[1], int(found[2]), found[3]
+    if module in ("__init__", "version", "_startup") and function == "<module>":
+        return True
+    if module == "_startup" and function in ("install", "_set", "is_command"):
+        return True
+    return (
+        module in ("__main__", "cli")
+        and function == "<module>"
+        and (number <= _install_line(module))
+    )
 
 
 def _before_gpubw(err: str) -> bool:
     """Whether ``err`` is Python's own KeyboardInterrupt traceback from before gpubw's quiet
-    handler was installed (the interpreter still starting, runpy still finding the package,
-    or gpubw/__init__.py still importing _startup and _startup its standard modules, the
-    first ~20 ms): no gpubw frame but those module-level ones, so no handler of gpubw's
-    could have run yet."""
+    handler was installed (the interpreter still starting, runpy or the ``gpubw`` script
+    still importing, the first lines of the entry module): no gpubw frame but those
+    (:func:`_early_frame`), so no handler of gpubw's could have run yet. The entry modules
+    install it before any import that is not already loaded by the interpreter."""
     frames = [line.strip() for line in err.splitlines() if line.lstrip().startswith('File "')]
     ours = [line for line in frames if f"{os.sep}gpubw{os.sep}" in line]
     return (
         err.rstrip().endswith("KeyboardInterrupt")
+        and "During handling" not in err
         and bool(frames)
-        and all(_EARLY_FRAME.search(line) for line in ours)
+        and all(_early_frame(line) for line in ours)
     )
 
 

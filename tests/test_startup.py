@@ -14,6 +14,7 @@ from _plugin_fixtures import GOOD, copy_fixtures
 from gpubw import _startup, cli
 from gpubw.cli_args import build_parser
 from gpubw.errors import UsageError
+from gpubw.report_io import load_report
 
 
 @pytest.mark.parametrize(
@@ -185,3 +186,114 @@ def test_the_quiet_start_handlers_come_and_go(monkeypatch: pytest.MonkeyPatch) -
     finally:
         _startup.restore()
         signal.signal(signal.SIGTERM, before[signal.SIGTERM])
+
+
+def test_deferred_signals_raise_once_then_are_absorbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the command, defer() makes the first SIGINT/SIGTERM raise InterruptedRun where the
+    command is and absorbs every later one (a burst cannot tear the clean-up or the error
+    report); ignore() absorbs them all; restore() puts the caller's handlers back."""
+    import signal
+
+    from gpubw.errors import InterruptedRun
+
+    monkeypatch.setattr(_startup, "is_command", lambda: True)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _startup.install()
+        _startup.defer()
+        assert _startup.deferring()
+        with pytest.raises(InterruptedRun) as caught:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100):  # the handler runs between two bytecodes of this thread
+                pass
+        assert caught.value.signum == signal.SIGTERM
+        os.kill(os.getpid(), signal.SIGINT)  # absorbed: no second raise
+        os.kill(os.getpid(), signal.SIGTERM)
+        _startup.ignore()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        _startup.restore()
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+    assert not _startup.deferring()
+
+
+def test_defer_touches_nothing_in_a_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Imported as a library (no install() took the signals), defer() and ignore() leave the
+    host program's handlers alone."""
+    import signal
+
+    monkeypatch.setattr(_startup, "is_command", lambda: False)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _startup.install()
+    _startup.defer()
+    _startup.ignore()
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_importing_gpubw_installs_no_handler() -> None:
+    """``import gpubw`` (and its public names) leaves the signal handlers as they were, even
+    in a process whose argv looks like the command."""
+    code = (
+        "import signal, sys; sys.argv[0] = 'gpubw'; before = signal.getsignal(signal.SIGINT);"
+        "import gpubw; gpubw.Matrix; assert signal.getsignal(signal.SIGINT) is before; print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "ok\n", done.stderr
+
+
+#: a sitecustomize that sends this process a burst of signals ($BURST: SIGINT or SIGTERM)
+#: the moment gpubw imports the module $AT_IMPORT, and one more at each of the next two
+#: imports (signals sent at once would reach Python as one): a deterministic stand-in for
+#: a user's Ctrl-C burst landing at that point of the start
+_BURST = """
+import os, signal, sys
+class _Burst:
+    left = 0
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["AT_IMPORT"]:
+            self.left = 3
+        if self.left:
+            self.left -= 1
+            os.kill(os.getpid(), getattr(signal, os.environ["BURST"]))
+        return None
+sys.meta_path.insert(0, _Burst())
+"""
+
+
+@pytest.mark.parametrize(
+    ("at_import", "burst", "code"),
+    [
+        ("gpubw.errors", "SIGINT", 130),  # the quiet start handler: nothing imported yet
+        ("gpubw.options", "SIGINT", 130),  # in the run's start, deferred: raised once
+        ("gpubw.interrupts", "SIGTERM", 143),
+        ("gpubw.registry", "SIGINT", 130),
+        ("gpubw.runner", "SIGINT", 130),
+    ],
+)
+def test_a_signal_burst_during_the_start_leaves_no_traceback(
+    tmp_path: Path, at_import: str, burst: str, code: int
+) -> None:
+    """A burst of three signals the moment the command imports one of its modules: exit
+    128 + n, no traceback, no temporary file, and the -o file either untouched (before the
+    run's SignalGuard) or the valid report of the interrupted run (a second SIGINT while the
+    first one's KeyboardInterrupt was being handled once printed a traceback)."""
+    (tmp_path / "sitecustomize.py").write_text(_BURST)
+    target = tmp_path / "report.json"
+    target.write_text("previous")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "AT_IMPORT": at_import, "BURST": burst}
+    argv = ["--simulate", "h200x2", "-b", "1MiB", "-i", "1", "-j", "-o", str(target)]
+    done = subprocess.run(
+        [sys.executable, "-m", "gpubw", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert (done.returncode, done.stdout) == (code, ""), done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    if target.read_text() != "previous":
+        doc = load_report(target)
+        assert (doc["exit_code"], doc["options"]["signal"]) == (code, burst)
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []

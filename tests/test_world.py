@@ -485,25 +485,22 @@ _PRELUDE = """
 import json, os, sys, time
 from gpubw.world import WorldError, world_from_environment
 world = world_from_environment(timeout_s=float(sys.argv[1]))
-def say(**fields):
-    print(json.dumps({"rank": world.rank, **fields}), flush=True)
+def say(**fields):  # one file per rank: mpiexec merges the ranks' streams in chunks
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"said-{world.rank}.jsonl")
+    with open(path, "a") as said:
+        said.write(json.dumps({"rank": world.rank, **fields}) + "\\n")
 """
 
 
-def _json_objects(text: str) -> list[dict]:
-    """The JSON objects the ranks printed. mpiexec merges the ranks' output in chunks, so two
-    ranks' lines can share one line (seen): decode object by object, not line by line."""
-    decoder = json.JSONDecoder()
-    found, at = [], text.find("{")
-    while at >= 0:
-        try:
-            value, end = decoder.raw_decode(text, at)
-        except json.JSONDecodeError:
-            end = at + 1
-        else:
-            found.append(value)
-        at = text.find("{", end)
-    return found
+def _said(folder: Path) -> list[dict]:
+    """What the ranks said (``say``), rank by rank, each rank's lines in order: read from
+    their own files, never from mpiexec's merged output, where two ranks' lines can share a
+    line or be cut in two. A line still being written (no newline yet) is left out."""
+    return [
+        json.loads(line)
+        for path in sorted(folder.glob("said-*.jsonl"))
+        for line in path.read_text().split("\n")[:-1]
+    ]
 
 
 def _run_mpi(
@@ -518,12 +515,12 @@ def _run_mpi(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
-        out, err = proc.communicate(timeout=90)
+        _out, err = proc.communicate(timeout=90)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         pytest.fail(f"mpiexec did not end within 90 s: {argv}")
-    return proc.returncode, _json_objects(out), err, time.monotonic() - start
+    return proc.returncode, _said(tmp_path), err, time.monotonic() - start
 
 
 @needs_mpi
@@ -724,12 +721,11 @@ def test_mpi_ctrl_c_to_the_launcher_breaks_the_world_and_aborts_with_130(tmp_pat
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
-        assert proc.stdout is not None
-        ready = 0
-        while ready < 2:
-            line = proc.stdout.readline()
-            assert line, "mpiexec ended before both ranks were ready"
-            ready += line.count('"ready": true')
+        deadline = time.monotonic() + 60
+        while sum(said.get("ready", False) for said in _said(tmp_path)) < 2:
+            assert proc.poll() is None, "mpiexec ended before both ranks were ready"
+            assert time.monotonic() < deadline, "the ranks were not ready within 60 s"
+            time.sleep(0.05)
         time.sleep(0.3)  # let rank 0 enter its barrier
         proc.send_signal(signal.SIGINT)
         out, _err = proc.communicate(timeout=30)
@@ -739,7 +735,7 @@ def test_mpi_ctrl_c_to_the_launcher_breaks_the_world_and_aborts_with_130(tmp_pat
         raise
     assert proc.returncode == 130
     broken = {"rank": 0, "broken": "rank 0: barrier interrupted (KeyboardInterrupt: )"}
-    assert broken in _json_objects(out)
+    assert broken in _said(tmp_path), out
 
 
 def test_a_whole_run_waits_for_rank_0_beyond_the_collective_bound() -> None:

@@ -68,8 +68,6 @@ from __future__ import annotations
 
 import importlib
 
-# first: while the gpubw command starts, a signal exits 130/143 quietly (see _startup)
-from gpubw import _startup  # noqa: F401
 from gpubw.version import __version__
 
 # typing.TYPE_CHECKING without importing typing (~5 ms of gpubw -l's start-up; deleted below)

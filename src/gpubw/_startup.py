@@ -1,27 +1,41 @@
-"""A signal while the ``gpubw`` command is still starting ends it quietly.
+"""The ``gpubw`` command's start: a signal at any moment ends it without a traceback.
 
-``gpubw/__init__.py`` imports this first; importing it calls :func:`install`. Only when
-this process *is* the gpubw command (``python -m gpubw ...``, or the ``gpubw`` script),
-SIGINT/SIGTERM during the imports exit at once with 128 + the signal (130, 143) and no
-traceback: nothing has been written yet, so nothing is lost. A signal the parent process
-set to be ignored stays ignored. :func:`gpubw.cli.main` puts the previous handlers back as
-it starts, and the run then installs its :class:`gpubw.interrupts.SignalGuard`. Imported
-as a library, nothing is touched.
+The entry points (``gpubw/__main__.py`` and :mod:`gpubw.cli`, which the ``gpubw`` script
+imports) call :func:`install` as their first statement, before any heavy import; importing
+``gpubw`` itself touches no handler. Only when this process *is* the gpubw command
+(``python -m gpubw ...``, or the ``gpubw`` script) does anything change:
+
+1. :func:`install`: SIGINT/SIGTERM exit at once with 128 + the signal (130, 143), quietly:
+   nothing has been written yet, so nothing is lost. It uses only modules the interpreter
+   has already loaded (``_signal``, ``os``, ``sys``): nothing to interrupt on the way.
+2. :func:`defer` (:func:`gpubw.cli.main`, as it starts its work): the first signal raises
+   :class:`~gpubw.errors.InterruptedRun` where the command is, so that what it was doing
+   (writing a file) is undone by its own clean-up; every later signal is only recorded, so
+   no clean-up and no error report can be torn by a burst. A run then installs its
+   :class:`gpubw.interrupts.SignalGuard`, which takes over the same two signals.
+3. :func:`ignore` (as ``main`` returns): the exit code is chosen, signals change nothing.
+
+A signal the parent process set to be ignored stays ignored throughout. Imported as a
+library, or called off the main thread, nothing is touched.
 """
 
 from __future__ import annotations
 
+import _signal
 import os
-import signal
 import sys
-import threading
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
     from typing import Any
 
+#: the signals the command handles (numbers: ``signal`` costs ~9 ms of imports (enum))
+SIGINT, SIGTERM = _signal.SIGINT, _signal.SIGTERM
+HANDLED = (SIGINT, SIGTERM)
 _previous: dict[int, Any] = {}
 _SCRIPT_NAMES = ("gpubw", "gpubw.exe", "gpubw-script.py")
+#: the first signal :func:`defer`'s handler saw (None: none yet)
+_deferred_signal: int | None = None
 
 
 def exit_quietly(signum: int, _frame: object) -> None:
@@ -42,15 +56,53 @@ def is_command() -> bool:
     return os.path.basename(argv0) in _SCRIPT_NAMES
 
 
+def _set(handler: Any) -> bool:
+    """Install ``handler`` for SIGINT/SIGTERM where not ignored; False off the main thread.
+    The handlers found first are kept for :func:`restore`."""
+    try:
+        for sig in HANDLED:
+            old = _signal.getsignal(sig)
+            if old is _signal.SIG_IGN and sig not in _previous:
+                continue
+            _previous.setdefault(sig, old)
+            _signal.signal(sig, handler)
+    except ValueError:  # not the main thread
+        return False
+    return True
+
+
 def install() -> None:
-    """Exit quietly on SIGINT/SIGTERM until :func:`restore` (only in the gpubw command)."""
-    if _previous or threading.current_thread() is not threading.main_thread():
-        return
-    if not is_command():
-        return
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            _previous[sig] = signal.signal(sig, exit_quietly)
+    """Exit quietly on SIGINT/SIGTERM (only in the gpubw command, main thread)."""
+    if not _previous and is_command():
+        _set(exit_quietly)
+
+
+def _raise_once(signum: int, _frame: object) -> None:
+    global _deferred_signal
+    if _deferred_signal is not None:
+        return  # a burst: the first one is being handled; this one is only absorbed
+    _deferred_signal = signum
+    from gpubw.errors import InterruptedRun  # already imported by gpubw.cli
+
+    raise InterruptedRun(signum)
+
+
+def defer() -> None:
+    """From now on the first SIGINT/SIGTERM raises InterruptedRun once; later ones are
+    absorbed (only after :func:`install` took the signals, i.e. in the command)."""
+    if _previous:
+        _set(_raise_once)
+
+
+def deferring() -> bool:
+    """Whether :func:`defer`'s handler is the one installed now."""
+    return any(_signal.getsignal(sig) is _raise_once for sig in HANDLED)
+
+
+def ignore() -> None:
+    """Signals change nothing from now on (the command's exit code is chosen)."""
+    if _previous:
+        _set(_signal.SIG_IGN)
 
 
 #: long options that mean "not a run on the real GPUs"; argparse takes any unique prefix of
@@ -96,6 +148,8 @@ def exit_now(code: int) -> None:
     command, the main thread is the only thread left, MPI is not loaded (mpi4py finalizes MPI
     from the interpreter's own C-level exit, which ``os._exit`` would skip: a rank leaving
     without ``MPI_Finalize`` may fail its launcher), and both streams flush."""
+    import threading
+
     if not is_command() or threading.active_count() > 1 or _MPI_MODULE in sys.modules:
         return
     if threading.current_thread() is not threading.main_thread():
@@ -118,9 +172,8 @@ def exit_now(code: int) -> None:
 
 def restore() -> None:
     """Put back the handlers that were there before :func:`install`."""
+    global _deferred_signal
     for sig, old in _previous.items():
-        signal.signal(sig, signal.SIG_DFL if old is None else old)
+        _signal.signal(sig, _signal.SIG_DFL if old is None else old)
     _previous.clear()
-
-
-install()
+    _deferred_signal = None

@@ -18,6 +18,10 @@ Nothing here imports CUDA at import time: ``gpubw -l`` never touches a GPU.
 
 from __future__ import annotations
 
+from gpubw import _startup
+
+_startup.install()  # first: a signal while the command starts ends it quietly (130/143)
+
 import contextlib
 import os
 import signal
@@ -193,13 +197,20 @@ def _system_opener(simulate: str | None) -> Callable[[RunOptions], Any]:
 # -- main ----------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code. As the ``gpubw`` command itself (no
-    ``argv``), it ends the process once all is written (:func:`gpubw._startup.exit_now`)."""
-    from gpubw import _startup
-
-    _startup.restore()  # the start-up handlers: from here a signal is a KeyboardInterrupt
+    ``argv``), a signal never ends it with a traceback (:mod:`gpubw._startup`), and it ends
+    the process once all is written (:func:`gpubw._startup.exit_now`)."""
+    command = argv is None
+    if command:
+        _startup.defer()  # the first signal raises InterruptedRun once; later ones absorbed
     args = list(sys.argv[1:] if argv is None else argv)
-    code = _dispatch(args, command=argv is None)
-    if argv is None and not _plugin_code_ran():
+    try:
+        code = _dispatch(args, command=command)
+    except InterruptedRun as exc:  # the signal came while an error was being reported
+        code = 128 + exc.signum
+    finally:
+        if command:
+            _startup.ignore()  # the code is chosen: a late signal changes nothing
+    if command and not _plugin_code_ran():
         _startup.exit_now(code)
     return code
 
@@ -323,6 +334,8 @@ def _list_plainly(fmt: str, output: str | None) -> int:
     an ``-o`` file left as it was); off the main thread signals are left alone."""
     from gpubw import listing
 
+    if _startup.deferring():  # the command: its start-up handler raises once, for both
+        return listing.main(fmt, output)
     try:
         old = signal.signal(signal.SIGTERM, _interrupted)
     except ValueError:  # not the main thread
