@@ -15,12 +15,13 @@ import time
 
 import attrs
 
-from gpubw import api, runner
+from gpubw import api
 from gpubw.backend.presets import gb200nvl72
 from gpubw.backend.sim import SimSystem
-from gpubw.options import RunOptions
-from gpubw.ranks import run_simulated
-from gpubw.sampling import parse_sample_pairs
+from gpubw.measure.sampling import parse_sample_pairs
+from gpubw.model.options import RunOptions
+from gpubw.runner import core as runner
+from gpubw.runner.ranks import run_simulated
 
 
 def rack(n: int) -> SimSystem:

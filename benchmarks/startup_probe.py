@@ -145,7 +145,7 @@ def _overlap() -> dict[str, float]:
     th = threading.Thread(target=init)
     th.start()
     t = time.perf_counter()
-    for name in ("gpubw.runner", "gpubw.api", "gpubw.report_io", "gpubw.backend.cuda"):
+    for name in ("gpubw.runner.core", "gpubw.api", "gpubw.model.report_io", "gpubw.backend.cuda"):
         importlib.import_module(name)
     done["imports on the main thread meanwhile"] = time.perf_counter() - t
     th.join()
@@ -202,7 +202,7 @@ def _exit(release: bool, hard: bool) -> dict[str, float]:
 def _nvml() -> dict[str, float]:
     from cuda.bindings import driver as cu
 
-    from gpubw.nvml_read import read_facts
+    from gpubw.hw.nvml_read import read_facts
 
     out: dict[str, float] = {}
 

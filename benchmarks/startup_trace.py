@@ -3,7 +3,7 @@
     GPUBW_T0=$(date +%s.%N) python3 benchmarks/startup_trace.py [--min-ms 2] -- GPUBW-ARGS...
 
 cProfile charges a helper thread's work to whatever the main thread waits in, so it cannot
-say where a one-testcase run spends its second. This runs ``gpubw.cli.main(GPUBW-ARGS)`` in
+say where a one-testcase run spends its second. This runs ``gpubw.cli.command.main(GPUBW-ARGS)`` in
 this process with every function of the ``gpubw`` modules (wrapped as each module is
 imported, so the imports happen when the command does them), every ``cuda.bindings.driver``
 call and every ``pynvml`` call timed by wall clock, and prints to stderr each call that took
@@ -106,7 +106,7 @@ class _Finder(importlib.abc.MetaPathFinder):
                 _wrap_callables(module, "cu", ("cu",))
             elif fullname == "pynvml":
                 _wrap_callables(module, "nvml", ("nvml",))
-            elif fullname != "gpubw._startup":
+            elif fullname != "gpubw.cli._startup":
                 _wrap_module(module, fullname.removeprefix("gpubw."))
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
@@ -123,8 +123,8 @@ def main() -> int:
         args = args[1:]
     began = time.time()
     sys.meta_path.insert(0, _Finder())
-    sys.argv = ["gpubw", *args]  # so gpubw._startup takes it for the command
-    from gpubw.cli import main as gpubw_main
+    sys.argv = ["gpubw", *args]  # so gpubw.cli._startup takes it for the command
+    from gpubw.cli.command import main as gpubw_main
 
     code = gpubw_main(args)
     returned = time.time()

@@ -51,7 +51,7 @@ GRIDS = [16, 33, 66, 132, 264]
 def child(mode: str, name: str, grid: int | None) -> dict[str, float]:
     defines, block, per_sm, fixed = VARIANTS[name]
     os.environ["GPUBW_KERNEL_DEFINES"] = f"{defines},GPUBW_COPY_BLOCK={block}"
-    import gpubw.initiators as ini
+    import gpubw.measure.initiators as ini
     from gpubw import (
         SM,
         SPLIT_WARP,
@@ -64,7 +64,7 @@ def child(mode: str, name: str, grid: int | None) -> dict[str, float]:
         RunOptions,
     )
     from gpubw.backend.cuda import CudaBackend
-    from gpubw.system import System
+    from gpubw.memory.system import System
 
     g = grid or fixed
 

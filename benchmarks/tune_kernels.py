@@ -151,7 +151,9 @@ class Bench:
 
 def shapes(op: str) -> list[dict[str, Any]]:
     """Launch shapes to try (the hints are added by the caller)."""
-    if op == "gpubw_copy":  # its launch is gpubw.initiators.copy_launch_shape: 2 x 512 per SM
+    if (
+        op == "gpubw_copy"
+    ):  # its launch is gpubw.measure.initiators.copy_launch_shape: 2 x 512 per SM
         out = [{"block": 512, "unroll": u, "per_sm": 2} for u in (4, 8, 16)]
         out += [{"block": 512, "unroll": 8, "per_sm": p} for p in (1, 4)]
         out += [{"block": b, "unroll": u, "per_sm": 0} for b in (128, 256, 512) for u in (2, 4)]

@@ -2,7 +2,7 @@
 
 :func:`run_ranks` runs a function on every rank's System; :func:`ranked_report` runs whole
 testcases through the runner on every rank and returns rank 0's Report, as ``gpubw
---simulate`` does for a preset with hosts (:func:`gpubw.ranks.run_simulated`). The model's
+--simulate`` does for a preset with hosts (:func:`gpubw.runner.ranks.run_simulated`). The model's
 jitter is set to 0 so that figures do not depend on the order the rank threads run in.
 """
 
@@ -13,14 +13,15 @@ from typing import Any
 
 import attrs
 
-from gpubw import api, runner
+from gpubw import api
 from gpubw.backend.presets import load_system
 from gpubw.backend.sim import SimEngine, SimSystem
 from gpubw.backend.sim.faults import Faults
-from gpubw.options import RunOptions
-from gpubw.ranks import run_simulated
-from gpubw.results import Report
-from gpubw.system import System
+from gpubw.memory.system import System
+from gpubw.model.options import RunOptions
+from gpubw.model.results import Report
+from gpubw.runner import core as runner
+from gpubw.runner.ranks import run_simulated
 from gpubw.world import World
 from gpubw.world.simulated import RankOutcome, SimulatedCluster
 

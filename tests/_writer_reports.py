@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gpubw import RunOptions
 from gpubw.backend.base import DeviceInfo
-from gpubw.report_io import device_record as device_dict
-from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
+from gpubw.model.report_io import device_record as device_dict
+from gpubw.model.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
 
 MIB = 1 << 20
 GB = 1e9

@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from gpubw.backend.presets import load_system
 from gpubw.backend.sim import Faults, SimSystem, SimulatedBackend
-from gpubw.options import RunOptions
-from gpubw.system import System
+from gpubw.memory.system import System
+from gpubw.model.options import RunOptions
 
 MIB = 1 << 20
 
 SimSystemFactory = Callable[..., System]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests send SIGINT and SIGTERM to gpubw (in this process and in the processes they
+    start), so neither may be ignored: a shell ignores SIGINT in a job it starts in the
+    background (``pytest &``, a CI step, ``.ci/stress``'s load), every process started
+    from it inherits that, and gpubw rightly leaves an ignored signal ignored. Python's own
+    handlers are put back (started processes get the default ones)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ import sys
 import time
 from typing import Any
 
-from gpubw import cli
-from gpubw.errors import GpubwError
-from gpubw.measurement import MemcpyOperation
+from gpubw.cli import command as cli
+from gpubw.measure.measurement import MemcpyOperation
+from gpubw.model.errors import GpubwError
 from gpubw.testcases import multinode
 
 FAULT = os.environ.get("FAULT", "")

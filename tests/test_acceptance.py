@@ -9,16 +9,17 @@ from typing import Any
 import attrs
 import pytest
 
-from gpubw import acceptance, cli
+from gpubw.acceptance import node as acceptance
+from gpubw.acceptance.expect import Verdict, evaluate
 from gpubw.backend.base import meminfo_huge_pages
 from gpubw.backend.presets import load_system, system_from_dict
 from gpubw.backend.sim import SimulatedBackend
 from gpubw.backend.sim.facts import link_factor
-from gpubw.errors import UsageError
-from gpubw.expect import Verdict, evaluate
-from gpubw.options import EXIT_BELOW_EXPECTATION, exit_status
-from gpubw.report_io import dumps, report_from_dict, validate
-from gpubw.results import Report
+from gpubw.cli import command as cli
+from gpubw.model.errors import UsageError
+from gpubw.model.options import EXIT_BELOW_EXPECTATION, exit_status
+from gpubw.model.report_io import dumps, report_from_dict, validate
+from gpubw.model.results import Report
 
 H2D = "host_to_device_memcpy_ce"
 FAST = ("-t", "0", "-b", "64MiB", "-i", "3")
@@ -337,7 +338,7 @@ def test_own_process_is_not_a_warning(monkeypatch):
     model = attrs.evolve(load_system("h200x2"), other_processes={"0": (1234,)})
     monkeypatch.setattr(acceptance, "process_ids", lambda: frozenset({1234}))
     from gpubw.api import _simulated_backend
-    from gpubw.system import System
+    from gpubw.memory.system import System
 
     watch = acceptance.RunWatch(lambda o: System(_simulated_backend(model), o))
     watch.opener(acceptance.RunOptions()).close()
@@ -350,7 +351,7 @@ def test_the_runs_other_ranks_are_not_a_warning() -> None:
     processes are the run itself, not another program; a stranger still is."""
     model = attrs.evolve(load_system("h200x2"), other_processes={"0": (5678, 91)})
     from gpubw.api import _simulated_backend
-    from gpubw.system import System
+    from gpubw.memory.system import System
     from gpubw.world import SingleWorld
 
     world = SingleWorld()
@@ -455,7 +456,7 @@ def test_end_facts_are_read_as_the_system_closes(monkeypatch):
     """The end-of-run facts are read first thing in System.close, while the backend (and its
     NVML session) is still open, and finish() uses them without asking again."""
     from gpubw.api import _simulated_backend
-    from gpubw.system import System
+    from gpubw.memory.system import System
 
     backend = _simulated_backend(load_system("h200x2"))
     calls = []

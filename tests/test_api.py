@@ -12,8 +12,8 @@ import pytest
 
 import gpubw
 from _plugin_fixtures import GOOD, installed
-from gpubw import cli
-from gpubw.results import Status
+from gpubw.cli import command as cli
+from gpubw.model.results import Status
 
 PRESET = "h200x2"
 MIB = 1 << 20

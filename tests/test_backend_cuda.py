@@ -27,7 +27,7 @@ from gpubw.backend.cuda import (
     parse_cpulist,
     read_numa,
 )
-from gpubw.errors import (
+from gpubw.model.errors import (
     CudaError,
     GateTimeoutError,
     GpubwError,
@@ -403,8 +403,8 @@ def test_failed_prestart_leaves_the_start_to_the_backend(monkeypatch: pytest.Mon
 def test_settle_releases_a_prestart_nobody_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
     """A command that prestarted CUDA and then stopped on a usage error releases the
     contexts the helper thread retained before it exits (exit code 2 as before)."""
-    from gpubw import cli
     from gpubw.backend import cuda_start
+    from gpubw.cli import command as cli
 
     driver = FakeDriver()
     monkeypatch.setattr(cuda_start, "_driver_module", lambda: driver)
@@ -454,11 +454,10 @@ def test_the_real_prestart_prepares_kernels_beside_and_settle_waits(
     compute capabilities and driver version read right after cuInit), then makes the two
     verification patterns; kernels_ready() waits for the kernels only (the patterns are
     needed later, at the first fill), settle() for everything, so nothing is left."""
-    from gpubw import patterns
     from gpubw.backend import cuda_start
-    from gpubw.kernels import cache
+    from gpubw.kernels import cache, patterns
     from gpubw.kernels.modules import GPUBW
-    from gpubw.patterns import DST_SEED, SRC_SEED
+    from gpubw.kernels.patterns import DST_SEED, SRC_SEED
 
     driver = FakeDriver()
     capability = {
@@ -509,9 +508,8 @@ def test_the_real_prestart_prepares_kernels_beside_and_settle_waits(
 def test_a_command_ending_without_a_run_compiles_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """settle() on a prestart nobody adopted (a refused command line) also stops the kernel
     helper before it compiles: the command does not wait for a compile it will not use."""
-    from gpubw import patterns
     from gpubw.backend import cuda_start
-    from gpubw.kernels import cache
+    from gpubw.kernels import cache, patterns
 
     driver = FakeDriver()
     monkeypatch.setattr(
@@ -532,9 +530,8 @@ def test_a_command_ending_during_the_compile_makes_no_patterns(
 ) -> None:
     """settle() while the kernel helper compiles: once that compile returns, the helper
     stops (no patterns, nothing more) and settle() returns."""
-    from gpubw import patterns
     from gpubw.backend import cuda_start
-    from gpubw.kernels import cache
+    from gpubw.kernels import cache, patterns
 
     driver = FakeDriver()
     monkeypatch.setattr(
@@ -567,8 +564,8 @@ def test_the_command_names_a_failed_late_release(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """What settle() reports at the command's end is printed as a warning on stderr."""
-    from gpubw import cli
     from gpubw.backend import cuda_start
+    from gpubw.cli import command as cli
 
     monkeypatch.setattr(cuda_start, "settle", lambda: ["cuDevicePrimaryCtxRelease failed: X"])
     assert cli.main(["--simulate", "h200x2", "-t", "0", "-b", "4MiB", "-q"]) == 0
@@ -583,8 +580,8 @@ def test_one_nvml_session_per_backend(
     """Facts and process queries share one NVML session, which close() shuts down."""
     from tests.test_nvml import fake_pynvml
 
-    from gpubw import nvml_read
     from gpubw.backend import base
+    from gpubw.hw import nvml_read
 
     _, backend = fake
     pynvml = fake_pynvml()
@@ -717,8 +714,8 @@ def backend() -> Iterator[CudaBackend]:
 
 
 def _system(backend: CudaBackend, **options: Any) -> Any:
-    from gpubw.options import RunOptions
-    from gpubw.system import System
+    from gpubw.memory.system import System
+    from gpubw.model.options import RunOptions
 
     return System(backend, RunOptions(**{"samples": 2, "loops": 2, **options}))
 
@@ -837,7 +834,7 @@ def test_copy_kernels_fit_the_launch_shape(backend: CudaBackend) -> None:
     """The copy kernels do not spill and fit the blocks per SM and block sizes launches assume."""
     # COPY_BLOCKS_PER_SM blocks of 512 threads per SM, so copy_launch_shape's grid is one
     # wave; the split-warp kernel takes SPLIT_WARP_BLOCK threads.
-    from gpubw.initiators import COPY_BLOCK, COPY_BLOCKS_PER_SM, SPLIT_WARP_BLOCK
+    from gpubw.measure.initiators import COPY_BLOCK, COPY_BLOCKS_PER_SM, SPLIT_WARP_BLOCK
 
     backend.load_kernels(0)
     info = backend.kernel_attributes(0, "gpubw_copy")
@@ -852,8 +849,8 @@ def test_copy_kernels_fit_the_launch_shape(backend: CudaBackend) -> None:
 @pytest.mark.gpu
 def test_fill_verify_detects_corruption(backend: CudaBackend) -> None:
     """gpubw_fill then gpubw_verify passes, and a planted bad word is found at its offset."""
-    from gpubw.buffers import DeviceBuffer
-    from gpubw.patterns import SRC_SEED
+    from gpubw.kernels.patterns import SRC_SEED
+    from gpubw.memory.buffers import DeviceBuffer
 
     with _system(backend) as system:
         system.load_kernels()
@@ -876,9 +873,9 @@ def test_copies_verify_through_memcpy_operation(
     backend: CudaBackend, initiator: str, nbytes: int
 ) -> None:
     """Host->device and device-local copies by each initiator measure and verify."""
-    from gpubw import initiators
-    from gpubw.buffers import DeviceBuffer, HostBuffer
-    from gpubw.measurement import Copy, Kind, MemcpyOperation
+    from gpubw.measure import initiators
+    from gpubw.measure.measurement import Copy, Kind, MemcpyOperation
+    from gpubw.memory.buffers import DeviceBuffer, HostBuffer
 
     with _system(backend) as system:
         op = MemcpyOperation(system, getattr(initiators, initiator), loops=system.options.loops)
@@ -1025,9 +1022,9 @@ def test_peer_access_and_peer_copy(backend: CudaBackend) -> None:
         pytest.skip("needs 2 GPUs")
     if not backend.can_access_peer(0, 1):
         pytest.skip("GPU 0 cannot access GPU 1 (no peer access)")
-    from gpubw.buffers import DeviceBuffer
-    from gpubw.initiators import SM
-    from gpubw.measurement import Copy, Kind, MemcpyOperation
+    from gpubw.measure.initiators import SM
+    from gpubw.measure.measurement import Copy, Kind, MemcpyOperation
+    from gpubw.memory.buffers import DeviceBuffer
 
     backend.enable_peer_access(0, 1)
     backend.enable_peer_access(1, 0)
@@ -1046,9 +1043,9 @@ def test_peer_access_and_peer_copy(backend: CudaBackend) -> None:
 @pytest.mark.gpu
 def test_system_close_leaks_nothing(backend: CudaBackend) -> None:
     """Free device memory is the same before and after a System with buffers is closed."""
-    from gpubw.buffers import DeviceBuffer, HostBuffer
-    from gpubw.initiators import SM
-    from gpubw.measurement import Copy, MemcpyOperation
+    from gpubw.measure.initiators import SM
+    from gpubw.measure.measurement import Copy, MemcpyOperation
+    from gpubw.memory.buffers import DeviceBuffer, HostBuffer
 
     def one_run() -> None:
         with (

@@ -17,7 +17,7 @@ from gpubw.backend import cuda as cuda_backend
 from gpubw.backend.base import MULTICAST_OFF, HandleProbe
 from gpubw.backend.cuda import CudaBackend
 from gpubw.backend.cuda_sharing import pidfd_getfd
-from gpubw.errors import CudaError, UsageError
+from gpubw.model.errors import CudaError, UsageError
 from test_backend_cuda import FakeDriver
 
 R = real_cu.CUresult

@@ -14,9 +14,9 @@ import pytest
 from conftest import MIB, SimSystemFactory
 from gpubw.backend.presets import load_system
 from gpubw.backend.sim import Faults, SimulatedBackend
-from gpubw.buffers import DeviceBuffer, HostBuffer
-from gpubw.errors import CudaError, VerificationError
-from gpubw.patterns import DST_SEED, SRC_SEED, pattern_bytes
+from gpubw.kernels.patterns import DST_SEED, SRC_SEED, pattern_bytes
+from gpubw.memory.buffers import DeviceBuffer, HostBuffer
+from gpubw.model.errors import CudaError, VerificationError
 
 
 def _backend(system: object) -> SimulatedBackend:
@@ -226,18 +226,19 @@ def _is_module(name: str) -> bool:
 
 
 def test_import_walker_sees_function_level_imports() -> None:
-    """The walker below finds lazy imports: gpubw.system imports the kernel registry in a
-    function, and gpubw.runner reaches gpubw.system."""
-    assert "gpubw.kernels.modules" in _gpubw_imports("gpubw.system")
-    assert "gpubw.system" in _gpubw_imports("gpubw.runner")
+    """The walker below finds lazy imports: gpubw.memory.system imports the kernel registry in a
+    function, and gpubw.runner.core reaches gpubw.memory.system."""
+    assert "gpubw.kernels.modules" in _gpubw_imports("gpubw.memory.system")
+    assert "gpubw.memory.system" in _gpubw_imports("gpubw.runner.core")
 
 
 def test_buffers_does_not_import_system() -> None:
-    """gpubw.buffers, and every gpubw module it imports (directly or inside a function), never
-    imports gpubw.system nor the gpubw package facade (which imports it): no import circle."""
+    """gpubw.memory.buffers, and every gpubw module it imports (directly or inside a
+    function), never imports gpubw.memory.system nor the gpubw package facade (which imports
+    it): no import circle."""
     seen: set[str] = set()
-    todo = ["gpubw.buffers"]
-    chains = {"gpubw.buffers": "gpubw.buffers"}
+    todo = ["gpubw.memory.buffers"]
+    chains = {"gpubw.memory.buffers": "gpubw.memory.buffers"}
     while todo:
         module = todo.pop()
         if module in seen:
@@ -245,9 +246,9 @@ def test_buffers_does_not_import_system() -> None:
         seen.add(module)
         for imported in _gpubw_imports(module):
             chains.setdefault(imported, f"{chains[module]} -> {imported}")
-            assert imported not in ("gpubw", "gpubw.system"), chains[imported]
+            assert imported not in ("gpubw", "gpubw.memory.system"), chains[imported]
             todo.append(imported)
-    assert {"gpubw.gate", "gpubw.backend.base", "gpubw.kernels"} <= seen
+    assert {"gpubw.memory.gate", "gpubw.backend.base", "gpubw.kernels"} <= seen
 
 
 def test_allocate_refuses_swapped_or_impossible_requests(sim_system: SimSystemFactory) -> None:

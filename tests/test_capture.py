@@ -1,4 +1,4 @@
-"""Tests for gpubw.capture: plugin output kept off standard output."""
+"""Tests for gpubw.runner.capture: plugin output kept off standard output."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 
-from gpubw import capture
-from gpubw.capture import MAX_OUTPUT_CHARS, OutputCapture
+from gpubw.runner import capture
+from gpubw.runner.capture import MAX_OUTPUT_CHARS, OutputCapture
 
 
 def test_print_fd_1_and_children_are_captured(capfd):

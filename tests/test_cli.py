@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from _plugin_fixtures import BROKEN, GOOD, copy_fixtures, installed, subprocess_env
-from gpubw import cli
-from gpubw.registry import BUILTIN_ORDER, Writers
+from gpubw.cli import command as cli
+from gpubw.runner.registry import BUILTIN_ORDER, Writers
 from gpubw.writers import Writer
 
 PRESET = "h200x2"
@@ -98,7 +98,7 @@ def test_unwritable_output_is_a_usage_error_before_running(capsys, tmp_path, mon
     def must_not_run(*a, **k):
         raise AssertionError("the run started")
 
-    monkeypatch.setattr("gpubw.runner.run", must_not_run)
+    monkeypatch.setattr("gpubw.runner.core.run", must_not_run)
     code, _, err = run_cli(capsys, "-o", str(target), "-t", "0")
     assert code == 2
     assert "-o/--output" in only_error_line(err)
@@ -123,7 +123,7 @@ def test_prefix_matching_nothing_exits_1(capsys):
 def test_no_driver_suggests_simulation(capsys, monkeypatch):
     """Without an NVIDIA driver gpubw says so plainly and suggests --simulate, exit 1."""
     import gpubw.backend.cuda as cuda_backend
-    from gpubw.errors import NoDriverError
+    from gpubw.model.errors import NoDriverError
 
     def no_driver(self, *a, **k):
         raise NoDriverError("no NVIDIA driver was found (libcuda could not be loaded)")
@@ -206,9 +206,9 @@ NOT_FOR_LIST = (
     "rich",
     "jsonschema",
     "gpubw.api",
-    "gpubw.runner",
+    "gpubw.runner.core",
     "gpubw.writers",
-    "gpubw.report_io",
+    "gpubw.model.report_io",
     "gpubw.backend.sim",
     "gpubw.backend.cuda",
 )
@@ -219,7 +219,8 @@ def test_list_is_fast_and_never_imports_cuda(tmp_path):
     nor numpy or the modules only a run needs."""
     paths = copy_fixtures(tmp_path, GOOD, BROKEN)
     code = (
-        "import sys, time; t = time.perf_counter(); from gpubw.cli import main; rc = main(['-l']);"
+        "import sys, time; t = time.perf_counter(); from gpubw.cli.command import main;"
+        "rc = main(['-l']);"
         f"no = {NOT_FOR_LIST!r};"
         "bad = [m for m in sys.modules if any(m == n or m.startswith(n + '.') for n in no)];"
         "print('CUDA', bad, file=sys.stderr); sys.exit(rc or (1 if bad else 0))"
@@ -274,8 +275,8 @@ def test_upper_bounds_are_inclusive(option, value, dest):
 def test_run_options_and_the_api_have_the_same_bounds():
     """RunOptions refuses what the flags refuse; gpubw.run turns it into a UsageError."""
     import gpubw
-    from gpubw.errors import UsageError
-    from gpubw.options import RunOptions
+    from gpubw.model.errors import UsageError
+    from gpubw.model.options import RunOptions
 
     for field, value in [
         ("samples", 10**20),
@@ -352,11 +353,11 @@ def test_list_refuses_options_that_do_not_apply(capsys, tmp_path, argv, flag):
 
 # -- plot routing -------------------------------------------------------------------------
 def test_plot_is_routed_to_gpubw_plot(capsys, monkeypatch):
-    """'gpubw plot ARGS' hands ARGS to gpubw.plot.main and returns its code."""
-    import gpubw.plot
+    """'gpubw plot ARGS' hands ARGS to gpubw.tools.plot.main and returns its code."""
+    import gpubw.tools.plot
 
     seen = []
-    monkeypatch.setattr(gpubw.plot, "main", lambda argv: seen.append(argv) or 0)
+    monkeypatch.setattr(gpubw.tools.plot, "main", lambda argv: seen.append(argv) or 0)
     code, _, _ = run_cli(capsys, "plot", "r.json", "-o", "r.png")
     assert code == 0 and seen == [["r.json", "-o", "r.png"]]
 
@@ -562,7 +563,7 @@ def _whole_text(tmp_path, *argv: str) -> str:
 def test_text_is_printed_as_each_testcase_finishes(capsys, monkeypatch, tmp_path):
     """Text reaches stdout testcase by testcase (the header first, the NOTE last), and all of
     it equals the report that -o writes whole (stdout then stays quiet)."""
-    from gpubw import runner
+    from gpubw.runner import core as runner
 
     seen: list[str] = []
     real = runner._step
@@ -639,7 +640,7 @@ def test_a_signal_during_a_simulated_rack_run_is_in_its_report(
     """SIGINT while a simulated rack's ranks run (on threads a signal cannot stop): the run
     finishes, and the report and the exit code say it was signalled (130), as before the
     report-final rule; it is not lost as a clean 0."""
-    from gpubw import ranks
+    from gpubw.runner import ranks
 
     run_simulated = ranks.run_simulated
 

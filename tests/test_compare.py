@@ -1,4 +1,4 @@
-"""Tests of gpubw.compare and the `gpubw compare` command."""
+"""Tests of gpubw.tools.compare and the `gpubw compare` command."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from gpubw.cli import main
-from gpubw.compare import Cell, Side, compare_sides, side_from
-from gpubw.errors import UsageError
+from gpubw.cli.command import main
+from gpubw.model.errors import UsageError
+from gpubw.tools.compare import Cell, Side, compare_sides, side_from
 
 GIB = 1 << 30
 
@@ -336,7 +336,7 @@ def test_one_slow_host_link_of_eight_is_flagged(
 
 def test_bad_report_shapes_are_usage_errors(tmp_path: Path) -> None:
     """A file of the wrong shape is a UsageError naming it, not a traceback."""
-    from gpubw.compare import load_side
+    from gpubw.tools.compare import load_side
 
     for doc in (
         [1, 2],

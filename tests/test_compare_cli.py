@@ -1,11 +1,11 @@
-"""Tests of gpubw.compare_cli: the text and JSON of `gpubw compare`."""
+"""Tests of gpubw.cli.compare: the text and JSON of `gpubw compare`."""
 
 from __future__ import annotations
 
 import json
 
-from gpubw.compare import Cell, Side, compare_sides
-from gpubw.compare_cli import device_record, json_doc, text_lines
+from gpubw.cli.compare import device_record, json_doc, text_lines
+from gpubw.tools.compare import Cell, Side, compare_sides
 
 DEVICES = (
     {"ordinal": 0, "name": "NVIDIA H200", "pci_bus_id": "0000:1b:00.0"},

@@ -1,4 +1,4 @@
-"""Tests of expectations, verdicts and noise statistics (gpubw.expect)."""
+"""Tests of expectations, verdicts and noise statistics (gpubw.acceptance.expect)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import attrs
 import jsonschema
 import pytest
 
-from gpubw import expect
-from gpubw.errors import UsageError
-from gpubw.report_io import load_report, report_from_dict
-from gpubw.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
+from gpubw.acceptance import expect
+from gpubw.model.errors import UsageError
+from gpubw.model.report_io import load_report, report_from_dict
+from gpubw.model.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -440,7 +440,7 @@ def test_builtin_h200_is_derived_from_the_benchmark_run():
     skip = ("all_to_host", "host_to_all", "all_to_one", "one_to_all")
     rules = [r for r in derived["rules"] if not r["testcase"].startswith(skip)]
     shipped = json.loads(
-        (ROOT / "src/gpubw/expectations/h200-sxm.json").read_text(encoding="utf-8")
+        (ROOT / "src/gpubw/acceptance/expectations/h200-sxm.json").read_text(encoding="utf-8")
     )
     assert shipped["rules"] == rules and shipped["tolerance"] == 0.10
     assert {r["testcase"] for r in rules} >= {"device_local_copy", "host_to_device_memcpy_ce"}
@@ -486,7 +486,7 @@ def test_worst_first_orders_by_severity_then_ratio():
 def test_simulated_h200x8_with_one_slow_host_link_names_that_gpu(tmp_path, slow):
     """End to end on the simulated backend: an h200x8 whose GPU 5 has an 80 % host link gets
     outlier and built-in floor failures naming GPU 5 only; the healthy model gets none."""
-    from gpubw import cli
+    from gpubw.cli import command as cli
 
     good = {"h2d": {"ce": 55.5e9, "sm": 51.4e9}, "d2h": {"ce": 55.3e9, "sm": 52.6e9}}
     links = [good] * 8
@@ -516,6 +516,6 @@ def test_the_run_path_does_not_import_jsonschema() -> None:
     import subprocess
     import sys
 
-    code = "import sys, gpubw.acceptance; print('jsonschema' in sys.modules)"
+    code = "import sys, gpubw.acceptance.node; print('jsonschema' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

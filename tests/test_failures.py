@@ -25,14 +25,16 @@ from hypothesis import strategies as st
 
 import gpubw
 from _plugin_fixtures import BROKEN, BROKEN_DIST, GOOD, copy_fixtures, installed, subprocess_env
-from gpubw import DeviceBuffer, HostBuffer, RunOptions, System, cli, runner
+from gpubw import DeviceBuffer, HostBuffer, RunOptions, System
 from gpubw.backend.base import Backend
 from gpubw.backend.presets import load_system, system_from_dict
 from gpubw.backend.sim import Faults, SimulatedBackend
-from gpubw.errors import UsageError
-from gpubw.registry import Entry, Registry
-from gpubw.report_io import load_report, validate
-from gpubw.results import Status
+from gpubw.cli import command as cli
+from gpubw.model.errors import UsageError
+from gpubw.model.report_io import load_report, validate
+from gpubw.model.results import Status
+from gpubw.runner import core as runner
+from gpubw.runner.registry import Entry, Registry
 
 MIB = 1 << 20
 PRESET = "h200x2"

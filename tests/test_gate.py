@@ -1,4 +1,4 @@
-"""The spin gate page (gpubw.gate) on the simulated backend: layout, hold, release, timeout."""
+"""The spin gate page (gpubw.memory.gate), simulated: layout, hold, release, timeout."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 
 from conftest import SimSystemFactory
 from gpubw.backend.sim import Faults, SimulatedBackend
-from gpubw.buffers import DeviceBuffer, HostBuffer
-from gpubw.errors import GateTimeoutError
-from gpubw.gate import Gate
+from gpubw.memory.buffers import DeviceBuffer, HostBuffer
+from gpubw.memory.gate import Gate
+from gpubw.model.errors import GateTimeoutError
 
 
 def test_layout_is_the_gate_kernels() -> None:

@@ -1,10 +1,12 @@
-"""The import graph of src/gpubw: no circles (imports inside functions count) and the layer
-rules of docs/architecture.md."""
+"""The import graph of src/gpubw: no circles (imports inside functions count), and the layers
+of docs/architecture.md's table: every module in a listed package, no import from its own
+layer's other packages or above, the page's drawing made from the same table."""
 
 from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -118,41 +120,92 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-#: layer rules (docs/architecture.md): a module matching the left may not import the right
-FORBIDDEN = [
-    ("gpubw.buffers", "gpubw.system"),
-    ("gpubw.backend", "gpubw.system"),
-    ("gpubw.backend", "gpubw.runner"),
-    ("gpubw.backend", "gpubw.cli"),
-    ("gpubw.writers", "gpubw.runner"),
-    ("gpubw.writers", "gpubw.cli"),
-    ("gpubw.runner", "gpubw.writers"),
-    ("gpubw.runner", "gpubw.cli"),
-    ("gpubw.results", "gpubw.writers"),
-    ("gpubw.testcases", "gpubw.runner"),
-    ("gpubw.testcases", "gpubw.cli"),
-    ("gpubw.measurement", "gpubw.runner"),
-    ("gpubw.report_io", "gpubw.writers"),
-    ("gpubw.report_io", "gpubw.runner"),
-    ("gpubw.world", "gpubw.system"),
-    ("gpubw.world", "gpubw.backend"),
-    ("gpubw.world", "gpubw.runner"),
-    ("gpubw.backend", "gpubw.buffers"),
-    ("gpubw.backend", "gpubw.gate"),
-    ("gpubw.backend", "gpubw.shared"),
-    ("gpubw.backend", "gpubw.ranks"),
-    ("gpubw.shared", "gpubw.system"),
-    ("gpubw.measurement", "gpubw.ranks"),
-    ("gpubw.rank_gate", "gpubw.runner"),
-    ("gpubw.rank_gate", "gpubw.ranks"),
-    ("gpubw.rank_gate", "gpubw.measurement"),
-    ("gpubw.kernels", "gpubw.backend"),
-    ("gpubw.kernels", "gpubw.buffers"),
-    ("gpubw.patterns", "gpubw.backend"),
-    ("gpubw.patterns", "gpubw.buffers"),
-    ("gpubw.nvml", "gpubw.backend"),
-    ("gpubw.nvml_read", "gpubw.backend"),
-    ("gpubw.launch_env", "gpubw"),
+# -- the layer table (docs/architecture.md) -------------------------------------------------
+
+ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+#: a row of the layer table: | layer | `package` | its job |
+_ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*`([\w.]+)`\s*\|\s*(.+?)\s*\|\s*$")
+DRAWING_START = (
+    "<!-- the drawing: made from the table by `python tests/test_imports.py --write` -->"
+)
+DRAWING_END = "<!-- end of the drawing -->"
+
+
+@functools.cache
+def layer_table() -> dict[str, tuple[int, str]]:
+    """Package (or top-level module) -> (layer, job), from docs/architecture.md's table."""
+    rows = {}
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        found = _ROW.match(line)
+        if found:
+            rows[found[2]] = (int(found[1]), found[3])
+    return rows
+
+
+def package_of(module: str, table: dict[str, tuple[int, str]]) -> str | None:
+    """The table's package that ``module`` belongs to (the longest prefix; the row ``gpubw``
+    is the package's own ``__init__`` only), or None."""
+    best = None
+    for package in table:
+        inside = module.startswith(package + ".") and package != "gpubw"
+        if (module == package or inside) and (best is None or len(package) > len(best)):
+            best = package
+    return best
+
+
+def layer_violations(graph: dict[str, set[str]], table: dict[str, tuple[int, str]]) -> list[str]:
+    """Every import of a module from its own layer's other packages or a higher layer."""
+    bad = []
+    for module, targets in sorted(graph.items()):
+        own = package_of(module, table)
+        for target in sorted(targets):
+            theirs = package_of(target, table)
+            if own is None or theirs is None or theirs == own:
+                continue
+            if table[theirs][0] >= table[own][0]:
+                bad.append(f"{module} (layer {table[own][0]}) imports {target} "
+                           f"(layer {table[theirs][0]})")  # fmt: skip
+    return bad
+
+
+def test_every_module_belongs_to_a_package_of_the_table() -> None:
+    """Each module of src/gpubw is in a package (or is a module) the layer table lists."""
+    table = layer_table()
+    assert len(table) >= 15
+    orphans = sorted(m for m in import_graph() if package_of(m, table) is None)
+    assert orphans == []
+
+
+def test_every_package_of_the_table_exists() -> None:
+    """No row of the table names a package that is not there."""
+    modules = _modules()
+    missing = [p for p in layer_table() if not any(_under(m, p) for m in modules)]
+    assert missing == []
+
+
+def test_no_module_imports_its_own_layer_or_above() -> None:
+    """A module imports only its own package and packages of lower layers (imports inside
+    functions and under TYPE_CHECKING count)."""
+    assert layer_violations(import_graph(), layer_table()) == []
+
+
+def test_the_layer_check_finds_an_upward_import() -> None:
+    """The checker itself reports a planted upward and a same-layer import."""
+    table = {"gpubw.model": (0, ""), "gpubw.hw": (1, ""), "gpubw.world": (1, "")}
+    graph = {"gpubw.model.x": {"gpubw.hw.y"}, "gpubw.hw.y": {"gpubw.world", "gpubw.model.x"}}
+    assert layer_violations(graph, table) == [
+        "gpubw.hw.y (layer 1) imports gpubw.world (layer 1)",
+        "gpubw.model.x (layer 0) imports gpubw.hw.y (layer 1)",
+    ]
+
+
+#: rules inside one package (the table orders packages; these order modules within one)
+WITHIN = [
+    ("gpubw.memory.buffers", "gpubw.memory.system"),  # buffers get the backend, not the System
+    ("gpubw.memory.shared", "gpubw.memory.system"),
+    ("gpubw.measure.rank_gate", "gpubw.measure.measurement"),  # the protocol uses the gate
+    ("gpubw.world.launch_env", "gpubw"),  # read by the CUDA prestart while the command imports
+    ("gpubw.backend.sim", "gpubw.backend.cuda"),
 ]
 
 
@@ -160,15 +213,83 @@ def _under(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
-@pytest.mark.parametrize(("lower", "higher"), FORBIDDEN)
-def test_layer_rule(lower: str, higher: str) -> None:
-    """A lower layer never imports a higher one, even inside a function."""
+@pytest.mark.parametrize(("lower", "higher"), WITHIN)
+def test_within_a_package(lower: str, higher: str) -> None:
+    """A module inside a package never imports the ones it sits below, even in a function."""
     graph = import_graph()
     bad = sorted(
         f"{m} imports {t}"
         for m, targets in graph.items()
         if _under(m, lower)
         for t in targets
-        if _under(t, higher)
+        if _under(t, higher) and not _under(t, lower)
     )
     assert bad == []
+
+
+def test_only_the_mpi_world_imports_mpi4py() -> None:
+    """mpi4py is imported by gpubw.world.mpi alone (a run without a launcher never loads it)."""
+    users = sorted(
+        m
+        for m, path in _modules().items()
+        if re.search(r"^\s*(from|import) mpi4py", path.read_text(encoding="utf-8"), re.M)
+    )
+    assert users == ["gpubw.world.mpi"]
+
+
+# -- the drawing ----------------------------------------------------------------------------
+
+_WIDTH = 92
+
+
+def drawing(table: dict[str, tuple[int, str]]) -> str:
+    """The boxes of docs/architecture.md: one per layer, the highest first, each package with
+    its job (wrapped), made from the table alone."""
+    layers: dict[int, list[str]] = {}
+    for package, (layer, _job) in table.items():
+        layers.setdefault(layer, []).append(package)
+    name_width = max(len(p) for p in table) + 5  # "12 " + the name + two spaces
+    text_width = _WIDTH - 4 - name_width
+    edge = "─" * (_WIDTH - 2)
+    lines = ["```", f"┌{edge}┐"]
+    for i, layer in enumerate(sorted(layers, reverse=True)):
+        if i:
+            lines.append(f"├{edge}┤")
+        for package in layers[layer]:
+            words = table[package][1].replace("`", "").split()
+            chunks, line = [], ""
+            for word in words:
+                if line and len(line) + 1 + len(word) > text_width:
+                    chunks.append(line)
+                    line = word
+                else:
+                    line = f"{line} {word}" if line else word
+            chunks.append(line)
+            for j, chunk in enumerate(chunks):
+                name = f"{layer:>2} {package}" if j == 0 else ""
+                lines.append(f"│ {name:<{name_width}}{chunk:<{text_width}} │")
+    lines += [f"└{edge}┘", "```"]
+    return "\n".join(lines)
+
+
+def _drawn(text: str) -> str:
+    start = text.index(DRAWING_START) + len(DRAWING_START)
+    return text[start : text.index(DRAWING_END)].strip("\n")
+
+
+def test_the_drawing_is_made_from_the_table() -> None:
+    """docs/architecture.md's drawing is what the table gives (run
+    ``python tests/test_imports.py --write`` after changing the table)."""
+    assert _drawn(ARCHITECTURE.read_text(encoding="utf-8")) == drawing(layer_table())
+
+
+if __name__ == "__main__":  # python tests/test_imports.py --write: redraw the drawing
+    import sys
+
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python tests/test_imports.py --write")
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    start = text.index(DRAWING_START) + len(DRAWING_START)
+    end = text.index(DRAWING_END)
+    new = f"{text[:start]}\n{drawing(layer_table())}\n{text[end:]}"
+    ARCHITECTURE.write_text(new, encoding="utf-8")

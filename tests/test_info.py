@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from gpubw import acceptance, cli
+from gpubw.acceptance import node as acceptance
 from gpubw.api import open_system
-from gpubw.errors import NoDriverError
+from gpubw.cli import command as cli
+from gpubw.model.errors import NoDriverError
 
 
 def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
@@ -86,7 +87,7 @@ def test_info_bad_simulate_and_no_driver(capsys, monkeypatch):
 
 def test_info_without_nvml_still_lists_devices(monkeypatch):
     """NVML missing: the devices and the peer matrix still show, with the reason."""
-    from gpubw.nvml import NodeFacts
+    from gpubw.hw.nvml import NodeFacts
 
     with open_system("h200x2") as system:
         monkeypatch.setattr(system.backend, "node_facts", lambda: NodeFacts(False, "no pynvml"))

@@ -11,9 +11,8 @@ from hypothesis import strategies as st
 
 from conftest import MIB, SimSystemFactory
 from gpubw.backend.presets import load_system
-from gpubw.buffers import DeviceBuffer, HostBuffer
-from gpubw.errors import VerificationError
-from gpubw.initiators import (
+from gpubw.kernels.patterns import SRC_SEED
+from gpubw.measure.initiators import (
     CE,
     FLAT_COPY_BLOCK,
     MAX_GRID,
@@ -26,8 +25,9 @@ from gpubw.initiators import (
     flat_copy_launches,
     sm_truncated_bytes,
 )
-from gpubw.patterns import SRC_SEED
-from gpubw.system import System
+from gpubw.memory.buffers import DeviceBuffer, HostBuffer
+from gpubw.memory.system import System
+from gpubw.model.errors import VerificationError
 
 H200 = load_system("h200x1").devices[0]
 
@@ -275,8 +275,8 @@ def test_flat_copy_verifies_and_catches_planted_words(
 def cuda_system() -> Iterator[System]:
     """A System on the real CUDA backend (skips without cuda-python, a driver or a GPU)."""
     cuda = pytest.importorskip("gpubw.backend.cuda")
-    from gpubw.errors import NoDriverError
-    from gpubw.options import RunOptions
+    from gpubw.model.errors import NoDriverError
+    from gpubw.model.options import RunOptions
 
     try:
         backend = cuda.CudaBackend()

@@ -1,4 +1,4 @@
-"""Tests for gpubw.interrupts: the signal guard and its watchdog."""
+"""Tests for gpubw.runner.interrupts: the signal guard and its watchdog."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from gpubw import interrupts
-from gpubw.errors import InterruptedRun
-from gpubw.interrupts import SignalGuard
+from gpubw.model.errors import InterruptedRun
+from gpubw.runner import interrupts
+from gpubw.runner.interrupts import SignalGuard
 
 
 def wait_until(condition: Any, timeout: float = 5.0) -> None:

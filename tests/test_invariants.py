@@ -28,10 +28,10 @@ from hypothesis import strategies as st
 import gpubw
 from gpubw import BANDWIDTH, LATENCY, Matrix, RunOptions
 from gpubw.api import system_opener
-from gpubw.cli import main
-from gpubw.registry import Entry
-from gpubw.report_io import dumps, load_report
-from gpubw.runner import run
+from gpubw.cli.command import main
+from gpubw.model.report_io import dumps, load_report
+from gpubw.runner.core import run
+from gpubw.runner.registry import Entry
 
 #: the exit codes gpubw documents (cli module docstring, gpubw -h; 3: below expectation)
 EXIT_CODES = {0, 1, 2, 3, 130, 143}
@@ -182,7 +182,7 @@ def test_any_system_file_loads_or_is_one_usage_error(
     """A random system file builds a model whose every figure is finite, or is refused with
     one UsageError line; never another exception."""
     from gpubw.backend.sim.model import MAX_DEVICES
-    from gpubw.errors import UsageError
+    from gpubw.model.errors import UsageError
 
     path = _system_file(tmp_path_factory.mktemp("sys"), doc)
     try:
@@ -315,31 +315,30 @@ def _signalled_run(folder: Path, offsets: list[float], sigs: list[int]) -> tuple
     return proc.returncode, out, err
 
 
-def _install_line(module: str) -> int:
-    """The line of ``_startup.install()`` in an entry module of gpubw (``__main__``, ``cli``)."""
-    path = Path(gpubw.__file__).with_name(f"{module}.py")
-    lines = path.read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if line.startswith("_startup.install()"))
+def _install_line() -> int:
+    """The line of ``_startup.install()`` in ``gpubw/cli/__init__.py``, the entry package
+    (``gpubw/__main__.py`` and the ``gpubw`` script import it first)."""
+    lines = Path(gpubw.__file__).with_name("cli").joinpath("__init__.py").read_text()
+    numbered = enumerate(lines.splitlines(), 1)
+    return next(i for i, line in numbered if line.startswith("_startup.install()"))
 
 
 def _early_frame(line: str) -> bool:
     """Whether a traceback line is gpubw code that runs before the quiet handler is in:
-    the package's own light module level (``__init__``, ``version``, ``_startup``), an entry
-    module up to its ``_startup.install()`` line, or install() itself (a KeyboardInterrupt
-    there was raised before SIGINT's handler was set: once it is, SIGINT never raises)."""
-    found = re.search(r'gpubw[/\\](\w+)\.py", line (\d+), in (\S+)$', line)
+    the package's own light module level (``__init__``, ``__main__``'s import line,
+    ``version``, ``cli/_startup``), the entry package up to its ``_startup.install()`` line,
+    or install() itself (a KeyboardInterrupt there was raised before SIGINT's handler was
+    set: once it is, SIGINT never raises)."""
+    found = re.search(r'gpubw[/\\]([\w/\\]+)\.py", line (\d+), in (\S+)$', line)
     if found is None:
         return False
-    module, number, function = found[1], int(found[2]), found[3]
-    if module in ("__init__", "version", "_startup") and function == "<module>":
+    module = found[1].replace("\\", "/")
+    number, function = int(found[2]), found[3]
+    if module in ("__init__", "__main__", "version", "cli/_startup") and function == "<module>":
         return True
-    if module == "_startup" and function in ("install", "_set", "is_command"):
+    if module == "cli/_startup" and function in ("install", "_set", "is_command"):
         return True
-    return (
-        module in ("__main__", "cli")
-        and function == "<module>"
-        and (number <= _install_line(module))
-    )
+    return module == "cli/__init__" and function == "<module>" and number <= _install_line()
 
 
 def _before_gpubw(err: str) -> bool:

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 import gpubw
-from gpubw.errors import PluginError
 from gpubw.kernels import KERNELS, KernelSpec
 from gpubw.kernels import modules as km
+from gpubw.model.errors import PluginError
 
 TWICE_SRC = r"""
 extern "C" __global__ void kmtest_twice(float *buf, unsigned long long n) {
@@ -385,8 +385,8 @@ class _Twice(gpubw.Testcase):
 def test_the_runner_loads_what_a_testcase_declares(clean: None) -> None:
     """A testcase's declared module is loaded by the runner before run(): nothing registers it
     on import, yet its kernel launches."""
-    from gpubw.registry import Entry
-    from gpubw.runner import run
+    from gpubw.runner.core import run
+    from gpubw.runner.registry import Entry
 
     assert "kmtest" not in {m.name for m in km.kernel_modules()}
     report = run(

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from gpubw.errors import KernelCompileError
 from gpubw.kernels import KERNELS, PATTERN_WORDS, source
 from gpubw.kernels import cache as kcache
+from gpubw.model.errors import KernelCompileError
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
 
@@ -122,7 +122,7 @@ def test_flat_copy_moves_one_element_per_thread() -> None:
     """gpubw_copy_flat's default piece is one element per thread, which the launch plan
     (initiators.flat_copy_launches: pieces of FLAT_COPY_BLOCK elements) assumes, and its
     launch bounds admit FLAT_COPY_BLOCK threads."""
-    from gpubw.initiators import FLAT_COPY_BLOCK
+    from gpubw.measure.initiators import FLAT_COPY_BLOCK
 
     text = source()
     assert re.search(r"#define GPUBW_FLAT_UNROLL 1\n", text)

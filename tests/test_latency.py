@@ -1,4 +1,4 @@
-"""Pointer-chase latency (gpubw.latency): the ring, and cleanup when something fails."""
+"""Pointer-chase latency (gpubw.measure.latency): the ring, and cleanup when something fails."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import pytest
 
 from conftest import SimSystemFactory
 from gpubw.backend.sim import SimulatedBackend
-from gpubw.buffers import DeviceBuffer, HostBuffer
-from gpubw.errors import CudaError
-from gpubw.latency import (
+from gpubw.measure.latency import (
     RING_BYTES,
     pointer_chase,
     ring_bytes,
     write_device_ring,
     write_host_ring,
 )
+from gpubw.memory.buffers import DeviceBuffer, HostBuffer
+from gpubw.model.errors import CudaError
 
 
 def test_ring_nodes_point_128_bytes_on() -> None:
@@ -51,7 +51,7 @@ def test_the_ring_needs_no_numpy() -> None:
     import sys
 
     code = (
-        "import sys; from gpubw.latency import ring_bytes; "
+        "import sys; from gpubw.measure.latency import ring_bytes; "
         "assert len(ring_bytes(0x1000)) == 2 << 20; print('numpy' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

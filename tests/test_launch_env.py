@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpubw.launch_env import devices_to_start
 from gpubw.world import detect_launch
+from gpubw.world.launch_env import devices_to_start
 
 
 @pytest.mark.parametrize(

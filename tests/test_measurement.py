@@ -1,4 +1,4 @@
-"""The measurement protocol (gpubw.measurement) run through the simulated backend."""
+"""The measurement protocol (gpubw.measure.measurement) run through the simulated backend."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 
 from conftest import MIB, SimSystemFactory
 from gpubw.backend.sim import Faults, SimulatedBackend
-from gpubw.buffers import DeviceBuffer, HostBuffer
-from gpubw.errors import CudaError, GateTimeoutError, UsageError, VerificationError
-from gpubw.initiators import CE, SM, SPLIT_WARP, Initiator
-from gpubw.measurement import Copy, Kind, MemcpyOperation, Prefer, statistic
-from gpubw.system import System
+from gpubw.measure.initiators import CE, SM, SPLIT_WARP, Initiator
+from gpubw.measure.measurement import Copy, Kind, MemcpyOperation, Prefer, statistic
+from gpubw.memory.buffers import DeviceBuffer, HostBuffer
+from gpubw.memory.system import System
+from gpubw.model.errors import CudaError, GateTimeoutError, UsageError, VerificationError
 
 #: The loop count every measurement here is given (callers always pass it).
 LOOPS = 16

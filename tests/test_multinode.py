@@ -15,19 +15,19 @@ import attrs
 import pytest
 
 from _ranked import model, ranked_report, run_ranks
-from gpubw import measurement
 from gpubw.backend.sim import Faults
-from gpubw.buffers import DeviceBuffer
-from gpubw.errors import GpubwError, UsageError
-from gpubw.initiators import CE
-from gpubw.measurement import CellMeasurement, Copy, MemcpyOperation, RankCopy
-from gpubw.options import RunOptions
-from gpubw.rank_gate import RankGate
-from gpubw.registry import Registry
-from gpubw.report_io import dumps
-from gpubw.results import BANDWIDTH, Matrix, Report, Status
-from gpubw.shared import RemoteRankError
-from gpubw.system import System
+from gpubw.measure import measurement
+from gpubw.measure.initiators import CE
+from gpubw.measure.measurement import CellMeasurement, Copy, MemcpyOperation, RankCopy
+from gpubw.measure.rank_gate import RankGate
+from gpubw.memory.buffers import DeviceBuffer
+from gpubw.memory.shared import RemoteRankError
+from gpubw.memory.system import System
+from gpubw.model.errors import GpubwError, UsageError
+from gpubw.model.options import RunOptions
+from gpubw.model.report_io import dumps
+from gpubw.model.results import BANDWIDTH, Matrix, Report, Status
+from gpubw.runner.registry import Registry
 from gpubw.testcases import BUILTINS, MULTINODE
 from gpubw.testcases.multinode_shapes import ONE_RANK, bisect_labels
 from gpubw.testcases.shapes import sampled_cells
@@ -403,8 +403,8 @@ def test_a_size_one_rank_refuses_is_refused_on_every_rank_at_once(
 ) -> None:
     """A buffer size that one rank's devices cannot hold (hosts that differ) is a usage error
     on every rank, at once: the others do not go on into collectives it never joins."""
-    from gpubw import runner
-    from gpubw.errors import UsageError as Refusal
+    from gpubw.model.errors import UsageError as Refusal
+    from gpubw.runner import core as runner
 
     check = runner.check_sizes
 
@@ -488,7 +488,7 @@ def test_more_ranks_than_gpus_is_warned_once_per_host() -> None:
 def test_bad_sample_pairs(capsys: pytest.CaptureFixture[str]) -> None:
     """A bad --sample-pairs is a usage error before anything runs; a count below N fails the
     N x N testcases only, naming the flag."""
-    from gpubw.cli import main
+    from gpubw.cli.command import main
 
     assert main(["--simulate", "h200x2", "--sample-pairs", "abc", "-t", "4"]) == 2
     assert "--sample-pairs" in capsys.readouterr().err

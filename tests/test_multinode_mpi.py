@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpubw.report_io import validate
+from gpubw.model.report_io import validate
 from test_world import _mpiexec, needs_mpi
 
 pytestmark = needs_mpi

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpubw import nvbandwidth_json as nvj
-from gpubw.errors import UsageError
+from gpubw.model import nvbandwidth_json as nvj
+from gpubw.model.errors import UsageError
 
 # The spec's §7.2 example, with TABs as nvbandwidth writes them.
 SPEC_EXAMPLE = """{
@@ -199,7 +199,7 @@ def test_rejects_other_json() -> None:
 def test_to_report_builds_a_gpubw_report() -> None:
     """to_report turns nvbandwidth's document into a Report: statuses, devices, base-unit
     matrices with kind; a ragged row is padded with N/A; the benchmark file reads whole."""
-    from gpubw.results import KIND_BANDWIDTH, Status
+    from gpubw.model.results import KIND_BANDWIDTH, Status
 
     rep = nvj.to_report(SPEC_EXAMPLE)
     assert rep.tool == "nvbandwidth" and not rep.simulated and rep.host == "gpu-node-17"

@@ -1,4 +1,4 @@
-"""Tests of the NVML node facts (gpubw.nvml), against a fake pynvml module."""
+"""Tests of the NVML node facts (gpubw.hw.nvml), against a fake pynvml module."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpubw import nvml, nvml_read
+from gpubw.hw import nvml, nvml_read
 
 
 class NVMLError(Exception):
@@ -292,12 +292,15 @@ def test_bus_id_normalisation():
 
 def test_importing_gpubw_nvml_does_not_import_pynvml():
     """pynvml is imported only when facts are read (gpubw -l never loads it)."""
-    code = "import sys, gpubw.nvml, gpubw.nvml_read, gpubw.cli; assert 'pynvml' not in sys.modules"
+    code = (
+        "import sys, gpubw.hw.nvml, gpubw.hw.nvml_read, gpubw.cli.command;"
+        "assert 'pynvml' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_every_nvml_name_used_exists_in_the_real_binding():
-    """Each pynvml function and constant gpubw.nvml_read calls exists in nvidia-ml-py."""
+    """Each pynvml function and constant gpubw.hw.nvml_read calls exists in nvidia-ml-py."""
     pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
     source = Path(nvml_read.__file__).read_text(encoding="utf-8")
     names = set(re.findall(r"\bnv\.(nvml\w+|NVML_\w+)", source))

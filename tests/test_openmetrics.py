@@ -9,10 +9,10 @@ import attrs
 import pytest
 
 from _writer_reports import full_report, n_by_n, one_by_n, passed, report
-from gpubw import cli
-from gpubw.errors import UsageError
-from gpubw.registry import writer
-from gpubw.results import Report, Status, TestcaseResult
+from gpubw.cli import command as cli
+from gpubw.model.errors import UsageError
+from gpubw.model.results import Report, Status, TestcaseResult
+from gpubw.runner.registry import writer
 from gpubw.writers.openmetrics import OpenMetricsWriter, exposition
 
 prometheus_client = pytest.importorskip("prometheus_client")
@@ -177,9 +177,9 @@ def test_cli_openmetrics_run(capsys) -> None:
 
 
 def test_verdicts_from_gpubw_expect_name_the_slow_gpu() -> None:
-    """Verdicts made by gpubw.expect on a report with one slow host link become a failed
+    """Verdicts made by gpubw.acceptance.expect on a report with one slow host link become a failed
     gpubw_verdict gauge naming that GPU (and passed ones a 0)."""
-    from gpubw import expect
+    from gpubw.acceptance import expect
 
     h2d = attrs.evolve(one_by_n(), values=[[54.87e9, 40.0e9]])
     base = report([passed("host_to_device_memcpy_ce", [h2d], 0)])

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gpubw.cli import main
-from gpubw.errors import UsageError
-from gpubw.outfile import OutputTarget, atomic_file, replace_regular_file
+from gpubw.cli.command import main
+from gpubw.model.errors import UsageError
+from gpubw.model.outfile import OutputTarget, atomic_file, replace_regular_file
 
 RUN = ["--simulate", "h200x1", "-t", "0", "-b", "1MiB", "-i", "1", "-j"]
 

@@ -1,4 +1,4 @@
-"""The verification patterns (gpubw.patterns): xorshift32 words, computed and cached."""
+"""The verification patterns (gpubw.kernels.patterns): xorshift32 words, computed and cached."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from gpubw.patterns import DST_SEED, SRC_SEED, pattern_bytes
+from gpubw.kernels.patterns import DST_SEED, SRC_SEED, pattern_bytes
 
 
 def test_pattern_bytes_equal_the_plain_xorshift32_sequence() -> None:
@@ -15,7 +15,7 @@ def test_pattern_bytes_equal_the_plain_xorshift32_sequence() -> None:
     import array
 
     from gpubw.kernels import PATTERN_WORDS
-    from gpubw.patterns import _xorshift32_words
+    from gpubw.kernels.patterns import _xorshift32_words
 
     for seed in (0xCAFEBABE, 0xBAADF00D, 1):
         expected = array.array("I", _xorshift32_words(seed, PATTERN_WORDS))
@@ -51,7 +51,7 @@ def test_a_bad_cached_pattern_is_computed_again(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A corrupt cache entry, or one holding other words, is ignored and rewritten."""
-    from gpubw import patterns
+    from gpubw.kernels import patterns
     from gpubw.kernels.cache import KernelCache
 
     monkeypatch.setenv("GPUBW_CACHE_DIR", str(tmp_path))
@@ -76,7 +76,7 @@ def test_concurrent_callers_compute_a_pattern_once(
     computes it, the other waits and gets the same bytes."""
     import threading
 
-    from gpubw import patterns
+    from gpubw.kernels import patterns
 
     monkeypatch.setenv("GPUBW_CACHE_DIR", str(tmp_path))
     patterns._pattern_bytes.cache_clear()

@@ -10,9 +10,9 @@ import attrs
 import pytest
 
 from _writer_reports import DEVICES, full_report, report, sweep_results
-from gpubw.errors import UsageError
-from gpubw.report_io import dumps
-from gpubw.results import Matrix
+from gpubw.model.errors import UsageError
+from gpubw.model.report_io import dumps
+from gpubw.model.results import Matrix
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -32,7 +32,7 @@ def test_plot_sweep_and_heatmaps(tmp_path: Path, capsys: pytest.CaptureFixture[s
     """A report with a sweep, N×N and 1×N matrices renders one PNG per testcase (named
     after -o, the names printed) and the 1×N overview per unit; or the pages of one PDF."""
     pytest.importorskip("matplotlib")
-    from gpubw.plot import main
+    from gpubw.tools.plot import main
 
     rep = attrs.evolve(full_report(), testcases=[*full_report().testcases, *sweep_results()])
     out = tmp_path / "plot.png"
@@ -62,8 +62,8 @@ def test_plot_simulated_title(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from gpubw import plot
-    from gpubw.report_io import load_report, report_from_dict
+    from gpubw.model.report_io import load_report, report_from_dict
+    from gpubw.tools import plot
 
     rep = report_from_dict(load_report(_write(tmp_path, report(sweep_results(), simulated=True))))
     titles: list[str] = []
@@ -85,7 +85,7 @@ def test_plot_simulated_title(tmp_path: Path) -> None:
 def test_plot_testcase_filter_and_nothing_to_plot(tmp_path: Path) -> None:
     """-t keeps matching testcases; a report with no results is a UsageError."""
     pytest.importorskip("matplotlib")
-    from gpubw.plot import main
+    from gpubw.tools.plot import main
 
     path = _write(tmp_path, full_report())
     out = tmp_path / "one.png"
@@ -101,7 +101,7 @@ def test_plot_testcase_filter_and_nothing_to_plot(tmp_path: Path) -> None:
 
 def test_plot_without_matplotlib(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Without matplotlib, plot raises a UsageError that says how to install it."""
-    from gpubw.plot import main
+    from gpubw.tools.plot import main
 
     real_import = builtins.__import__
 
@@ -129,7 +129,7 @@ def test_plot_bad_dpi_or_format_is_a_usage_error(
 ) -> None:
     """A bad --dpi or an image format matplotlib cannot write is a one-line usage error."""
     pytest.importorskip("matplotlib")
-    from gpubw.plot import main
+    from gpubw.tools.plot import main
 
     path = _write(tmp_path, report(sweep_results()))
     argv = [str(path), "-o", str(tmp_path / "plot.png"), *args]
@@ -141,7 +141,7 @@ def _sweep_report(keys: int, sizes: int, gpus: int = 8):  # type: ignore[no-unty
     """A simulated report of ``keys`` testcases x ``sizes`` sizes on ``gpus`` GPUs: host
     links (1×N) and peer matrices (N×N), as a sweep of h200x8 has."""
     from _writer_reports import D2D_READ, HEAD_CE
-    from gpubw.results import BANDWIDTH, Status, TestcaseResult
+    from gpubw.model.results import BANDWIDTH, Status, TestcaseResult
 
     labels = [str(i) for i in range(gpus)]
     results = []
@@ -175,7 +175,7 @@ def test_a_250_entry_sweep_plots_in_a_few_seconds(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     import time
 
-    from gpubw import plot
+    from gpubw.tools import plot
 
     rep = _sweep_report(25, 10)
     assert len(rep.testcases) == 250
@@ -194,7 +194,7 @@ def test_two_reports_are_overlaid(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from gpubw import plot
+    from gpubw.tools import plot
 
     a, b = _sweep_report(2, 3, gpus=2), _sweep_report(2, 3, gpus=2)
     slower = [
@@ -227,7 +227,7 @@ def test_two_reports_are_overlaid(tmp_path: Path) -> None:
     )
     pa, pb = _write(tmp_path, a), tmp_path / "old.json"
     pb.write_text(dumps(b))
-    from gpubw.plot import main
+    from gpubw.tools.plot import main
 
     assert main([str(pa), str(pb), "-o", str(tmp_path / "both.pdf")]) == 0
     assert _pages(tmp_path / "both.pdf") == 2
@@ -238,7 +238,7 @@ def test_nvbandwidth_json_is_plotted(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     import json
 
-    from gpubw.plot import main
+    from gpubw.tools.plot import main
 
     nv = {
         "nvbandwidth": {
@@ -278,7 +278,7 @@ def test_a_testcase_swept_in_one_run_only_is_not_lost() -> None:
     """A 1×N testcase run at one size in the first report and swept in the second is drawn
     as bars; swept in the first, as a sweep: never dropped for being a sweep elsewhere."""
     pytest.importorskip("matplotlib")
-    from gpubw import plot
+    from gpubw.tools import plot
 
     single = report([attrs.evolve(sweep_results()[-1])])
     specs = plot.figures([("one", single), ("sweep", report(sweep_results()))])
@@ -305,7 +305,7 @@ def test_plot_bad_reports_are_one_line_usage_errors(
 ) -> None:
     """A report of the wrong shape, an empty or a deeply nested one: one line, exit 2."""
     pytest.importorskip("matplotlib")
-    from gpubw.cli import main
+    from gpubw.cli.command import main
 
     bad = tmp_path / "bad.json"
     bad.write_text(text)
@@ -323,7 +323,7 @@ def test_plot_names_what_it_leaves_out_and_flags_nan_and_zero(
     """Failed testcases are named on stderr, Waived ones counted; NaN and zero cells are
     flagged and drawn as N/A, not as figures; with two runs each note says which run."""
     pytest.importorskip("matplotlib")
-    from gpubw.plot import main, screen
+    from gpubw.tools.plot import main, screen
 
     rep = full_report()
     first = next(t for t in rep.testcases if t.matrices)

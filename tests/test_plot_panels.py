@@ -1,4 +1,4 @@
-"""gpubw.plot_panels: what each panel draws (skipped without matplotlib)."""
+"""gpubw.tools.plot_panels: what each panel draws (skipped without matplotlib)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import attrs
 import pytest
 
 from _writer_reports import report, sweep_results
-from gpubw.results import Matrix
+from gpubw.model.results import Matrix
 
 
 @pytest.mark.parametrize(("mkey", "drawn"), [("device_local_copy", False), ("rw", True)])
@@ -15,8 +15,8 @@ def test_nominal_line_only_for_read_write_figures(mkey: str, drawn: bool) -> Non
     (Matrix.bytes_counting, not its key or notes); the L2 line on every matrix of a testcase
     that measures device memory (one of its matrices is counted read + write)."""
     pytest.importorskip("matplotlib")
-    from gpubw.plot import _pyplot
-    from gpubw.plot_panels import _draw_sweep
+    from gpubw.tools.plot import _pyplot
+    from gpubw.tools.plot_panels import _draw_sweep
 
     def pair(m: Matrix) -> list[Matrix]:
         once = attrs.evolve(m, notes=(), bytes_counting="once")
@@ -40,8 +40,8 @@ def test_no_reference_lines_without_a_read_write_matrix() -> None:
     """A sweep with no read + write matrix (e.g. a host copy) gets no nominal or L2 line,
     whatever its key."""
     pytest.importorskip("matplotlib")
-    from gpubw.plot import _pyplot
-    from gpubw.plot_panels import _draw_sweep
+    from gpubw.tools.plot import _pyplot
+    from gpubw.tools.plot_panels import _draw_sweep
 
     results = [
         attrs.evolve(t, matrices=[attrs.evolve(m, bytes_counting="once") for m in t.matrices])
@@ -66,8 +66,8 @@ def test_no_reference_lines_without_a_read_write_matrix() -> None:
 def test_l2_line_sits_where_the_working_set_fills_l2() -> None:
     """With working_set_bytes = 3 x the buffer, the L2 line is drawn at L2 / 3."""
     pytest.importorskip("matplotlib")
-    from gpubw.plot import _pyplot
-    from gpubw.plot_panels import _draw_sweep
+    from gpubw.tools.plot import _pyplot
+    from gpubw.tools.plot_panels import _draw_sweep
 
     results = [
         attrs.evolve(

@@ -1,4 +1,4 @@
-"""Tests of the cache files' key, fingerprints and the entry-point cache (gpubw.plugincache)."""
+"""The cache files' key, fingerprints and the entry-point cache (gpubw.runner.plugincache)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from _plugin_fixtures import FIXTURES, GOOD
-from gpubw import plugincache
+from gpubw.runner import plugincache
 
 GROUPS = {"gpubw.testcases": [("k", "m:C", "d")], "gpubw.writers": [("w", "m:W", "d")]}
 

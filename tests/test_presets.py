@@ -12,7 +12,7 @@ import pytest
 from gpubw.backend.presets import PRESETS, from_preset, load_system, names
 from gpubw.backend.sim import Faults, SimSystem, SimulatedBackend
 from gpubw.backend.sim.model import Rate
-from gpubw.errors import UsageError
+from gpubw.model.errors import UsageError
 
 MIB = 1 << 20
 

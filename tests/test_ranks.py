@@ -1,4 +1,4 @@
-"""gpubw.ranks: the hooks a run over several ranks goes through (no-ops for one rank)."""
+"""gpubw.runner.ranks: the hooks a run over several ranks goes through (no-ops for one rank)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,17 @@ from typing import Any
 
 import pytest
 
-from gpubw.options import RunOptions
-from gpubw.ranks import Ranks, finish, is_multinode, leader_bound, rank_prefix, simulated_hosts
-from gpubw.registry import Registry
-from gpubw.results import Status, TestcaseResult
+from gpubw.model.options import RunOptions
+from gpubw.model.results import Status, TestcaseResult
+from gpubw.runner.ranks import (
+    Ranks,
+    finish,
+    is_multinode,
+    leader_bound,
+    rank_prefix,
+    simulated_hosts,
+)
+from gpubw.runner.registry import Registry
 from gpubw.world import SingleWorld
 
 
@@ -58,7 +65,7 @@ def test_a_system_opened_for_a_world_drives_only_what_its_rank_drives() -> None:
     a host's first rank drives every GPU, its second rank only its own, whose context also
     makes the device-less host memory."""
     from gpubw.api import system_opener
-    from gpubw.ranks import with_world
+    from gpubw.runner.ranks import with_world
     from gpubw.world.simulated import SimulatedCluster
 
     first, second = SimulatedCluster([2]).worlds()

@@ -1,4 +1,4 @@
-"""Tests of testcase/writer discovery, order, lookup and load failures (gpubw.registry)."""
+"""Tests of testcase/writer discovery, order, lookup and load failures (gpubw.runner.registry)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import pytest
 
 import gpubw
 from _plugin_fixtures import BROKEN, BROKEN_DIST, FIXTURES, GOOD, GOOD_DIST, installed
-from gpubw import listing, registry
-from gpubw.errors import PluginError, UsageError
-from gpubw.registry import (
+from gpubw.cli import listing
+from gpubw.model.errors import PluginError, UsageError
+from gpubw.runner import registry
+from gpubw.runner.registry import (
     BUILTIN_ORDER,
     Entry,
     Registry,
@@ -349,7 +350,7 @@ def test_registry_is_the_only_entry_point_reader() -> None:
         for p in src.rglob("*.py")
         if re.search(r"\bentry_points\(|\bstevedore\b", p.read_text("utf-8"))
     )
-    assert readers == ["registry.py"]
+    assert readers == ["runner/registry.py"]
 
 
 def _fixture_modules() -> set[str]:
@@ -462,7 +463,7 @@ def test_a_valid_entry_point_cache_is_used_without_scanning(plugins, ep_cache, m
 def test_a_failing_plugin_is_reported_the_same_on_a_cache_hit(plugins, ep_cache, monkeypatch):
     """Load failures (import errors, wrong types, duplicates, a broken writer) are the same
     from the cache as from a scan, for -t, -l (rendered) and writers."""
-    from gpubw import listing as lst
+    from gpubw.cli import listing as lst
 
     scanned = Registry.discover()
     failures, text = scanned.failures, lst.render(scanned, False)

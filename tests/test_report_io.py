@@ -1,4 +1,4 @@
-"""Tests of gpubw.report_io: matrix validation, Matrix kind/bytes_counting, dict round trips."""
+"""gpubw.model.report_io: matrix validation, Matrix kind/bytes_counting, dict round trips."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from _writer_reports import full_report, passed, report, sweep_results
-from gpubw.errors import UsageError
-from gpubw.report_io import (
+from gpubw.model.errors import UsageError
+from gpubw.model.report_io import (
     dumps,
     load_report,
     matrix_errors,
@@ -21,7 +21,7 @@ from gpubw.report_io import (
     report_from_dict,
     report_to_dict,
 )
-from gpubw.results import BANDWIDTH, LATENCY, Matrix
+from gpubw.model.results import BANDWIDTH, LATENCY, Matrix
 
 
 def _matrix(values, samples=(), **kw) -> Matrix:
@@ -144,7 +144,7 @@ def test_schema_refuses_inconsistent_kind() -> None:
     m = _matrix([[1.0]])
     doc = json.loads(dumps(report([passed("k", [m])])))
     doc["testcases"][0]["matrices"][0]["kind"] = "latency"
-    from gpubw.report_io import validation_errors
+    from gpubw.model.report_io import validation_errors
 
     assert any("kind" in e for e in validation_errors(doc))
     with pytest.raises(ValueError):
@@ -177,8 +177,8 @@ def test_small_reports_do_not_import_numpy() -> None:
     import sys
 
     code = (
-        "import sys; from gpubw.report_io import matrix_errors, report_to_dict, dumps\n"
-        "from gpubw.results import BANDWIDTH, Matrix\n"
+        "import sys; from gpubw.model.report_io import matrix_errors, report_to_dict, dumps\n"
+        "from gpubw.model.results import BANDWIDTH, Matrix\n"
         "m = Matrix(key='k', description='d', unit=BANDWIDTH, row_labels=['0'],"
         " column_labels=['0', '1'], values=[[1.0, None]], samples=[[[1.0], None]])\n"
         "assert matrix_errors(m) == []\n"
@@ -194,7 +194,7 @@ def test_small_reports_do_not_import_numpy() -> None:
 @pytest.mark.parametrize("bad", [float("nan"), -2.0, 10**400, "x"])
 def test_large_and_small_matrices_catch_the_same_cells(bad) -> None:
     """The plain-Python check (small) and the numpy check (large) refuse the same cells."""
-    from gpubw.report_io import NUMPY_FROM_CELLS
+    from gpubw.model.report_io import NUMPY_FROM_CELLS
 
     for cols in (3, NUMPY_FROM_CELLS // 2 + 1):
         values = [[1.0] * cols, [2.0] * cols]

@@ -1,4 +1,4 @@
-"""Tests of the result data: typed options, signal, exit code, export (gpubw.results)."""
+"""Tests of the result data: typed options, signal, exit code, export (gpubw.model.results)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from gpubw.options import Invocation, RunOptions, options_from_record, options_record
-from gpubw.results import BANDWIDTH, Matrix, Report, Status, TestcaseResult, exit_status
+from gpubw.model.options import Invocation, RunOptions, options_from_record, options_record
+from gpubw.model.results import BANDWIDTH, Matrix, Report, Status, TestcaseResult, exit_status
 
 MIB = 1 << 20
 
@@ -130,7 +130,7 @@ def test_records_long_form():
 
 def test_cell_stats_sample_stdev_and_cv():
     """Per-cell spread: sample stdev (n-1), cv = stdev/mean, None below 2 samples or no samples."""
-    from gpubw.results import cell_stats
+    from gpubw.model.results import cell_stats
 
     m = Matrix(
         "k",

@@ -1,4 +1,4 @@
-"""Tests of the runner: statuses, errors, leaks, interrupts, report metadata (gpubw.runner)."""
+"""Tests of the runner: statuses, errors, leaks, interrupts, report metadata (gpubw.runner.core)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ import gpubw
 from _plugin_fixtures import BROKEN, GOOD, GOOD_DIST, installed
 from gpubw import BANDWIDTH, DeviceBuffer, DeviceInfo, Matrix, RunOptions, System
 from gpubw.backend.base import Backend
-from gpubw.errors import CudaError, GpubwError, NoDriverError, SimulationError
-from gpubw.options import Invocation
-from gpubw.registry import BUILTIN_DIST, Entry, LoadFailure, Registry, Unresolved
-from gpubw.results import Status
-from gpubw.runner import SMALL_BUFFER_NOTE, Progress, run
+from gpubw.model.errors import CudaError, GpubwError, NoDriverError, SimulationError
+from gpubw.model.options import Invocation
+from gpubw.model.results import Status
+from gpubw.runner.core import SMALL_BUFFER_NOTE, Progress, run
+from gpubw.runner.registry import BUILTIN_DIST, Entry, LoadFailure, Registry, Unresolved
 
 MIB = 1 << 20
 
@@ -512,7 +512,7 @@ def test_signal_outside_plugin_code_is_recorded_and_stops_the_run():
 def test_signal_before_the_run_gives_an_interrupted_report_without_opening_the_system():
     """A signal recorded before run() starts (CLI start-up): an interrupted Report with no
     testcases; the System is never opened."""
-    from gpubw.interrupts import SignalGuard
+    from gpubw.runner.interrupts import SignalGuard
 
     guard = SignalGuard()
     guard.install()
@@ -531,7 +531,7 @@ def test_signal_before_the_run_gives_an_interrupted_report_without_opening_the_s
 def test_a_signal_while_the_system_opens_stays_in_a_could_not_start_report():
     """SIGTERM while open_system runs, which then fails: the report says both (the error and
     the signal) and its exit code is 143, not the start error's 1."""
-    from gpubw.interrupts import SignalGuard
+    from gpubw.runner.interrupts import SignalGuard
 
     def failing(options: RunOptions) -> System:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -551,7 +551,7 @@ def test_a_signal_while_the_system_opens_stays_in_a_could_not_start_report():
 def test_the_finished_report_is_final_for_the_guard():
     """run() under an installed guard hands it the complete report: the watchdog's snapshot
     is that report and a signal from then on is absorbed (report_final)."""
-    from gpubw.interrupts import SignalGuard
+    from gpubw.runner.interrupts import SignalGuard
 
     guard = SignalGuard()
     guard.install()
@@ -693,8 +693,8 @@ def test_builtin_matrices_have_their_values_checked_and_plugins_their_structure_
 def test_every_builtin_matrix_matches_the_schema(tmp_path, preset):
     """Every built-in testcase's matrices, from a whole default run on a simulated system,
     pass the full matrix check (values and structure) that the runner leaves to plugins."""
-    from gpubw import cli
-    from gpubw.report_io import load_report, matrix_errors, report_from_dict
+    from gpubw.cli import command as cli
+    from gpubw.model.report_io import load_report, matrix_errors, report_from_dict
 
     out = tmp_path / "r.json"
     args = ["--simulate", preset, "-b", "1MiB", "-i", "1", "--loop-count", "2", "-q", "-j"]

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpubw.errors import UsageError
-from gpubw.sampling import parse_sample_pairs, sample_pairs, sample_size
+from gpubw.measure.sampling import parse_sample_pairs, sample_pairs, sample_size
+from gpubw.model.errors import UsageError
 
 
 @st.composite

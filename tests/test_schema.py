@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 
 from _writer_reports import full_report, one_by_n, passed, report, sweep_results
-from gpubw.errors import GpubwError, UsageError
-from gpubw.report_io import (
+from gpubw.model.errors import GpubwError, UsageError
+from gpubw.model.report_io import (
     dumps,
     load_report,
     report_to_dict,
@@ -20,7 +20,7 @@ from gpubw.report_io import (
     validate,
     validation_errors,
 )
-from gpubw.results import BANDWIDTH, Matrix, Status, TestcaseResult
+from gpubw.model.results import BANDWIDTH, Matrix, Status, TestcaseResult
 from gpubw.writers.json import JsonWriter
 
 SOURCE_SCHEMA = Path(__file__).parents[1] / "schemas" / "report-v1.schema.json"
@@ -143,7 +143,7 @@ def test_wrong_status_is_rejected_clearly() -> None:
 
 def test_writer_validates_before_writing(monkeypatch: pytest.MonkeyPatch) -> None:
     """An invalid report raises GpubwError and writes nothing."""
-    import gpubw.report_io as jw
+    import gpubw.model.report_io as jw
 
     real = jw.testcase_to_dict
 

@@ -1,4 +1,4 @@
-"""Memory shared across ranks (gpubw.shared) on simulated ranks that share one engine."""
+"""Memory shared across ranks (gpubw.memory.shared) on simulated ranks that share one engine."""
 
 from __future__ import annotations
 
@@ -13,11 +13,9 @@ import pytest
 from gpubw.backend.base import MULTICAST_OFF, ptr, u32, u64
 from gpubw.backend.presets import load_system, system_from_dict
 from gpubw.backend.sim import Faults, SimEngine, SimSystem, SimulatedBackend
-from gpubw.buffers import BufferPool, DeviceBuffer, HostBuffer
-from gpubw.errors import CudaError, GateTimeoutError, VerificationError
-from gpubw.options import RunOptions
-from gpubw.patterns import SRC_SEED
-from gpubw.shared import (
+from gpubw.kernels.patterns import SRC_SEED
+from gpubw.memory.buffers import BufferPool, DeviceBuffer, HostBuffer
+from gpubw.memory.shared import (
     IMEX_MESSAGE,
     MulticastBuffer,
     RemoteRankError,
@@ -25,6 +23,8 @@ from gpubw.shared import (
     Sharing,
     SharingError,
 )
+from gpubw.model.errors import CudaError, GateTimeoutError, VerificationError
+from gpubw.model.options import RunOptions
 from gpubw.world.simulated import RankOutcome, SimulatedCluster, SimulatedWorld
 
 MIB = 1 << 20

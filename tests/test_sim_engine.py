@@ -10,7 +10,7 @@ import pytest
 from gpubw.backend.base import ptr, u64
 from gpubw.backend.presets import load_system
 from gpubw.backend.sim import SimulatedBackend
-from gpubw.errors import CudaError, GateTimeoutError
+from gpubw.model.errors import CudaError, GateTimeoutError
 
 MIB = 1 << 20
 GATE_NS = 10_000_000_000

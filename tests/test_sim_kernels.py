@@ -8,9 +8,9 @@ import pytest
 from gpubw.backend.base import i32, ptr, u32, u64
 from gpubw.backend.presets import load_system
 from gpubw.backend.sim import SimulatedBackend
-from gpubw.errors import CudaError, UsageError
 from gpubw.kernels import PATTERN_WORDS
-from gpubw.patterns import SRC_SEED, pattern_bytes
+from gpubw.kernels.patterns import SRC_SEED, pattern_bytes
+from gpubw.model.errors import CudaError, UsageError
 
 MIB = 1 << 20
 

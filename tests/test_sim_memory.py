@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpubw.backend.sim import SimulatedBackend
-from gpubw.errors import CudaError, SimulationError, UsageError
+from gpubw.model.errors import CudaError, SimulationError, UsageError
 
 MIB = 1 << 20
 

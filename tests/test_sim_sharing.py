@@ -7,7 +7,7 @@ import pytest
 from gpubw.backend.base import MULTICAST_OFF, HandleProbe
 from gpubw.backend.presets import load_system
 from gpubw.backend.sim import Faults, SimEngine, SimulatedBackend
-from gpubw.errors import CudaError, UsageError
+from gpubw.model.errors import CudaError, UsageError
 
 MIB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""Tests of the -b/--buffer-size parser (gpubw.sizes)."""
+"""Tests of the -b/--buffer-size parser (gpubw.model.sizes)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpubw.errors import UsageError
-from gpubw.sizes import format_size, format_size_short, parse_size, parse_sizes
+from gpubw.model.errors import UsageError
+from gpubw.model.sizes import format_size, format_size_short, parse_size, parse_sizes
 
 MIB = 1 << 20
 
@@ -161,7 +161,7 @@ def test_errors_name_the_parameter_not_the_flag(capsys: pytest.CaptureFixture[st
     with pytest.raises(UsageError) as info:
         parse_sizes("abc")
     assert info.value.param == "sizes" and "-b" not in str(info.value)
-    from gpubw.cli import main
+    from gpubw.cli.command import main
 
     assert main(["--simulate", "h200x2", "-b", "abc"]) == 2
     err = capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Tests of gpubw._startup: the command's early CUDA-start guess and its quick exit."""
+"""Tests of gpubw.cli._startup: the command's early CUDA-start guess and its quick exit."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from _plugin_fixtures import GOOD, copy_fixtures
-from gpubw import _startup, cli
-from gpubw.cli_args import build_parser
-from gpubw.errors import UsageError
-from gpubw.report_io import load_report
+from gpubw.cli import _startup
+from gpubw.cli import command as cli
+from gpubw.cli.args import build_parser
+from gpubw.model.errors import UsageError
+from gpubw.model.report_io import load_report
 
 
 @pytest.mark.parametrize(
@@ -194,7 +195,7 @@ def test_deferred_signals_raise_once_then_are_absorbed(monkeypatch: pytest.Monke
     report); ignore() absorbs them all; restore() puts the caller's handlers back."""
     import signal
 
-    from gpubw.errors import InterruptedRun
+    from gpubw.model.errors import InterruptedRun
 
     monkeypatch.setattr(_startup, "is_command", lambda: True)
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -264,11 +265,11 @@ sys.meta_path.insert(0, _Burst())
 @pytest.mark.parametrize(
     ("at_import", "burst", "code"),
     [
-        ("gpubw.errors", "SIGINT", 130),  # the quiet start handler: nothing imported yet
-        ("gpubw.options", "SIGINT", 130),  # in the run's start, deferred: raised once
-        ("gpubw.interrupts", "SIGTERM", 143),
-        ("gpubw.registry", "SIGINT", 130),
-        ("gpubw.runner", "SIGINT", 130),
+        ("gpubw.model.errors", "SIGINT", 130),  # the quiet start handler: nothing imported yet
+        ("gpubw.model.options", "SIGINT", 130),  # in the run's start, deferred: raised once
+        ("gpubw.runner.interrupts", "SIGTERM", 143),
+        ("gpubw.runner.registry", "SIGINT", 130),
+        ("gpubw.runner.core", "SIGINT", 130),
     ],
 )
 def test_a_signal_burst_during_the_start_leaves_no_traceback(

@@ -10,13 +10,13 @@ import pytest
 from conftest import MIB, SimSystemFactory
 from gpubw.backend.presets import load_system
 from gpubw.backend.sim import Faults, SimulatedBackend
-from gpubw.buffers import DeviceBuffer, HostBuffer
-from gpubw.errors import CudaError, VerificationError
-from gpubw.initiators import CE
-from gpubw.measurement import Copy, MemcpyOperation
-from gpubw.options import RunOptions
-from gpubw.patterns import SRC_SEED, pattern_bytes
-from gpubw.system import System
+from gpubw.kernels.patterns import SRC_SEED, pattern_bytes
+from gpubw.measure.initiators import CE
+from gpubw.measure.measurement import Copy, MemcpyOperation
+from gpubw.memory.buffers import DeviceBuffer, HostBuffer
+from gpubw.memory.system import System
+from gpubw.model.errors import CudaError, VerificationError
+from gpubw.model.options import RunOptions
 
 #: The loop count every measurement here is given (callers always pass it).
 LOOPS = 16

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gpubw.system import System
-from gpubw.testcase import MULTICAST_OFF, Testcase, multicast_disabled
+from gpubw.memory.system import System
+from gpubw.testcases.base import MULTICAST_OFF, Testcase, multicast_disabled
 
 
 class _Multicast(Testcase):
@@ -91,12 +91,12 @@ def test_needs_peers_waives_one_device(sim_system: Callable[..., Any]) -> None:
 
 
 def test_docstring_example_imports_public_names() -> None:
-    """The plugin example in gpubw.testcase's docstring imports only names gpubw exports."""
+    """The plugin example in gpubw.testcases.base's docstring imports only names gpubw exports."""
     import re
 
     import gpubw
-    import gpubw.testcase
+    import gpubw.testcases.base
 
-    lines = re.findall(r"from gpubw import ([^\n]+)", gpubw.testcase.__doc__ or "")
+    lines = re.findall(r"from gpubw import ([^\n]+)", gpubw.testcases.base.__doc__ or "")
     names = {n.strip() for line in lines for n in line.split(",")}
     assert names and names <= set(gpubw.__all__), names - set(gpubw.__all__)

@@ -21,9 +21,9 @@ from gpubw import BANDWIDTH, LATENCY, Matrix, MemcpyOperation, RunOptions, Syste
 from gpubw import Testcase as AnyTestcase  # (a Test* name would be collected by pytest)
 from gpubw.backend.presets import load_system
 from gpubw.backend.sim import SimSystem
-from gpubw.buffers import BufferPool
-from gpubw.initiators import sm_truncated_bytes
-from gpubw.latency import NODE_BYTES, RING_BYTES, STRIDE_NODES, ring_bytes
+from gpubw.measure.initiators import sm_truncated_bytes
+from gpubw.measure.latency import NODE_BYTES, RING_BYTES, STRIDE_NODES, ring_bytes
+from gpubw.memory.buffers import BufferPool
 from gpubw.testcases import latency as latency_module
 
 MIB = 1 << 20
@@ -609,7 +609,7 @@ def test_sm_copies_from_64_mib_on_are_truncated(run: Callable[..., Ran]) -> None
 )
 def test_copy_text_names_sizes_as_the_cli_does(size: int, text: str) -> None:
     """bytes_counted names a copy's exact size in the same words as -b and the CLI."""
-    from gpubw.initiators import CE
+    from gpubw.measure.initiators import CE
     from gpubw.testcases.shapes import copy_text
 
     assert copy_text(CE, size, size, 16) == f"{text} x 16 copies per sample"

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpubw.errors import GpubwError
+from gpubw.model.errors import GpubwError
 from gpubw.world import (
     MORE_RANKS_THAN_GPUS,
     Agreement,
@@ -441,7 +441,7 @@ def test_single_process_runs_never_import_mpi4py() -> None:
     done = _python(
         """
         import contextlib, io, sys
-        from gpubw.cli import main
+        from gpubw.cli.command import main
         from gpubw.world import SingleWorld, world_from_environment
         with contextlib.redirect_stdout(io.StringIO()):
             assert main(["-l"]) == 0

@@ -21,10 +21,10 @@ from _writer_reports import (
     report,
     sweep_results,
 )
-from gpubw.errors import UsageError
-from gpubw.registry import Writers, writer
-from gpubw.report_io import dumps, report_from_dict
-from gpubw.results import BANDWIDTH, Matrix, Status, TestcaseResult
+from gpubw.model.errors import UsageError
+from gpubw.model.report_io import dumps, report_from_dict
+from gpubw.model.results import BANDWIDTH, Matrix, Status, TestcaseResult
+from gpubw.runner.registry import Writers, writer
 from gpubw.writers.csv import CsvWriter
 from gpubw.writers.text import TextWriter, matrix_lines
 

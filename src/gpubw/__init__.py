@@ -70,6 +70,10 @@ import importlib
 
 from gpubw.version import __version__
 
+# The modules' old paths (gpubw.measurement, gpubw.results, ...: before the layer packages)
+# are one-line modules in _compat/, found through the package's path (see _compat/README.md).
+__path__.append(__path__[0] + "/_compat")
+
 # typing.TYPE_CHECKING without importing typing (~5 ms of gpubw -l's start-up; deleted below)
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the names below are imported on first use (__getattr__)
@@ -77,8 +81,13 @@ if TYPE_CHECKING:  # the names below are imported on first use (__getattr__)
 
     from gpubw.api import open_system, report_to_dict, report_to_json, run
     from gpubw.backend.base import DeviceInfo, KernelArg, i32, ptr, u32, u64
-    from gpubw.buffers import Buffer, DeviceBuffer, HostBuffer
-    from gpubw.errors import (
+    from gpubw.kernels import KernelSpec
+    from gpubw.kernels.modules import KernelModule, SimulatedLaunch, register_kernel_module
+    from gpubw.measure.initiators import CE, SM, SPLIT_WARP, Initiator
+    from gpubw.measure.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
+    from gpubw.memory.buffers import Buffer, DeviceBuffer, HostBuffer
+    from gpubw.memory.system import System
+    from gpubw.model.errors import (
         CudaError,
         GpubwError,
         NoDriverError,
@@ -86,12 +95,8 @@ if TYPE_CHECKING:  # the names below are imported on first use (__getattr__)
         UsageError,
         VerificationError,
     )
-    from gpubw.initiators import CE, SM, SPLIT_WARP, Initiator
-    from gpubw.kernels import KernelSpec
-    from gpubw.kernels.modules import KernelModule, SimulatedLaunch, register_kernel_module
-    from gpubw.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
-    from gpubw.options import RunOptions
-    from gpubw.results import (
+    from gpubw.model.options import RunOptions
+    from gpubw.model.results import (
         BANDWIDTH,
         COUNTED_NONE,
         COUNTED_ONCE,
@@ -104,9 +109,8 @@ if TYPE_CHECKING:  # the names below are imported on first use (__getattr__)
         Status,
         TestcaseResult,
     )
-    from gpubw.sizes import format_size
-    from gpubw.system import System
-    from gpubw.testcase import Testcase
+    from gpubw.model.sizes import format_size
+    from gpubw.testcases.base import Testcase
     from gpubw.testcases.shapes import labels as device_labels
     from gpubw.writers import Writer
 
@@ -124,43 +128,43 @@ _LAZY: dict[str, tuple[str, str]] = {
     "ptr": ("gpubw.backend.base", "ptr"),
     "u32": ("gpubw.backend.base", "u32"),
     "u64": ("gpubw.backend.base", "u64"),
-    "Buffer": ("gpubw.buffers", "Buffer"),
-    "DeviceBuffer": ("gpubw.buffers", "DeviceBuffer"),
-    "HostBuffer": ("gpubw.buffers", "HostBuffer"),
-    "CudaError": ("gpubw.errors", "CudaError"),
-    "GpubwError": ("gpubw.errors", "GpubwError"),
-    "NoDriverError": ("gpubw.errors", "NoDriverError"),
-    "PluginError": ("gpubw.errors", "PluginError"),
-    "UsageError": ("gpubw.errors", "UsageError"),
-    "VerificationError": ("gpubw.errors", "VerificationError"),
-    "CE": ("gpubw.initiators", "CE"),
-    "SM": ("gpubw.initiators", "SM"),
-    "SPLIT_WARP": ("gpubw.initiators", "SPLIT_WARP"),
-    "Initiator": ("gpubw.initiators", "Initiator"),
+    "Buffer": ("gpubw.memory.buffers", "Buffer"),
+    "DeviceBuffer": ("gpubw.memory.buffers", "DeviceBuffer"),
+    "HostBuffer": ("gpubw.memory.buffers", "HostBuffer"),
+    "CudaError": ("gpubw.model.errors", "CudaError"),
+    "GpubwError": ("gpubw.model.errors", "GpubwError"),
+    "NoDriverError": ("gpubw.model.errors", "NoDriverError"),
+    "PluginError": ("gpubw.model.errors", "PluginError"),
+    "UsageError": ("gpubw.model.errors", "UsageError"),
+    "VerificationError": ("gpubw.model.errors", "VerificationError"),
+    "CE": ("gpubw.measure.initiators", "CE"),
+    "SM": ("gpubw.measure.initiators", "SM"),
+    "SPLIT_WARP": ("gpubw.measure.initiators", "SPLIT_WARP"),
+    "Initiator": ("gpubw.measure.initiators", "Initiator"),
     "KernelSpec": ("gpubw.kernels", "KernelSpec"),
     "KernelModule": ("gpubw.kernels.modules", "KernelModule"),
     "SimulatedLaunch": ("gpubw.kernels.modules", "SimulatedLaunch"),
     "register_kernel_module": ("gpubw.kernels.modules", "register_kernel_module"),
-    "CellMeasurement": ("gpubw.measurement", "CellMeasurement"),
-    "Copy": ("gpubw.measurement", "Copy"),
-    "Kind": ("gpubw.measurement", "Kind"),
-    "MemcpyOperation": ("gpubw.measurement", "MemcpyOperation"),
-    "Prefer": ("gpubw.measurement", "Prefer"),
-    "RunOptions": ("gpubw.options", "RunOptions"),
-    "BANDWIDTH": ("gpubw.results", "BANDWIDTH"),
-    "COUNTED_NONE": ("gpubw.results", "COUNTED_NONE"),
-    "COUNTED_ONCE": ("gpubw.results", "COUNTED_ONCE"),
-    "COUNTED_READ_WRITE": ("gpubw.results", "COUNTED_READ_WRITE"),
-    "KIND_BANDWIDTH": ("gpubw.results", "KIND_BANDWIDTH"),
-    "KIND_LATENCY": ("gpubw.results", "KIND_LATENCY"),
-    "LATENCY": ("gpubw.results", "LATENCY"),
-    "Matrix": ("gpubw.results", "Matrix"),
-    "Report": ("gpubw.results", "Report"),
-    "Status": ("gpubw.results", "Status"),
-    "TestcaseResult": ("gpubw.results", "TestcaseResult"),
-    "format_size": ("gpubw.sizes", "format_size"),
-    "System": ("gpubw.system", "System"),
-    "Testcase": ("gpubw.testcase", "Testcase"),
+    "CellMeasurement": ("gpubw.measure.measurement", "CellMeasurement"),
+    "Copy": ("gpubw.measure.measurement", "Copy"),
+    "Kind": ("gpubw.measure.measurement", "Kind"),
+    "MemcpyOperation": ("gpubw.measure.measurement", "MemcpyOperation"),
+    "Prefer": ("gpubw.measure.measurement", "Prefer"),
+    "RunOptions": ("gpubw.model.options", "RunOptions"),
+    "BANDWIDTH": ("gpubw.model.results", "BANDWIDTH"),
+    "COUNTED_NONE": ("gpubw.model.results", "COUNTED_NONE"),
+    "COUNTED_ONCE": ("gpubw.model.results", "COUNTED_ONCE"),
+    "COUNTED_READ_WRITE": ("gpubw.model.results", "COUNTED_READ_WRITE"),
+    "KIND_BANDWIDTH": ("gpubw.model.results", "KIND_BANDWIDTH"),
+    "KIND_LATENCY": ("gpubw.model.results", "KIND_LATENCY"),
+    "LATENCY": ("gpubw.model.results", "LATENCY"),
+    "Matrix": ("gpubw.model.results", "Matrix"),
+    "Report": ("gpubw.model.results", "Report"),
+    "Status": ("gpubw.model.results", "Status"),
+    "TestcaseResult": ("gpubw.model.results", "TestcaseResult"),
+    "format_size": ("gpubw.model.sizes", "format_size"),
+    "System": ("gpubw.memory.system", "System"),
+    "Testcase": ("gpubw.testcases.base", "Testcase"),
     "device_labels": ("gpubw.testcases.shapes", "labels"),
     "Writer": ("gpubw.writers", "Writer"),
 }

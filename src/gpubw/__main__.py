@@ -1,11 +1,7 @@
 """``python -m gpubw``."""
 
-from gpubw import _startup
-
-_startup.install()  # first: a signal while the command starts ends it quietly (130/143)
-
 import sys
 
-from gpubw.cli import main
+from gpubw.cli import main  # first: gpubw.cli installs the quiet start-up signal handler
 
 sys.exit(main())

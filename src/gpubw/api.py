@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 import attrs
 
-from gpubw.errors import UsageError
-from gpubw.options import Invocation, RunOptions
-from gpubw.results import Report
-from gpubw.system import System
+from gpubw.memory.system import System
+from gpubw.model.errors import UsageError
+from gpubw.model.options import Invocation, RunOptions
+from gpubw.model.results import Report
 
 #: what ``simulate`` accepts: None (real GPUs), a preset name, or a JSON system file's path
 Simulate = str | os.PathLike[str] | None
@@ -50,7 +50,7 @@ def _preset_names() -> list[str]:
 def _plugin_kernel_names() -> set[str]:
     """Kernels of the kernel modules every installed testcase declares (a system file's
     ``faults.kernel_error`` may name one of them)."""
-    from gpubw.registry import Registry
+    from gpubw.runner.registry import Registry
 
     names: set[str] = set()
     for entry in Registry.discover().load().entries:
@@ -113,9 +113,9 @@ def select(
     """(what to run, warnings) for testcase keys or indexes, or key prefixes (neither: all),
     as ``gpubw -t`` / ``-p`` select them: an unknown key or index is kept as a Not Found entry;
     a prefix matching nothing and both at once raise :class:`UsageError` or
-    :class:`gpubw.registry.SelectionError`. The warnings name plugins that lost a duplicate
+    :class:`gpubw.runner.registry.SelectionError`. The warnings name plugins that lost a duplicate
     testcase key."""
-    from gpubw.registry import Registry
+    from gpubw.runner.registry import Registry
 
     registry = Registry.discover()
     selection = registry.select([str(t) for t in testcases], [str(p) for p in prefixes])
@@ -126,7 +126,7 @@ def select(
 def buffer_sizes(sizes: Size | Sequence[Size]) -> tuple[int, ...]:
     """Sizes in bytes: an int is bytes; a string is read as ``-b`` reads it (a plain number
     is MiB; "1GiB", "64,512", "1MiB:4GiB:x2" work too). Raises :class:`UsageError`."""
-    from gpubw.sizes import parse_sizes
+    from gpubw.model.sizes import parse_sizes
 
     items: Sequence[Size] = [sizes] if isinstance(sizes, (int, str)) else sizes
     out: list[int] = []
@@ -170,7 +170,7 @@ def run(
     512 MiB). ``samples``, ``loops``, ``statistic``, ``verify``, ``affinity`` and
     ``gate_timeout_s`` override the same fields of ``options`` (default :class:`RunOptions`).
     ``simulate`` None runs on this machine's GPUs, else on a simulated preset or system
-    file. ``progress`` receives a :class:`gpubw.runner.Progress` per step start and end.
+    file. ``progress`` receives a :class:`gpubw.runner.core.Progress` per step start and end.
 
     Testcase failures are in the Report (``report.exit_code`` is gpubw's exit code for it);
     the run itself raises :class:`UsageError` for bad arguments, :class:`NoDriverError` when
@@ -178,7 +178,7 @@ def run(
     unless ``handle_signals=True``, which installs SIGINT/SIGTERM handlers for the run (main
     thread only): the current testcase is then Interrupted and the partial Report returned.
     """
-    from gpubw import runner
+    from gpubw.runner import core as runner
 
     given: dict[str, Any] = {
         "samples": samples,
@@ -220,13 +220,13 @@ def run(
 
 def report_to_dict(report: Report) -> dict[str, Any]:
     """The report as the plain data of its JSON document (schema ``report-v1``)."""
-    from gpubw import report_io
+    from gpubw.model import report_io
 
     return report_io.report_to_dict(report)
 
 
 def report_to_json(report: Report) -> str:
     """The schema-validated JSON text that ``gpubw -j`` writes for ``report``."""
-    from gpubw import report_io
+    from gpubw.model import report_io
 
     return report_io.dumps(report)

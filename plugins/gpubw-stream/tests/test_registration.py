@@ -39,7 +39,7 @@ def test_entry_points_name_every_testcase() -> None:
 
 def test_registry_lists_them_after_the_builtins_and_prefix_selects_them() -> None:
     """The registry lists the STREAM testcases after the built-ins, and -p stream selects them."""
-    registry = pytest.importorskip("gpubw.registry")
+    registry = pytest.importorskip("gpubw.runner.registry")
     reg = registry.Registry.discover()
     entries = {e.key: e for e in reg}
     for key in KEYS:

@@ -242,7 +242,7 @@ def test_too_small_arrays_are_a_usage_error(h200: System) -> None:
 
 def test_cli_prefix_sweep_to_json(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """gpubw -p stream over a -b sweep writes a JSON report with every STREAM testcase Passed."""
-    cli = pytest.importorskip("gpubw.cli")
+    cli = pytest.importorskip("gpubw.cli.command")
     out = tmp_path / "stream.json"
     code = cli.main(
         [

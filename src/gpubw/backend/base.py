@@ -29,9 +29,11 @@ from typing import Any
 
 import attrs
 
-from gpubw.errors import CudaError, UsageError
-from gpubw.nvml import NodeFacts
-from gpubw.nvml_read import Session
+from gpubw.hw.nvml import NodeFacts
+from gpubw.hw.nvml_read import Session
+from gpubw.model.devices import DeviceInfo as DeviceInfo
+from gpubw.model.devices import pci_short as pci_short
+from gpubw.model.errors import CudaError, UsageError
 
 #: Kinds of shareable handle for device memory, best first: CUDA fabric handles (across
 #: hosts, need the IMEX service and a channel), POSIX file descriptors (one host; imported
@@ -94,44 +96,6 @@ class HandleProbe:
 
 
 @attrs.frozen
-class DeviceInfo:
-    """What gpubw knows about one device; read from the driver (or the simulated model)."""
-
-    ordinal: int
-    name: str
-    uuid: str  # "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
-    pci_bus_id: str  # "0000:1b:00.0" (domain:bus:device.function, lowercase hex)
-    compute_capability: tuple[int, int]
-    sm_count: int
-    l2_bytes: int
-    memory_bytes: int
-    memory_bus_width_bits: int
-    memory_clock_khz: int  # peak memory clock, kHz (double data rate not included)
-    clock_khz: int  # SM clock, kHz
-    async_engines: int
-    numa_node: int | None = None
-    local_cpus: tuple[int, ...] = ()
-    multicast_supported: bool = False
-
-    @property
-    def nominal_memory_bandwidth(self) -> float:
-        """Bytes/s: bus width x memory clock x 2 (double data rate), read + write combined."""
-        return self.memory_bus_width_bits / 8 * self.memory_clock_khz * 1e3 * 2
-
-    @property
-    def pci_short(self) -> str:
-        """nvbandwidth's form: ``dddddddd:bb:dd`` (domain, bus, device; no function)."""
-        return pci_short(self.pci_bus_id)
-
-
-def pci_short(pci_bus_id: str) -> str:
-    """nvbandwidth's short form of a PCI bus id: ``0000:1b:00.0`` -> ``00000000:1b:00``
-    (domain, bus, device; no function). Raises ValueError for anything else."""
-    dom, bus, rest = pci_bus_id.split(":")
-    return f"{int(dom, 16):08x}:{int(bus, 16):02x}:{int(rest.split('.')[0], 16):02x}"
-
-
-@attrs.frozen
 class KernelArg:
     """One kernel argument: a value and its C type ("ptr", "u64", "u32", "i32")."""
 
@@ -169,8 +133,8 @@ def i32(value: int) -> KernelArg:
 
 
 class Backend(abc.ABC):
-    """The checked facade. Every method raises :class:`gpubw.errors.CudaError` (or
-    :class:`gpubw.errors.SimulationError`) on failure; nothing returns an error code."""
+    """The checked facade. Every method raises :class:`gpubw.model.errors.CudaError` (or
+    :class:`gpubw.model.errors.SimulationError`) on failure; nothing returns an error code."""
 
     #: "cuda" or "simulated"
     name: str = "abstract"
@@ -212,7 +176,8 @@ class Backend(abc.ABC):
 
     @property
     def nvml(self) -> Session:
-        """The backend's NVML session (:class:`gpubw.nvml_read.Session`: initialised on first use,
+        """The backend's NVML session (:class:`gpubw.hw.nvml_read.Session`: initialised on first
+        use,
         shut down by :meth:`close`)."""
         session: Session | None = self.__dict__.get("_nvml_session")
         if session is None:
@@ -220,7 +185,8 @@ class Backend(abc.ABC):
         return session
 
     def node_facts(self) -> NodeFacts:
-        """Facts about the node from NVML (:meth:`gpubw.nvml_read.Session.facts`); never raises."""
+        """Facts about the node from NVML (:meth:`gpubw.hw.nvml_read.Session.facts`); never
+        raises."""
         return self.nvml.facts()
 
     def gpu_processes(self) -> dict[str, tuple[int, ...]] | None:
@@ -330,7 +296,7 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def synchronize(self, stream: Any, timeout_s: float) -> None:
         """Wait until everything on ``stream`` completed; raise
-        :class:`gpubw.errors.GateTimeoutError` if it has not after ``timeout_s`` seconds."""
+        :class:`gpubw.model.errors.GateTimeoutError` if it has not after ``timeout_s`` seconds."""
 
     # -- work -----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -355,7 +321,7 @@ class Backend(abc.ABC):
         """Which handle kinds can export memory of ``device`` here, one probe per kind of
         :data:`HANDLE_KINDS` (in that order). Each probe is local (the export side, one
         granule); whether an import in another process works is the caller's to test
-        (:mod:`gpubw.shared` does). A backend without sharing reports every kind failed."""
+        (:mod:`gpubw.memory.shared` does). A backend without sharing reports every kind failed."""
         why = f"the {self.name} backend cannot share memory across processes"
         return tuple(HandleProbe(k, False, why) for k in HANDLE_KINDS)
 

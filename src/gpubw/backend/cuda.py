@@ -1,7 +1,7 @@
 """The real backend: a thin, checked facade over the CUDA driver API (``cuda.bindings.driver``).
 
 Every driver call goes through :func:`_check`, which turns a CUresult other than
-CUDA_SUCCESS into :class:`gpubw.errors.CudaError` carrying the call's name and the error's
+CUDA_SUCCESS into :class:`gpubw.model.errors.CudaError` carrying the call's name and the error's
 name. Work runs in each device's primary context, retained on first use and released by
 :meth:`CudaBackend.close`, which also frees whatever a caller left behind (streams, events,
 memory, modules), so a run never leaks. Kernels are compiled by NVRTC for each device's
@@ -41,7 +41,7 @@ from gpubw.backend.cuda_support import kernel_spec as kernel_spec
 from gpubw.backend.cuda_support import pack_kernel_args as pack_kernel_args
 from gpubw.backend.cuda_support import parse_cpulist as parse_cpulist
 from gpubw.backend.cuda_support import read_numa as read_numa
-from gpubw.errors import (
+from gpubw.model.errors import (
     CudaError,
     GateTimeoutError,
     GpubwError,

@@ -43,7 +43,7 @@ from gpubw.backend.base import (
     check_handle_kind,
     check_multicast_allowed,
 )
-from gpubw.errors import CudaError, UsageError
+from gpubw.model.errors import CudaError, UsageError
 
 #: pidfd_getfd(2): the same number on x86_64 and aarch64 (the unified syscall table).
 SYS_PIDFD_GETFD = 438

@@ -5,7 +5,7 @@ each device's primary context), and ``cuda.bindings`` lets go of the GIL while t
 works (benchmarks/startup_probe.py ``--mode overlap``: 67-71 ms of imports ran on the main
 thread during a 225 ms ``cuInit`` with no delay to either). So the command calls
 :func:`prestart` as soon as its command line looks like a run on the real GPUs (before it
-even parses it: :func:`gpubw._startup.looks_like_gpu_run`; else right after parsing), and the
+even parses it: :func:`gpubw.cli._startup.looks_like_gpu_run`; else right after parsing), and the
 :class:`gpubw.backend.cuda.CudaBackend` opened later takes over what it made
 (:func:`adopt`): the primary contexts retained here are the backend's to release. A
 second helper thread meanwhile prepares the first kernel launch (:func:`_prepare_kernels`:
@@ -17,7 +17,7 @@ failed, the backend does the same work itself (and reports any error with its ow
 A command that prestarts and then never opens a backend (a usage error found later) calls
 :func:`settle` as it ends: it stops the helper thread before its next context, waits for it
 and releases what it retained.
-At import time this module imports only the standard library and :mod:`gpubw.launch_env`
+At import time this module imports only the standard library and :mod:`gpubw.world.launch_env`
 (which imports nothing else either; ``cuda.bindings.driver`` on
 the first :func:`prestart`, ~20 ms; gpubw's kernel and pattern modules only on the kernel
 helper thread), so calling it early is cheap.
@@ -32,7 +32,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from gpubw.launch_env import devices_to_start
+from gpubw.world.launch_env import devices_to_start
 
 _lock = threading.Lock()
 _started: _Prestart | None = None
@@ -122,7 +122,7 @@ class _Prestart:
 def prestart(driver: Any = None, environ: Mapping[str, str] | None = None) -> bool:
     """Start ``cuInit`` and the primary contexts of the devices this process will drive on
     a helper thread (every device, except on an MPI rank that is not its host's first:
-    :func:`gpubw.launch_env.devices_to_start`); once per process: a second call while the
+    :func:`gpubw.world.launch_env.devices_to_start`); once per process: a second call while the
     first is not adopted does nothing. ``driver`` replaces ``cuda.bindings.driver`` and
     ``environ`` ``os.environ`` (tests). False when there is no driver binding to start."""
     global _started
@@ -156,7 +156,7 @@ def _prepare_kernels(started: _Prestart, compiled: threading.Event) -> None:
     go of the GIL while it compiles, a first run's ~0.3-0.5 s), then (``compiled`` set) the
     two verification patterns. The backend waits for the kernels (:func:`kernels_ready`)
     before it loads any, so nothing is compiled twice; the patterns are needed only by the
-    first fill, after the first buffers are allocated (gpubw.patterns makes a second caller
+    first fill, after the first buffers are allocated (gpubw.kernels.patterns makes a second caller
     wait for the one computing). A failure is left for the run's own calls to report."""
     with contextlib.suppress(Exception):
         try:
@@ -177,7 +177,7 @@ def _prepare_kernels(started: _Prestart, compiled: threading.Event) -> None:
             compiled.set()
         if started.cancelled.is_set():
             return
-        from gpubw.patterns import DST_SEED, SRC_SEED, pattern_bytes
+        from gpubw.kernels.patterns import DST_SEED, SRC_SEED, pattern_bytes
 
         pattern_bytes(DST_SEED)
         pattern_bytes(SRC_SEED)

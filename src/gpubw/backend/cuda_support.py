@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from gpubw.backend.base import KernelArg
-from gpubw.errors import UsageError
 from gpubw.kernels import KERNELS, KernelSpec
 from gpubw.kernels.cache import SOURCE_NAME
 from gpubw.kernels.modules import GPUBW, find_kernel, kernel_modules
+from gpubw.model.errors import UsageError
 
 _SYSFS_PCI = Path("/sys/bus/pci/devices")
 _DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")

@@ -41,7 +41,7 @@ from gpubw.backend.system_file import (
     simulated_uuid,
 )
 from gpubw.backend.system_file import known_kernels as known_kernels
-from gpubw.errors import UsageError
+from gpubw.model.errors import UsageError
 
 MIB = 1 << 20
 

@@ -38,7 +38,7 @@ from gpubw.backend.sim.model import (
     SimSystem,
     iter_pairs,
 )
-from gpubw.errors import UsageError
+from gpubw.model.errors import UsageError
 
 #: What a JSON device entry may set (everything of DeviceInfo but ``ordinal``).
 DEVICE_FIELDS = tuple(f.name for f in attrs.fields(DeviceInfo) if f.name != "ordinal")

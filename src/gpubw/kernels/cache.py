@@ -21,9 +21,9 @@ from pathlib import Path
 
 import attrs
 
-from gpubw.errors import KernelCompileError, UsageError
 from gpubw.kernels import PATTERN_WORDS, source
-from gpubw.outfile import replace_regular_file
+from gpubw.model.errors import KernelCompileError, UsageError
+from gpubw.model.outfile import replace_regular_file
 
 log = logging.getLogger(__name__)
 

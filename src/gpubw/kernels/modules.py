@@ -10,7 +10,7 @@ gpubw's own kernels are the module :data:`GPUBW` (``kernels/gpubw.cu`` and
 the modules it launches kernels of in its ``kernel_modules`` class attribute; gpubw's own are
 the default (:attr:`gpubw.Testcase.kernel_modules`), and a plugin adds its module to them.
 Before a testcase runs, the runner has the System load what it declares
-(:meth:`gpubw.system.System.load_kernel_modules`), which registers each module here and loads
+(:meth:`gpubw.memory.system.System.load_kernel_modules`), which registers each module here and loads
 it on every device. Nothing is registered by importing a module::
 
     from gpubw import KernelModule, KernelSpec, Testcase
@@ -50,9 +50,9 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from gpubw.errors import PluginError
 from gpubw.kernels import KERNELS, KernelSpec
 from gpubw.kernels import source as _read_source
+from gpubw.model.errors import PluginError
 
 #: Name of gpubw's own module.
 BUILTIN = "gpubw"
@@ -186,13 +186,13 @@ def _add(module: KernelModule) -> None:
 
 def register_kernel_module(module: KernelModule) -> KernelModule:
     """Make ``module``'s kernels known to every backend (by name, :func:`find_kernel`);
-    returns it. :meth:`gpubw.system.System.load_kernel_modules` calls this for the modules a
+    returns it. :meth:`gpubw.memory.system.System.load_kernel_modules` calls this for the modules a
     testcase declares; a plugin does not call it.
 
     Registering the same module again (same name, source and kernels) is a no-op that keeps
     the newest simulate functions. A different module under a registered name, a kernel name
     another module already defines, or a module named ``"gpubw"`` that is not :data:`GPUBW`
-    raises :class:`~gpubw.errors.PluginError`; something that is not a KernelModule raises
+    raises :class:`~gpubw.model.errors.PluginError`; something that is not a KernelModule raises
     TypeError.
     """
     if not isinstance(module, KernelModule):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpubw.initiators import CE, SM
-from gpubw.measurement import Prefer
-from gpubw.results import Matrix
+from gpubw.measure.initiators import CE, SM
+from gpubw.measure.measurement import Prefer
+from gpubw.model.results import Matrix
 from gpubw.testcases.shapes import PeerTestcase, all_to_one, one_to_all
 
 INTO_CE = "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)"

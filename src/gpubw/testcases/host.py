@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpubw.initiators import CE, SM, SPLIT_WARP
-from gpubw.results import Matrix
-from gpubw.testcase import Testcase
+from gpubw.measure.initiators import CE, SM, SPLIT_WARP
+from gpubw.model.results import Matrix
+from gpubw.testcases.base import Testcase
 from gpubw.testcases.shapes import D2H, H2D, host_traffic
 
 H2D_CE = "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)"

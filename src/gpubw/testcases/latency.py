@@ -1,4 +1,4 @@
-"""Memory latency by pointer chasing (nvbandwidth #32, #33); see :mod:`gpubw.latency`.
+"""Memory latency by pointer chasing (nvbandwidth #32, #33); see :mod:`gpubw.measure.latency`.
 
 Both ignore the buffer size (the ring is always 2 MiB), the sample count, the statistic and the
 loop count; the runner runs them once (``fixed_size``).
@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpubw.buffers import DeviceBuffer, HostBuffer
-from gpubw.latency import (
+from gpubw.measure.latency import (
     ACCESSES,
     NODE_BYTES,
     RING_BYTES,
@@ -19,8 +18,9 @@ from gpubw.latency import (
     write_device_ring,
     write_host_ring,
 )
-from gpubw.results import LATENCY, Matrix
-from gpubw.testcase import Testcase
+from gpubw.memory.buffers import DeviceBuffer, HostBuffer
+from gpubw.model.results import LATENCY, Matrix
+from gpubw.testcases.base import Testcase
 from gpubw.testcases.shapes import PeerTestcase, labels
 
 

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 import attrs
 
-from gpubw.initiators import CE, SM, Initiator
-from gpubw.measurement import Copy
-from gpubw.results import Matrix
-from gpubw.testcase import Testcase
+from gpubw.measure.initiators import CE, SM, Initiator
+from gpubw.measure.measurement import Copy
+from gpubw.model.results import Matrix
+from gpubw.testcases.base import Testcase
 from gpubw.testcases.shapes import Cell, one_by_n
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpubw.initiators import CE, SM
-from gpubw.measurement import Prefer
-from gpubw.results import Matrix
+from gpubw.measure.initiators import CE, SM
+from gpubw.measure.measurement import Prefer
+from gpubw.model.results import Matrix
 from gpubw.testcases.multinode_shapes import (
     MultinodeTestcase,
     bidirectional,

@@ -3,7 +3,7 @@
 N is the world size and "GPU g" is rank g's device. Every rank runs the same shape: buffers
 shared by a rank with all (U(o), MC(o)) are made and freed collectively, in the same order on
 every rank; a local buffer L(o) exists only on o. Each cell hands
-:meth:`~gpubw.measurement.MemcpyOperation.measure_ranks` the global pair list (a pair's copy
+:meth:`~gpubw.measure.measurement.MemcpyOperation.measure_ranks` the global pair list (a pair's copy
 only on its exec rank), so every rank joins every agreement point and ends with the whole
 cell. gpubw allocates each rank's U once per testcase (at the testcase's size) and reuses it
 across cells where nvbandwidth re-allocates per cell: the same copies, far fewer collective
@@ -18,9 +18,8 @@ from typing import Any
 
 import attrs
 
-from gpubw.buffers import Buffer, DeviceBuffer
-from gpubw.initiators import Initiator
-from gpubw.measurement import (
+from gpubw.measure.initiators import Initiator
+from gpubw.measure.measurement import (
     CellMeasurement,
     Copy,
     Kind,
@@ -28,10 +27,11 @@ from gpubw.measurement import (
     Prefer,
     RankCopy,
 )
-from gpubw.rank_gate import RankGate
-from gpubw.results import Matrix
-from gpubw.shared import MulticastBuffer, SharedBuffer
-from gpubw.testcase import Testcase
+from gpubw.measure.rank_gate import RankGate
+from gpubw.memory.buffers import Buffer, DeviceBuffer
+from gpubw.memory.shared import MulticastBuffer, SharedBuffer
+from gpubw.model.results import Matrix
+from gpubw.testcases.base import Testcase
 from gpubw.testcases.shapes import (
     Grid,
     bandwidth_matrix,

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpubw.buffers import DeviceBuffer
-from gpubw.initiators import CE, SM
-from gpubw.measurement import Copy, Prefer
-from gpubw.results import Matrix
+from gpubw.measure.initiators import CE, SM
+from gpubw.measure.measurement import Copy, Prefer
+from gpubw.memory.buffers import DeviceBuffer
+from gpubw.model.results import Matrix
 from gpubw.testcases.shapes import Cell, PeerTestcase, bidirectional, n_by_n
 
 

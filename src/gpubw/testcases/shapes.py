@@ -3,8 +3,8 @@
 A testcase says *what* is copied for one matrix cell (a ``flow``: a function that allocates
 the cell's buffers from a :class:`Cell` and returns the simultaneous copies, measured copy
 first) and picks a shape; the shape walks the cells, measures each with a
-:class:`~gpubw.measurement.MemcpyOperation`, frees the cell's buffers, and builds the
-:class:`~gpubw.results.Matrix` objects:
+:class:`~gpubw.measure.measurement.MemcpyOperation`, frees the cell's buffers, and builds the
+:class:`~gpubw.model.results.Matrix` objects:
 
 * :func:`one_by_n` -- one row, a column per device g (``flow(cell, g)``);
 * :func:`host_traffic` -- :func:`one_by_n` for the host tests: a measured host<->device copy on
@@ -25,14 +25,14 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpubw.buffers import DeviceBuffer, HostBuffer
-from gpubw.errors import UsageError
-from gpubw.initiators import Initiator, SplitWarpCopy
-from gpubw.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
-from gpubw.options import MIB
-from gpubw.results import BANDWIDTH, Matrix
-from gpubw.sizes import format_size
-from gpubw.testcase import Testcase
+from gpubw.measure.initiators import Initiator, SplitWarpCopy
+from gpubw.measure.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
+from gpubw.memory.buffers import DeviceBuffer, HostBuffer
+from gpubw.model.errors import UsageError
+from gpubw.model.options import MIB
+from gpubw.model.results import BANDWIDTH, Matrix
+from gpubw.model.sizes import format_size
+from gpubw.testcases.base import Testcase
 
 Grid = list[list[CellMeasurement | None]]
 
@@ -114,14 +114,14 @@ def sampled_cells(
 ) -> tuple[list[tuple[int, int]], tuple[tuple[str, Any], ...]]:
     """The off-diagonal cells of an n x n testcase to measure, in row-major order, and the
     matrix notes that say so: every cell, no notes; with ``--sample-pairs`` the deterministic
-    sample of :func:`gpubw.sampling.sample_pairs` (same on every rank and every run for one
+    sample of :func:`gpubw.measure.sampling.sample_pairs` (same on every rank and every run for one
     seed) and a ``sampled`` note ``{cells, measured, seed}`` (the rest stay None)."""
     every = [(r, c) for r in range(n) for c in range(n) if r != c]
     options = testcase.system.options
     k = getattr(options, "sample_pairs", None)
     if k is None or n < 2:
         return every, ()
-    from gpubw.sampling import sample_pairs
+    from gpubw.measure.sampling import sample_pairs
 
     seed = getattr(options, "seed", 0)
     try:

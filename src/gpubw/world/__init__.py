@@ -9,25 +9,56 @@ implementations.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+import importlib
 
-import attrs
+# Names are imported on first use (PEP 562): importing gpubw.world.launch_env (which the CUDA
+# prestart reads while the command is still importing) runs this file and must stay cheap.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-from gpubw.launch_env import PMIX_VARIABLE, size_variable
-from gpubw.world.base import (
-    DEFAULT_TIMEOUT_S,
-    MORE_RANKS_THAN_GPUS,
-    Agreement,
-    CollectiveExpired,
-    DeviceAssignment,
-    SingleWorld,
-    World,
-    WorldError,
-    WorldTimeoutError,
-    device_assignment,
-    process_ids,
-)
+    from gpubw.world.base import (
+        DEFAULT_TIMEOUT_S,
+        MORE_RANKS_THAN_GPUS,
+        Agreement,
+        CollectiveExpired,
+        DeviceAssignment,
+        SingleWorld,
+        World,
+        WorldError,
+        WorldTimeoutError,
+        device_assignment,
+        process_ids,
+    )
+    from gpubw.world.environment import Launch, detect_launch, world_from_environment
+
+_LAZY: dict[str, str] = {
+    "DEFAULT_TIMEOUT_S": "gpubw.world.base",
+    "MORE_RANKS_THAN_GPUS": "gpubw.world.base",
+    "Agreement": "gpubw.world.base",
+    "CollectiveExpired": "gpubw.world.base",
+    "DeviceAssignment": "gpubw.world.base",
+    "SingleWorld": "gpubw.world.base",
+    "World": "gpubw.world.base",
+    "WorldError": "gpubw.world.base",
+    "WorldTimeoutError": "gpubw.world.base",
+    "device_assignment": "gpubw.world.base",
+    "process_ids": "gpubw.world.base",
+    "Launch": "gpubw.world.environment",
+    "detect_launch": "gpubw.world.environment",
+    "world_from_environment": "gpubw.world.environment",
+}
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        """A name of :mod:`gpubw.world.base` or :mod:`gpubw.world.environment`."""
+        if name in _LAZY:
+            value = getattr(importlib.import_module(_LAZY[name]), name)
+            globals()[name] = value
+            return value
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -45,61 +76,3 @@ __all__ = [
     "process_ids",
     "world_from_environment",
 ]
-
-
-@attrs.frozen
-class Launch:
-    """What the environment says about the MPI launcher that started this process.
-
-    ``size`` is None when the launcher is known but does not announce the world size
-    (PMIx alone)."""
-
-    launcher: str
-    size: int | None
-    variable: str  # the variable the size (or the launcher) was read from
-
-
-def _int(environ: Mapping[str, str], name: str) -> int:
-    text = environ[name]
-    try:
-        value = int(text)
-    except ValueError:
-        raise WorldError(f"{name}={text!r} in the environment is not a rank count") from None
-    if value < 1:
-        raise WorldError(f"{name}={text!r} in the environment is not a rank count")
-    return value
-
-
-def detect_launch(environ: Mapping[str, str] | None = None) -> Launch | None:
-    """The MPI launcher that started this process, from its environment, or None.
-
-    Open MPI sets ``OMPI_COMM_WORLD_SIZE``; MPICH's hydra (and Intel MPI, MVAPICH, srun with
-    PMI-2) ``PMI_SIZE`` (with ``MPI_LOCALNRANKS``); srun ``SLURM_STEP_NUM_TASKS`` and
-    ``SLURM_PROCID``; a PMIx launcher ``PMIX_RANK``. A batch script's ``SLURM_NTASKS`` alone
-    is not a launch: ``gpubw`` run directly in ``sbatch`` is one process."""
-    env = os.environ if environ is None else environ
-    found = size_variable(env)
-    if found is not None:
-        launcher, name = found
-        return Launch(launcher, _int(env, name), name)
-    if PMIX_VARIABLE in env:
-        return Launch("PMIx", None, PMIX_VARIABLE)
-    return None
-
-
-def world_from_environment(
-    environ: Mapping[str, str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
-) -> World:
-    """This process's world: an ``MpiWorld`` when an MPI launcher started it with more than
-    one rank (or did not say how many), else a :class:`SingleWorld` — without importing
-    mpi4py, so ``gpubw -l`` and single-process runs never load MPI."""
-    launch = detect_launch(environ)
-    if launch is None or (launch.size is not None and launch.size <= 1):
-        return SingleWorld(timeout_s=timeout_s)
-    from gpubw.world.mpi import MpiWorld
-
-    world = MpiWorld.create(expected_size=launch.size, timeout_s=timeout_s)
-    if world.size == 1:  # a PMIx launch of one rank: nothing to coordinate
-        world.close()
-        return SingleWorld(host_name=world.host_name, timeout_s=timeout_s)
-    return world

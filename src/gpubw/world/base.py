@@ -33,8 +33,8 @@ from typing import Any, Literal
 
 import attrs
 
-from gpubw.errors import GpubwError
-from gpubw.launch_env import rank_device
+from gpubw.model.errors import GpubwError
+from gpubw.world.launch_env import rank_device
 
 #: Default bound of one collective, in seconds. Long waits (a rank waiting while another
 #: measures) must pass their own ``timeout_s``.

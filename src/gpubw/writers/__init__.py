@@ -1,8 +1,8 @@
-"""Writers: turn a :class:`gpubw.results.Report` into text, JSON, CSV, ...
+"""Writers: turn a :class:`gpubw.model.results.Report` into text, JSON, CSV, ...
 
 A writer is a plugin of the entry-point group ``gpubw.writers``: a subclass of :class:`Writer`
 with a ``name`` and ``write(report, stream)``. Writers only format; they never measure.
-:func:`gpubw.registry.writer` finds one by name (the registry is the only place that reads
+:func:`gpubw.runner.registry.writer` finds one by name (the registry is the only place that reads
 entry points).
 
 Results as they happen: the CLI drives a writer through :meth:`Writer.begin` (once, before the
@@ -14,8 +14,8 @@ the three calls together must equal what ``write`` writes for the same report.
 
 Helpers shared by the built-in writers (and the plot command) live here: size-sweep grouping
 and the nvbandwidth form of a device's PCI address. Display units, the simulated notice and
-JSON-safe data come from :mod:`gpubw.report_io` (re-exported here); sizes are formatted by
-:mod:`gpubw.sizes`.
+JSON-safe data come from :mod:`gpubw.model.report_io` (re-exported here); sizes are formatted by
+:mod:`gpubw.model.sizes`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import abc
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from gpubw.report_io import DISPLAY, display_scale, display_unit, json_safe, simulated_banner
-from gpubw.results import Matrix, Report, Status, TestcaseResult
+from gpubw.model.report_io import DISPLAY, display_scale, display_unit, json_safe, simulated_banner
+from gpubw.model.results import Matrix, Report, Status, TestcaseResult
 
 
 class Writer(abc.ABC):
@@ -36,7 +36,7 @@ class Writer(abc.ABC):
     ``--perfFormatter`` lines). A writer that defines its own ``__init__`` should accept them
     as keyword arguments and pass them on (``super().__init__(**flags)``); one whose
     ``__init__`` takes no arguments still works: the CLI then sets the flags as attributes
-    after construction (:func:`gpubw.cli.make_writer`).
+    after construction (:func:`gpubw.cli.command.make_writer`).
     """
 
     #: the entry-point name (``gpubw --format NAME``)

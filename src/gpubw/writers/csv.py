@@ -18,7 +18,7 @@ import csv
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from gpubw.results import Report, TestcaseResult
+from gpubw.model.results import Report, TestcaseResult
 from gpubw.writers import Writer, cell_devices, display_scale, display_unit
 
 COLUMNS = (

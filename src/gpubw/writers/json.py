@@ -1,6 +1,6 @@
 """The JSON writer: gpubw's own report format (schema ``report-v1``).
 
-A thin writer: :mod:`gpubw.report_io` turns the report into JSON data and validates it
+A thin writer: :mod:`gpubw.model.report_io` turns the report into JSON data and validates it
 against the schema BEFORE anything is written; a violation is a :class:`GpubwError` naming
 the first problems, never a half-written file.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from gpubw.report_io import dumps
-from gpubw.results import Report
+from gpubw.model.report_io import dumps
+from gpubw.model.results import Report
 from gpubw.writers import Writer
 
 

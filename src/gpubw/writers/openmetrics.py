@@ -33,8 +33,8 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
-from gpubw.errors import UsageError
-from gpubw.results import KIND_LATENCY, Matrix, Report
+from gpubw.model.errors import UsageError
+from gpubw.model.results import KIND_LATENCY, Matrix, Report
 from gpubw.writers import Writer, cell_devices
 
 INSTALL_HINT = "--format openmetrics needs prometheus-client: pip install 'gpubw[metrics]'"

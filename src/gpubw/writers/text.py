@@ -15,10 +15,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from gpubw.expect import FAIL, WARN, cell_noise, format_verdict, worst_first
-from gpubw.nvml import DeviceFacts, device_facts
-from gpubw.results import KIND_LATENCY, Matrix, Report, Status, TestcaseResult
-from gpubw.sizes import format_size
+from gpubw.hw.nvml import DeviceFacts, device_facts
+from gpubw.model.results import KIND_LATENCY, Matrix, Report, Status, TestcaseResult
+from gpubw.model.sizes import format_size
+from gpubw.model.verdicts import FAIL, WARN, cell_noise, format_verdict, worst_first
 from gpubw.writers import (
     Writer,
     device_pci_short,
@@ -56,7 +56,7 @@ class TextWriter(Writer):
     name = "text"
     streams = True
     #: while a judged run streams: the verdicts on one finished testcase (set by the CLI to
-    #: :meth:`gpubw.acceptance.RunWatch.verdicts_of`), printed after the matrices they judge
+    #: :meth:`gpubw.acceptance.node.RunWatch.verdicts_of`), printed after the matrices they judge
     verdicts_of: Callable[[TestcaseResult], Sequence[Any]] | None = None
 
     def __init__(self, *, verbose: bool = False, perf_formatter: bool = False) -> None:

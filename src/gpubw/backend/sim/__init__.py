@@ -57,9 +57,9 @@ from gpubw.backend.sim.kernels import EMULATIONS, Launch, memcpy_op, plugin_kern
 from gpubw.backend.sim.memory import Memory
 from gpubw.backend.sim.model import HostLink, Latency, Overheads, Rate, SimSystem, iter_pairs
 from gpubw.backend.sim.sharing import Export, Multicast, SharingMixin, locked
-from gpubw.errors import CudaError, GateTimeoutError, GpubwError, SimulationError, UsageError
+from gpubw.hw.nvml import NodeFacts
 from gpubw.kernels import KERNELS
-from gpubw.nvml import NodeFacts
+from gpubw.model.errors import CudaError, GateTimeoutError, GpubwError, SimulationError, UsageError
 
 __all__ = [
     "Faults",

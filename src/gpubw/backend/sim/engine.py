@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from gpubw.backend.sim.faults import FaultInjector
 from gpubw.backend.sim.model import HOSTMEM, Resource, SimSystem, reverse
-from gpubw.errors import CudaError, GpubwError, SimulationError
+from gpubw.model.errors import CudaError, GpubwError, SimulationError
 
 
 class Stream:

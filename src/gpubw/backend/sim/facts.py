@@ -1,4 +1,4 @@
-"""NVML-like facts of a simulated system (:class:`gpubw.nvml.NodeFacts`), and host huge pages.
+"""NVML-like facts of a simulated system (:class:`gpubw.hw.nvml.NodeFacts`), and host huge pages.
 
 Every simulated device gets facts a healthy node of its kind would show, by device name
 (:data:`DEFAULTS_BY_NAME`; other names: PCIe Gen4 x16, no NVLink), plus what the model knows
@@ -6,7 +6,7 @@ Every simulated device gets facts a healthy node of its kind would show, by devi
 peer links). A system file changes them (docs/simulate.md):
 
 * ``"nvml": {"device": {...}, "devices": {"3": {...}}}`` -- facts for every device, then for
-  one device by index, in :func:`gpubw.nvml.facts_from_dict`'s keys (``"pcie": "gen4 x8 of
+  one device by index, in :func:`gpubw.hw.nvml.facts_from_dict`'s keys (``"pcie": "gen4 x8 of
   gen5 x16"``, ``"clocks": {"reasons": ["sw_power_cap"]}``, ``"nvlink": {...}``, ...);
 * ``"other_processes": {"0": [1234]}`` -- compute processes of other programs on a GPU (at the
   start and the end of every testcase, as NVML would list them);
@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from gpubw.nvml import NodeFacts, facts_from_dict, parse_pcie
+from gpubw.hw.nvml import NodeFacts, facts_from_dict, parse_pcie
 
 #: GT/s per lane, by PCIe generation
 LANE_RATE = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
@@ -50,7 +50,7 @@ def _serial(uuid: str) -> str:
 
 
 def device_specs(model: Any) -> list[dict[str, Any]]:
-    """Per device, the facts spec (:func:`gpubw.nvml.facts_from_dict`'s device keys)."""
+    """Per device, the facts spec (:func:`gpubw.hw.nvml.facts_from_dict`'s device keys)."""
     spec: Mapping[str, Any] = getattr(model, "nvml", None) or {}
     common = spec.get("device", {})
     per = spec.get("devices", {})

@@ -2,7 +2,7 @@
 decisions that follow from it (:class:`FaultInjector`).
 
 Each fault surfaces the way it does on real hardware: an allocation failure is a
-:class:`~gpubw.errors.CudaError` from ``cuMemAlloc``/``cuMemHostAlloc`` with
+:class:`~gpubw.model.errors.CudaError` from ``cuMemAlloc``/``cuMemHostAlloc`` with
 ``CUDA_ERROR_OUT_OF_MEMORY``, a corrupted copy is found by the verify kernel, a refused peer
 pair makes ``can_access_peer`` False, a failing kernel raises at the stream's next
 synchronize, a gate that never opens times out and reports it through its status word, and a
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
-from gpubw.errors import CudaError
+from gpubw.model.errors import CudaError
 
 #: The word written over a corrupted copy (0xdeadbeef, little-endian).
 CORRUPT_WORD = b"\xef\xbe\xad\xde"

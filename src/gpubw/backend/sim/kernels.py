@@ -21,8 +21,8 @@ from gpubw.backend.sim.engine import Engine, Flow, Op, Stream
 from gpubw.backend.sim.faults import FaultInjector, corrupt_word
 from gpubw.backend.sim.memory import ZERO, Alloc, Memory, Pattern
 from gpubw.backend.sim.model import SimSystem, path, single_rate
-from gpubw.errors import GpubwError, PluginError, UsageError
 from gpubw.kernels import ELEMENT_BYTES, KERNELS, PATTERN_WORDS
+from gpubw.model.errors import GpubwError, PluginError, UsageError
 
 
 @attrs.frozen

@@ -23,8 +23,8 @@ import attrs
 import numpy as np
 
 from gpubw.backend.sim.model import MIB, SimSystem
-from gpubw.errors import CudaError, SimulationError
 from gpubw.kernels import ELEMENT_BYTES, PATTERN_WORDS
+from gpubw.model.errors import CudaError, SimulationError
 
 #: Bytes of one verification pattern period.
 PATTERN_BYTES = PATTERN_WORDS * 4

@@ -34,7 +34,7 @@ from gpubw.backend.base import (
     check_multicast_allowed,
 )
 from gpubw.backend.sim.memory import Alloc
-from gpubw.errors import CudaError, UsageError
+from gpubw.model.errors import CudaError, UsageError
 
 #: Granularity of exported allocations and multicast objects (the driver's usual 2 MiB).
 GRANULARITY = 2 << 20

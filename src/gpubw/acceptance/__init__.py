@@ -1,0 +1,1 @@
+"""Is the node healthy? Expectations, verdict rules, NVML facts around a run."""

@@ -1,0 +1,222 @@
+"""Expectations files: what a node's figures should be (read by :mod:`gpubw.acceptance.expect`).
+
+This package also holds the built-in expectations (``*.json`` beside this file), chosen by
+device name with :func:`builtin_for`.
+
+**Format** (``gpubw-expect-v1``, JSON, validated by ``gpubw/schemas/expect-v1.schema.json``;
+the ``#`` notes below explain, they are not JSON)::
+
+    {
+      "format": "gpubw-expect-v1",
+      "name": "NVIDIA H200 SXM",
+      "devices": ["NVIDIA H200"],          # names it is for (built-in selection)
+      "tolerance": 0.05,                   # default 0: widens every floor down, ceiling up
+      "rules": [
+        {"testcase": "host_to_device_memcpy_ce", "size": "512MiB", "link": "host",
+         "min": 52.0, "unit": "GB/s"},
+        {"testcase": "device_to_device_memcpy_read_ce", "min": 380, "unit": "GB/s"},
+        {"testcase": "host_to_device_memcpy_ce", "device": 3, "min": 25, "unit": "GB/s",
+         "note": "GPU 3 sits behind a Gen4 switch"},
+        {"testcase": "host_device_latency_sm", "max": 1.5, "unit": "us"}
+      ]
+    }
+
+A rule selects cells by ``testcase`` (required), ``matrix`` (default: every matrix of the
+testcase), ``size`` (bytes, or a string as ``-b`` takes it; default: every size), ``link``,
+``device`` (cells that involve that GPU index), ``row`` and ``column`` (labels). A cell is
+judged by its *most specific* matching rules only (row/column given beats device beats
+neither), so a per-device or per-cell rule overrides a testcase-wide one. ``unit`` is one of
+bytes/s, KB/s, MB/s, GB/s, TB/s (decimal, as gpubw prints) or s, ms, us, ns; without it the
+values are in the matrix's base unit (bytes/s or s); with it the rule only applies to matrices
+of that quantity.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from gpubw.model.errors import UsageError
+from gpubw.model.results import BANDWIDTH, LATENCY, Report
+from gpubw.model.sizes import parse_size
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # jsonschema is imported where a file is checked: a run without
+    import jsonschema  # --expect does not pay its import (30-90 ms) before it starts
+
+FORMAT = "gpubw-expect-v1"
+SCHEMA_FILE = "expect-v1.schema.json"
+#: unit name -> (base unit, scale to base)
+UNITS: dict[str, tuple[str, float]] = {
+    "bytes/s": (BANDWIDTH, 1.0),
+    "KB/s": (BANDWIDTH, 1e3),
+    "MB/s": (BANDWIDTH, 1e6),
+    "GB/s": (BANDWIDTH, 1e9),
+    "TB/s": (BANDWIDTH, 1e12),
+    "s": (LATENCY, 1.0),
+    "ms": (LATENCY, 1e-3),
+    "us": (LATENCY, 1e-6),
+    "ns": (LATENCY, 1e-9),
+}
+
+
+@attrs.frozen
+class Rule:
+    """One rule of an expectations file, limits in the matrix's base unit."""
+
+    testcase: str
+    pointer: str  # where it is in its file ("/rules/3"), for messages
+    matrix: str | None = None
+    size: int | None = None
+    link: str | None = None
+    device: int | None = None
+    row: str | None = None
+    column: str | None = None
+    min: float | None = None
+    max: float | None = None
+    quantity: str | None = None  # BANDWIDTH or LATENCY when the rule named a unit
+    tolerance: float = 0.0
+    note: str = ""
+
+    @property
+    def specificity(self) -> int:
+        if self.row is not None or self.column is not None:
+            return 2
+        return 1 if self.device is not None else 0
+
+
+@attrs.frozen
+class Expectations:
+    name: str
+    source: str  # the file (or "built-in NAME", "<dict>")
+    devices: tuple[str, ...]
+    rules: tuple[Rule, ...]
+    description: str = ""
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    """The expectations schema, from the installed package."""
+    text = resources.files("gpubw").joinpath("schemas").joinpath(SCHEMA_FILE).read_text("utf-8")
+    doc: dict[str, Any] = json.loads(text)
+    return doc
+
+
+def _pointer(path: Sequence[Any]) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path) or "/"
+
+
+def _schema_problem(e: jsonschema.ValidationError) -> str:
+    where = _pointer(list(e.absolute_path))
+    msg = e.message
+    if e.validator == "additionalProperties" and isinstance(e.schema, Mapping):
+        allowed = ", ".join(sorted(e.schema.get("properties", {})))
+        msg += f" (allowed: {allowed})"
+    elif e.validator == "anyOf" and list(e.absolute_path)[:1] == ["rules"]:
+        msg = "a rule needs a floor 'min' or a ceiling 'max' (or both)"
+    elif e.validator == "required":
+        msg += f" (allowed keys: {', '.join(sorted(e.schema.get('properties', {})))})"
+    return f"at {where}: {msg}"
+
+
+def expectations_from_dict(doc: Any, source: str = "<dict>") -> Expectations:
+    """Validate an expectations document and build :class:`Expectations`; UsageError naming
+    ``source``, the JSON pointer of each problem and what is allowed."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        shown = "\n  ".join(_schema_problem(e) for e in errors[:5])
+        more = f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else ""
+        raise UsageError(
+            f"{source} is not a valid gpubw expectations file ({FORMAT}):\n  {shown}{more}"
+        )
+    default_tol = float(doc.get("tolerance", 0.0))
+    rules = []
+    for i, r in enumerate(doc["rules"]):
+        where = f"/rules/{i}"
+        size = r.get("size")
+        if isinstance(size, str):
+            try:
+                size = parse_size(size)
+            except UsageError as exc:
+                raise UsageError(f"{source} at {where}/size: {exc}") from None
+        quantity, scale = UNITS[r["unit"]] if "unit" in r else (None, 1.0)
+        lo = None if "min" not in r else float(r["min"]) * scale
+        hi = None if "max" not in r else float(r["max"]) * scale
+        if lo is not None and hi is not None and lo > hi:
+            raise UsageError(
+                f"{source} at {where}: min {r['min']} is above max {r['max']}; a floor must "
+                "not be higher than the ceiling"
+            )
+        rules.append(
+            Rule(
+                testcase=r["testcase"],
+                pointer=where,
+                matrix=r.get("matrix"),
+                size=size,
+                link=r.get("link"),
+                device=r.get("device"),
+                row=r.get("row"),
+                column=r.get("column"),
+                min=lo,
+                max=hi,
+                quantity=quantity,
+                tolerance=float(r.get("tolerance", default_tol)),
+                note=r.get("note", ""),
+            )
+        )
+    return Expectations(
+        name=doc.get("name", "") or source,
+        source=source,
+        devices=tuple(doc.get("devices", ())),
+        rules=tuple(rules),
+        description=doc.get("description", ""),
+    )
+
+
+def load_expectations(path: str | Path) -> Expectations:
+    """Read and validate an expectations file; UsageError (exit 2) on any problem."""
+    p = Path(path)
+    try:
+        text = p.read_text("utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read expectations file {p}: {exc.strerror or exc}") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{p} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); an "
+            f'expectations file is a JSON object with "format": "{FORMAT}"'
+        ) from exc
+    return expectations_from_dict(doc, source=str(p))
+
+
+def builtin_expectations() -> list[Expectations]:
+    """Every expectations file shipped with gpubw (``gpubw/acceptance/expectations/*.json``)."""
+    folder = resources.files("gpubw.acceptance.expectations")
+    out = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".json"):
+            doc = json.loads(entry.read_text("utf-8"))
+            out.append(expectations_from_dict(doc, source=f"built-in {entry.name}"))
+    return out
+
+
+def builtin_for(report: Report) -> Expectations | None:
+    """The built-in expectations for the report's devices: the first file whose ``devices``
+    list holds the (exact) name of every device of the run; None when none does."""
+    names = {str(d.get("name", "")) for d in report.devices}
+    if not names or "" in names:
+        return None
+    for exp in builtin_expectations():
+        if names <= set(exp.devices):
+            return exp
+    return None

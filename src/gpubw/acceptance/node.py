@@ -1,0 +1,407 @@
+"""Node acceptance, wired together: NVML facts around a run, verdicts on its cells, and the
+``gpubw check``, ``gpubw expect-from`` and ``gpubw info`` commands' work.
+
+* :class:`RunWatch` wraps a run (:func:`gpubw.runner.core.run`): it reads the node's NVML facts
+  when the System opens and after the run ends (clocks and throttle reasons at both), and the
+  compute processes on the GPUs at the start and the end of every testcase; :meth:`RunWatch.
+  finish` puts the facts into the Report's device records (``nvml``, ``nvml_end``) and a
+  warning naming the GPU and the process ids wherever another program computed on a GPU.
+* :func:`judge` evaluates a Report (:func:`gpubw.acceptance.expect.evaluate`: floors/ceilings
+  from an
+  expectations file or the built-in one, the peer-outlier rule, the noise rule), adds to
+  every failed verdict the NVML facts that can explain it ("GPU 3: PCIe Gen4 x8, max Gen5
+  x16"), and returns the Report with ``verdicts`` and ``expectations`` set (a failed verdict
+  makes its exit code 3).
+* :func:`info` describes the node: devices, NVML facts, and the peer-access / link matrix.
+
+Nothing here prints; the CLI does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from gpubw.acceptance.expect import (
+    FAIL,
+    Expectations,
+    builtin_expectations,
+    builtin_for,
+    evaluate,
+    load_expectations,
+)
+from gpubw.hw.nvml import NodeFacts, device_facts, match_devices, suspects
+from gpubw.model.errors import UsageError
+from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT, RunOptions
+from gpubw.model.results import Report
+from gpubw.model.sizes import format_size
+from gpubw.world import process_ids
+
+BUILTIN = "builtin"
+
+
+def _where(size: int | None, key: str) -> str:
+    return key + (f" ({format_size(size)})" if size is not None else "")
+
+
+class RunWatch:
+    """Reads NVML facts around a run (see the module docstring). Use :meth:`opener` as the
+    run's System opener and :meth:`progress` as its progress callback (it forwards to
+    ``forward``), then :meth:`finish` on the Report."""
+
+    def __init__(
+        self,
+        opener: Callable[[RunOptions], Any],
+        forward: Callable[[Any], None] | None = None,
+        *,
+        expect_builtin: bool = False,
+    ) -> None:
+        self._opener = opener
+        self._forward = forward
+        self._expect_builtin = expect_builtin
+        self.backend: Any = None
+        self.start: NodeFacts | None = None
+        #: the facts as the System closed (None until then)
+        self.end: NodeFacts | None = None
+        self.devices: list[dict[str, Any]] = []
+        self.builtin: Expectations | None = None
+        #: the usage error that stopped the run before it began (no built-in expectations)
+        self.refused: UsageError | None = None
+        #: the run's own processes (this one; once the System is open, every rank of the
+        #: run on this host), which the process checks leave out
+        self.own = process_ids()
+        self._no_processes = False
+        self._judging: tuple[Expectations | None, float | None, float | None] | None = None
+        #: (ordinal, pids) -> ["start of key (size)", ...]
+        self._seen: dict[tuple[int, tuple[int, ...]], list[str]] = {}
+
+    def opener(self, options: RunOptions) -> Any:
+        system = self._opener(options)
+        self.backend = system.backend
+        self.own = self.own | system.world.host_pids
+        self.devices = [
+            {"ordinal": d.ordinal, "name": d.name, "pci_bus_id": d.pci_bus_id, "uuid": d.uuid}
+            for d in system.devices
+        ]
+        if self._expect_builtin:
+            try:
+                self.builtin = resolve_builtin(self.devices)
+            except UsageError as exc:
+                system.close()
+                self.refused = exc  # the CLI raises it again after the run: exit 2
+                raise
+        self.start = _facts(self.backend)
+        system.before_close(self._read_end)
+        return system
+
+    def _read_end(self) -> None:
+        """The facts at the end of the run, read as the System closes: in the session that
+        is still open (after the close a new one costs nvmlInit and every handle again)."""
+        self.end = _facts(self.backend)
+
+    def progress(self, event: Any) -> None:
+        if self.backend is not None:
+            when = "start" if event.phase == "start" else "end"
+            self._check_processes(f"{when} of {_where(event.size, event.key)}")
+        header = getattr(event, "header", None)
+        if header is not None and self.start is not None:  # a streamed header shows the facts
+            devices = self._with_facts(header.devices, self.start, "nvml")
+            event = attrs.evolve(event, header=attrs.evolve(header, devices=devices))
+        if self._forward is not None:
+            self._forward(event)
+
+    def _with_facts(
+        self, devices: Sequence[Mapping[str, Any]], facts: NodeFacts | None, key: str
+    ) -> list[dict[str, Any]]:
+        """Copies of the device records with ``facts`` under ``key`` (gpubw's own process
+        left out of the processes)."""
+        out = [dict(d) for d in devices]
+        of = match_devices(facts, out) if facts is not None else {}
+        for pos, d in enumerate(out):
+            f = of.get(int(d.get("ordinal", pos)))
+            if f is not None:
+                kept = tuple(p for p in f.processes if p.pid not in self.own)
+                d[key] = attrs.evolve(f, processes=kept).as_dict()
+        return out
+
+    def judge_as_it_goes(
+        self, expectations: Expectations | None, outlier_pct: float | None, cv: float | None
+    ) -> None:
+        """Judge each testcase as it finishes (:meth:`verdicts_of`) with these settings
+        (with ``--expect builtin`` the built-in expectations found when the System opened)."""
+        self._judging = (expectations, outlier_pct, cv)
+
+    def verdicts_of(self, result: Any) -> tuple[Any, ...]:
+        """The verdicts on one finished testcase (fail and warn), as :func:`judge` gives
+        them for the whole run: every rule works within one matrix, so the same."""
+        if self._judging is None:
+            return ()
+        exp, outlier, cv = self._judging
+        if self._expect_builtin:
+            exp = self.builtin
+        devices = self._with_facts(self.devices, self.start, "nvml")
+        one = Report("gpubw", "", "", False, "", "", {}, devices=devices, testcases=(result,))
+        try:
+            return judge(one, exp, outlier, cv, own=self.own).verdicts
+        except Exception:  # printing early is a courtesy; the summary at the end decides
+            return ()
+
+    def _check_processes(self, moment: str) -> None:
+        if self._no_processes:
+            return
+        try:
+            procs = self.backend.gpu_processes()
+        except Exception:  # a fact is not worth a failed run
+            procs = None
+        if procs is None:  # NVML cannot say: do not ask again before every testcase
+            self._no_processes = True
+            return
+        for d in self.devices:
+            others = tuple(p for p in procs.get(d["pci_bus_id"], ()) if p not in self.own)
+            if others:
+                self._seen.setdefault((d["ordinal"], others), []).append(moment)
+
+    def finish(self, report: Report) -> Report:
+        """The Report with the facts in its device records and the process warnings."""
+        if self.backend is None:
+            return report
+        end = self.end if self.end is not None else _facts(self.backend)
+        devices = self._with_facts(report.devices, self.start, "nvml")
+        devices = self._with_facts(devices, end, "nvml_end")
+        warnings = list(report.warnings)
+        warnings += self.process_warnings()
+        node = self.start or end
+        record = None
+        if node is not None:
+            record = {k: v for k, v in node.as_dict().items() if k != "devices" and v is not None}
+            if not node.available:
+                warnings.append(f"NVML facts not available: {node.reason}")
+        return attrs.evolve(report, devices=devices, warnings=warnings, nvml=record)
+
+    def process_warnings(self) -> list[str]:
+        out = []
+        by_ordinal = {d["ordinal"]: d for d in self.devices}
+        for (ordinal, pids), moments in self._seen.items():
+            d = by_ordinal[ordinal]
+            ids = ", ".join(x for x in (d["pci_bus_id"], d["uuid"]) if x)
+            more = f"; ... {len(moments) - 4} more" if len(moments) > 4 else ""
+            shown = "; ".join(moments[:4]) + more
+            out.append(
+                f"WARNING: GPU {ordinal} ({ids}): other compute process(es) on it, pid "
+                f"{', '.join(map(str, pids))}, at the {shown}: figures involving this GPU "
+                "may be low"
+            )
+        return out
+
+
+def _facts(backend: Any) -> NodeFacts | None:
+    try:
+        facts = backend.node_facts()
+    except Exception as exc:  # never fail a run for a fact
+        return NodeFacts(False, f"reading NVML facts failed: {exc}")
+    return facts if isinstance(facts, NodeFacts) else None
+
+
+# -- expectations and verdicts ---------------------------------------------------------------
+
+
+def resolve_builtin(devices: Sequence[Mapping[str, Any]]) -> Expectations:
+    """The built-in expectations for these devices; UsageError naming the devices and the
+    built-ins when none fits."""
+    probe = Report("gpubw", "", "", False, "", "", {}, devices=list(devices))
+    exp = builtin_for(probe)
+    if exp is None:
+        names = sorted({str(d.get("name", "?")) for d in devices}) or ["no devices"]
+        have = "; ".join(f"{e.name} ({', '.join(e.devices)})" for e in builtin_expectations())
+        raise UsageError(
+            f"--expect builtin: no built-in expectations for {', '.join(names)} (built-in: "
+            f"{have or 'none'}); give an expectations file (gpubw expect-from REPORT -o FILE "
+            "makes one from a known-good run)"
+        )
+    return exp
+
+
+def load(spec: str | None, report: Report | None = None) -> Expectations | None:
+    """``--expect`` value -> Expectations: None, ``builtin`` (needs ``report`` for the
+    device names) or a file path."""
+    if spec is None:
+        return None
+    if spec == BUILTIN:
+        if report is None:
+            raise ValueError("builtin expectations need the report's devices")
+        return resolve_builtin(report.devices)
+    return load_expectations(spec)
+
+
+def _suspects_of(report: Report, v: Any, own: frozenset[int]) -> tuple[str, ...]:
+    out: list[str] = []
+    by_ordinal = {int(d.get("ordinal", i)): d for i, d in enumerate(report.devices)}
+    for e in v.devices:
+        rec = by_ordinal.get(e.index)
+        if rec is None:
+            continue
+        for key in ("nvml", "nvml_end"):
+            f = device_facts(rec, key)
+            if f is None:
+                continue
+            f = attrs.evolve(f, processes=tuple(p for p in f.processes if p.pid not in own))
+            for s in suspects(f, v.link):
+                text = f"GPU {e.index}: {s}"
+                if text not in out:
+                    out.append(text)
+    return tuple(out)
+
+
+def peer_links(report: Report) -> dict[tuple[int, int], str] | None:
+    """(i, j) -> "nvlink"/"pcie" from the devices' NVML facts; None when unknown."""
+    facts = {}
+    for i, d in enumerate(report.devices):
+        f = device_facts(d)
+        if f is None:
+            return None
+        facts[int(d.get("ordinal", i))] = f
+    if len(facts) < 2:
+        return None
+    out = {}
+    for a, fa in facts.items():
+        for b in facts:
+            if a != b:
+                peers = fa.nvlink.peers if fa.nvlink is not None else ()
+                nvml_index = facts[b].index
+                out[(a, b)] = "nvlink" if nvml_index in peers else "pcie"
+    return out
+
+
+def judge(
+    report: Report,
+    expectations: Expectations | None,
+    outlier_pct: float | None = DEFAULT_OUTLIER_PCT,
+    cv_threshold: float | None = DEFAULT_CV_THRESHOLD,
+    *,
+    own: frozenset[int] = frozenset(),
+) -> Report:
+    """The Report with ``verdicts`` (fail and warn only; the facts that can explain a failed
+    cell in its ``suspects``) and ``expectations`` (what it was judged against)."""
+    verdicts = evaluate(report, expectations, outlier_pct, cv_threshold,
+                        peer_links=peer_links(report))  # fmt: skip
+    verdicts = [
+        attrs.evolve(v, suspects=_suspects_of(report, v, own)) if v.severity == FAIL else v
+        for v in verdicts
+    ]
+    record = {
+        "name": expectations.name if expectations else "",
+        "source": expectations.source if expectations else "",
+        "outlier_pct": outlier_pct,
+        "cv_threshold": cv_threshold,
+    }
+    return attrs.evolve(report, verdicts=verdicts, expectations=record)
+
+
+# -- gpubw info ------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class NodeInfo:
+    """What ``gpubw info`` shows: the devices' records, the NVML facts, and for each ordered
+    pair (a, b) whether a can access b's memory and over which link."""
+
+    simulated: bool
+    system_name: str
+    versions: dict[str, Any]
+    devices: tuple[dict[str, Any], ...]
+    facts: NodeFacts
+    #: (a, b) -> "NV18" (NVLink, 18 links), "PCIe" (peer access over PCIe), "X" (itself) or
+    #: "-" (no peer access)
+    links: dict[tuple[int, int], str]
+
+
+def info(system: Any) -> NodeInfo:
+    """Describe the node of an open System (nothing is allocated or enabled)."""
+    from gpubw.model.report_io import device_record
+
+    backend = system.backend
+    facts = _facts(backend) or NodeFacts(False, "no facts")
+    records = [device_record(d) for d in system.devices]
+    of = match_devices(facts, records) if facts.available else {}
+    for r in records:
+        if r["ordinal"] in of:
+            r["nvml"] = of[r["ordinal"]].as_dict()
+    links: dict[tuple[int, int], str] = {}
+    for a in system.devices:
+        for b in system.devices:
+            i, j = a.ordinal, b.ordinal
+            if i == j:
+                links[(i, j)] = "X"
+                continue
+            if not backend.can_access_peer(i, j):
+                links[(i, j)] = "-"
+                continue
+            fa, fb = of.get(i), of.get(j)
+            nv = fa.nvlink if fa is not None else None
+            if nv is not None and fb is not None and fb.index in nv.peers:
+                links[(i, j)] = f"NV{nv.links_active}"
+            else:
+                links[(i, j)] = "PCIe"
+    return NodeInfo(
+        simulated=bool(backend.simulated),
+        system_name=getattr(getattr(backend, "model", None), "name", ""),
+        versions=dict(backend.versions()),
+        devices=tuple(records),
+        facts=facts,
+        links=links,
+    )
+
+
+def info_to_dict(node: NodeInfo) -> dict[str, Any]:
+    """``gpubw info -j``: plain JSON data."""
+    from gpubw.model.report_io import json_safe
+
+    n = len(node.devices)
+    return json_safe(
+        {
+            "tool": "gpubw",
+            "simulated": node.simulated,
+            "system_name": node.system_name,
+            "versions": node.versions,
+            "nvml": {k: v for k, v in node.facts.as_dict().items() if k != "devices"},
+            "devices": list(node.devices),
+            "links": [[node.links.get((a, b), "?") for b in range(n)] for a in range(n)],
+        }
+    )
+
+
+def info_lines(node: NodeInfo) -> list[str]:
+    """``gpubw info`` as text."""
+    from gpubw.writers import device_pci_short
+    from gpubw.writers.text import facts_lines
+
+    out = []
+    if node.simulated:
+        out.append(f"SIMULATED SYSTEM {node.system_name or 'model'}: these facts are modelled")
+    v = node.versions
+    out.append(f"Driver Version: {v.get('driver', 'unknown')}; CUDA Driver Version: "
+               f"{v.get('cuda_driver', 'unknown')}")  # fmt: skip
+    if not node.facts.available:
+        out.append(f"NVML: not available ({node.facts.reason})")
+    out.append("")
+    by_ordinal = {d["ordinal"]: d for d in node.devices}
+    for d in node.devices:
+        out.append(f"Device {d['ordinal']}: {d['name']} ({device_pci_short(d)}, "
+                   f"{d.get('pci_bus_id', '?')})")  # fmt: skip
+        f = device_facts(d)
+        if f is not None:
+            out += facts_lines(f)
+    n = len(node.devices)
+    out += ["", "Peer access and links (row: the GPU that accesses; column: whose memory):"]
+    w = max(6, *(len(node.links.get((a, b), "")) + 2 for a in range(n) for b in range(n)))
+    out.append(" " * 6 + "".join(f"{'GPU' + str(b):>{w}}" for b in by_ordinal))
+    for a in by_ordinal:
+        row = "".join(f"{node.links.get((a, b), '?'):>{w}}" for b in by_ordinal)
+        out.append(f"{'GPU' + str(a):<6}{row}")
+    out += ["", "X = itself; NV<n> = NVLink, n links active; PCIe = peer access over PCIe; "
+            "- = no peer access"]  # fmt: skip
+    if node.simulated:
+        out.append(f"SIMULATED SYSTEM {node.system_name or 'model'}: these facts are modelled")
+    return out

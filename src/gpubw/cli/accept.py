@@ -1,0 +1,267 @@
+"""The acceptance sub-commands and options of the ``gpubw`` command (parsing and printing
+only; the work is in :mod:`gpubw.acceptance.node`):
+
+* ``gpubw check REPORT [--expect FILE|builtin] [--outlier-pct P] [--cv-threshold C] [-j]
+  [-o FILE]`` -- judge a saved report; exit 3 when a cell is below expectation, else 0;
+* ``gpubw expect-from REPORT [--tolerance 5%] [-o FILE]`` -- an expectations file from a
+  known-good run (each floor the worst cell of its group, less the tolerance);
+* ``gpubw info [--simulate NAME|FILE] [-j] [-o FILE]`` -- devices, PCI bus ids, NVML facts
+  and the peer-access / link matrix (like ``nvidia-smi topo -m``).
+
+The run's own options (``--expect``, ``--outlier-pct``, ``--cv-threshold``,
+``--host-huge-pages``) are added to the main parser by :func:`add_run_options`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO, Any, NoReturn
+
+from gpubw.model.errors import UsageError
+from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT
+
+OFF = "off"
+#: the default of --outlier-pct and --cv-threshold when not given (told apart from "off")
+UNSET: Any = object()
+JUDGE_HELP = """\
+node acceptance (see README, "Is this node healthy?"):
+  gpubw --expect builtin -j -o run.json  judge every cell (exit 3: ran fine, below expectation)
+  gpubw check run.json --expect FILE     judge a saved report
+  gpubw expect-from good.json --tolerance 5% -o FILE   expectations from a known-good run
+  gpubw info                             devices, PCIe/NVLink/ECC/clock facts, peer links
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} -h)")
+
+
+def outlier_pct(text: str) -> float | None:
+    """``--outlier-pct``: a percentage in (0, 100] (a trailing % allowed), or ``off``."""
+    if text.strip().lower() == OFF:
+        return None
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a percentage; give a number in (0, 100], e.g. 90, or off"
+        ) from None
+    if not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 100] percent, or off")
+    return value
+
+
+def fraction(text: str, *, allow_zero: bool = False, off: bool = True) -> float | None:
+    """``10%`` or ``0.1`` -> 0.1; ``off`` -> None (where allowed)."""
+    t = text.strip().lower()
+    if off and t == OFF:
+        return None
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a fraction; give e.g. 5% or 0.05" + (", or off" if off else "")
+        ) from None
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not (low_ok and value < 1):
+        lo = "[0" if allow_zero else "(0"
+        raise argparse.ArgumentTypeError(f"{text!r} must be in {lo}, 1), i.e. below 100%")
+    return value
+
+
+def cv_threshold(text: str) -> float | None:
+    return fraction(text)
+
+
+def tolerance(text: str) -> float:
+    value = fraction(text, allow_zero=True, off=False)
+    assert value is not None
+    return value
+
+
+def add_judge_options(p: argparse.ArgumentParser, *, run: bool) -> None:
+    what = "judge every cell of the run" if run else "judge the report's cells"
+    p.add_argument(
+        "--expect",
+        metavar="FILE|builtin",
+        help=f"{what} against an expectations file (gpubw-expect-v1 JSON) or the built-in "
+        "expectations for the devices (builtin); a failed cell exits 3",
+    )
+    p.add_argument(
+        "--outlier-pct",
+        dest="outlier_pct",
+        metavar="P",
+        type=outlier_pct,
+        default=UNSET,
+        help=f"a cell below P %% of the median of its comparable peers fails (default "
+        f"{DEFAULT_OUTLIER_PCT:g}; off to disable)"
+        + (
+            "; given without --expect, judges with this rule and the noise rule only" if run else ""
+        ),
+    )
+    p.add_argument(
+        "--cv-threshold",
+        dest="cv_threshold",
+        metavar="C",
+        type=cv_threshold,
+        default=UNSET,
+        help=f"a cell whose samples' coefficient of variation exceeds C (e.g. 10%% or 0.1; "
+        f"default {DEFAULT_CV_THRESHOLD * 100:.0f}%%; off to disable) is flagged noisy (a warning)",
+    )
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The run's acceptance options (on the main parser)."""
+    add_judge_options(p, run=True)
+    p.add_argument(
+        "--host-huge-pages",
+        dest="host_huge_pages",
+        action="store_true",
+        help="host buffers from huge pages (mmap MAP_HUGETLB, registered with the driver); "
+        "an error when /proc/meminfo shows too few HugePages_Free",
+    )
+
+
+def judging(ns: argparse.Namespace) -> bool:
+    """Whether a run judges its cells: --expect, --outlier-pct or --cv-threshold given.
+    Sets the defaults of the two thresholds that were not given."""
+    given = ns.expect is not None or ns.outlier_pct is not UNSET or ns.cv_threshold is not UNSET
+    if ns.outlier_pct is UNSET:
+        ns.outlier_pct = DEFAULT_OUTLIER_PCT
+    if ns.cv_threshold is UNSET:
+        ns.cv_threshold = DEFAULT_CV_THRESHOLD
+    return given
+
+
+@contextmanager
+def _out(path: str | None) -> Iterator[IO[str]]:
+    if path is None or path == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    from gpubw.model.outfile import OutputTarget
+
+    with OutputTarget(path).check().open("w") as f:
+        yield f
+
+
+def _report(path: str) -> Any:
+    from gpubw.model.errors import GpubwError
+    from gpubw.model.report_io import load_report, report_from_dict
+
+    try:
+        return report_from_dict(load_report(path))
+    except UsageError:
+        raise
+    except GpubwError as exc:  # not a gpubw report: the user named the wrong file
+        raise UsageError(str(exc)) from None
+
+
+# -- gpubw check -----------------------------------------------------------------------------
+def check_main(argv: list[str]) -> int:
+    from gpubw.acceptance import node as acceptance
+    from gpubw.acceptance.expect import failed
+    from gpubw.writers.text import verdict_summary
+
+    p = _Parser(
+        prog="gpubw check",
+        description="Judge a saved gpubw JSON report: floors/ceilings from --expect, the "
+        "peer-outlier rule and the noise rule. Exit 0: every cell as expected; 3: below "
+        "expectation; 2: a usage error (bad report or expectations file).",
+    )
+    p.add_argument("report", help="a gpubw JSON report (gpubw -j -o FILE)")
+    add_judge_options(p, run=False)
+    p.add_argument("-j", "--json", action="store_true", help="the verdicts as JSON")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically)")
+    a = p.parse_args(argv)
+    judging(a)
+    report = _report(a.report)
+    exp = acceptance.load(a.expect, report)
+    judged = acceptance.judge(report, exp, a.outlier_pct, a.cv_threshold)
+    code = 3 if failed(judged.verdicts) else 0
+    with _out(a.output) as f:
+        if a.json:
+            from gpubw.model.report_io import json_safe
+
+            doc = {
+                "report": a.report,
+                "simulated": judged.simulated,
+                "expectations": judged.expectations,
+                "verdicts": [v.as_dict() for v in judged.verdicts],
+                "exit_code": code,
+            }
+            f.write(json.dumps(json_safe(doc), indent=2) + "\n")
+        else:
+            head = [f"report: {a.report} ({judged.host or '?'}, {judged.started or '?'})"]
+            if judged.simulated:
+                head.insert(0, f"SIMULATED SYSTEM {judged.system_name}: modelled figures")
+            f.write("\n".join([*head, *verdict_summary(judged)]) + "\n")
+    return code
+
+
+# -- gpubw expect-from -----------------------------------------------------------------------
+def expect_from_main(argv: list[str]) -> int:
+    from gpubw.acceptance.expect import expect_from
+    from gpubw.acceptance.node import peer_links
+
+    p = _Parser(
+        prog="gpubw expect-from",
+        description="Make an expectations file (gpubw-expect-v1) from a known-good report: "
+        "per testcase, matrix, size and link type, a floor at the worst cell of the run "
+        "(a ceiling for latency), widened by --tolerance.",
+    )
+    p.add_argument("report", help="a gpubw JSON report of a known-good run")
+    p.add_argument(
+        "--tolerance",
+        type=tolerance,
+        default=0.05,
+        metavar="T",
+        help="how far below the known-good figures a cell may be, e.g. 5%% or 0.05 (default 5%%)",
+    )
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically)")
+    a = p.parse_args(argv)
+    report = _report(a.report)
+    doc = expect_from(report, a.tolerance, peer_links=peer_links(report))
+    if not doc["rules"]:
+        raise UsageError(f"{a.report} has no Passed testcase to make expectations from")
+    with _out(a.output) as f:
+        f.write(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+# -- gpubw info ------------------------------------------------------------------------------
+def info_main(argv: list[str]) -> int:
+    from gpubw.acceptance import node as acceptance
+    from gpubw.api import system_opener
+    from gpubw.model.options import RunOptions
+
+    p = _Parser(
+        prog="gpubw info",
+        description="Devices, PCI bus ids, NVML facts (PCIe generation and width, NVLink, "
+        "ECC, persistence, MIG, clocks and their reasons, processes) and the peer-access / "
+        "link matrix. Nothing is measured.",
+    )
+    p.add_argument("--simulate", metavar="NAME|FILE", help="a simulated system")
+    p.add_argument("-j", "--json", action="store_true", help="JSON output")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically)")
+    a = p.parse_args(argv)
+    try:
+        opener = system_opener(a.simulate)
+    except UsageError as exc:
+        raise UsageError(f"--simulate: {exc}") from None
+    system = opener(RunOptions())
+    try:
+        node = acceptance.info(system)
+    finally:
+        system.close()
+    with _out(a.output) as f:
+        if a.json:
+            f.write(json.dumps(acceptance.info_to_dict(node), indent=2) + "\n")
+        else:
+            f.write("\n".join(acceptance.info_lines(node)) + "\n")
+    return 0

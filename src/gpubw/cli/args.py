@@ -1,0 +1,328 @@
+"""The ``gpubw`` command's arguments: the parser (nvbandwidth's options, plus output files,
+formats and simulation), its help and epilog, and the mapping of library parameters to flags.
+
+Split out of :mod:`gpubw.cli.command` (which re-exports these names) to keep modules small; this
+module never imports :mod:`gpubw.cli.command`. Nothing here imports CUDA at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from gpubw.cli.accept import JUDGE_HELP, add_run_options
+from gpubw.model.argtypes import gate_timeout_seconds, loops_int, samples_int, seconds
+from gpubw.model.errors import UsageError
+from gpubw.model.options import (
+    DEFAULT_LOOPS,
+    DEFAULT_SAMPLES,
+    MAX_GATE_TIMEOUT_S,
+    MAX_LOOPS,
+    MAX_SAMPLES,
+    MAX_WORLD_TIMEOUT_S,
+    RunOptions,
+)
+from gpubw.version import __version__
+
+PROG = "gpubw"
+DEFAULT_FORMAT = "text"
+DEFAULT_GATE_TIMEOUT_S = RunOptions().gate_timeout_s
+#: suggested when there is no driver
+SUGGESTED_PRESET = "h200x2"
+
+EXIT_CODES = """\
+exit codes:
+  0    every selected testcase Passed or was Waived (also -h, -l)
+  1    a testcase Error or Not Found, a prefix that matched nothing, no NVIDIA driver
+  2    usage error (bad option value, -t with -p, unknown format, unwritable -o, bad --simulate,
+       bad expectations file)
+  3    ran fine, below expectation: a cell failed --expect / --outlier-pct (gpubw check too)
+  130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
+
+Plot a report (gpubw JSON or nvbandwidth -j), a figure per testcase, a second one overlaid:
+  gpubw plot REPORT.json [OTHER.json] -o FILE.pdf   (needs: pip install 'gpubw[plot]')
+Compare two reports cell by cell (gpubw JSON, nvbandwidth -j or reference figures):
+  gpubw compare CANDIDATE BASELINE [--size 1GiB] [--fail-on low|high|both] [--format json]
+"""
+EXIT_CODES += "\n" + JUDGE_HELP
+
+
+# -- argument parsing ----------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see gpubw -h)")
+
+
+#: the namespace attribute where :class:`_Once` notes the options given (see given_flags)
+_GIVEN = "_given"
+
+
+def given_flags(ns: argparse.Namespace) -> set[str]:
+    """The destinations of the options given on the command line (also those given their
+    default value), as :class:`_Once` noted them while parsing."""
+    return set(getattr(ns, _GIVEN, set()))
+
+
+class _Once(argparse.Action):
+    """Store a value, refusing a second one (nvbandwidth rejects a repeated option)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        seen = namespace.__dict__.setdefault(_GIVEN, set())
+        if self.dest in seen:
+            raise argparse.ArgumentError(self, "given more than once")
+        seen.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
+#: options whose value is a number or a size: "-b -1GiB" hands them "-1GiB" (so the message
+#: names the bad value) instead of argparse's "expected one argument"
+_NUMERIC_OPTIONS = frozenset(
+    {
+        "-b",
+        "--buffer-size",
+        "--bufferSize",
+        "-i",
+        "--samples",
+        "--testSamples",
+        "--loop-count",
+        "--loopCount",
+        "--gate-timeout",
+        "--outlier-pct",
+        "--cv-threshold",
+    }
+)
+_NEGATIVE = re.compile(r"-[0-9.]")
+
+
+def attach_negative_values(argv: list[str]) -> list[str]:
+    """``-b -1GiB`` -> ``-b-1GiB``, ``--samples -2`` -> ``--samples=-2`` (up to ``--``)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return out + argv[i:]
+        if token in _NUMERIC_OPTIONS and i + 1 < len(argv) and _NEGATIVE.match(argv[i + 1]):
+            glue = "=" if token.startswith("--") else ""
+            out.append(f"{token}{glue}{argv[i + 1]}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=PROG,
+        description=(
+            "Measure how fast bytes move on NVIDIA GPU systems (host<->device, "
+            "device<->device, device memory). Options follow nvbandwidth's."
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = p.add_argument
+    add(
+        "-b",
+        "--buffer-size",
+        "--bufferSize",
+        dest="buffer_size",
+        metavar="SIZE",
+        action=_Once,
+        help="memcpy buffer size: a number is MiB (default 512); units B, KiB, MiB, GiB, KB, "
+        "MB, GB; a list 64,512,1GiB; a range START:STOP:xFACTOR, e.g. 1MiB:4GiB:x2",
+    )
+    add("-l", "--list", action="store_true", help="list available testcases and exit")
+    add(
+        "-t",
+        "--testcase",
+        dest="testcase",
+        metavar="ID",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="testcase(s) to run, by key or index (repeatable)",
+    )
+    add(
+        "-p",
+        "--testcase-prefixes",
+        "--testcasePrefixes",
+        dest="prefixes",
+        metavar="PREFIX",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="testcase(s) to run, by key prefix (repeatable)",
+    )
+    add("-v", "--verbose", action="store_true", help="verbose output (per-sample figures)")
+    add(
+        "-s",
+        "--skip-verification",
+        "--skipVerification",
+        dest="skip_verification",
+        action="store_true",
+        help="skip data verification after copies",
+    )
+    add(
+        "-d",
+        "--disable-affinity",
+        "--disableAffinity",
+        dest="disable_affinity",
+        action="store_true",
+        help="disable automatic CPU affinity control",
+    )
+    add(
+        "-i",
+        "--samples",
+        "--testSamples",
+        dest="samples",
+        metavar="N",
+        type=samples_int,
+        action=_Once,
+        default=DEFAULT_SAMPLES,
+        help=f"samples (iterations) of each measurement, 1..{MAX_SAMPLES} (default "
+        f"{DEFAULT_SAMPLES})",
+    )
+    add(
+        "-m",
+        "--use-mean",
+        "--useMean",
+        dest="use_mean",
+        action="store_true",
+        help="use the mean instead of the median of the samples",
+    )
+    add("-j", "--json", action="store_true", help="JSON output (same as --format json)")
+    add(
+        "--loop-count",
+        "--loopCount",
+        dest="loops",
+        metavar="N",
+        type=loops_int,
+        action=_Once,
+        default=DEFAULT_LOOPS,
+        help=f"copies per sample, 1..{MAX_LOOPS} (default {DEFAULT_LOOPS})",
+    )
+    add(
+        "--perf-formatter",
+        "--perfFormatter",
+        dest="perf_formatter",
+        action="store_true",
+        help=argparse.SUPPRESS,
+    )
+    add(
+        "-o",
+        "--output",
+        metavar="FILE",
+        action=_Once,
+        help="write the report to FILE (atomically; a device or FIFO in place; - is stdout)",
+    )
+    add(
+        "--format",
+        metavar="NAME",
+        action=_Once,
+        help="report format: any installed writer (text, json, ...; default text)",
+    )
+    add(
+        "--simulate",
+        metavar="NAME|FILE",
+        action=_Once,
+        help=f"run on a simulated system: a preset name (e.g. {SUGGESTED_PRESET}) or a JSON "
+        "system file; every output is marked as simulated",
+    )
+    add(
+        "--gate-timeout",
+        dest="gate_timeout",
+        metavar="SECONDS",
+        type=gate_timeout_seconds,
+        action=_Once,
+        default=DEFAULT_GATE_TIMEOUT_S,
+        help="longest a stream may wait at the spin gate, at most "
+        f"{MAX_GATE_TIMEOUT_S:g} (default {DEFAULT_GATE_TIMEOUT_S:g})",
+    )
+    add_run_options(p)
+    _add_rank_options(add)
+    add(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress on stderr (by default a progress line on a terminal, else one line "
+        "per finished testcase)",
+    )
+    add("--version", action="version", version=f"{PROG} {__version__}")
+    return p
+
+
+def _add_rank_options(add: Callable[..., Any]) -> None:
+    """The options of multi-rank runs and pair sampling."""
+    from gpubw.measure.sampling import parse_sample_pairs
+    from gpubw.model.options import DEFAULT_WORLD_TIMEOUT_S
+
+    add(
+        "--world-timeout",
+        dest="world_timeout",
+        metavar="SECONDS",
+        type=seconds(MAX_WORLD_TIMEOUT_S),
+        action=_Once,
+        default=DEFAULT_WORLD_TIMEOUT_S,
+        help="longest a collective step may wait for the other ranks (MPI, or a simulated "
+        f"rack), at most {MAX_WORLD_TIMEOUT_S:g} (default {DEFAULT_WORLD_TIMEOUT_S:g}); while "
+        "a host's first rank runs a single-node testcase, its other ranks wait that "
+        "testcase's own bounds plus this",
+    )
+    add(
+        "--sample-pairs",
+        dest="sample_pairs",
+        metavar="K|FRACTION",
+        type=parse_sample_pairs,
+        action=_Once,
+        help="measure only K cells (or a fraction, e.g. 0.1 or 10%%) of every N x N testcase, "
+        "every device at least once as source and destination; the others are null",
+    )
+    add(
+        "--seed",
+        metavar="N",
+        type=int,
+        action=_Once,
+        default=0,
+        help="seed of --sample-pairs (the same seed measures the same cells; default 0)",
+    )
+    add(
+        "--handle-type",
+        dest="handle_type",
+        choices=("auto", "fabric", "posix-fd", "ipc"),
+        action=_Once,
+        default="auto",
+        help="how MPI ranks share device memory: fabric handles (across nodes; needs IMEX), "
+        "POSIX file descriptors or legacy CUDA IPC (one host); auto (default) takes the best "
+        "that every rank can use",
+    )
+
+
+# -- library parameters -> flags (the library never quotes flags; see UsageError.param) ---
+#: the library parameter a UsageError names -> the flag that sets it
+PARAM_FLAGS: dict[str, str] = {
+    "sizes": "-b/--buffer-size",
+    "testcases": "-t/--testcase",
+    "testcase_prefixes": "-p/--testcase-prefixes",
+    "testcase_selection": "-t/--testcase with -p/--testcase-prefixes",
+    "samples": "-i/--samples",
+    "loops": "--loop-count",
+    "sample_pairs": "--sample-pairs",
+}
+
+
+def usage_message(exc: UsageError) -> str:
+    """A UsageError's message, led by the flag of the parameter it names (if any)."""
+    flag = PARAM_FLAGS.get(exc.param or "")
+    return f"{flag}: {exc}" if flag else str(exc)

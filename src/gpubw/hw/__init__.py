@@ -1,0 +1,1 @@
+"""Facts about the node's hardware from NVML: PCIe, NVLink, ECC, clocks, processes."""

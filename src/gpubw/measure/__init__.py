@@ -1,0 +1,1 @@
+"""How copies are timed: the one protocol, the initiators, latency, the rank gate."""

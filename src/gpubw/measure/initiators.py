@@ -1,0 +1,291 @@
+"""Initiators: *how* a copy is made. CopyEngine (cuMemcpyAsync) and KernelCopy (SM kernel).
+
+An initiator knows how many bytes one copy call moves (``counted_bytes``, the figure that
+bandwidth is computed from), how many bytes are filled and checked (``checked_bytes``), how to
+enqueue ``loops`` copies on a stream, and how to prepare and check the buffers.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from gpubw.backend.base import MAX_GRID, DeviceInfo, ptr, u32, u64
+from gpubw.kernels import ELEMENT_BYTES
+from gpubw.kernels.patterns import DST_SEED, SRC_SEED
+from gpubw.memory.buffers import Buffer, DeviceBuffer
+from gpubw.memory.system import System
+from gpubw.model.options import MIB
+
+#: nvbandwidth's SM truncation applies to kernel copies of this size or more.
+SM_TRUNCATION_THRESHOLD = 64 * MIB
+#: nvbandwidth's striding kernel: 512 threads per block, one block per SM.
+SM_TRUNCATION_THREADS = 512
+
+
+def sm_truncated_bytes(nbytes: int, sm_count: int) -> int:
+    """nvbandwidth's SM-copy size rule: below 64 MiB whole 16-byte elements; from 64 MiB on, a
+    multiple of 16 x SMs x 512 bytes (16 x T x floor(E / T), T = SMs x 512, E = nbytes // 16)."""
+    elements = nbytes // ELEMENT_BYTES
+    if nbytes < SM_TRUNCATION_THRESHOLD:
+        return elements * ELEMENT_BYTES
+    threads = sm_count * SM_TRUNCATION_THREADS
+    return ELEMENT_BYTES * threads * (elements // threads)
+
+
+class Initiator(abc.ABC):
+    """How a copy is made."""
+
+    #: "CE", "SM" or "SM split-warp" (shown in reports)
+    name: str = ""
+
+    @abc.abstractmethod
+    def counted_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        """Bytes one copy call of a ``nbytes`` pair is counted as moving."""
+
+    def checked_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        """Bytes filled with the pattern and compared after the copy."""
+        return nbytes
+
+    @abc.abstractmethod
+    def enqueue(
+        self,
+        system: System,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        nbytes: int,
+        loops: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+    ) -> None:
+        """Queue ``loops`` copies of the pair on ``stream``."""
+
+    def prepare(
+        self,
+        system: System,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        checked: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+    ) -> None:
+        """Fill the destination with one pattern and the source with the expected one."""
+        dst.fill(DST_SEED, checked, stream=stream, exec_device=exec_device.ordinal)
+        src.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal)
+
+    def enqueue_checks(
+        self,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        checked: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+        first_slot: int,
+    ) -> list[tuple[int, Buffer]]:
+        """Queue the compares; return (slot, buffer) for each, to be checked after a sync."""
+        dst.enqueue_verify(
+            SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal, slot=first_slot
+        )
+        return [(first_slot, dst)]
+
+
+class CopyEngine(Initiator):
+    """Copies made by the copy engines: ``loops`` separate cuMemcpyAsync calls."""
+
+    name = "CE"
+
+    def counted_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return nbytes
+
+    def enqueue(
+        self,
+        system: System,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        nbytes: int,
+        loops: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+    ) -> None:
+        for _ in range(loops):
+            system.backend.memcpy_async(dst.ptr, src.ptr, nbytes, stream)
+
+
+#: Threads per block of the copy kernels (at most GPUBW_COPY_BLOCK in kernels/gpubw.cu).
+COPY_BLOCK = 512
+#: Resident blocks per SM the copy kernels are compiled for (GPUBW_COPY_MIN_BLOCKS: their
+#: register budget guarantees this many 512-thread blocks fit on one SM).
+COPY_BLOCKS_PER_SM = 2
+
+
+def copy_launch_shape(device: DeviceInfo, elements: int) -> tuple[int, int]:
+    """Grid and block for gpubw's copy kernels (grid-stride, 8 independent 16-byte loads in
+    flight per thread): exactly the blocks that are resident at once (COPY_BLOCKS_PER_SM per
+    SM, so no block waits for a second wave), fewer when the copy has less than one element
+    per thread, so that small copies still spread over as many SMs as they can use."""
+    block = COPY_BLOCK
+    grid = min(device.sm_count * COPY_BLOCKS_PER_SM, max(1, -(-elements // block)))
+    return grid, block
+
+
+#: Threads per block of gpubw_copy_flat (device-local SM copies beyond L2), one 16-byte element
+#: per thread: a 128-thread piece moves 4 KiB (4,294-4,318 GB/s read + write at 4 GiB on an
+#: H200, 256-thread blocks 4,233-4,274; benchmarks/README.md).
+FLAT_COPY_BLOCK = 128
+
+
+def flat_copy_launches(elements: int, loops: int) -> list[tuple[int, int]]:
+    """(grid, passes) of each launch of gpubw_copy_flat copying ``elements`` 16-byte elements
+    ``loops`` times: one block per (pass, piece of FLAT_COPY_BLOCK elements), all ``loops``
+    passes in as few launches as the grid limit allows (one, unless pieces x loops exceeds
+    it), so there is no gap between passes. The passes add up to ``loops``. (Beyond
+    MAX_GRID pieces - 4 TiB - a launch has MAX_GRID blocks, which the kernel's block-stride
+    loop covers.)"""
+    pieces = max(1, -(-elements // FLAT_COPY_BLOCK))
+    per = max(1, min(loops, MAX_GRID // pieces))
+    out = []
+    left = loops
+    while left > 0:
+        n = min(per, left)
+        out.append((min(pieces * n, MAX_GRID), n))
+        left -= n
+    return out
+
+
+def flat_copy_applies(src: Buffer, dst: Buffer, elements: int, exec_device: DeviceInfo) -> bool:
+    """Whether a KernelCopy uses gpubw_copy_flat: a copy between two buffers in the executing
+    device's own memory (not host, peer or shared/multicast memory: over links the resident
+    kernel's 8 loads in flight per thread cover the latency) whose working set (source and
+    destination, ``2 x elements x 16`` bytes) does not fit in the device's L2. Within L2 the
+    resident kernel stays: a one-shot grid's block starts cap it there (benchmarks/README.md:
+    16 MiB 5,890 vs 9,694 GB/s resident), and beyond L2 the flat grid is faster on HBM."""
+    return (
+        type(src) is DeviceBuffer
+        and type(dst) is DeviceBuffer
+        and src.device == dst.device == exec_device.ordinal
+        and 2 * elements * ELEMENT_BYTES > exec_device.l2_bytes
+    )
+
+
+#: Threads per block of the split-warp kernel (its __launch_bounds__ in kernels/gpubw.cu).
+SPLIT_WARP_BLOCK = 1024
+
+
+def split_warp_launch_shape(device: DeviceInfo, elements: int) -> tuple[int, int]:
+    """One thread per 16-byte element (each thread copies its element ``loops`` times in a
+    row, as nvbandwidth's split-warp kernel; see gpubw_copy_split_warp)."""
+    return max(1, min(2**31 - 1, -(-elements // SPLIT_WARP_BLOCK))), SPLIT_WARP_BLOCK
+
+
+class KernelCopy(Initiator):
+    """Copies made by a copy kernel on the executing device's SMs (one launch loops)."""
+
+    name = "SM"
+    kernel = "gpubw_copy"
+
+    def launch_shape(self, device: DeviceInfo, elements: int) -> tuple[int, int]:
+        return copy_launch_shape(device, elements)
+
+    def counted_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return sm_truncated_bytes(nbytes, exec_device.sm_count)
+
+    def checked_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return sm_truncated_bytes(nbytes, exec_device.sm_count)
+
+    def copied_elements(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return sm_truncated_bytes(nbytes, exec_device.sm_count) // ELEMENT_BYTES
+
+    def enqueue(
+        self,
+        system: System,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        nbytes: int,
+        loops: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+    ) -> None:
+        elements = self.copied_elements(nbytes, exec_device)
+        if elements == 0:
+            return
+        if self.kernel == "gpubw_copy" and flat_copy_applies(src, dst, elements, exec_device):
+            args = (ptr(dst.ptr), ptr(src.ptr), u64(elements))
+            for grid, passes in flat_copy_launches(elements, loops):
+                system.backend.launch(
+                    "gpubw_copy_flat", grid, FLAT_COPY_BLOCK, (*args, u32(passes)), stream
+                )
+            return
+        grid, block = self.launch_shape(exec_device, elements)
+        system.backend.launch(
+            self.kernel,
+            grid,
+            block,
+            (ptr(dst.ptr), ptr(src.ptr), u64(elements), u32(loops)),
+            stream,
+        )
+
+
+class SplitWarpCopy(KernelCopy):
+    """One kernel moving half the 16-byte elements each way between the pair's buffers
+    (odd 32-element groups source->destination, even groups destination->source).
+
+    Counted bytes are half the buffer: the bytes that travel in each direction, which is
+    nvbandwidth's figure (it divides bytes/time by 2)."""
+
+    name = "SM split-warp"
+    kernel = "gpubw_copy_split_warp"
+
+    def launch_shape(self, device: DeviceInfo, elements: int) -> tuple[int, int]:
+        return split_warp_launch_shape(device, elements)
+
+    def copied_elements(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return nbytes // ELEMENT_BYTES  # not SM-truncated, as nvbandwidth
+
+    def counted_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return (nbytes // ELEMENT_BYTES) * ELEMENT_BYTES // 2
+
+    def checked_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return (nbytes // ELEMENT_BYTES) * ELEMENT_BYTES
+
+    def prepare(
+        self,
+        system: System,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        checked: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+    ) -> None:
+        dst.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal)
+        src.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal)
+        dst.clear_warp_parity(checked, 1, stream=stream)
+        src.clear_warp_parity(checked, 0, stream=stream)
+
+    def enqueue_checks(
+        self,
+        src: Buffer,
+        dst: Buffer,
+        *,
+        checked: int,
+        stream: Any,
+        exec_device: DeviceInfo,
+        first_slot: int,
+    ) -> list[tuple[int, Buffer]]:
+        dst.enqueue_verify(
+            SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal, slot=first_slot
+        )
+        src.enqueue_verify(
+            SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal, slot=first_slot + 1
+        )
+        return [(first_slot, dst), (first_slot + 1, src)]
+
+
+CE = CopyEngine()
+SM = KernelCopy()
+SPLIT_WARP = SplitWarpCopy()

@@ -1,0 +1,98 @@
+"""Pair sampling for N×N testcases: measure a deterministic subset of the cells.
+
+On a 72-GPU rack an N×N testcase has 5,112 off-diagonal cells; ``--sample-pairs`` measures
+only some of them. The sample is reproducible (same ``n``, size and seed → same cells) and
+covers every device at least once as a source and once as a destination, so no GPU goes
+unmeasured: it starts from a random cycle through all devices (``n`` cells, each device once
+as source and once as destination) and adds cells drawn uniformly from the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from gpubw.model.errors import UsageError
+
+Pair = tuple[int, int]
+
+
+def _cell_count(n: int, diagonal: bool) -> int:
+    return n * n if diagonal else n * (n - 1)
+
+
+def sample_size(n: int, k_or_fraction: int | float, diagonal: bool = False) -> int:
+    """How many cells :func:`sample_pairs` keeps for ``n`` devices.
+
+    An int is a number of cells; it must be at least ``n`` (one per device, to cover each as
+    source and destination). A float in (0, 1] is a share of all cells, rounded up and raised
+    to ``n`` when smaller. Either is capped at the number of cells."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"the device count must be an int >= 1, got {n!r}")
+    if not diagonal and n < 2:
+        raise ValueError("pairs between distinct devices need at least 2 devices, got 1")
+    total = _cell_count(n, diagonal)
+    if isinstance(k_or_fraction, bool):
+        raise ValueError(f"the sample size must be an int or a fraction, got {k_or_fraction!r}")
+    if isinstance(k_or_fraction, int):
+        if k_or_fraction < n:
+            raise ValueError(
+                f"a sample of {k_or_fraction} pair(s) cannot cover {n} devices as sources "
+                f"and destinations: ask for at least {n}"
+            )
+        return min(k_or_fraction, total)
+    if isinstance(k_or_fraction, float):
+        if not (0.0 < k_or_fraction <= 1.0):
+            raise ValueError(f"a sample fraction must be in (0, 1], got {k_or_fraction!r}")
+        return min(max(math.ceil(k_or_fraction * total), n), total)
+    raise ValueError(f"the sample size must be an int or a fraction, got {k_or_fraction!r}")
+
+
+def sample_pairs(
+    n: int, k_or_fraction: int | float, seed: int, diagonal: bool = False
+) -> frozenset[Pair]:
+    """A deterministic sample of the ``(src, dst)`` cells of an ``n``×``n`` testcase.
+
+    ``diagonal`` says whether the testcase measures ``src == dst`` cells (most N×N testcases
+    do not). See :func:`sample_size` for ``k_or_fraction``. Every device appears at least
+    once as a source and once as a destination."""
+    size = sample_size(n, k_or_fraction, diagonal)
+    rng = random.Random(seed)
+    if size == _cell_count(n, diagonal):
+        return frozenset((s, d) for s in range(n) for d in range(n) if diagonal or s != d)
+    order = list(range(n))
+    rng.shuffle(order)
+    chosen = {(order[i], order[(i + 1) % n]) for i in range(n)}
+    rest = [
+        (s, d) for s in range(n) for d in range(n) if (diagonal or s != d) and (s, d) not in chosen
+    ]
+    chosen.update(rng.sample(rest, size - n))
+    return frozenset(chosen)
+
+
+def parse_sample_pairs(text: str) -> int | float:
+    """A sample size as a user types it: a count (``64``), a fraction (``0.25``) or a
+    percentage (``25%``). Raises :class:`UsageError` (``param="sample_pairs"``, which the CLI
+    maps to its flag) naming the value and what is allowed."""
+    value = text.strip()
+    allowed = "a number of pairs (e.g. 64), a fraction in (0, 1] (e.g. 0.25) or a percentage"
+    try:
+        if value.endswith("%"):
+            share = float(value[:-1]) / 100.0
+        elif value.isdigit():
+            count = int(value)
+            if count < 1:
+                raise ValueError
+            return count
+        else:
+            share = float(value)
+    except ValueError:
+        raise UsageError(
+            f"invalid pair sample {text!r}: expected {allowed}", param="sample_pairs"
+        ) from None
+    if not (0.0 < share <= 1.0):
+        raise UsageError(
+            f"invalid pair sample {text!r}: expected {allowed} (0% < share <= 100%)",
+            param="sample_pairs",
+        )
+    return share

@@ -1,0 +1,508 @@
+"""Device memory shared by the ranks of a world: the buffers of the multinode testcases.
+
+A :class:`SharedBuffer` (nvbandwidth's ``U(o)``) is memory on the device of one rank, the
+*owner*, mapped by every rank of the world; a :class:`MulticastBuffer` (``MC(o)``) is an
+NVLink multicast object every rank joins, whose stores land in every member's memory. Both
+are made and destroyed **collectively**: every rank calls ``create`` (and later ``destroy``,
+or leaves the ``with`` block) in the same order, and every step that can fail goes through
+:meth:`gpubw.world.World.agree`, so an error on one rank makes every rank raise the same
+:class:`RemoteRankError` at the same step and unwind together.
+
+:class:`Sharing` is run-scoped (one per run, held next to the buffer pool): it knows the
+world, this rank's device, and the *handle kind* all ranks use, agreed once on first use
+(:meth:`Sharing.handle_kind`): each rank probes which kinds its device can export
+(:meth:`gpubw.backend.base.Backend.handle_probes`), the ranks keep the best kind that works
+on all of them (fabric > posix-fd > ipc), POSIX-fd is then tried end to end (export on each
+host's first rank, import on the others: pidfd_getfd can be refused) and, with ranks on more
+than one host, anything but fabric is a :class:`SharingError` naming IMEX.
+
+Typical use on every rank (``sharing`` made once per run)::
+
+    with SharedBuffer.create(sharing, owner=o, nbytes=size) as u:   # collective
+        ...  # u.ptr is this rank's mapping; u.label == "Multinode node <o>"
+    # leaving the block destroyed it collectively
+
+This module sits beside :mod:`gpubw.memory.buffers` (it never imports the System).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import attrs
+
+from gpubw.backend.base import (
+    FABRIC,
+    HANDLE_KINDS,
+    HANDLE_LEVELS,
+    IPC,
+    POSIX_FD,
+    Backend,
+    HandleProbe,
+)
+from gpubw.memory.buffers import Buffer, BufferPool
+from gpubw.model.errors import GpubwError
+from gpubw.world.base import World, WorldError
+
+__all__ = [
+    "IMEX_MESSAGE",
+    "MulticastBuffer",
+    "RemoteRankError",
+    "SharedBuffer",
+    "Sharing",
+    "SharingError",
+]
+
+#: The error when ranks on different hosts have no fabric handles (``{detail}``: the first
+#: rank whose fabric export failed, and how).
+IMEX_MESSAGE = (
+    "ranks on different hosts need CUDA fabric handles, which need the IMEX service and a "
+    "channel (/dev/nvidia-caps-imex-channels/channelN): {detail}"
+)
+
+
+class SharingError(GpubwError):
+    """The ranks have no common way to share device memory (every rank raises the same)."""
+
+
+class RemoteRankError(GpubwError):
+    """A collective step failed on rank ``rank``; every rank raises this, with the same text
+    ``rank <r>: <message>`` (the failing rank's own error is the ``__cause__`` there)."""
+
+    def __init__(self, rank: int, message: str) -> None:
+        self.rank = rank
+        self.remote_message = message
+        super().__init__(f"rank {rank}: {message}")
+
+
+def _text(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def agreed(world: World, error: BaseException | None, timeout_s: float | None = None) -> None:
+    """One agreement point of a cross-rank protocol: every rank passes its own error (or
+    None); if any rank failed, every rank raises the same :class:`RemoteRankError`
+    (``rank <r>: <message>`` of the lowest failing rank; the failing rank's own error is
+    its ``__cause__``), so all ranks unwind together."""
+    agreement = world.agree(None if error is None else _text(error), timeout_s=timeout_s)
+    if not agreement.ok:
+        assert agreement.failed_rank is not None
+        raise RemoteRankError(agreement.failed_rank, agreement.message or "failed") from error
+
+
+def _quiet_barrier(world: World) -> bool:
+    """A teardown barrier: False (and no exception) if the world is broken or the barrier
+    fails, so that teardown never raises on an error path; the caller stops collectives."""
+    if world.broken is not None:
+        return False
+    try:
+        world.barrier()
+    except WorldError:
+        return False
+    return True
+
+
+@attrs.frozen
+class RankProbes:
+    """What one rank found when probing handle kinds."""
+
+    rank: int
+    host: int
+    probes: tuple[HandleProbe, ...]
+
+    def ok(self, kind: str) -> bool:
+        return any(p.kind == kind and p.ok for p in self.probes)
+
+    def error(self, kind: str) -> str:
+        for p in self.probes:
+            if p.kind == kind:
+                return p.error or "failed"
+        return "not probed"
+
+
+class Sharing:
+    """Run-scoped sharing of device memory across the ranks of ``world``; this rank uses
+    ``device`` (a local ordinal of ``pool.backend``). Buffers made through it are tracked so
+    that :meth:`close` frees whatever an interrupted testcase left (locally, without any
+    collective: on the error path the other ranks free theirs the same way)."""
+
+    def __init__(
+        self, pool: BufferPool, world: World, device: int, *, prefer: str | None = None
+    ) -> None:
+        self.pool = pool
+        self.world = world
+        self.device = device
+        #: the kind the user asked for (``--handle-type``), or None for the best common one
+        self.prefer = prefer
+        self._kind: str | None = None
+        self._error: SharingError | None = None
+        #: every rank's probes, by rank (after :meth:`handle_kind`)
+        self.probes: tuple[RankProbes, ...] = ()
+        #: why POSIX-fd was given up after its end-to-end test ("" if it was not)
+        self.posix_fd_failure = ""
+        self.live: set[SharedBuffer | MulticastBuffer] = set()
+
+    @property
+    def backend(self) -> Backend:
+        return self.pool.backend
+
+    # -- the handle kind, agreed once -----------------------------------------------------
+    @property
+    def agreed_kind(self) -> str | None:
+        """The agreed handle kind, or None before :meth:`handle_kind` succeeded (for the
+        report's metadata)."""
+        return self._kind
+
+    def handle_kind(self) -> str:
+        """The handle kind every rank uses: "fabric", "posix-fd" or "ipc". COLLECTIVE on the
+        first call (every rank must call it at the same point, e.g. the first multinode
+        testcase); later calls return the answer, or raise the same :class:`SharingError`
+        again, without communicating. A WorldError (a rank lost) propagates and is not
+        remembered."""
+        if self._kind is not None:
+            return self._kind
+        if self._error is not None:
+            raise self._error
+        world = self.world
+        try:
+            mine = tuple(self.backend.handle_probes(self.device))
+        except GpubwError as exc:
+            mine = tuple(HandleProbe(k, False, _text(exc)) for k in HANDLE_KINDS)
+        gathered = world.allgather(mine)
+        self.probes = tuple(
+            RankProbes(r, world.rank_hosts[r], tuple(p)) for r, p in enumerate(gathered)
+        )
+        common = [k for k in HANDLE_KINDS if all(rp.ok(k) for rp in self.probes)]
+        if POSIX_FD in common and FABRIC not in common and world.size > 1:
+            failure = self._posix_fd_end_to_end()
+            if failure:
+                self.posix_fd_failure = failure
+                common.remove(POSIX_FD)
+        best = max(common, key=HANDLE_LEVELS.__getitem__, default=None)
+        if self.prefer is not None and best is not None:
+            if self.prefer not in common:
+                self._error = SharingError(
+                    f"the handle type {self.prefer} was asked for, but not every rank can use "
+                    f"it (the ranks can all use: {', '.join(common)})"
+                )
+                raise self._error
+            best = self.prefer
+        if world.host_count > 1 and best != FABRIC:
+            failing = next(rp for rp in self.probes if not rp.ok(FABRIC))
+            detail = f"fabric export failed on rank {failing.rank} with {failing.error(FABRIC)}"
+            self._error = SharingError(IMEX_MESSAGE.format(detail=detail))
+            raise self._error
+        if best is None:
+            parts = []
+            for kind in HANDLE_KINDS:
+                rp = next(rp for rp in self.probes if not rp.ok(kind))
+                why = self.posix_fd_failure if kind == POSIX_FD and rp.ok(kind) else None
+                parts.append(f"{kind}: rank {rp.rank}: {why or rp.error(kind)}")
+            self._error = SharingError(
+                "the ranks have no common way to share device memory (" + "; ".join(parts) + ")"
+            )
+            raise self._error
+        self._kind = best
+        return best
+
+    def _posix_fd_end_to_end(self) -> str:
+        """Export one granule as POSIX-fd on each host's first rank, import it on the
+        host's other ranks (pidfd_getfd may be refused by the kernel's ptrace rules);
+        returns "" if every import worked, else the first failure as ``rank r: ...``.
+        Collective."""
+        world, backend, device = self.world, self.backend, self.device
+        nbytes = backend.shared_granularity(device, POSIX_FD)
+        exported: int | None = None
+        handle: Any = None
+        error: BaseException | None = None
+        leader = world.local_rank == 0 and world.local_size > 1
+        if leader:
+            try:
+                exported, handle = backend.export_device(device, nbytes, POSIX_FD)
+            except GpubwError as exc:
+                error = exc
+        try:
+            handles = world.allgather(handle)
+            if not leader and world.local_size > 1:
+                source = world.host_leaders()[world.host_index]
+                if handles[source] is not None:
+                    try:
+                        imported = backend.import_device(device, handles[source], POSIX_FD, nbytes)
+                        backend.close_import(imported)
+                    except GpubwError as exc:
+                        error = exc
+            agreement = world.agree(None if error is None else _text(error))
+        finally:
+            if exported is not None:
+                with contextlib.suppress(GpubwError):
+                    backend.free_exported(exported)
+        return "" if agreement.ok else agreement.describe()
+
+    def describe(self) -> str:
+        """One line on the agreed kind (or that none was agreed yet)."""
+        if self._kind is None:
+            return "no handle kind agreed yet"
+        text = f"memory shared across ranks with {self._kind} handles"
+        if self.posix_fd_failure:
+            text += f" (posix-fd refused: {self.posix_fd_failure})"
+        return text
+
+    # -- teardown -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free, locally and without collectives, every shared buffer still alive (after an
+        error or Ctrl-C; the backend's own close frees the rest). Safe to call twice."""
+        errors: list[BaseException] = []
+        for buf in list(self.live):
+            try:
+                buf.release_local()
+            except BaseException as exc:
+                errors.append(exc)
+        self.live.clear()
+        if errors:
+            raise errors[0]
+
+
+def _sharing_of(owner: Sharing | Any) -> Sharing:
+    """``owner`` if it is a :class:`Sharing`, else its ``sharing`` attribute (a System)."""
+    if isinstance(owner, Sharing):
+        return owner
+    sharing = getattr(owner, "sharing", None)
+    if not isinstance(sharing, Sharing):
+        raise TypeError(f"{owner!r} is neither a Sharing nor holds one as .sharing")
+    return sharing
+
+
+def _check_owner(world: World, owner: int) -> None:
+    if isinstance(owner, bool) or not isinstance(owner, int) or not 0 <= owner < world.size:
+        raise ValueError(f"owner must be a rank of 0..{world.size - 1}, got {owner!r}")
+
+
+class SharedBuffer(Buffer):
+    """Device memory of rank ``owner`` (``U(owner)``), mapped by every rank of the world.
+
+    ``ptr`` is this rank's mapping (the owner's own, or the imported one), ``nbytes`` the
+    size asked for (copies use it), ``allocated`` that size rounded up to the handle kind's
+    granularity, ``device`` and ``context_device`` this rank's local device (whose context
+    issues work on it here), ``label`` nvbandwidth's verbose name ``Multinode node <owner>``.
+    Fill and verify work as on any buffer, from this rank's device."""
+
+    is_host = False
+
+    def __init__(
+        self,
+        sharing: Sharing,
+        owner: int,
+        ptr: int,
+        nbytes: int,
+        allocated: int,
+        kind: str,
+    ) -> None:
+        super().__init__(sharing.pool, ptr, nbytes, sharing.device)
+        self.sharing = sharing
+        self.owner = owner
+        self.allocated = allocated
+        self.kind = kind
+        self._local_done = False
+
+    @property
+    def is_owner(self) -> bool:
+        return self.sharing.world.rank == self.owner
+
+    @property
+    def label(self) -> str:
+        return f"Multinode node {self.owner}"
+
+    @classmethod
+    def create(cls, owner_of: Sharing | Any, owner: int, nbytes: int) -> SharedBuffer:
+        """COLLECTIVE: every rank calls it with the same ``owner`` and ``nbytes``. The
+        owner allocates and exports, the handle is broadcast, the others import; a failure
+        anywhere raises :class:`RemoteRankError` on every rank after undoing what was done
+        (a :class:`SharingError` of the handle-kind agreement, or a WorldError, propagate
+        as they are). ``owner_of`` is the run's :class:`Sharing` or what holds it."""
+        sharing = _sharing_of(owner_of)
+        world, backend, device = sharing.world, sharing.backend, sharing.device
+        _check_owner(world, owner)
+        sharing.pool.check_request(False, device, nbytes)
+        kind = sharing.handle_kind()
+        ptr: int | None = None
+        error: BaseException | None = None
+        offer: tuple[Any, int] | None = None
+        if world.rank == owner:
+            try:
+                ptr, handle = backend.export_device(device, nbytes, kind)
+                offer = (handle, backend.shared_granularity(device, kind))
+            except GpubwError as exc:
+                error = exc
+        try:
+            sent = world.bcast((None if error is None else _text(error), offer), root=owner)
+            if sent[0] is not None:
+                raise RemoteRankError(owner, sent[0]) from error
+            handle, granularity = sent[1]
+            if world.rank != owner:
+                try:
+                    ptr = backend.import_device(device, handle, kind, nbytes)
+                except GpubwError as exc:
+                    error = exc
+            agreed(world, error)
+        except BaseException:
+            if ptr is not None:
+                with contextlib.suppress(GpubwError):
+                    if world.rank == owner:
+                        # every importer undoes its own import first
+                        _quiet_barrier(world)
+                        backend.free_exported(ptr)
+                    else:
+                        backend.close_import(ptr)
+                        _quiet_barrier(world)
+            elif world.rank != owner and error is not None:
+                _quiet_barrier(world)
+            raise
+        assert ptr is not None
+        allocated = -(-nbytes // granularity) * granularity
+        buf = cls(sharing, owner, ptr, nbytes, allocated, kind)
+        sharing.live.add(buf)
+        return buf
+
+    def destroy(self) -> None:
+        """COLLECTIVE: barrier, importers unmap, barrier, the owner releases. Never raises
+        because of another rank: if the world is broken, each rank frees its own part
+        without waiting. Safe to call twice."""
+        if self._freed:
+            return
+        self._freed = True
+        world = self.sharing.world
+        if self.is_owner:
+            _quiet_barrier(world) and _quiet_barrier(world)
+            self.release_local()
+        else:
+            ok = _quiet_barrier(world)
+            try:
+                self.release_local()
+            finally:
+                if ok:
+                    _quiet_barrier(world)
+
+    def release_local(self) -> None:
+        """Free this rank's part now, without any collective (error paths)."""
+        self._freed = True
+        self.sharing.live.discard(self)
+        if self._local_done:
+            return
+        self._local_done = True
+        if self.is_owner:
+            self.backend.free_exported(self.ptr)
+        else:
+            self.backend.close_import(self.ptr)
+
+    def close(self) -> None:
+        """Leaving a ``with`` block destroys the buffer (collectively)."""
+        self.destroy()
+
+    def free(self) -> None:
+        self.destroy()
+
+    def __repr__(self) -> str:
+        return (
+            f"<SharedBuffer {self.label} {self.nbytes} bytes ({self.kind}) at 0x{self.ptr:x} "
+            f"on rank {self.sharing.world.rank}>"
+        )
+
+
+class MulticastBuffer(Buffer):
+    """An NVLink multicast object of rank ``owner`` (``MC(owner)``) that every rank joined
+    with its own device's memory: ``ptr`` is this rank's multicast mapping; a store to it
+    lands in every member's memory. Made only where multicast is allowed: the backends refuse
+    (CudaError, NOT_PERMITTED) when :func:`gpubw.backend.base.multicast_disabled` says so,
+    and testcases filter on it first (``Testcase.needs_multicast``)."""
+
+    is_host = False
+
+    def __init__(self, sharing: Sharing, owner: int, key: int, ptr: int, nbytes: int) -> None:
+        super().__init__(sharing.pool, ptr, nbytes, sharing.device)
+        self.sharing = sharing
+        self.owner = owner
+        self.key = key
+        self._local_done = False
+
+    @property
+    def label(self) -> str:
+        return f"Multinode node {self.owner}"
+
+    @classmethod
+    def create(cls, owner_of: Sharing | Any, owner: int, nbytes: int) -> MulticastBuffer:
+        """COLLECTIVE: the owner creates the object for all ranks' devices, its handle is
+        broadcast, every rank joins (imports and adds its device), then - after all joined -
+        binds its own memory and maps the object. Failures as :meth:`SharedBuffer.create`.
+        Needs a handle kind of fabric or posix-fd (SharingError with ipc)."""
+        sharing = _sharing_of(owner_of)
+        world, backend, device = sharing.world, sharing.backend, sharing.device
+        _check_owner(world, owner)
+        sharing.pool.check_request(False, device, nbytes)
+        kind = sharing.handle_kind()
+        if kind == IPC:
+            raise SharingError(
+                "multicast objects are shared with fabric or posix-fd handles; the ranks "
+                "agreed on legacy CUDA IPC, which cannot share them"
+            )
+        created: int | None = None
+        key: int | None = None
+        error: BaseException | None = None
+        handle: Any = None
+        if world.rank == owner:
+            try:
+                created, handle = backend.multicast_create(device, nbytes, world.size, kind)
+            except GpubwError as exc:
+                error = exc
+        try:
+            sent = world.bcast((None if error is None else _text(error), handle), root=owner)
+            if sent[0] is not None:
+                raise RemoteRankError(owner, sent[0]) from error
+            try:
+                key = backend.multicast_join(device, sent[1], kind, nbytes)
+            except GpubwError as exc:
+                error = exc
+            agreed(world, error)  # every device added before anyone binds
+            ptr: int | None = None
+            try:
+                ptr = backend.multicast_map(key)  # type: ignore[arg-type]
+            except GpubwError as exc:
+                error = exc
+            agreed(world, error)
+        except BaseException:
+            with contextlib.suppress(GpubwError):
+                _quiet_barrier(world)
+                for k in {key, created} - {None}:
+                    backend.multicast_free(k)  # type: ignore[arg-type]
+            raise
+        assert key is not None and ptr is not None
+        buf = cls(sharing, owner, key, ptr, nbytes)
+        sharing.live.add(buf)
+        return buf
+
+    def destroy(self) -> None:
+        """COLLECTIVE: barrier, every rank unmaps and releases its part, barrier."""
+        if self._freed:
+            return
+        self._freed = True
+        world = self.sharing.world
+        ok = _quiet_barrier(world)
+        try:
+            self.release_local()
+        finally:
+            if ok:
+                _quiet_barrier(world)
+
+    def release_local(self) -> None:
+        """Free this rank's part now, without any collective (error paths)."""
+        self._freed = True
+        self.sharing.live.discard(self)
+        if not self._local_done:
+            self._local_done = True
+            self.backend.multicast_free(self.key)
+
+    def close(self) -> None:
+        self.destroy()
+
+    def free(self) -> None:
+        self.destroy()

@@ -1,0 +1,193 @@
+"""The run-scoped owner of CUDA state: backend, devices, peer access, patterns, buffer pool.
+
+A :class:`System` is created once per run (by the runner) and handed to every testcase. It
+owns everything that outlives one measurement, and :meth:`System.close` frees all of it,
+including buffers a failed testcase left behind, so a run never leaks device or pinned memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
+
+from gpubw.backend.base import Backend, DeviceInfo
+from gpubw.kernels.modules import GPUBW, KernelModule, generation, register_kernel_module
+from gpubw.kernels.patterns import DST_SEED, SRC_SEED, pattern_bytes
+from gpubw.memory.buffers import BufferPool
+from gpubw.memory.gate import Gate
+from gpubw.memory.shared import Sharing
+from gpubw.model.options import RunOptions
+from gpubw.world import SingleWorld, World, device_assignment
+from gpubw.world.launch_env import driven_devices
+
+__all__ = ["DST_SEED", "SRC_SEED", "System", "pattern_bytes"]
+
+
+class System:
+    """Backend + devices + the run's buffer pool, gate and caches. Use as a context manager or
+    call :meth:`close`."""
+
+    def __init__(
+        self, backend: Backend, options: RunOptions | None = None, *, world: World | None = None
+    ) -> None:
+        self.backend = backend
+        self.options = options or RunOptions()
+        self.devices: Sequence[DeviceInfo] = tuple(backend.devices())
+        if self.options.host_huge_pages:  # refuse now when the host has too few
+            backend.enable_host_huge_pages(max(self.options.buffer_sizes))
+        #: every buffer's memory, the run's scratch, patterns and the gate page
+        self.pool = BufferPool(backend, self.devices, self.options)
+        #: the devices this process drives (set with :attr:`world`): every one, except on an
+        #: MPI rank that is not its host's first, which runs only the multinode testcases,
+        #: on :attr:`rank_device` (kernels are loaded, sizes checked and contexts made only
+        #: on these; the pool's device-less host memory is made in the first one's context)
+        self.driven_devices: tuple[int, ...] = ()
+        self.world = world if world is not None else SingleWorld()
+        #: the spin gate (its page belongs to the pool)
+        self.gate: Gate = self.pool.gate
+        #: kernel-module registry generation the devices were loaded at (None: not yet)
+        self._kernels_loaded: int | None = None
+        self._sharing: Sharing | None = None
+        self._before_close: list[Callable[[], None]] = []
+        self.closed = False
+
+    @property
+    def world(self) -> World:
+        """The ranks of the run (one rank holding every local GPU without an MPI launcher).
+        Setting it (before anything is allocated: :func:`gpubw.runner.ranks.with_world` does, right
+        after the System opens) also sets :attr:`driven_devices`."""
+        return self._world
+
+    @world.setter
+    def world(self, world: World) -> None:
+        self._world = world
+        self.driven_devices = driven_devices(
+            len(self.devices), world.local_rank, several_ranks=world.size > 1
+        )
+        self.pool.home_device = self.driven_devices[0] if self.driven_devices else 0
+
+    @property
+    def rank_device(self) -> int:
+        """The device this rank drives in the multinode testcases: its local rank modulo the
+        local device count (:func:`gpubw.world.device_assignment`)."""
+        return device_assignment(self.world, self.device_count).device
+
+    @property
+    def sharing(self) -> Sharing:
+        """Device memory shared across the world's ranks (made on first use; the handle kind
+        is agreed by the ranks at the first shared buffer)."""
+        if self._sharing is None:
+            self._sharing = Sharing(
+                self.pool, self.world, self.rank_device, prefer=self.options.handle_type
+            )
+        return self._sharing
+
+    @property
+    def handle_kind(self) -> str | None:
+        """The handle kind the ranks agreed on, None if nothing was shared."""
+        return None if self._sharing is None else self._sharing.agreed_kind
+
+    # -- devices and peers ----------------------------------------------------------------
+    @property
+    def device_count(self) -> int:
+        return len(self.devices)
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        """One-directional probe, cached (``device`` can read/write ``peer``'s memory)."""
+        return self.pool.peers.can_access(device, peer)
+
+    def peer_pairs(self) -> list[tuple[int, int]]:
+        """Every ordered pair (a, b), a != b, where a can access b."""
+        return self.pool.peers.pairs()
+
+    def enable_peer_access(self, a: int, b: int) -> None:
+        """Enable access both ways between devices a and b (nvbandwidth probes one way and
+        enables both). Idempotent."""
+        self.pool.peers.enable(a, b)
+
+    def load_kernel_modules(self, modules: Iterable[KernelModule]) -> None:
+        """Make the kernels of ``modules`` (what a testcase declares in ``kernel_modules``)
+        launchable on every device this process drives (:attr:`driven_devices`), before
+        anything is gated: each is registered
+        (:func:`gpubw.kernels.modules.register_kernel_module`; PluginError on a clash) and
+        the backend loads, once per device, whatever it has not loaded yet."""
+        for module in modules:
+            register_kernel_module(module)
+        current = generation()
+        if self._kernels_loaded != current:
+            for ordinal in self.driven_devices:
+                self.backend.load_kernels(ordinal)
+            self._kernels_loaded = current
+
+    def load_kernels(self) -> None:
+        """Load gpubw's own kernels (the spin gate, fill, verify: every measurement needs
+        them) and whatever else is registered, once per device."""
+        self.load_kernel_modules((GPUBW,))
+
+    # -- affinity ---------------------------------------------------------------------------
+    def near(self, device: int | None) -> contextlib.AbstractContextManager[None]:
+        """Run the body with the CPU affinity set to ``device``'s local CPUs (if known and not
+        disabled with ``-d``), then restore it (see :meth:`BufferPool.near`)."""
+        return self.pool.near(device)
+
+    # -- buffers --------------------------------------------------------------------------
+    def release_leaked(self) -> int:
+        """Really free every buffer still handed out (the runner calls this after each
+        testcase, so one that failed or leaked does not hold memory for the rest of the
+        run); returns how many there were."""
+        return self.pool.release_leaked()
+
+    def release_pool(self) -> None:
+        """Really free every idle pooled buffer (the runner calls this after a testcase that
+        failed, so that device and pinned memory are back where they were before it)."""
+        self.pool.release_idle()
+
+    @property
+    def live_buffers(self) -> int:
+        """Buffers handed out and not closed (idle pooled buffers not counted)."""
+        return self.pool.live_buffers
+
+    def pattern(self, device: int, seed: int) -> int:
+        """Device pointer to the 2 MiB verification pattern of ``seed`` on ``device``."""
+        return self.pool.pattern(device, seed)
+
+    # -- teardown -------------------------------------------------------------------------
+    def before_close(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` first thing in :meth:`close`, while everything is still open (the
+        run's end-of-run NVML facts are read there, in the backend's NVML session); its
+        failure is raised after everything was freed, like a failure to free."""
+        self._before_close.append(hook)
+
+    def close(self) -> None:
+        """Free everything: handed-out and idle buffers, patterns, gate, scratch; then the
+        backend's own resources (also when freeing failed). Safe to call twice."""
+        if self.closed:
+            return
+        self.closed = True
+        errors: list[BaseException] = []
+        for hook in self._before_close:
+            try:
+                hook()
+            except BaseException as exc:
+                errors.append(exc)
+        if self._sharing is not None:
+            try:
+                self._sharing.close()
+            except BaseException as exc:
+                errors.append(exc)
+        try:
+            self.pool.close()
+        except BaseException as exc:
+            errors.append(exc)
+        try:
+            self.backend.close()
+        except BaseException as exc:
+            errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> System:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

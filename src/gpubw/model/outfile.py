@@ -1,0 +1,160 @@
+"""Writing a file the user named, without destroying anything gpubw does not own.
+
+:class:`OutputTarget` is the one way gpubw writes a file a user chose (``-o``, ``plot -o``,
+``compare -o``); the kernel cache uses :func:`replace_regular_file`. The rules:
+
+* ``-`` is standard output.
+* A regular file, or a new name in an existing folder: written atomically (a temporary file
+  in the same folder, renamed over the name once complete), keeping an existing file's mode
+  (and, where the process may, its owner).
+* A symbolic link: followed; its target is written by the same rules, the link stays.
+* A character device, FIFO or socket (``/dev/null``, ``/dev/stdout``, a named pipe): opened
+  and written directly; nothing is ever renamed over it. So is any path under ``/dev`` or
+  ``/proc`` (``/dev/stdout`` resolves into ``/proc/self/fd``).
+* A folder, a name ending in ``/``, a missing parent folder: :class:`UsageError`, found by
+  :meth:`OutputTarget.check` before anything runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import IO, Any
+
+from gpubw.model.errors import UsageError
+
+#: a temporary name well under NAME_MAX (255) whatever the target's name
+_TMP_PREFIX = ".gpubw-"
+_TMP_SUFFIX = ".tmp"
+_DIRECT_ROOTS = ("/dev/", "/proc/")
+
+
+def _is_direct(path: str) -> bool:
+    """True when ``path`` must be opened and written in place, never replaced."""
+    if any(path.startswith(root) for root in _DIRECT_ROOTS):
+        return True
+    try:
+        mode = os.stat(path).st_mode  # follows links
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+class OutputTarget:
+    """Where a report (or picture) goes; see the module docstring for the rules.
+
+    ``label`` names the option in messages (``-o/--output``)."""
+
+    def __init__(self, path: str, *, label: str = "-o/--output") -> None:
+        self.path = path
+        self.label = label
+
+    @property
+    def is_stdout(self) -> bool:
+        return self.path == "-"
+
+    @property
+    def is_direct(self) -> bool:
+        """Written in place (a device, FIFO or socket), not atomically replaced."""
+        return not self.is_stdout and _is_direct(os.path.abspath(self.path))
+
+    def resolved(self) -> str:
+        """The regular file that an atomic write replaces (links followed)."""
+        return os.path.realpath(os.path.abspath(self.path))
+
+    def check(self) -> OutputTarget:
+        """Refuse, before anything runs, a path that cannot be written; returns self."""
+        if self.is_stdout:
+            return self
+        path, label = self.path, self.label
+        if not path:
+            raise UsageError(f"{label}: an empty file name; give a file name or - for stdout")
+        if path.endswith(os.sep):
+            raise UsageError(f"{label} {path!r} ends with {os.sep!r}: give a file name")
+        if os.path.isdir(path):
+            raise UsageError(f"{label} {path!r} is a directory; give a file name")
+        if self.is_direct:
+            if not os.access(path, os.W_OK):
+                raise UsageError(f"{label} {path!r} cannot be written: permission denied")
+            return self
+        target = self.resolved()
+        if os.path.isdir(target):
+            raise UsageError(f"{label} {path!r} is a directory; give a file name")
+        folder = os.path.dirname(target)
+        if not os.path.isdir(folder):
+            raise UsageError(f"{label} {path!r}: the folder {folder!r} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UsageError(
+                f"{label} {path!r} cannot be written: the folder {folder!r} is not writable"
+            )
+        if os.path.exists(target) and not os.access(target, os.W_OK):
+            raise UsageError(f"{label} {path!r} cannot be written: permission denied")
+        return self
+
+    @contextlib.contextmanager
+    def open(self, mode: str = "w") -> Iterator[IO[Any]]:
+        """A file object to write the whole content into. For an atomic target the content
+        appears only if the block ends without an exception; otherwise nothing is left
+        behind (no temporary file) and the old content stays."""
+        binary = "b" in mode
+        if self.is_stdout:
+            stream: IO[Any] = sys.stdout.buffer if binary else sys.stdout
+            yield stream
+            stream.flush()
+            return
+        if self.is_direct:
+            kwargs: dict[str, Any] = {} if binary else {"encoding": "utf-8"}
+            with open(self.path, "wb" if binary else "w", **kwargs) as f:
+                yield f
+            return
+        with atomic_file(self.resolved(), binary=binary) as f:
+            yield f
+
+
+@contextlib.contextmanager
+def atomic_file(target: str, *, binary: bool = False) -> Iterator[IO[Any]]:
+    """Write ``target`` (a regular file or a new name) atomically: a temporary file beside
+    it, fsynced, then renamed over it, keeping an existing file's mode and owner. On an
+    exception the temporary file is removed and ``target`` is untouched."""
+    folder = os.path.dirname(target) or "."
+    try:
+        old: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        old = None
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        raise UsageError(f"{target!r} is not a regular file; gpubw replaces only regular files")
+    fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=folder)
+    try:
+        kwargs: dict[str, Any] = {} if binary else {"encoding": "utf-8"}
+        with os.fdopen(fd, "wb" if binary else "w", **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        if old is not None:
+            os.chmod(tmp, stat.S_IMODE(old.st_mode))
+            with contextlib.suppress(OSError):
+                os.chown(tmp, old.st_uid, old.st_gid)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+        tmp = ""
+    finally:
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def replace_regular_file(target: str, payload: bytes) -> bool:
+    """Store ``payload`` at ``target`` atomically unless something other than a regular file
+    is there (then nothing is written and False is returned)."""
+    if os.path.islink(target) or _is_direct(target):
+        return False
+    with atomic_file(target, binary=True) as f:
+        f.write(payload)
+    return True

@@ -1,0 +1,542 @@
+"""Report I/O: gpubw's report as JSON data, its schema, and reading it back.
+
+This module sits beside :mod:`gpubw.model.results` and below everything that produces or consumes
+reports: the runner (matrix validation, device records), the writers (the JSON writer is a
+thin wrapper over :func:`report_to_dict`), ``gpubw plot`` and ``gpubw compare``
+(:func:`load_report`, :func:`report_from_dict`). It knows nothing of the command line.
+
+The schema (draft 2020-12) ships inside the package, ``gpubw/schemas/report-v1.schema.json``,
+and is loaded with importlib.resources, so an installed gpubw validates without the source
+tree. Values are in base units (bytes/s, seconds, bytes); each matrix also says its
+``display_unit`` and the ``scale`` that turns a value into it. NaN and infinities are written
+as null.
+
+Matrix validation (:func:`matrix_errors`) checks values and samples in plain Python up to
+:data:`NUMPY_FROM_CELLS` cells and with numpy beyond (a 2000 x 2000 matrix takes a fraction
+of a second; numpy is imported only then: its import cost ~0.1-0.25 s of every short run) and
+the rest of the matrix with the schema; the whole document is validated with the schema
+before it is written (:func:`validate`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import math
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from gpubw.model.errors import GpubwError, UsageError
+from gpubw.model.options import options_from_record
+from gpubw.model.results import (
+    BANDWIDTH,
+    LATENCY,
+    Matrix,
+    Report,
+    Status,
+    TestcaseResult,
+    finite_or_none,
+)
+
+if TYPE_CHECKING:
+    from gpubw.model.devices import DeviceInfo
+
+SCHEMA_VERSION = "1"
+SCHEMA_FILE = "report-v1.schema.json"
+#: how many violations a validation error lists
+MAX_ERRORS = 5
+
+#: base unit -> (display unit, factor from base to display)
+DISPLAY: dict[str, tuple[str, float]] = {BANDWIDTH: ("GB/s", 1e-9), LATENCY: ("ns", 1e9)}
+
+
+def display_unit(unit: str) -> str:
+    """The unit nvbandwidth shows for a base unit: GB/s for bytes/s, ns for s."""
+    return DISPLAY.get(unit, (unit, 1.0))[0]
+
+
+def display_scale(unit: str) -> float:
+    """Factor that turns a value in ``unit`` (base) into its display unit."""
+    return DISPLAY.get(unit, (unit, 1.0))[1]
+
+
+def simulated_banner(report: Report) -> str:
+    """The notice a simulated report carries (JSON ``notice``; text top and bottom)."""
+    name = report.system_name or "model"
+    return f"SIMULATED SYSTEM {name}: these figures are modelled, not measured"
+
+
+def json_safe(value: Any) -> Any:
+    """Plain JSON data: tuples to lists, NaN/inf to None, unknown objects to strings."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, Status):
+        return value.value
+    np = sys.modules.get("numpy")  # a numpy scalar exists only once numpy is imported
+    if np is not None and isinstance(value, np.generic):
+        return json_safe(value.item())
+    if attrs.has(type(value)):
+        return json_safe(attrs.asdict(value, recurse=False))
+    return str(value)
+
+
+def device_record(info: DeviceInfo) -> dict[str, Any]:
+    """The record of one device in a Report (``Report.devices``): every DeviceInfo field,
+    plus ``pci_short`` and ``nominal_memory_bandwidth`` (bytes/s)."""
+    d = attrs.asdict(info)
+    d["compute_capability"] = list(info.compute_capability)
+    d["local_cpus"] = list(info.local_cpus)
+    d["pci_short"] = info.pci_short
+    d["nominal_memory_bandwidth"] = info.nominal_memory_bandwidth
+    return d
+
+
+# -- the schema --------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    """The report schema, from the installed package."""
+    text = resources.files("gpubw").joinpath("schemas").joinpath(SCHEMA_FILE).read_text("utf-8")
+    doc: dict[str, Any] = json.loads(text)
+    return doc
+
+
+@functools.lru_cache(maxsize=1)
+def _validator() -> Any:
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(schema())
+
+
+@functools.lru_cache(maxsize=1)
+def _matrix_validator() -> Any:
+    import jsonschema
+
+    sub = {"$defs": schema()["$defs"], "$ref": "#/$defs/matrix"}
+    return jsonschema.Draft202012Validator(sub)
+
+
+def _where(path: Sequence[Any], root: str = "$") -> str:
+    return root + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+
+
+def validation_errors(doc: Any) -> list[str]:
+    """Readable violations of the schema (``$.path: message``), most relevant first."""
+    errors = sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
+    return [f"{_where(e.path)}: {e.message}" for e in errors]
+
+
+def validate(doc: Any, what: str = "report") -> None:
+    """Raise :class:`GpubwError` listing the first violations if ``doc`` is not a valid
+    gpubw report."""
+    errors = validation_errors(doc)
+    if errors:
+        shown = "\n  ".join(errors[:MAX_ERRORS])
+        more = f"\n  ... and {len(errors) - MAX_ERRORS} more" if len(errors) > MAX_ERRORS else ""
+        raise GpubwError(
+            f"{what} does not match the gpubw report schema v{SCHEMA_VERSION} "
+            f"({len(errors)} problem{'s' if len(errors) != 1 else ''}):\n  {shown}{more}"
+        )
+
+
+# -- matrix validation -------------------------------------------------------------------
+
+#: from this many cells on, :func:`_numbers_ok` checks with numpy (imported then)
+NUMPY_FROM_CELLS = 20_000
+
+
+def _is_number_type(t: type) -> bool:
+    if issubclass(t, bool):
+        return False
+    if issubclass(t, (int, float)):
+        return True
+    np = sys.modules.get("numpy")  # a numpy number exists only once numpy is imported
+    return (
+        np is not None and issubclass(t, (np.integer, np.floating)) and not issubclass(t, np.bool_)
+    )
+
+
+def _cell_problem(where: str, value: Any) -> str | None:
+    """What is wrong with one cell (slow path: only used once something is known wrong)."""
+    if value is None:
+        return None
+    if not _is_number_type(type(value)):
+        return f"{where} is {value!r:.40} ({type(value).__name__}), not a number or None"
+    try:
+        x = float(value)
+    except OverflowError:
+        return f"{where} is an integer too large for a float ({len(str(abs(value)))} digits)"
+    if not math.isfinite(x):
+        return f"{where} is {value!r}, not a finite number (use None for N/A)"
+    if x < 0:
+        return f"{where} is {value!r}, negative (a bandwidth or latency is >= 0)"
+    return None
+
+
+def _numbers_ok(cells: Any, nones: int, types: set[type]) -> bool:
+    """Fast check that ``cells`` (a flat list, or rows of equal length) holds only None and
+    finite numbers >= 0; ``nones`` is how many Nones it holds, ``types`` the types of its
+    cells. Plain Python for small matrices, numpy for large ones."""
+    if not all(t is type(None) or _is_number_type(t) for t in types):
+        return False
+    flat = cells if not cells or not isinstance(cells[0], list | tuple) else None
+    size = len(cells) if flat is not None else len(cells) * len(cells[0])
+    if size < NUMPY_FROM_CELLS:
+        values = flat if flat is not None else itertools.chain.from_iterable(cells)
+        try:
+            return all(v is None or (math.isfinite(v) and v >= 0) for v in values)
+        except OverflowError:  # an int too large for a float
+            return False
+    import numpy as np
+
+    try:
+        arr = np.array(cells, dtype=np.float64)  # None -> NaN
+    except (OverflowError, TypeError, ValueError):  # e.g. an int too large for a float
+        return False
+    finite = np.isfinite(arr)
+    return int(finite.size - np.count_nonzero(finite)) == nones and bool((arr[finite] >= 0).all())
+
+
+def _value_errors(m: Matrix) -> list[str]:
+    """Problems of values and samples: each cell None or a finite number >= 0 (a NaN, a
+    negative figure or a string is a plugin bug, not N/A), each samples cell a sequence.
+    The cells are checked with numpy; only a matrix known to be wrong is walked cell by cell
+    to say where."""
+    out: list[str] = []
+    chain = itertools.chain.from_iterable
+    nones = sum(row.count(None) for row in m.values)
+    if not _numbers_ok(m.values, nones, set(map(type, chain(m.values)))):
+        for r, row in enumerate(m.values):
+            for c, v in enumerate(row):
+                problem = _cell_problem(f"values[{r}][{c}]", v)
+                if problem:
+                    out.append(problem)
+    for r, sample_row in enumerate(m.samples):
+        if len(sample_row) != len(m.column_labels):
+            out.append(
+                f"samples[{r}] has {len(sample_row)} cells, {len(m.column_labels)} column labels"
+            )
+    cells = list(chain(m.samples))
+    if not set(map(type, cells)) <= {tuple, list, type(None)}:
+        for r, sample_row in enumerate(m.samples):
+            for c, cell in enumerate(sample_row):
+                if cell is not None and not isinstance(cell, (list, tuple)):
+                    out.append(f"samples[{r}][{c}] is {type(cell).__name__}, not a list or None")
+        return out
+    flat: list[Any] = list(chain(filter(None, cells)))
+    if flat and not _numbers_ok(flat, flat.count(None), set(map(type, flat))):
+        for r, sample_row in enumerate(m.samples):
+            for c, cell in enumerate(sample_row):
+                for k, v in enumerate(cell or ()):
+                    problem = _cell_problem(f"samples[{r}][{c}][{k}]", v)
+                    if problem:
+                        out.append(problem)
+    return out
+
+
+def matrix_errors(m: Matrix, *, structure: bool = True) -> list[str]:
+    """What is wrong with a testcase's Matrix for the report: every value and sample must be
+    a finite number >= 0 or None, and (``structure``) the rest of the matrix must match the
+    schema's ``matrix`` definition (unit, labels, notes, ...). Empty if it is fine. The
+    runner turns a non-empty answer into an Error for that testcase only."""
+    out = _value_errors(m)
+    if out or not structure:
+        return out
+    try:
+        doc = matrix_to_dict(m, cells=False)
+    except Exception as exc:
+        return [f"cannot be written: {type(exc).__name__}: {exc}"]
+    for e in sorted(_matrix_validator().iter_errors(doc), key=lambda e: list(e.absolute_path)):
+        out.append(f"{_where(e.path, '').lstrip('.') or 'matrix'}: {e.message}")
+    return out
+
+
+def matrix_problem(m: Matrix, *, structure: bool = True) -> str | None:
+    """:func:`matrix_errors` as one line (the first few), or None if the matrix is fine."""
+    errors = matrix_errors(m, structure=structure)
+    if not errors:
+        return None
+    shown = "; ".join(errors[:MAX_ERRORS])
+    more = f"; ... and {len(errors) - MAX_ERRORS} more" if len(errors) > MAX_ERRORS else ""
+    return shown + more
+
+
+# -- Report -> dict ----------------------------------------------------------------------
+
+
+def _num(x: float | None) -> float | None:
+    return finite_or_none(None if x is None else float(x))
+
+
+def _rows(rows: Sequence[Sequence[float | None]]) -> list[list[float | None]]:
+    return [[_num(v) for v in row] for row in rows]
+
+
+def matrix_to_dict(m: Matrix, *, cells: bool = True) -> dict[str, Any]:
+    """One matrix as JSON data. ``cells=False`` leaves values and samples empty (to check
+    the rest against the schema without converting millions of cells)."""
+    return {
+        "key": m.key,
+        "description": m.description,
+        "unit": m.unit,
+        "kind": m.kind,
+        "display_unit": display_unit(m.unit),
+        "scale": display_scale(m.unit),
+        "bytes_counted": m.bytes_counted,
+        "bytes_counting": m.bytes_counting,
+        "statistic": m.statistic,
+        "initiator": m.initiator,
+        "bandwidth_kind": m.bandwidth_kind,
+        "bytes_per_copy": m.bytes_per_copy,
+        "row_labels": list(m.row_labels),
+        "column_labels": list(m.column_labels),
+        "values": _rows(m.values) if cells else [],
+        "samples": (
+            [[None if s is None else [_num(x) for x in s] for s in row] for row in m.samples]
+            if m.samples and cells
+            else None
+        ),
+        "sum": _num(m.sum) if cells else None,
+        "min": _num(m.minimum) if cells else None,
+        "max": _num(m.maximum) if cells else None,
+        "average": _num(m.average) if cells else None,
+        "notes": json_safe(dict(m.notes)),
+        **(_spread(m) if m.samples and cells else {}),
+    }
+
+
+def _spread(m: Matrix) -> dict[str, Any]:
+    """``stdev`` and ``cv`` per cell: the sample standard deviation of the cell's finite
+    samples and the coefficient of variation (stdev / mean); None with fewer than two."""
+    stdev: list[list[float | None]] = []
+    cv: list[list[float | None]] = []
+    for row in m.samples:
+        stdev.append([])
+        cv.append([])
+        for cell in row:
+            xs = [float(x) for x in cell or () if x is not None and math.isfinite(float(x))]
+            sd = statistics.stdev(xs) if len(xs) > 1 else None
+            mean = statistics.fmean(xs) if xs else 0.0
+            stdev[-1].append(_num(sd))
+            cv[-1].append(_num(sd / mean) if sd is not None and mean else None)
+    return {"stdev": stdev, "cv": cv}
+
+
+def testcase_to_dict(t: TestcaseResult) -> dict[str, Any]:
+    doc = {
+        "key": t.key,
+        "index": t.index,
+        "status": t.status.value,
+        "message": t.message,
+        "description": t.description,
+        "size_bytes": t.size,
+        "duration_s": _num(t.duration_s) or 0.0,
+        "plugin": t.plugin,
+        "matrices": [matrix_to_dict(m) for m in t.matrices],
+    }
+    if t.output:  # optional: only when the plugin printed something
+        doc["output"] = t.output
+    return doc
+
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    """The report as plain JSON data (not yet validated: see :func:`validate`)."""
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": report.tool,
+        "tool_version": report.tool_version,
+        "simulated": bool(report.simulated),
+    }
+    if report.simulated:
+        doc["notice"] = simulated_banner(report)
+    doc.update(
+        {
+            "backend": report.backend,
+            "system_name": report.system_name,
+            "host": report.host,
+            "versions": json_safe(report.versions),
+            "devices": json_safe(list(report.devices)),
+            "options": json_safe(report.options),
+            "warnings": list(report.warnings),
+            "error": report.error,
+            "interrupted": report.interrupted,
+            "exit_code": report.exit_code,
+            "started": report.started,
+            "finished": report.finished,
+            "duration_s": _num(report.duration_s) or 0.0,
+            "testcases": [testcase_to_dict(t) for t in report.testcases],
+        }
+    )
+    if report.verdicts or report.expectations is not None:
+        doc["verdicts"] = [json_safe(v.as_dict()) for v in report.verdicts]
+    if report.expectations is not None:
+        doc["expectations"] = json_safe(report.expectations)
+    if report.nvml is not None:
+        doc["nvml"] = json_safe(report.nvml)
+    if report.world is not None:
+        doc["world"] = json_safe(report.world)
+    if report.hosts:
+        doc["hosts"] = [
+            {"host": host, "testcases": [testcase_to_dict(t) for t in results]}
+            for host, results in report.hosts
+        ]
+    return doc
+
+
+def dumps(report: Report) -> str:
+    """The validated JSON document (2-space indent, trailing newline); GpubwError naming
+    the first violations if the report does not match the schema."""
+    doc = report_to_dict(report)
+    validate(doc)
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+
+
+# -- dict -> Report ----------------------------------------------------------------------
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """Read a gpubw JSON report and validate it; UsageError if unreadable, GpubwError if it
+    does not match the schema."""
+    p = Path(path)
+    try:
+        text = p.read_text("utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read report {p}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{p} is not UTF-8 text: {exc}") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{p} is not JSON: {exc}") from exc
+    if isinstance(doc, Mapping) and "nvbandwidth" in doc:
+        raise UsageError(
+            f"{p} is nvbandwidth's own JSON, not a gpubw report "
+            "(gpubw.model.nvbandwidth_json reads that format)"
+        )
+    validate(doc, what=str(p))
+    result: dict[str, Any] = dict(doc)
+    return result
+
+
+def matrix_from_dict(d: Mapping[str, Any]) -> Matrix:
+    """A Matrix from its JSON data; ``kind`` and ``bytes_counting`` are inferred where an
+    older report lacks them."""
+    samples = d.get("samples") or ()
+    m = Matrix(
+        key=d["key"],
+        description=d["description"],
+        unit=d["unit"],
+        row_labels=d["row_labels"],
+        column_labels=d["column_labels"],
+        values=d["values"],
+        samples=tuple(
+            tuple(None if s is None else tuple(x for x in s if x is not None) for s in row)
+            for row in samples
+        ),
+        bytes_counted=d["bytes_counted"],
+        statistic=d["statistic"],
+        initiator=d["initiator"],
+        bandwidth_kind=d["bandwidth_kind"],
+        bytes_per_copy=d["bytes_per_copy"],
+        notes=tuple(d["notes"].items()),
+    )
+    # Given explicitly only where the document says something inference would not (so a
+    # report read back equals the one written, and evolve() keeps inferring otherwise).
+    explicit = {
+        k: d[k] for k in ("kind", "bytes_counting") if d.get(k) not in (None, getattr(m, k))
+    }
+    return attrs.evolve(m, **explicit) if explicit else m
+
+
+def testcase_from_dict(t: Mapping[str, Any]) -> TestcaseResult:
+    """Inverse of :func:`testcase_to_dict`."""
+    return TestcaseResult(
+        key=t["key"],
+        status=Status(t["status"]),
+        message=t["message"],
+        index=t["index"],
+        description=t["description"],
+        size=t["size_bytes"],
+        matrices=[matrix_from_dict(m) for m in t["matrices"]],
+        duration_s=t["duration_s"],
+        plugin=t["plugin"],
+        output=t.get("output", ""),
+    )
+
+
+def report_from_dict(doc: Mapping[str, Any]) -> Report:
+    """Rebuild a :class:`Report` from a validated document (e.g. to re-render it as text)."""
+    run_options, invocation, stopped_by = options_from_record(doc["options"], doc["interrupted"])
+    return Report(
+        tool=doc["tool"],
+        tool_version=doc["tool_version"],
+        backend=doc["backend"],
+        simulated=doc["simulated"],
+        system_name=doc["system_name"],
+        host=doc["host"],
+        versions=dict(doc["versions"]),
+        devices=[dict(d) for d in doc["devices"]],
+        run_options=run_options,
+        invocation=invocation,
+        signal=stopped_by,
+        testcases=[testcase_from_dict(t) for t in doc["testcases"]],
+        world=dict(doc["world"]) if "world" in doc else None,
+        hosts=[
+            (h["host"], tuple(testcase_from_dict(t) for t in h["testcases"]))
+            for h in doc.get("hosts", ())
+        ],
+        warnings=doc["warnings"],
+        error=doc["error"],
+        started=doc["started"],
+        finished=doc["finished"],
+        duration_s=doc["duration_s"],
+        verdicts=_verdicts(doc.get("verdicts") or ()),
+        nvml=doc.get("nvml"),
+        expectations=doc.get("expectations"),
+    )
+
+
+def _verdicts(items: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+    if not items:
+        return ()
+    from gpubw.model.verdicts import Verdict
+
+    return tuple(Verdict.from_dict(v) for v in items)
+
+
+__all__ = [
+    "DISPLAY",
+    "MAX_ERRORS",
+    "SCHEMA_VERSION",
+    "device_record",
+    "display_scale",
+    "display_unit",
+    "dumps",
+    "json_safe",
+    "load_report",
+    "matrix_errors",
+    "matrix_from_dict",
+    "matrix_problem",
+    "matrix_to_dict",
+    "report_from_dict",
+    "report_to_dict",
+    "simulated_banner",
+    "testcase_from_dict",
+    "testcase_to_dict",
+    "validate",
+    "validation_errors",
+]

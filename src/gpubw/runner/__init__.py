@@ -1,0 +1,1 @@
+"""One run: the plugin registry, the loop over testcases, ranks, signals, output capture."""

@@ -1,0 +1,593 @@
+"""Run the selected testcases and build the :class:`gpubw.model.results.Report`.
+
+The run's :class:`RunOptions` travel one way: :func:`run` hands them to the function that
+opens the System, and everything below reads ``system.options``. For each selected testcase,
+in order (duplicates kept, as nvbandwidth), and for each buffer size (a ``fixed_size``
+testcase runs once): construct it with the run's System, ``filter()`` (False: Waived with its
+reason), ``run(size, loops)`` (Passed with its matrices). Anything a plugin raises becomes an
+Error entry with the message, and the run goes on; the results of completed testcases are
+always kept. Plugin code (constructor, ``filter()``, ``run()``) and the check of what it
+returned run inside one guard: any ``BaseException`` there -- ``SystemExit``, a
+``KeyboardInterrupt`` the plugin raised itself, anything else -- becomes that testcase's Error;
+what the plugin printed to standard output is captured (:mod:`gpubw.runner.capture`) and kept as the
+result's ``output``. With ``handle_signals=True`` (the CLI) SIGINT/SIGTERM stop the run
+(:mod:`gpubw.runner.interrupts`): the current testcase is Interrupted, nothing further runs, and
+the System is still closed. Without it no handler is touched: Ctrl-C raises
+KeyboardInterrupt out of :func:`run` (the System closed), so a ``KeyboardInterrupt`` from a
+plugin is then taken for Ctrl-C and not caught.
+
+Nothing here prints: progress goes to an optional callback, everything else into the Report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib.metadata
+import platform
+import signal
+import socket
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from gpubw.kernels import PATTERN_WORDS
+from gpubw.memory.system import System
+from gpubw.model.errors import GpubwError, InterruptedRun, NoDriverError, UsageError
+from gpubw.model.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
+from gpubw.model.report_io import device_record, matrix_problem
+from gpubw.model.results import Matrix, Report, Status, TestcaseResult
+from gpubw.model.sizes import format_size
+from gpubw.runner.capture import OutputCapture
+from gpubw.runner.interrupts import HANDLED_SIGNALS, SignalGuard, current
+from gpubw.runner.ranks import Ranks
+from gpubw.runner.registry import Entry, Selected, Unresolved
+from gpubw.version import __version__
+from gpubw.world import WorldError
+
+#: nvbandwidth's warning for a buffer smaller than the default; its "(64MB)" is stale
+#: (the default is 512 MiB), so gpubw names the right figure.
+SMALL_BUFFER_NOTE = (
+    "NOTE: You have chosen a buffer size that is smaller than the default buffer size. "
+    "It is suggested to use the default buffer size (512 MiB) to achieve maximal peak "
+    "bandwidth."
+)
+__all__ = ["HANDLED_SIGNALS", "Progress", "ProgressCallback", "run"]
+
+
+@attrs.frozen
+class Progress:
+    """One step of the run, for a progress display.
+
+    ``phase`` is "start" (``result`` None) or "end" (``result`` set); ``done`` counts the
+    steps finished before this event, out of ``total`` (one step per testcase and size).
+    ``header`` is the run's Report so far without testcases (system, devices, versions,
+    options, warnings): what a streaming writer prints before the first testcase.
+    """
+
+    phase: str
+    done: int
+    total: int
+    key: str
+    size: int | None
+    result: TestcaseResult | None = None
+    header: Report | None = None
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def _now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def software_versions(backend_versions: dict[str, Any]) -> dict[str, Any]:
+    """The backend's versions plus Python's and the CUDA Python packages' (read from their
+    metadata, without importing them)."""
+    versions = dict(backend_versions)
+    versions.setdefault("python", platform.python_version())
+    versions.setdefault("cuda_bindings", _dist_version("cuda-bindings"))
+    versions.setdefault("cuda_core", _dist_version("cuda-core"))
+    return versions
+
+
+def small_buffer_warnings(selection: Sequence[Selected], sizes: Sequence[int]) -> list[str]:
+    """nvbandwidth's NOTE when a buffer is smaller than the 512 MiB default (only if some
+    selected testcase uses the size at all)."""
+    sized = any(isinstance(s, Entry) and not s.fixed_size for s in selection)
+    if sized and any(size < DEFAULT_BUFFER_SIZE for size in sizes):
+        return [SMALL_BUFFER_NOTE]
+    return []
+
+
+#: Device memory gpubw itself keeps on each device during a run: two 2 MiB verification
+#: patterns and the verification result words (a 2 MiB allocation page).
+SCRATCH_BYTES = 2 * PATTERN_WORDS * 4 + (2 << 20)
+
+
+def check_sizes(system: System, selection: Sequence[Selected], sizes: Sequence[int]) -> None:
+    """Refuse, before anything runs, a buffer size that cannot fit: larger than what the
+    device with the least memory (of those this process drives: under MPI the host's first
+    rank checks every device) can allocate (its free memory as the driver reports it, so the
+    context's reserve and other processes' memory count), or than the host's physical
+    memory (pinned buffers). Only sizes that some selected testcase uses count. Raises
+    :class:`UsageError`."""
+    sized = any(isinstance(s, Entry) and s.cls is not None and not s.fixed_size for s in selection)
+    if not sized or not sizes:
+        return
+    largest = max(sizes)
+    if system.devices:
+        room: list[tuple[int, Any]] = []
+        for d in system.devices:
+            if d.ordinal not in system.driven_devices:
+                continue  # not this rank's: the host's first rank checks it
+            try:
+                free = min(system.backend.memory_info(d.ordinal)[0], d.memory_bytes)
+            except GpubwError:  # no figure: the total is still an upper bound
+                free = d.memory_bytes
+            room.append((free, d))
+        free, small = min(room, key=lambda r: r[0])
+        allowed = max(0, free - SCRATCH_BYTES)
+        if largest > allowed:
+            kept = small.memory_bytes - free
+            raise UsageError(
+                f"buffer size {format_size(largest)} ({largest} bytes) is larger than the "
+                f"memory of device {small.ordinal} ({small.name}, {format_size(small.memory_bytes)}"
+                f") can hold: {format_size(free)} free ({format_size(kept)} kept by the CUDA "
+                f"context and other allocations), less {format_size(SCRATCH_BYTES)} of gpubw's "
+                f"own; it must be at most {allowed} bytes",
+                param="sizes",
+            )
+    host = system.backend.host_memory_bytes()
+    if host is not None and largest > host:
+        raise UsageError(
+            f"buffer size {format_size(largest)} ({largest} bytes) is larger than the host's "
+            f"memory ({format_size(host)}); it must be at most {host} bytes",
+            param="sizes",
+        )
+
+
+def _steps(item: Selected, sizes: Sequence[int]) -> list[int | None]:
+    """The sizes one selected item runs at (None: once, without a size)."""
+    if isinstance(item, Entry) and item.cls is not None and not item.cls.fixed_size:
+        return list(sizes)
+    return [None]
+
+
+def _describe(exc: BaseException) -> str:
+    """A message for a testcase error: gpubw's own errors as they are, others with their
+    type (they are plugin bugs)."""
+    if isinstance(exc, GpubwError):
+        return str(exc)
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _check_matrices(value: object, *, structure: bool = True) -> tuple[Matrix, ...] | str:
+    """The matrices ``run`` returned, or what is wrong with its return value. ``structure``:
+    also check each matrix against the schema's matrix definition (a plugin's); gpubw's own
+    testcases build theirs by the same code every run, proven against the schema by the
+    tests, so only their values are checked (jsonschema's import, 30-90 ms, then waits for
+    the report's own validation at the end)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        return f"run() returned {type(value).__name__} {value!r:.80}, not Matrix results"
+    bad = [v for v in value if not isinstance(v, Matrix)]
+    if bad:
+        return (
+            f"run() returned a {type(value).__name__} holding {type(bad[0]).__name__} "
+            f"{bad[0]!r:.80}, not Matrix results"
+        )
+    if not value:
+        return "run() returned no Matrix results"
+    for m in value:
+        problem = matrix_problem(m, structure=structure)
+        if problem:
+            return f"run() returned matrix {m.key!r:.60} that breaks the report schema: {problem}"
+    return tuple(value)
+
+
+def _release(system: System) -> None:
+    """Free whatever buffers the last testcase left behind (errors while freeing are not the
+    testcase's result; the System's close reports them at the end)."""
+    with contextlib.suppress(Exception):
+        system.release_leaked()
+
+
+def _name(signum: int) -> str:
+    """A signal's name ("SIGINT"); a number that is no signal, as "signal N"."""
+    try:
+        return signal.Signals(signum).name
+    except (ValueError, TypeError):
+        return f"signal {signum}"
+
+
+def _passes(exc: BaseException, guard: SignalGuard | None) -> bool:
+    """True for what must leave the per-testcase guard: the interrupt of a signal that
+    arrived; without a signal guard, any KeyboardInterrupt (Ctrl-C under Python's default
+    handler cannot be told from one a plugin raised)."""
+    if guard is None:
+        return isinstance(exc, KeyboardInterrupt)
+    return isinstance(exc, InterruptedRun) and guard.signum is not None
+
+
+def _run_one(
+    entry: Entry, system: System, size: int | None, guard: SignalGuard | None
+) -> tuple[Status, str, tuple[Matrix, ...]]:
+    """filter() then run() then the check of what it returned; returns (status, message,
+    matrices). Anything raised is an Error, except a signal's interrupt (:func:`_passes`)."""
+    assert entry.cls is not None
+    stage = "filter()"
+    try:
+        testcase = entry.create(system)
+        if not testcase.filter():
+            return Status.WAIVED, str(testcase.waive_reason), ()
+        stage = "run()"
+        system.load_kernel_modules(testcase.kernel_modules)
+        loops = system.options.loops
+        value = testcase.run(size if size is not None else DEFAULT_BUFFER_SIZE, loops)
+        stage = "checking what run() returned"
+        checked = _check_matrices(value, structure=not entry.builtin)
+    except BaseException as exc:  # SystemExit, a plugin's own KeyboardInterrupt, ...
+        if _passes(exc, guard):
+            raise
+        if isinstance(exc, GpubwError) and stage == "run()":
+            return Status.ERROR, str(exc), ()  # a CUDA error, a verification mismatch: as is
+        return Status.ERROR, f"{entry.plugin} {entry.key}: {stage} failed: {_describe(exc)}", ()
+    if isinstance(checked, str):
+        return Status.ERROR, f"{entry.plugin} {entry.key}: {checked}", ()
+    return Status.PASSED, "", checked
+
+
+@attrs.define
+class _RunState:
+    """What a run has so far, readable from the signal watchdog's thread."""
+
+    meta: dict[str, Any]
+    warnings: list[str]
+    started: str
+    t0: float
+    results: list[TestcaseResult] = attrs.field(factory=list)
+    #: the step running now: (its TestcaseResult fields, its start time, its place in
+    #: ``results``), or None
+    current: tuple[dict[str, Any], float, int] | None = None
+
+    def report(self, signum: int | None, extra_warnings: Sequence[str] = ()) -> Report:
+        return Report(
+            testcases=list(self.results),
+            warnings=[*self.warnings, *extra_warnings],
+            signal=None if signum is None else signal.Signals(signum).name,
+            started=self.started,
+            finished=_now(),
+            duration_s=time.perf_counter() - self.t0,
+            **self.meta,
+        )
+
+    def snapshot(self, guard: SignalGuard) -> Report:
+        """The report as it stands, the running step Interrupted (for the watchdog)."""
+        signum = guard.signum if guard.signum is not None else int(signal.SIGINT)
+        name = signal.Signals(signum).name
+        results = list(self.results)
+        current = self.current
+        extra = []
+        if current is not None and current[2] == len(results):  # not yet in the results
+            common, t0, _ = current
+            results.append(
+                TestcaseResult(
+                    status=Status.INTERRUPTED,
+                    message=f"interrupted by {name}; it did not stop within "
+                    f"{guard.grace_s:g} s of a second signal, so gpubw did not wait for it",
+                    duration_s=time.perf_counter() - t0,
+                    **common,
+                )
+            )
+            extra.append(
+                f"the report was written without waiting for {common['key']}, which did not "
+                f"stop within {guard.grace_s:g} s of a second signal; its resources were "
+                "freed by the process exit"
+            )
+        state = attrs.evolve(self, results=results, current=None)
+        return state.report(signum, extra)
+
+
+def _check_sizes_everywhere(
+    system: System, selection: Sequence[Selected], sizes: Sequence[int]
+) -> None:
+    """:func:`check_sizes` on every rank of the System's world, agreed: if any rank refuses
+    (hosts whose GPUs or memory differ), every rank raises a UsageError at once (its own, or
+    ``rank <r>: <that rank's refusal>``) instead of the others going on into collectives that
+    the refusing rank never joins."""
+    world = system.world
+    if world.size == 1:
+        check_sizes(system, selection, sizes)
+        return
+    refused: UsageError | None = None
+    try:
+        check_sizes(system, selection, sizes)
+    except UsageError as exc:
+        refused = exc
+    agreement = world.agree(refused)
+    if refused is not None:
+        raise refused
+    if not agreement.ok:
+        raise UsageError(f"rank {agreement.failed_rank}: {agreement.message}", param="sizes")
+
+
+def run(
+    open_system: Callable[[RunOptions], System],
+    selection: Sequence[Selected],
+    options: RunOptions | None = None,
+    *,
+    invocation: Invocation | None = None,
+    system_name: str = "",
+    warnings: Sequence[str] = (),
+    progress: ProgressCallback | None = None,
+    handle_signals: bool = False,
+    capture_output: bool = True,
+    partial: Callable[[Report], None] | None = None,
+) -> Report:
+    """Run ``selection`` at every size of ``options.buffer_sizes`` on the System that
+    ``open_system(options)`` opens.
+
+    ``invocation`` is recorded in the Report as it is. A failure to open the System becomes
+    the Report's ``error`` (except :class:`NoDriverError`, which is raised for the caller to
+    explain). A buffer size that cannot fit in a device's or the host's memory raises
+    :class:`UsageError` before anything runs (:func:`check_sizes`). ``handle_signals``
+    uses the installed :class:`gpubw.runner.interrupts.SignalGuard` (the CLI's), or installs one
+    for the run (main thread only) and puts the old handlers back; a signal that arrived
+    before the System opened gives an interrupted Report with no testcases.
+    ``capture_output`` (default True) keeps what plugin code prints to standard output out
+    of it, as each result's ``output``. The System is always closed. ``partial`` (if given)
+    receives the Report so far after each testcase (rank 0 of an MPI run writes it to
+    ``-o``, so a killed run leaves a valid partial report). In a world of several ranks (the
+    System's) each step runs as :class:`gpubw.runner.ranks.Ranks` says.
+    """
+    guard = current() if handle_signals else None
+    own = None
+    if handle_signals and guard is None:
+        own = SignalGuard()
+        guard = own if own.install() else None
+    try:
+        return _run(
+            open_system,
+            selection,
+            options or RunOptions(),
+            invocation=invocation,
+            system_name=system_name,
+            warnings=warnings,
+            progress=progress,
+            guard=guard,
+            capture_output=capture_output,
+            partial=partial,
+        )
+    finally:
+        if own is not None:
+            own.uninstall()
+
+
+def _run(
+    open_system: Callable[[RunOptions], System],
+    selection: Sequence[Selected],
+    options: RunOptions,
+    *,
+    invocation: Invocation | None,
+    system_name: str,
+    warnings: Sequence[str],
+    progress: ProgressCallback | None,
+    guard: SignalGuard | None,
+    capture_output: bool,
+    partial: Callable[[Report], None] | None,
+) -> Report:
+    sizes = options.buffer_sizes
+    state = _RunState(
+        meta=dict(
+            tool="gpubw",
+            tool_version=__version__,
+            system_name=system_name,
+            host=socket.gethostname(),
+            run_options=options,
+            invocation=invocation,
+            backend="simulated" if system_name else "cuda",
+            simulated=bool(system_name),
+            versions=software_versions({}),
+            devices=(),
+        ),
+        warnings=[*warnings, *small_buffer_warnings(selection, sizes)],
+        started=_now(),
+        t0=time.perf_counter(),
+    )
+    if guard is not None:
+        guard.snapshot = lambda: state.snapshot(guard)
+        if guard.signum is not None:  # stopped before anything started
+            return _final(state, guard)
+
+    try:
+        system = open_system(options)
+    except NoDriverError:
+        raise
+    except GpubwError as exc:
+        # a signal that came while the System opened is the run's too (exit 128 + n)
+        signum = None if guard is None else guard.signum
+        report = attrs.evolve(state.report(signum), error=f"could not start: {exc}")
+        if guard is not None:
+            guard.final(report)
+        return report
+
+    if system.options != options:
+        system.close()
+        raise ValueError(
+            f"open_system must open the System with the options it is given: it was given "
+            f"{options!r} and opened one with {system.options!r}"
+        )
+    backend = system.backend
+    try:
+        # before the sizes check, which waits for every device's context: the versions need
+        # none, and loading NVRTC for its version (~40 ms) overlaps the contexts still being
+        # made on the command's start-up thread (issue 11 item 5)
+        versions = software_versions(backend.versions())
+        _check_sizes_everywhere(system, selection, sizes)
+    except BaseException:
+        system.close()
+        raise
+
+    state.meta.update(backend=backend.name, simulated=bool(backend.simulated), versions={})
+    ranks: Ranks | None = None
+
+    def snapshot() -> None:
+        if partial is not None:
+            extra = ranks.report_fields() if ranks is not None else {}
+            # never fatal here: the other ranks go on, and the final write reports problems
+            with contextlib.suppress(Exception):
+                partial(
+                    Report(
+                        testcases=list(state.results),
+                        warnings=list(state.warnings),
+                        **{**state.meta, **extra},
+                    )
+                )
+
+    try:
+        state.meta.update(
+            versions=versions,
+            devices=tuple(device_record(d) for d in system.devices),
+        )
+        ranks = Ranks(system)
+        state.warnings += ranks.warnings
+        if progress is not None:
+            fields = {**state.meta, **ranks.report_fields()}
+            header = Report(warnings=list(state.warnings), started=state.started, **fields)
+            progress = _with_header(progress, header)
+        _run_all(system, selection, guard, state, progress, capture_output, ranks, snapshot)
+    except WorldError as exc:  # the ranks could not even meet: the run could not start
+        state.warnings.append(f"the ranks could not start the run together: {exc}")
+    finally:
+        if ranks is not None:
+            with contextlib.suppress(Exception):
+                state.meta.update(ranks.report_fields())
+        try:
+            system.close()
+        except Exception as exc:
+            state.warnings.append(f"freeing the system's resources failed: {_describe(exc)}")
+    return _final(state, guard)
+
+
+def _final(state: _RunState, guard: SignalGuard | None) -> Report:
+    """The run's Report, final: the guard's snapshot becomes it, and a later signal is
+    absorbed (:meth:`gpubw.runner.interrupts.SignalGuard.final`)."""
+    report = state.report(None if guard is None else guard.signum)
+    if guard is not None:
+        guard.final(report)
+    return report
+
+
+def _with_header(progress: ProgressCallback, header: Report) -> ProgressCallback:
+    """``progress`` with every event carrying the run's ``header``."""
+
+    def call(event: Progress) -> None:
+        progress(attrs.evolve(event, header=header))
+
+    return call
+
+
+def _run_all(
+    system: System,
+    selection: Sequence[Selected],
+    guard: SignalGuard | None,
+    state: _RunState,
+    progress: ProgressCallback | None,
+    capture_output: bool,
+    ranks: Ranks,
+    after_step: Callable[[], None],
+) -> None:
+    """Every step in order, appending to ``state.results``; stops once a signal arrived (or
+    once the world of ranks broke)."""
+    sizes = system.options.buffer_sizes
+    total = sum(len(_steps(item, sizes)) for item in selection)
+    done = 0
+    for item in selection:
+        for size in _steps(item, sizes):
+            if guard is not None and guard.signum is not None:
+                return
+            key = item.key if isinstance(item, Entry) else item.token
+            if progress is not None:
+                progress(Progress("start", done, total, key, size))
+            result = ranks.step(
+                lambda it, sys_, sz, _: _step(it, sys_, sz, guard, state, capture_output),
+                item,
+                system,
+                size,
+                guard,
+            )
+            state.results.append(result)
+            state.current = None
+            done += 1
+            if progress is not None:
+                progress(Progress("end", done, total, key, size, result))
+            after_step()
+            if ranks.stopped:
+                return
+
+
+def _step(
+    item: Selected,
+    system: System,
+    size: int | None,
+    guard: SignalGuard | None,
+    state: _RunState,
+    capture_output: bool,
+) -> TestcaseResult:
+    """One testcase at one size, always as a TestcaseResult (Interrupted included)."""
+    if isinstance(item, Unresolved):
+        return TestcaseResult(item.token, Status.NOT_FOUND, item.message)
+    common: dict[str, Any] = dict(
+        key=item.key,
+        index=item.index,
+        description=item.description,
+        plugin=item.plugin,
+        size=size,
+    )
+    if item.cls is None:
+        assert item.failure is not None
+        return TestcaseResult(
+            status=Status.ERROR,
+            message=f"plugin {item.plugin!r} could not be loaded: {item.failure.message}",
+            **common,
+        )
+    t0 = time.perf_counter()
+    state.current = (common, t0, len(state.results))
+    capture = OutputCapture() if capture_output else None
+    try:
+        with (
+            capture or contextlib.nullcontext(),
+            guard.interruptible() if guard is not None else contextlib.nullcontext(),
+        ):
+            status, message, matrices = _run_one(item, system, size, guard)
+    except InterruptedRun as exc:
+        signum = guard.signum if guard is not None and guard.signum is not None else exc.signum
+        status, message, matrices = Status.INTERRUPTED, f"interrupted by {_name(signum)}", ()
+    finally:
+        _release(system)
+    if status is not Status.PASSED and status is not Status.WAIVED:
+        # a failed testcase's buffers may sit idle in the pool: give the memory back
+        with contextlib.suppress(Exception):
+            system.release_pool()
+    if guard is not None and guard.signum is not None and status is not Status.INTERRUPTED:
+        # the signal arrived while the plugin swallowed it (a broad except): still stop
+        name = signal.Signals(guard.signum).name
+        status, message, matrices = Status.INTERRUPTED, f"interrupted by {name}", ()
+    return TestcaseResult(
+        status=status,
+        message=message,
+        matrices=matrices,
+        duration_s=time.perf_counter() - t0,
+        output=capture.text if capture is not None else "",
+        **common,
+    )

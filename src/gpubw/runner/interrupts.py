@@ -1,0 +1,176 @@
+"""SIGINT and SIGTERM during a run: stop the running testcase, never lose the report.
+
+A :class:`SignalGuard` is installed for a whole run (the ``gpubw`` command installs one from
+the moment it starts until the report is written; :func:`gpubw.run` with
+``handle_signals=True`` for the run only). Its rules:
+
+* Every signal is recorded (the first one's number is the one the run reports).
+* A signal raises :class:`InterruptedRun` only while plugin code runs, inside
+  :meth:`SignalGuard.interruptible` (the runner's per-testcase guard catches it: that testcase
+  is Interrupted, nothing further runs). Anywhere else (start-up, clean-up, report writing)
+  it is only recorded and the run stops at its next step, so a burst of signals cannot tear
+  down gpubw's own clean-up or the report being written.
+* From the second signal on, when the owner set :attr:`SignalGuard.emergency_write` (the
+  command does), a watchdog thread waits :data:`GRACE_S` seconds. If the run has not
+  finished by then (a plugin that swallows the interrupt, or a hung clean-up), it writes the
+  report as it stands (:attr:`SignalGuard.snapshot`: the finished testcases plus the running
+  one as Interrupted) and ends the process with ``os._exit(128 + signal)`` without waiting
+  for the plugin (the driver frees GPU resources at process exit). If the complete report
+  is being written at that moment, it waits for that instead (up to :data:`GRACE_S` more).
+* A signal that arrives once the complete report is final (:meth:`SignalGuard.final`: the
+  runner built it; :meth:`SignalGuard.writing`: it is being written) is absorbed: the report
+  stays complete and the exit code is the report's, so the process's exit code and the
+  report's ``exit_code`` never differ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from gpubw.model.errors import InterruptedRun
+from gpubw.model.options import exit_status
+
+#: the signals a guard handles
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: seconds the running testcase has, after a second signal, before gpubw writes the report
+#: without it and exits
+GRACE_S = 2.0
+
+_current: SignalGuard | None = None
+
+
+def current() -> SignalGuard | None:
+    """The guard whose handlers are installed now, if any."""
+    return _current
+
+
+class SignalGuard:
+    """SIGINT/SIGTERM handlers for one run (see the module docstring)."""
+
+    def __init__(self, *, grace_s: float = GRACE_S) -> None:
+        self.grace_s = grace_s
+        #: the first signal that arrived (its number), None while none has
+        self.signum: int | None = None
+        #: how many signals arrived
+        self.count = 0
+        #: the Report as it stands now (set by the runner; the complete one once it is built)
+        self.snapshot: Callable[[], Any] | None = None
+        #: writes a Report from the watchdog thread; None: no watchdog (the Python API)
+        self.emergency_write: Callable[[Any], None] | None = None
+        self._armed = False
+        self._old: dict[int, Any] = {}
+        self._previous: SignalGuard | None = None
+        self._installed = False
+        self._write_lock = threading.Lock()
+        self._writing = False
+        #: True once the complete report is final (:meth:`final`, :meth:`writing`): a signal then
+        #: changes neither the report nor the exit code, which is the report's
+        self.report_final = False
+        self._done = threading.Event()
+        self._watchdog: threading.Thread | None = None
+
+    @property
+    def installed(self) -> bool:
+        return self._installed
+
+    def install(self) -> bool:
+        """Install the handlers (main thread only; elsewhere a no-op that returns False)."""
+        global _current
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        for sig in HANDLED_SIGNALS:
+            self._old[sig] = signal.signal(sig, self._handler)
+        self._previous, _current = _current, self
+        self._installed = True
+        return True
+
+    def uninstall(self, replacement: Any = None) -> None:
+        """Put back the handlers that were there before (or install ``replacement``
+        instead); the watchdog, if any, stands down."""
+        global _current
+        self._done.set()
+        for sig, old in self._old.items():
+            if replacement is not None:
+                old = replacement
+            signal.signal(sig, signal.SIG_DFL if old is None else old)
+        self._old.clear()
+        if self._installed:
+            _current = self._previous
+            self._installed = False
+        if self._writing:
+            self._writing = False
+            self._write_lock.release()
+
+    def _handler(self, signum: int, _frame: object) -> None:
+        self.count += 1
+        if self.signum is None:
+            self.signum = signum
+        if self.count >= 2:
+            self._start_watchdog()
+        if self._armed:
+            raise InterruptedRun(self.signum)
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """The block (plugin code) may be interrupted: a signal raises InterruptedRun in it;
+        one that arrived just before the block raises at its start."""
+        self._armed = True
+        try:
+            if self.signum is not None:
+                raise InterruptedRun(self.signum)
+            yield
+        finally:
+            self._armed = False
+
+    def final(self, report: Any) -> None:
+        """The run's report is complete (``report``): the watchdog writes this one if it must
+        write any, and a signal from now on is absorbed (the exit code is the report's)."""
+        self.snapshot = lambda: report
+        self.report_final = True
+
+    def writing(self) -> None:
+        """The caller is about to write the complete report: a watchdog lets it finish (up
+        to the grace period) instead of writing its own. Held until :meth:`uninstall`."""
+        self.report_final = True
+        if not self._writing:
+            self._write_lock.acquire()
+            self._writing = True
+
+    # -- the watchdog ------------------------------------------------------------------
+    def _start_watchdog(self) -> None:
+        if self._watchdog is not None or self.emergency_write is None or self._done.is_set():
+            return
+        self._watchdog = threading.Thread(
+            target=self._watch, name="gpubw-signal-watchdog", daemon=True
+        )
+        self._watchdog.start()
+
+    def _watch(self) -> None:
+        if self._done.wait(self.grace_s):
+            return  # the run ended in time
+        got = self._write_lock.acquire(timeout=self.grace_s)
+        if self._done.is_set():
+            if got:
+                self._write_lock.release()
+            return
+        code = exit_status(signal=self.signum)
+        if got:
+            with contextlib.suppress(BaseException):
+                report = self.snapshot() if self.snapshot is not None else None
+                if report is not None and self.report_final:
+                    code = int(report.exit_code)  # the signal was absorbed: the report's
+                if report is not None and self.emergency_write is not None:
+                    self.emergency_write(report)
+            with contextlib.suppress(BaseException):
+                sys.stderr.write(
+                    f"gpubw: the running testcase did not stop within {self.grace_s:g} s of "
+                    "a second signal; the report was written without waiting for it\n"
+                )
+                sys.stderr.flush()
+        os._exit(code)

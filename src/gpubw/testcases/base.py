@@ -1,0 +1,117 @@
+"""The plugin seam: subclass :class:`Testcase`, register it in ``gpubw.testcases``.
+
+A testcase's key is its entry-point name: the registry passes it to the constructor (a class
+never states it; the same class may serve under several keys). Its description is its
+docstring; ``kernel_modules`` names the CUDA kernel modules it launches kernels of, which the
+runner has the System load before ``run()`` (:class:`gpubw.kernels.modules.KernelModule`;
+code that runs a testcase itself calls ``system.load_kernel_modules(tc.kernel_modules)``
+first). ``filter()``
+says whether this system can run it (return ``self.waive("reason")`` to waive);
+``run(size, loops)`` measures and returns :class:`gpubw.model.results.Matrix` objects. It never
+prints.
+
+Minimal example (a third-party package)::
+
+    from gpubw import BANDWIDTH, CE, Copy, DeviceBuffer, Kind, Matrix, MemcpyOperation, Testcase
+
+    class LocalCopy(Testcase):
+        \"\"\"Copy engine copy inside each device.\"\"\"
+
+        def run(self, size, loops):
+            op = MemcpyOperation(self.system, CE, loops=loops)
+            ...
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import ClassVar
+
+from gpubw.backend.base import MULTICAST_OFF, multicast_disabled
+from gpubw.kernels.modules import GPUBW, KernelModule
+from gpubw.memory.system import System
+from gpubw.model.results import Matrix
+
+__all__ = ["MULTICAST_OFF", "Testcase", "multicast_disabled"]
+
+
+class Testcase:
+    """Base class of every testcase."""
+
+    __test__ = False  # not a pytest class, whatever the test module imports
+
+    #: the kernel modules whose kernels the testcase launches, loaded by the System before
+    #: it runs: gpubw's own by default (every measurement uses its spin gate); a plugin adds
+    #: its own, ``kernel_modules = (*Testcase.kernel_modules, MODULE)``
+    kernel_modules: ClassVar[tuple[KernelModule, ...]] = (GPUBW,)
+    #: True for testcases that ignore the buffer size (latency): the runner runs them once
+    fixed_size: ClassVar[bool] = False
+
+    #: the entry-point name this instance runs under (given by the registry; results are
+    #: keyed by it)
+    key: str
+
+    def __init__(self, system: System, key: str) -> None:
+        if not isinstance(key, str):
+            raise TypeError(f"a testcase's key is its entry-point name (a str), got {key!r}")
+        if not key:
+            raise ValueError("a testcase's key is its entry-point name; got an empty one")
+        self.system = system
+        self.key = key
+        self.waive_reason = ""
+
+    @classmethod
+    def description(cls) -> str:
+        """The class docstring, dedented (what ``gpubw -l`` shows)."""
+        return inspect.cleandoc(cls.__doc__ or "").strip()
+
+    def filter(self) -> bool:
+        """Whether this system can run the testcase. Return ``self.waive(reason)`` if not."""
+        return True
+
+    def waive(self, reason: str) -> bool:
+        """Record why the testcase cannot run here; returns False (for ``filter``)."""
+        self.waive_reason = reason
+        return False
+
+    def run(self, size: int, loops: int) -> Sequence[Matrix]:
+        """Measure with buffers of ``size`` bytes and ``loops`` copies per sample."""
+        raise NotImplementedError(f"{type(self).__name__}.run() is not implemented")
+
+    # -- conveniences ---------------------------------------------------------------------
+    @property
+    def device_count(self) -> int:
+        return self.system.device_count
+
+    def needs_multicast(self) -> bool:
+        """The filter of any testcase that would create NVLink multicast objects: waived when
+        the environment disables multicast (NCCL_NVLS_ENABLE=0,
+        TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 or
+        GPUBW_DISABLE_MULTICAST=1), checked before
+        anything touches a device, or when a device does not support it."""
+        setting = multicast_disabled()
+        if setting:
+            return self.waive(
+                f"NVLink multicast is disabled here ({setting}); gpubw never "
+                "creates multicast objects then"
+            )
+        lacking = [d.ordinal for d in self.system.devices if not d.multicast_supported]
+        if lacking:
+            return self.waive(
+                "needs devices with NVLink multicast support; device(s) "
+                f"{', '.join(map(str, lacking))} have none"
+            )
+        return True
+
+    def needs_peers(self) -> bool:
+        """The common filter of peer testcases (nvbandwidth's): at least one ordered pair of
+        distinct devices with peer access."""
+        n = self.system.device_count
+        if self.system.peer_pairs():
+            return True
+        if n < 2:
+            return self.waive(f"needs 2 devices with peer access; found {n} device")
+        return self.waive(
+            f"needs 2 devices with peer access; none of the {n} devices can access another"
+        )

@@ -1,0 +1,1 @@
+"""Work on saved reports: compare two runs, plot one."""
