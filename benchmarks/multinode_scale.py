@@ -21,7 +21,7 @@ from gpubw.backend.sim import SimSystem
 from gpubw.measure.sampling import parse_sample_pairs
 from gpubw.model.options import RunOptions
 from gpubw.runner import core as runner
-from gpubw.runner.ranks import run_simulated
+from gpubw.runner.simulation import Simulation
 
 
 def rack(n: int) -> SimSystem:
@@ -44,16 +44,13 @@ def main() -> None:
     p.add_argument("-t", nargs="+", default=[])
     p.add_argument("-i", type=int, default=RunOptions().samples)
     args = p.parse_args()
-    options = RunOptions(samples=args.i, sample_pairs=args.sample_pairs, seed=0)
+    options = RunOptions(
+        samples=args.i, sample_pairs=args.sample_pairs, seed=0, world_timeout_s=600.0
+    )
     selection, _ = api.select(args.t, [] if args.t else ["multinode"])
     model = rack(args.n)
     start = time.perf_counter()
-    report = run_simulated(
-        model,
-        model.hosts,
-        lambda open_rank, world: runner.run(open_rank, selection, options, system_name="rack"),
-        600.0,
-    )
+    report = runner.run(runner.RunSpec(selection, options, simulation=Simulation("rack", model)))
     seconds = time.perf_counter() - start
     counts = collections.Counter(t.status.value for t in report.testcases)
     what = ",".join(args.t) if args.t else "-p multinode"

@@ -2,7 +2,7 @@
 
 :func:`run_ranks` runs a function on every rank's System; :func:`ranked_report` runs whole
 testcases through the runner on every rank and returns rank 0's Report, as ``gpubw
---simulate`` does for a preset with hosts (:func:`gpubw.runner.ranks.run_simulated`). The model's
+--simulate`` does for a preset with hosts (:func:`gpubw.runner.simulation.run_rack`). The model's
 jitter is set to 0 so that figures do not depend on the order the rank threads run in.
 """
 
@@ -21,7 +21,7 @@ from gpubw.memory.system import System
 from gpubw.model.options import RunOptions
 from gpubw.model.results import Report
 from gpubw.runner import core as runner
-from gpubw.runner.ranks import run_simulated
+from gpubw.runner.simulation import Simulation
 from gpubw.world import World
 from gpubw.world.simulated import RankOutcome, SimulatedCluster
 
@@ -58,16 +58,12 @@ def ranked_report(
     options: RunOptions,
     testcases: Sequence[str] = (),
     prefixes: Sequence[str] = (),
-    timeout_s: float = 30.0,
+    timeout_s: float | None = None,
 ) -> Report:
     """Rank 0's Report of running the selection on every simulated rank."""
     selection, warnings = api.select(list(testcases), list(prefixes))
     system = model(preset) if isinstance(preset, str) else preset
-    return run_simulated(
-        system,
-        tuple(hosts),
-        lambda open_rank, world: runner.run(
-            open_rank, selection, options, system_name=system.name, warnings=warnings
-        ),
-        timeout_s,
-    )
+    simulation = Simulation(system.name, system, ranks=tuple(hosts))
+    if timeout_s is not None:  # the ranks' bound is the run's --world-timeout
+        options = attrs.evolve(options, world_timeout_s=timeout_s)
+    return runner.run(runner.RunSpec(selection, options, simulation=simulation, warnings=warnings))

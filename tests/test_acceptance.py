@@ -17,7 +17,7 @@ from gpubw.backend.sim import SimulatedBackend
 from gpubw.backend.sim.facts import link_factor
 from gpubw.cli import command as cli
 from gpubw.model.errors import UsageError
-from gpubw.model.options import EXIT_BELOW_EXPECTATION, exit_status
+from gpubw.model.options import EXIT_BELOW_EXPECTATION, RunOptions, exit_status
 from gpubw.model.report_io import dumps, report_from_dict, validate
 from gpubw.model.results import Report
 
@@ -333,15 +333,21 @@ def test_other_processes_warning(capsys, tmp_path):
     assert "WARNING: GPU 1" in out
 
 
+def _started(watch: Any, system: Any) -> Any:
+    """``system``, after the watch was told the run started on it."""
+    watch.run_started(Report("gpubw", "", "", False, "", "", {}, devices=()), system)
+    return system
+
+
 def test_own_process_is_not_a_warning(monkeypatch):
     """gpubw's own pid among NVML's processes is not another program."""
     model = attrs.evolve(load_system("h200x2"), other_processes={"0": (1234,)})
     monkeypatch.setattr(acceptance, "process_ids", lambda: frozenset({1234}))
-    from gpubw.api import _simulated_backend
+    from gpubw.backend.sim import SimulatedBackend
     from gpubw.memory.system import System
 
-    watch = acceptance.RunWatch(lambda o: System(_simulated_backend(model), o))
-    watch.opener(acceptance.RunOptions()).close()
+    watch = acceptance.RunWatch()
+    _started(watch, System(SimulatedBackend(model), RunOptions())).close()
     watch._check_processes("start of x")
     assert watch.process_warnings() == []
 
@@ -350,14 +356,15 @@ def test_the_runs_other_ranks_are_not_a_warning() -> None:
     """The pids of the run's other ranks on this host (the world's host_pids) among NVML's
     processes are the run itself, not another program; a stranger still is."""
     model = attrs.evolve(load_system("h200x2"), other_processes={"0": (5678, 91)})
-    from gpubw.api import _simulated_backend
+    from gpubw.backend.sim import SimulatedBackend
     from gpubw.memory.system import System
     from gpubw.world import SingleWorld
 
     world = SingleWorld()
     world.host_pids = world.host_pids | {5678}  # as an MPI world gathers them
-    watch = acceptance.RunWatch(lambda o: System(_simulated_backend(model), o, world=world))
-    watch.opener(acceptance.RunOptions()).close()
+    watch = acceptance.RunWatch()
+    system = System(SimulatedBackend(model), RunOptions(), world=world)
+    _started(watch, system).close()
     watch._check_processes("start of x")
     (warning,) = watch.process_warnings()
     assert "pid 91," in warning and "5678" not in warning
@@ -455,15 +462,15 @@ def test_streamed_text_has_verdicts_after_each_matrix(capsys, tmp_path):
 def test_end_facts_are_read_as_the_system_closes(monkeypatch):
     """The end-of-run facts are read first thing in System.close, while the backend (and its
     NVML session) is still open, and finish() uses them without asking again."""
-    from gpubw.api import _simulated_backend
+    from gpubw.backend.sim import SimulatedBackend
     from gpubw.memory.system import System
 
-    backend = _simulated_backend(load_system("h200x2"))
+    backend = SimulatedBackend(load_system("h200x2"))
     calls = []
     facts = backend.node_facts
     monkeypatch.setattr(backend, "node_facts", lambda: calls.append(backend.closed) or facts())
-    watch = acceptance.RunWatch(lambda o: System(backend, o))
-    system = watch.opener(acceptance.RunOptions())
+    watch = acceptance.RunWatch()
+    system = _started(watch, System(backend, RunOptions()))
     assert calls == [False] and watch.end is None
     system.close()
     assert calls == [False, False] and watch.end is not None  # read before the backend closed

@@ -214,28 +214,23 @@ NOT_FOR_LIST = (
 )
 
 
-def test_list_is_fast_and_never_imports_cuda(tmp_path):
-    """gpubw -l runs in well under a second in a fresh process and imports no cuda module,
-    nor numpy or the modules only a run needs."""
+def test_list_never_imports_cuda(tmp_path):
+    """gpubw -l, in a fresh process with a broken plugin installed (so the list is never
+    cached), imports no cuda module, nor numpy or the modules only a run needs. Its time is
+    measured on the device (benchmarks/README.md), not here, where a busy machine decides
+    it; what a cache hit imports is pinned by test_listing's import-set tests."""
     paths = copy_fixtures(tmp_path, GOOD, BROKEN)
     code = (
-        "import sys, time; t = time.perf_counter(); from gpubw.cli.command import main;"
-        "rc = main(['-l']);"
+        "import sys; from gpubw.cli.command import main; rc = main(['-l']);"
         f"no = {NOT_FOR_LIST!r};"
         "bad = [m for m in sys.modules if any(m == n or m.startswith(n + '.') for n in no)];"
         "print('CUDA', bad, file=sys.stderr); sys.exit(rc or (1 if bad else 0))"
     )
     env = subprocess_env(paths)
-    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)  # warm caches
-    elapsed = float("inf")
-    for _ in range(3):  # the best of three: a busy machine slows one run, not gpubw
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-        elapsed = min(elapsed, time.perf_counter() - t0)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "CUDA []" in proc.stderr
     assert "fixture_good" in proc.stdout
-    assert elapsed < 1.0, f"gpubw -l took {elapsed:.2f} s"
 
 
 # -- upper bounds (issue 13 item 4) --------------------------------------------------------
@@ -440,6 +435,20 @@ def test_output_file_written_atomically(capsys, plugins, tmp_path):
     assert sorted(p.name for p in target.parent.iterdir()) == ["report.txt"]
 
 
+def test_a_streaming_writer_gets_the_same_calls_into_a_file(capsys, plugins, tmp_path):
+    """A third-party writer that writes only through begin/testcase/end (no write()) makes
+    the same file with -o as on stdout: every testcase's row, not only end()'s last line."""
+    argv = ("--simulate", PRESET, "-t", "fixture_fixed", "fixture_waived", "-q",
+            "--format", "fixture_markdown")  # fmt: skip
+    code, out, _ = run_cli(capsys, *argv)
+    assert code == 0
+    assert "| fixture_fixed | Passed | None |" in out and out.endswith("\n2 testcases\n")
+    target = tmp_path / "report.md"
+    code, nothing, _ = run_cli(capsys, *argv, "-o", str(target))
+    assert code == 0 and nothing == ""
+    assert target.read_text() == out
+
+
 def test_failed_writer_leaves_the_old_file(capsys, plugins, tmp_path):
     """A writer that fails midway leaves FILE as it was and no temporary file; exit 1."""
     target = tmp_path / "report.txt"
@@ -523,13 +532,15 @@ def test_signal_stops_a_run_with_valid_json(tmp_path, signum, code):
 def test_a_signal_once_the_report_is_final_keeps_its_exit_code(tmp_path, monkeypatch, signum):
     """A signal that arrives right after the complete JSON report was written is absorbed:
     main() returns the report's exit_code (0), not 128 + n, so the two never differ."""
-    write = cli._write
+    from gpubw.cli.live import LiveOutput
+
+    write = LiveOutput.finish
 
     def write_then_signal(*args, **kwargs):
         write(*args, **kwargs)
         os.kill(os.getpid(), signum)
 
-    monkeypatch.setattr(cli, "_write", write_then_signal)
+    monkeypatch.setattr(LiveOutput, "finish", write_then_signal)
     target = tmp_path / "r.json"
     code = cli.main(["--simulate", PRESET, "-t", "0", "-b", "1MiB", "-i", "1", "-q", "-j",
                      "-o", str(target)])  # fmt: skip
@@ -640,15 +651,15 @@ def test_a_signal_during_a_simulated_rack_run_is_in_its_report(
     """SIGINT while a simulated rack's ranks run (on threads a signal cannot stop): the run
     finishes, and the report and the exit code say it was signalled (130), as before the
     report-final rule; it is not lost as a clean 0."""
-    from gpubw.runner import ranks
+    from gpubw.runner import core
 
-    run_simulated = ranks.run_simulated
+    run_rack = core.run_rack
 
     def signalled(*args: object) -> object:
         os.kill(os.getpid(), signal.SIGINT)
-        return run_simulated(*args)
+        return run_rack(*args)
 
-    monkeypatch.setattr(ranks, "run_simulated", signalled)
+    monkeypatch.setattr(core, "run_rack", signalled)
     out = tmp_path / "rack.json"
     argv = ["--simulate", "gb200nvl72", "-t", "0", "-b", "1MiB", "-i", "1", "-j", "-o", str(out)]
     assert cli.main(argv) == 130

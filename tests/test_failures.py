@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 import gpubw
 from _plugin_fixtures import BROKEN, BROKEN_DIST, GOOD, copy_fixtures, installed, subprocess_env
+from _run import run as run_with
 from gpubw import DeviceBuffer, HostBuffer, RunOptions, System
 from gpubw.backend.base import Backend
 from gpubw.backend.presets import load_system, system_from_dict
@@ -521,7 +522,7 @@ def sim_run(
     backend = SimulatedBackend(load_system(preset), faults)
     selection = Registry.discover().select(keys)
     options = attrs.evolve(FAST_OPTIONS, buffer_sizes=[MIB])
-    report = runner.run(lambda o: System(backend, o), selection, options, **kw)
+    report = run_with(lambda o: System(backend, o), selection, options, **kw)
     assert backend.live_allocations() == [] and backend.live_streams() == 0
     assert backend.live_events() == 0
     return report, backend
@@ -544,7 +545,7 @@ def test_allocation_failure_mid_testcase_frees_and_goes_on():
             seen["after"] = set(backend.live_allocations())
             backend.faults = Faults()
 
-    report = runner.run(
+    report = run_with(
         lambda o: System(backend, o),
         Registry.discover().select(["host_to_device_memcpy_ce", key, key]),
         attrs.evolve(FAST_OPTIONS, buffer_sizes=[MIB]),
@@ -1001,7 +1002,7 @@ def test_real_gpu_runs_leave_device_and_pinned_memory_as_they_were():
                 made.append(CudaBackend())
                 return System(made[0], run_options)
 
-            report = runner.run(factory, selection, attrs.evolve(options, buffer_sizes=[64 * MIB]))
+            report = run_with(factory, selection, attrs.evolve(options, buffer_sizes=[64 * MIB]))
             backend = made[0]
             assert backend._device_memory == {} and backend._host_memory == {}
             assert backend._streams == set() and backend._events == set()

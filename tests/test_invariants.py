@@ -26,11 +26,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import gpubw
+from _run import run
 from gpubw import BANDWIDTH, LATENCY, Matrix, RunOptions
 from gpubw.api import system_opener
 from gpubw.cli.command import main
 from gpubw.model.report_io import dumps, load_report
-from gpubw.runner.core import run
 from gpubw.runner.registry import Entry
 
 #: the exit codes gpubw documents (cli module docstring, gpubw -h; 3: below expectation)

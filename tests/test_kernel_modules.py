@@ -385,7 +385,7 @@ class _Twice(gpubw.Testcase):
 def test_the_runner_loads_what_a_testcase_declares(clean: None) -> None:
     """A testcase's declared module is loaded by the runner before run(): nothing registers it
     on import, yet its kernel launches."""
-    from gpubw.runner.core import run
+    from _run import run
     from gpubw.runner.registry import Entry
 
     assert "kmtest" not in {m.name for m in km.kernel_modules()}

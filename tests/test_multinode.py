@@ -377,9 +377,9 @@ def test_total_is_refused_across_ranks() -> None:
         return "refused"
 
     start = time.monotonic()
-    outcomes = run_ranks("h200x2", [2], fn, SMALL, timeout_s=5.0)
+    outcomes = run_ranks("h200x2", [2], fn, SMALL, timeout_s=120.0)
     assert [o.value for o in outcomes] == ["refused", "idle"], [o.error for o in outcomes]
-    assert time.monotonic() - start < 4
+    assert time.monotonic() - start < 60  # a collective before the refusal would wait 120 s
 
 
 def test_a_rank_failing_to_make_its_gate_words_frees_the_flag_everywhere() -> None:
@@ -416,8 +416,8 @@ def test_a_size_one_rank_refuses_is_refused_on_every_rank_at_once(
     monkeypatch.setattr(runner, "check_sizes", refusing)
     started = time.monotonic()
     with pytest.raises(Refusal, match=r"^rank 1: buffer size 1 MiB is larger than device 0"):
-        ranked_report("h200x2", [2], SMALL, testcases=[KEYS[0]], timeout_s=20.0)
-    assert time.monotonic() - started < 10  # not the world timeout
+        ranked_report("h200x2", [2], SMALL, testcases=[KEYS[0]], timeout_s=120.0)
+    assert time.monotonic() - started < 60  # not the world timeout
 
 
 def test_a_hung_rank_ends_the_run_with_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import re
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -169,23 +170,32 @@ def _sweep_report(keys: int, sizes: int, gpus: int = 8):  # type: ignore[no-unty
     return attrs.evolve(report(results, simulated=True), devices=devices)
 
 
-def test_a_250_entry_sweep_plots_in_a_few_seconds(tmp_path: Path) -> None:
-    """25 testcases x 10 sizes on 8 GPUs: 25 figures, drawn in a few seconds of CPU time
-    (CPU, not wall time: the test machine may be shared)."""
+def test_a_250_entry_sweep_is_one_figure_per_testcase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """25 testcases x 10 sizes on 8 GPUs: 25 figures (one per testcase, a few panels each),
+    not one per entry nor one image of thousands of pixels. What is drawn is what costs the
+    time; the time itself is not asserted here (a busy machine would decide it)."""
     pytest.importorskip("matplotlib")
-    import time
+    import matplotlib.figure
 
     from gpubw.tools import plot
 
     rep = _sweep_report(25, 10)
     assert len(rep.testcases) == 250
-    plot._pyplot()  # importing matplotlib is not drawing
-    start = time.process_time()
+    made: list[matplotlib.figure.Figure] = []
+    init = matplotlib.figure.Figure.__init__
+
+    def counted(self: matplotlib.figure.Figure, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "__init__", counted)
     written = plot.render(rep, str(tmp_path / "sweep.pdf"))
-    took = time.process_time() - start
     assert written == [str(tmp_path / "sweep.pdf")]
     assert _pages(tmp_path / "sweep.pdf") == 25
-    assert took < 8.0, f"{took:.1f} s of CPU for 250 entries"
+    assert len(made) == 25
+    assert all(len(f.axes) <= 3 for f in made)  # the sweep panels of one testcase
 
 
 def test_two_reports_are_overlaid(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from gpubw.model.options import RunOptions
@@ -14,9 +15,9 @@ from gpubw.runner.ranks import (
     is_multinode,
     leader_bound,
     rank_prefix,
-    simulated_hosts,
 )
 from gpubw.runner.registry import Registry
+from gpubw.runner.simulation import resolve_simulation
 from gpubw.world import SingleWorld
 
 
@@ -29,9 +30,13 @@ def test_is_multinode_tells_the_13_from_the_rest() -> None:
 
 
 def test_simulated_hosts_only_for_a_system_of_several_hosts() -> None:
-    """--simulate emulates ranks only for presets with hosts (the GB200 rack)."""
-    assert simulated_hosts("gb200nvl72") == (4,) * 18
-    assert simulated_hosts("h200x2") is None and simulated_hosts(None) is None
+    """--simulate emulates ranks only for presets with hosts (the GB200 rack), or where a
+    simulation says which ranks to emulate."""
+    rack = resolve_simulation("gb200nvl72")
+    two = resolve_simulation("h200x2")
+    assert rack is not None and rack.hosts == (4,) * 18
+    assert two is not None and two.hosts is None and resolve_simulation(None) is None
+    assert attrs.evolve(two, ranks=(2,)).hosts == (2,)
 
 
 def test_one_rank_is_a_no_op(sim_system: Any) -> None:
@@ -61,16 +66,15 @@ def test_leader_bound_covers_every_cell_of_the_host(sim_system: Any) -> None:
 
 
 def test_a_system_opened_for_a_world_drives_only_what_its_rank_drives() -> None:
-    """with_world (the command's opener under MPI) gives the System its world after it opens:
-    a host's first rank drives every GPU, its second rank only its own, whose context also
-    makes the device-less host memory."""
+    """The opener makes the System with its world (never re-targeted after): a host's first
+    rank drives every GPU, its second rank only its own, whose context also makes the
+    device-less host memory."""
     from gpubw.api import system_opener
-    from gpubw.runner.ranks import with_world
     from gpubw.world.simulated import SimulatedCluster
 
     first, second = SimulatedCluster([2]).worlds()
     opened = []
     for world in (first, second):
-        with with_world(system_opener("h200x2"), world)(RunOptions()) as system:
+        with system_opener("h200x2")(RunOptions(), world) as system:
             opened.append((system.world is world, system.driven_devices, system.pool.home_device))
     assert opened == [(True, (0, 1), 0), (True, (1,), 1)]

@@ -14,12 +14,13 @@ import pytest
 
 import gpubw
 from _plugin_fixtures import BROKEN, GOOD, GOOD_DIST, installed
+from _run import run
 from gpubw import BANDWIDTH, DeviceBuffer, DeviceInfo, Matrix, RunOptions, System
 from gpubw.backend.base import Backend
 from gpubw.model.errors import CudaError, GpubwError, NoDriverError, SimulationError
 from gpubw.model.options import Invocation
 from gpubw.model.results import Status
-from gpubw.runner.core import SMALL_BUFFER_NOTE, Progress, run
+from gpubw.runner.core import SMALL_BUFFER_NOTE, Progress
 from gpubw.runner.registry import BUILTIN_DIST, Entry, LoadFailure, Registry, Unresolved
 
 MIB = 1 << 20

@@ -232,12 +232,15 @@ def test_defer_touches_nothing_in_a_library(monkeypatch: pytest.MonkeyPatch) -> 
     assert {sig: signal.getsignal(sig) for sig in before} == before
 
 
-def test_importing_gpubw_installs_no_handler() -> None:
-    """``import gpubw`` (and its public names) leaves the signal handlers as they were, even
-    in a process whose argv looks like the command."""
+def test_importing_gpubw_has_no_side_effects() -> None:
+    """``import gpubw`` and every public name leave the signal handlers as they were and
+    start no thread, even in a process whose argv looks like the command."""
     code = (
-        "import signal, sys; sys.argv[0] = 'gpubw'; before = signal.getsignal(signal.SIGINT);"
-        "import gpubw; gpubw.Matrix; assert signal.getsignal(signal.SIGINT) is before; print('ok')"
+        "import signal, sys, threading; sys.argv[0] = 'gpubw';"
+        "before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)];"
+        "import gpubw; [getattr(gpubw, name) for name in gpubw.__all__];"
+        "assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == before;"
+        "assert threading.active_count() == 1, threading.enumerate(); print('ok')"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout == "ok\n", done.stderr

@@ -209,10 +209,11 @@ def test_broken_world_refuses_at_once() -> None:
     with pytest.raises(WorldTimeoutError):
         worlds[0].barrier()
     assert worlds[0].broken is not None and "barrier did not complete" in worlds[0].broken
+    worlds[0].timeout_s = 120.0  # a refusal that waited for a bound would take minutes now
     start = time.monotonic()
     with pytest.raises(WorldError, match=r"bcast refused: the world is broken \(rank 0: barrier"):
         worlds[0].bcast(1)
-    assert time.monotonic() - start < 1  # at once, not after another 0.2 s bound
+    assert time.monotonic() - start < 60  # at once, not after another bound
 
 
 def test_rank_that_fails_ends_the_others_collectives_at_once() -> None:

@@ -290,19 +290,35 @@ def test_text_end_without_begin_writes_the_whole_report() -> None:
     assert buf.getvalue() == render(rep)
 
 
-def test_writer_default_protocol_writes_at_the_end() -> None:
-    """A writer that only defines write(): begin and testcase write nothing, end writes it."""
-    from gpubw.writers import Writer
+def test_the_two_writer_protocols() -> None:
+    """A writer with write() alone is a ReportWriter, not a StreamingWriter; text and CSV are
+    both; write_whole uses write() where there is one, else begin/testcase/end."""
+    from gpubw.writers import ReportWriter, StreamingWriter, Writer, write_whole
 
     class Whole(Writer):
         def write(self, rep, stream):
             stream.write(f"{len(rep.testcases)} testcases\n")
 
+    class Rows:
+        def begin(self, header, stream):
+            stream.write("begin\n")
+
+        def testcase(self, result, stream):
+            stream.write(f"{result.key}\n")
+
+        def end(self, report, stream):
+            stream.write("end\n")
+
     rep = full_report()
-    pieces = streamed(Whole(), rep)
-    assert pieces[:-1] == [""] * (len(pieces) - 1)
-    assert pieces[-1] == f"{len(rep.testcases)} testcases\n"
-    assert not Whole.streams and TextWriter.streams and CsvWriter.streams
+    assert isinstance(Whole(), ReportWriter) and not isinstance(Whole(), StreamingWriter)
+    assert all(isinstance(w, (ReportWriter, StreamingWriter)) for w in (TextWriter(), CsvWriter()))
+    assert not isinstance(Rows(), ReportWriter) and isinstance(Rows(), StreamingWriter)
+    buf = io.StringIO()
+    write_whole(Rows(), rep, buf)
+    assert buf.getvalue() == "".join(["begin\n", *(f"{t.key}\n" for t in rep.testcases), "end\n"])
+    buf = io.StringIO()
+    write_whole(Whole(), rep, buf)
+    assert buf.getvalue() == f"{len(rep.testcases)} testcases\n"
 
 
 def test_csv_streamed_equals_whole_report() -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -28,70 +28,25 @@ from gpubw.model.errors import UsageError
 from gpubw.model.options import Invocation, RunOptions
 from gpubw.model.results import Report
 
+if TYPE_CHECKING:
+    from gpubw.runner.simulation import Opener
+
 #: what ``simulate`` accepts: None (real GPUs), a preset name, or a JSON system file's path
 Simulate = str | os.PathLike[str] | None
 #: one buffer size: bytes (int) or a size text as ``-b`` takes it ("512MiB", "1GiB", "64")
 Size = int | str
 
 
-def _simulated_backend(model: Any) -> Any:
-    """The simulated backend of ``model``: the one place that names its class."""
-    from gpubw.backend.sim import SimulatedBackend
+def system_opener(simulate: Simulate = None) -> Opener:
+    """A function that opens the System for given RunOptions (and a world; None: one rank
+    holding every GPU): on the real GPUs when ``simulate`` is None (the CUDA driver is
+    loaded only when it is called), else on the simulated system ``simulate`` names. A
+    preset name or system file is checked now (:func:`gpubw.runner.simulation.
+    resolve_simulation`): an unknown name or a bad file raises :class:`UsageError` naming it
+    and what is allowed."""
+    from gpubw.runner.simulation import opener, resolve_simulation
 
-    return SimulatedBackend(model)
-
-
-def _preset_names() -> list[str]:
-    from gpubw.backend import presets
-
-    return sorted(presets.names())
-
-
-def _plugin_kernel_names() -> set[str]:
-    """Kernels of the kernel modules every installed testcase declares (a system file's
-    ``faults.kernel_error`` may name one of them)."""
-    from gpubw.runner.registry import Registry
-
-    names: set[str] = set()
-    for entry in Registry.discover().load().entries:
-        for module in getattr(entry.cls, "kernel_modules", ()):
-            names.update(module.names)
-    return names
-
-
-def system_opener(simulate: Simulate = None) -> Callable[[RunOptions], System]:
-    """A function that opens the System for given RunOptions: on the real GPUs when
-    ``simulate`` is None (the CUDA driver is loaded only when it is called), else on the
-    simulated system ``simulate`` names. A preset name or system file is checked now: an
-    unknown name or a bad file raises :class:`UsageError` naming it and what is allowed."""
-    if simulate is None:
-
-        def real(options: RunOptions) -> System:
-            from gpubw.backend.cuda import CudaBackend
-
-            return System(CudaBackend(), options)
-
-        return real
-
-    text = os.fspath(simulate)
-    try:
-        from gpubw.backend.presets import load_system
-
-        model = load_system(text, plugin_kernels=_plugin_kernel_names)
-    except ImportError as exc:
-        raise UsageError(f"simulation is not available: {exc}") from None
-    except UsageError:  # already names the value and what is allowed
-        raise
-    except Exception as exc:
-        names = ", ".join(_preset_names()) or "none"
-        raise UsageError(
-            f"simulated system {text!r}: {exc} (presets: {names}; or a JSON system file)"
-        ) from None
-
-    def simulated(options: RunOptions) -> System:
-        return System(_simulated_backend(model), options)
-
-    return simulated
+    return opener(resolve_simulation(simulate))
 
 
 def open_system(simulate: Simulate = None, options: RunOptions | None = None) -> System:
@@ -152,25 +107,21 @@ def run(
     *,
     prefixes: Iterable[str] = (),
     sizes: Size | Sequence[Size] | None = None,
-    samples: int | None = None,
-    loops: int | None = None,
-    statistic: Literal["median", "mean"] | None = None,
-    verify: bool | None = None,
-    affinity: bool | None = None,
-    gate_timeout_s: float | None = None,
     options: RunOptions | None = None,
     simulate: Simulate = None,
     progress: Callable[[Any], None] | None = None,
     handle_signals: bool = False,
+    **overrides: Any,
 ) -> Report:
     """Run testcases and return the :class:`Report`, as ``gpubw`` would, without printing.
 
     ``testcases`` are keys or indexes (``["device_local_copy", 0]``); or ``prefixes``; with
     neither, every testcase runs. ``sizes`` are buffer sizes (:func:`buffer_sizes`; default
-    512 MiB). ``samples``, ``loops``, ``statistic``, ``verify``, ``affinity`` and
-    ``gate_timeout_s`` override the same fields of ``options`` (default :class:`RunOptions`).
-    ``simulate`` None runs on this machine's GPUs, else on a simulated preset or system
-    file. ``progress`` receives a :class:`gpubw.runner.core.Progress` per step start and end.
+    512 MiB). ``options`` is how to measure (default :class:`RunOptions`); keyword
+    ``overrides`` replace its fields (``samples=5``, ``loops``, ``statistic``, ``verify``,
+    ``affinity``, ``gate_timeout_s``, ...). ``simulate`` None runs on this machine's GPUs,
+    else on a simulated preset or system file. ``progress`` receives a
+    :class:`gpubw.runner.core.Progress` per step start and end.
 
     Testcase failures are in the Report (``report.exit_code`` is gpubw's exit code for it);
     the run itself raises :class:`UsageError` for bad arguments, :class:`NoDriverError` when
@@ -179,43 +130,50 @@ def run(
     thread only): the current testcase is then Interrupted and the partial Report returned.
     """
     from gpubw.runner import core as runner
+    from gpubw.runner.simulation import resolve_simulation
 
-    given: dict[str, Any] = {
-        "samples": samples,
-        "loops": loops,
-        "statistic": statistic,
-        "verify": verify,
-        "affinity": affinity,
-        "gate_timeout_s": gate_timeout_s,
-    }
-    changes = {k: v for k, v in given.items() if v is not None}
-    if sizes is not None:
-        changes["buffer_sizes"] = buffer_sizes(sizes)
-    try:
-        run_options = attrs.evolve(options or RunOptions(), **changes)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"invalid run option: {exc}") from None
-    testcases = list(testcases)
-    prefixes = list(prefixes)
-    opener = system_opener(simulate)
+    run_options = _options(options, sizes, overrides)
+    testcases, prefixes = list(testcases), list(prefixes)
+    simulation = resolve_simulation(simulate)
     selection, warnings = select(testcases, prefixes)
-    sim = None if simulate is None else os.fspath(simulate)
     invocation = Invocation(
         testcase=[str(t) for t in testcases],
         testcase_prefixes=prefixes,
         format=None,
-        simulate=sim,
+        simulate=None if simulation is None else simulation.name,
     )
-    return runner.run(
-        opener,
+    listeners = () if progress is None else (runner.ProgressListener(progress),)
+    spec = runner.RunSpec(
         selection,
         run_options,
+        simulation=simulation,
         invocation=invocation,
-        system_name=sim or "",
         warnings=warnings,
-        progress=progress,
+        listeners=listeners,
         handle_signals=handle_signals,
     )
+    return runner.run(spec)
+
+
+def _options(
+    options: RunOptions | None, sizes: Size | Sequence[Size] | None, overrides: dict[str, Any]
+) -> RunOptions:
+    """``options`` (default RunOptions) with ``sizes`` and the ``overrides`` of its fields
+    (None: left as it is); UsageError for a field that does not exist or a bad value."""
+    fields = {f.name for f in attrs.fields(RunOptions)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise UsageError(
+            f"gpubw.run() got unknown option(s) {', '.join(unknown)}; RunOptions fields: "
+            f"{', '.join(sorted(fields))}"
+        )
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    if sizes is not None:
+        changes["buffer_sizes"] = buffer_sizes(sizes)
+    try:
+        return attrs.evolve(options or RunOptions(), **changes)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"invalid run option: {exc}") from None
 
 
 def report_to_dict(report: Report) -> dict[str, Any]:

@@ -1,11 +1,13 @@
 """Node acceptance, wired together: NVML facts around a run, verdicts on its cells, and the
 ``gpubw check``, ``gpubw expect-from`` and ``gpubw info`` commands' work.
 
-* :class:`RunWatch` wraps a run (:func:`gpubw.runner.core.run`): it reads the node's NVML facts
-  when the System opens and after the run ends (clocks and throttle reasons at both), and the
-  compute processes on the GPUs at the start and the end of every testcase; :meth:`RunWatch.
-  finish` puts the facts into the Report's device records (``nvml``, ``nvml_end``) and a
-  warning naming the GPU and the process ids wherever another program computed on a GPU.
+* :class:`RunWatch` is a run's listener (:mod:`gpubw.model.events`): it reads the node's
+  NVML facts when the System opens and as it closes (clocks and throttle reasons at both),
+  and the compute processes on the GPUs at the start and the end of every testcase;
+  :meth:`RunWatch.finish` puts the facts into the Report's device records (``nvml``,
+  ``nvml_end``) and a warning naming the GPU and the process ids wherever another program
+  computed on a GPU. Given a :class:`Judging`, it also judges each testcase as it finishes
+  (the verdicts a streaming writer prints after its matrices) and the whole run at its end.
 * :func:`judge` evaluates a Report (:func:`gpubw.acceptance.expect.evaluate`: floors/ceilings
   from an
   expectations file or the built-in one, the peer-outlier rule, the noise rule), adds to
@@ -19,7 +21,7 @@ Nothing here prints; the CLI does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -34,7 +36,8 @@ from gpubw.acceptance.expect import (
 )
 from gpubw.hw.nvml import NodeFacts, device_facts, match_devices, suspects
 from gpubw.model.errors import UsageError
-from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT, RunOptions
+from gpubw.model.events import Finished, RunListener, Step
+from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT
 from gpubw.model.results import Report
 from gpubw.model.sizes import format_size
 from gpubw.world import process_ids
@@ -46,71 +49,86 @@ def _where(size: int | None, key: str) -> str:
     return key + (f" ({format_size(size)})" if size is not None else "")
 
 
-class RunWatch:
-    """Reads NVML facts around a run (see the module docstring). Use :meth:`opener` as the
-    run's System opener and :meth:`progress` as its progress callback (it forwards to
-    ``forward``), then :meth:`finish` on the Report."""
+@attrs.frozen
+class Judging:
+    """How a run is judged: against ``expectations`` (or, ``builtin``, the built-in ones for
+    the devices, found when the System opens), the peer-outlier and noise rules."""
 
-    def __init__(
-        self,
-        opener: Callable[[RunOptions], Any],
-        forward: Callable[[Any], None] | None = None,
-        *,
-        expect_builtin: bool = False,
-    ) -> None:
-        self._opener = opener
-        self._forward = forward
-        self._expect_builtin = expect_builtin
+    expectations: Expectations | None = None
+    builtin: bool = False
+    outlier_pct: float | None = DEFAULT_OUTLIER_PCT
+    cv_threshold: float | None = DEFAULT_CV_THRESHOLD
+
+
+class RunWatch(RunListener):
+    """A run's listener (see the module docstring): the NVML facts around the run (``facts``;
+    off for a simulated rack) and, with ``judging``, the verdicts on each testcase as it
+    finishes and on the whole run at its end."""
+
+    def __init__(self, judging: Judging | None = None, *, facts: bool = True) -> None:
+        self.judging = judging
+        self.facts = facts
         self.backend: Any = None
         self.start: NodeFacts | None = None
         #: the facts as the System closed (None until then)
         self.end: NodeFacts | None = None
         self.devices: list[dict[str, Any]] = []
         self.builtin: Expectations | None = None
-        #: the usage error that stopped the run before it began (no built-in expectations)
-        self.refused: UsageError | None = None
         #: the run's own processes (this one; once the System is open, every rank of the
         #: run on this host), which the process checks leave out
         self.own = process_ids()
         self._no_processes = False
-        self._judging: tuple[Expectations | None, float | None, float | None] | None = None
         #: (ordinal, pids) -> ["start of key (size)", ...]
         self._seen: dict[tuple[int, tuple[int, ...]], list[str]] = {}
 
-    def opener(self, options: RunOptions) -> Any:
-        system = self._opener(options)
+    # -- the run's events ---------------------------------------------------------------
+    def run_started(self, header: Report, system: Any) -> Report:
+        """The System is open: its devices, the built-in expectations for them (a
+        UsageError when there are none: the run stops before it begins), the facts at the
+        start (in the header's device records); the facts at the end are read as it
+        closes."""
+        if not self.facts:
+            return header
         self.backend = system.backend
         self.own = self.own | system.world.host_pids
         self.devices = [
             {"ordinal": d.ordinal, "name": d.name, "pci_bus_id": d.pci_bus_id, "uuid": d.uuid}
             for d in system.devices
         ]
-        if self._expect_builtin:
-            try:
-                self.builtin = resolve_builtin(self.devices)
-            except UsageError as exc:
-                system.close()
-                self.refused = exc  # the CLI raises it again after the run: exit 2
-                raise
+        if self.judging is not None and self.judging.builtin:
+            self.builtin = resolve_builtin(self.devices)
         self.start = _facts(self.backend)
         system.before_close(self._read_end)
-        return system
+        if self.start is None:
+            return header
+        return attrs.evolve(header, devices=self._with_facts(header.devices, self.start, "nvml"))
 
     def _read_end(self) -> None:
         """The facts at the end of the run, read as the System closes: in the session that
         is still open (after the close a new one costs nvmlInit and every handle again)."""
         self.end = _facts(self.backend)
 
-    def progress(self, event: Any) -> None:
+    def testcase_started(self, step: Step) -> None:
         if self.backend is not None:
-            when = "start" if event.phase == "start" else "end"
-            self._check_processes(f"{when} of {_where(event.size, event.key)}")
-        header = getattr(event, "header", None)
-        if header is not None and self.start is not None:  # a streamed header shows the facts
-            devices = self._with_facts(header.devices, self.start, "nvml")
-            event = attrs.evolve(event, header=attrs.evolve(header, devices=devices))
-        if self._forward is not None:
-            self._forward(event)
+            self._check_processes(f"start of {_where(step.size, step.key)}")
+
+    def testcase_finished(self, finished: Finished, so_far: Report) -> Finished:
+        step = finished.step
+        if self.backend is not None:
+            self._check_processes(f"end of {_where(step.size, step.key)}")
+        if self.judging is None:
+            return finished
+        return attrs.evolve(finished, verdicts=self.verdicts_of(finished.result))
+
+    def run_finished(self, report: Report) -> Report:
+        """The Report with the facts and process warnings (:meth:`finish`), judged."""
+        if self.facts:
+            report = self.finish(report)
+        if self.judging is None:
+            return report
+        j = self.judging
+        exp = self.builtin if j.builtin else j.expectations
+        return judge(report, exp, j.outlier_pct, j.cv_threshold, own=self.own)
 
     def _with_facts(
         self, devices: Sequence[Mapping[str, Any]], facts: NodeFacts | None, key: str
@@ -126,25 +144,17 @@ class RunWatch:
                 d[key] = attrs.evolve(f, processes=kept).as_dict()
         return out
 
-    def judge_as_it_goes(
-        self, expectations: Expectations | None, outlier_pct: float | None, cv: float | None
-    ) -> None:
-        """Judge each testcase as it finishes (:meth:`verdicts_of`) with these settings
-        (with ``--expect builtin`` the built-in expectations found when the System opened)."""
-        self._judging = (expectations, outlier_pct, cv)
-
     def verdicts_of(self, result: Any) -> tuple[Any, ...]:
         """The verdicts on one finished testcase (fail and warn), as :func:`judge` gives
         them for the whole run: every rule works within one matrix, so the same."""
-        if self._judging is None:
+        if self.judging is None:
             return ()
-        exp, outlier, cv = self._judging
-        if self._expect_builtin:
-            exp = self.builtin
+        j = self.judging
+        exp = self.builtin if j.builtin else j.expectations
         devices = self._with_facts(self.devices, self.start, "nvml")
         one = Report("gpubw", "", "", False, "", "", {}, devices=devices, testcases=(result,))
         try:
-            return judge(one, exp, outlier, cv, own=self.own).verdicts
+            return judge(one, exp, j.outlier_pct, j.cv_threshold, own=self.own).verdicts
         except Exception:  # printing early is a courtesy; the summary at the end decides
             return ()
 

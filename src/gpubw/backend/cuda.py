@@ -17,6 +17,7 @@ driver (kernel argument packing, UUIDs, sysfs/proc facts) are in
 from __future__ import annotations
 
 import ctypes
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -532,14 +533,25 @@ class CudaBackend(CudaSharingMixin, Backend):
             return
         self._closed = True
         errors: list[BaseException] = []
+        self._free_everything(errors)
+        self._release_contexts(errors)
+        if errors:
+            raise errors[0]
 
-        def attempt(device: int, call: str, fn: Any, *args: Any) -> None:
-            try:
-                self._use(device)
-                _check(call, fn(*args))
-            except BaseException as exc:
-                errors.append(exc)
+    def _attempt(
+        self, errors: list[BaseException], device: int, call: str, fn: Any, *args: Any
+    ) -> None:
+        """``fn(*args)`` in ``device``'s context; a failure is kept in ``errors``."""
+        try:
+            self._use(device)
+            _check(call, fn(*args))
+        except BaseException as exc:
+            errors.append(exc)
 
+    def _free_everything(self, errors: list[BaseException]) -> None:
+        """Streams, events, shared memory, device and host memory, modules: each freed in
+        its own device's context, in that order."""
+        attempt = functools.partial(self._attempt, errors)
         # A stream with pending work is destroyed at once; the driver frees it when its work
         # is done (never block here: a leaked stream may sit behind a spin gate).
         for s in list(self._streams):
@@ -567,6 +579,9 @@ class CudaBackend(CudaSharingMixin, Backend):
                 attempt(device, "cuModuleUnload", cu.cuModuleUnload, module)
         self._modules.clear()
         self._functions.clear()
+
+    def _release_contexts(self, errors: list[BaseException]) -> None:
+        """Every primary context released (those the prestart made: given back to it)."""
         later = [self._handles[d] for d in self._contexts if d in self._release_later]
         for device in list(self._contexts):
             try:
@@ -586,8 +601,6 @@ class CudaBackend(CudaSharingMixin, Backend):
             cuda_start.release_later(cu, later)
         self._release_later.clear()
         self._contexts.clear()
-        if errors:
-            raise errors[0]
 
     def __enter__(self) -> CudaBackend:
         return self

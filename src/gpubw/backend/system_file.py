@@ -450,16 +450,44 @@ def build_system(
     ``plugin_kernels`` gives the names of plugin kernels a fault may name as well
     (:func:`known_kernels`)."""
     d = _keys("the system", doc, _TOP_KEYS)
-    base: SimSystem | None = None
-    if "base" in d:
-        if not isinstance(d["base"], str) or d["base"] not in presets:
-            raise UsageError(f"base {d['base']!r} is not a preset; presets: {', '.join(presets)}")
-        base = presets[d["base"]]()
+    base = _base(d, presets)
     name = d.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise UsageError("name must be a non-empty string")
+    devices = _devices(d, base, name)
+    n = len(devices)
+    links = _host_links(d, base, n)
+    base_peers = dict(base.peers) if base else {}
+    peer_factor: float | None = None
+    if "peers" in d:
+        peers, peer_factor = _peers("peers", d["peers"], n, base_peers)
+    else:
+        peers = {p: r for p, r in base_peers.items() if p[0] < n and p[1] < n}
+    kw = _model_fields(d, base, n, plugin_kernels)
+    if peer_factor is not None:
+        kw["peer_bidirectional_factor"] = peer_factor
+    if "nvml" in kw:  # a downtrained PCIe link also slows that device's host link
+        from gpubw.backend.sim.facts import scale_host_links
 
-    # devices
+        links = scale_host_links(links, kw["nvml"])
+    try:
+        return SimSystem(name=name, devices=devices, host_links=links, peers=peers, **kw)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _base(d: Mapping[str, Any], presets: Mapping[str, Callable[[], SimSystem]]) -> SimSystem | None:
+    """The preset the file starts from (``base``), if any."""
+    if "base" not in d:
+        return None
+    if not isinstance(d["base"], str) or d["base"] not in presets:
+        raise UsageError(f"base {d['base']!r} is not a preset; presets: {', '.join(presets)}")
+    return presets[d["base"]]()
+
+
+def _devices(d: Mapping[str, Any], base: SimSystem | None, name: str) -> tuple[DeviceInfo, ...]:
+    """The devices: ``devices`` one by one, or ``count`` copies of ``device`` (or the
+    base's)."""
     if "devices" in d and "count" in d:
         raise UsageError("give either 'count' (with 'device') or 'devices', not both")
     template = base.devices[0] if base else None
@@ -470,7 +498,7 @@ def build_system(
             raise UsageError("devices must be a non-empty list of device objects")
         if len(d["devices"]) > MAX_DEVICES:
             raise UsageError(f"devices must list at most {MAX_DEVICES} devices")
-        devices = tuple(
+        return tuple(
             _device(
                 f"devices[{i}]",
                 item,
@@ -480,61 +508,49 @@ def build_system(
             )
             for i, item in enumerate(d["devices"])
         )
-    else:
-        count = d.get("count", len(base.devices) if base else 1)
-        if isinstance(count, int) and not isinstance(count, bool) and count > MAX_DEVICES:
-            raise UsageError(f"count must be at most {MAX_DEVICES}, got {count}")
-        count = _num("count", count, integer=True)
-        if template is None:
-            raise UsageError("describe the devices: 'device' (with 'count') or 'devices'")
-        devices = tuple(
-            attrs.evolve(
-                template,
-                ordinal=i,
-                uuid=simulated_uuid(name, i),
-                pci_bus_id=generated_pci_bus_id(i),
-            )
-            if (base is None or i >= len(base.devices) or "device" in d)
-            else base.devices[i]
-            for i in range(count)
+    count = d.get("count", len(base.devices) if base else 1)
+    if isinstance(count, int) and not isinstance(count, bool) and count > MAX_DEVICES:
+        raise UsageError(f"count must be at most {MAX_DEVICES}, got {count}")
+    count = _num("count", count, integer=True)
+    if template is None:
+        raise UsageError("describe the devices: 'device' (with 'count') or 'devices'")
+    return tuple(
+        attrs.evolve(
+            template, ordinal=i, uuid=simulated_uuid(name, i), pci_bus_id=generated_pci_bus_id(i)
         )
-    n = len(devices)
+        if (base is None or i >= len(base.devices) or "device" in d)
+        else base.devices[i]
+        for i in range(count)
+    )
 
-    # host links
+
+def _host_links(d: Mapping[str, Any], base: SimSystem | None, n: int) -> tuple[HostLink, ...]:
+    """Each device's host link: ``host_links``, one ``host_link`` for all, or the base's."""
     base_link = base.host_links[0] if base else None
     if "host_link" in d and "host_links" in d:
         raise UsageError("give either 'host_link' (all devices) or 'host_links', not both")
     if "host_links" in d:
         if not isinstance(d["host_links"], list) or len(d["host_links"]) != n:
             raise UsageError(f"host_links must be a list of {n} host link objects")
-        links = tuple(
+        return tuple(
             _host_link(f"host_links[{i}]", item, base_link)
             for i, item in enumerate(d["host_links"])
         )
-    elif "host_link" in d:
-        links = (_host_link("host_link", d["host_link"], base_link),) * n
-    elif base_link is not None:
-        links = (base_link,) * n
-    else:
-        raise UsageError("host_link is required (bytes/s per direction, ce and sm)")
+    if "host_link" in d:
+        return (_host_link("host_link", d["host_link"], base_link),) * n
+    if base_link is not None:
+        return (base_link,) * n
+    raise UsageError("host_link is required (bytes/s per direction, ce and sm)")
 
-    # peers
-    base_peers = dict(base.peers) if base else {}
-    peer_factor: float | None = None
-    if "peers" in d:
-        peers, peer_factor = _peers("peers", d["peers"], n, base_peers)
-    else:
-        peers = {p: r for p, r in base_peers.items() if p[0] < n and p[1] < n}
 
+def _model_fields(
+    d: dict[str, Any], base: SimSystem | None, n: int, plugin_kernels: PluginKernels
+) -> dict[str, Any]:
+    """The model's other fields: the base's, with what the file says instead."""
     kw: dict[str, Any] = {}
     if base is not None:
-        kw = {
-            f.name: getattr(base, f.name)
-            for f in attrs.fields(SimSystem)
-            if f.name not in ("name", "devices", "host_links", "peers")
-        }
-    if peer_factor is not None:
-        kw["peer_bidirectional_factor"] = peer_factor
+        skip = ("name", "devices", "host_links", "peers")
+        kw = {f.name: getattr(base, f.name) for f in attrs.fields(SimSystem) if f.name not in skip}
     if "local_copy" in d:
         kw["local_copy"] = _rate("local_copy", d["local_copy"], kw.get("local_copy"))
     elif base is None:
@@ -543,28 +559,9 @@ def build_system(
         v = d["host_memory_bandwidth"]
         kw["host_memory_bandwidth"] = None if v is None else _rate_num("host_memory_bandwidth", v)
     if "latency" in d:
-        lat = _keys("latency", d["latency"], ("host", "peer", "local"))
-        cur = kw.get("latency", Latency())
-        kw["latency"] = Latency(
-            **{
-                k: _num(f"latency.{k}", lat[k], low=MIN_LATENCY, high=MAX_LATENCY)
-                if k in lat
-                else getattr(cur, k)
-                for k in ("host", "peer", "local")
-            }
-        )
+        kw["latency"] = _latency(d["latency"], kw.get("latency", Latency()))
     if "overheads" in d:
-        keys = ("kernel_launch", "memcpy", "host_call", "gate_poll")
-        ov = _keys("overheads", d["overheads"], keys)
-        cur_ov = kw.get("overheads", Overheads())
-        kw["overheads"] = Overheads(
-            **{
-                k: _num(f"overheads.{k}", ov[k], positive=False, low=0.0, high=MAX_OVERHEAD)
-                if k in ov
-                else getattr(cur_ov, k)
-                for k in keys
-            }
-        )
+        kw["overheads"] = _overheads(d["overheads"], kw.get("overheads", Overheads()))
     if "jitter" in d:
         kw["jitter"] = _num("jitter", d["jitter"], positive=False, low=0.0, high=MAX_JITTER)
     for key, high in _TOP_INT_LIMITS.items():
@@ -574,16 +571,34 @@ def build_system(
     if "faults" in d:
         kw["faults"] = _faults("faults", d["faults"], n, plugin_kernels)
     _nvml_keys(d, kw, n)
-    if "nvml" in kw:  # a downtrained PCIe link also slows that device's host link
-        from gpubw.backend.sim.facts import scale_host_links
-
-        links = scale_host_links(links, kw["nvml"])
     if "driver_version" in d:
         if not isinstance(d["driver_version"], str):
             raise UsageError("driver_version must be a string")
         kw["driver_version"] = d["driver_version"]
     _ranks_keys(d, kw, n)
-    try:
-        return SimSystem(name=name, devices=devices, host_links=links, peers=peers, **kw)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(str(exc)) from None
+    return kw
+
+
+def _latency(value: Any, current: Latency) -> Latency:
+    lat = _keys("latency", value, ("host", "peer", "local"))
+    return Latency(
+        **{
+            k: _num(f"latency.{k}", lat[k], low=MIN_LATENCY, high=MAX_LATENCY)
+            if k in lat
+            else getattr(current, k)
+            for k in ("host", "peer", "local")
+        }
+    )
+
+
+def _overheads(value: Any, current: Overheads) -> Overheads:
+    keys = ("kernel_launch", "memcpy", "host_call", "gate_poll")
+    ov = _keys("overheads", value, keys)
+    return Overheads(
+        **{
+            k: _num(f"overheads.{k}", ov[k], positive=False, low=0.0, high=MAX_OVERHEAD)
+            if k in ov
+            else getattr(current, k)
+            for k in keys
+        }
+    )

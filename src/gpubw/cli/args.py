@@ -133,6 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = p.add_argument
+    _add_selection(add)
+    _add_measurement(add)
+    _add_output(add)
+    add_run_options(p)
+    _add_rank_options(add)
+    _add_last(add)
+    return p
+
+
+def _add_selection(add: Callable[..., Any]) -> None:
+    """What to run: the buffer sizes, -l, the testcases by key, index or prefix."""
     add(
         "-b",
         "--buffer-size",
@@ -165,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="testcase(s) to run, by key prefix (repeatable)",
     )
+
+
+def _add_measurement(add: Callable[..., Any]) -> None:
+    """How to measure: verbosity, verification, affinity, samples, the statistic."""
     add("-v", "--verbose", action="store_true", help="verbose output (per-sample figures)")
     add(
         "-s",
@@ -202,6 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="use the mean instead of the median of the samples",
     )
+
+
+def _add_output(add: Callable[..., Any]) -> None:
+    """Where the report goes and in what format, the system, the loops and the gate."""
     add("-j", "--json", action="store_true", help="JSON output (same as --format json)")
     add(
         "--loop-count",
@@ -250,8 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="longest a stream may wait at the spin gate, at most "
         f"{MAX_GATE_TIMEOUT_S:g} (default {DEFAULT_GATE_TIMEOUT_S:g})",
     )
-    add_run_options(p)
-    _add_rank_options(add)
+
+
+def _add_last(add: Callable[..., Any]) -> None:
+    """Progress on stderr, and the version."""
     add(
         "-q",
         "--quiet",
@@ -260,7 +281,6 @@ def build_parser() -> argparse.ArgumentParser:
         "per finished testcase)",
     )
     add("--version", action="version", version=f"{PROG} {__version__}")
-    return p
 
 
 def _add_rank_options(add: Callable[..., Any]) -> None:

@@ -32,8 +32,8 @@ from gpubw.model.errors import GpubwError, InterruptedRun, NoDriverError, Plugin
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Iterator, Sequence
-    from typing import IO, Any
+    from collections.abc import Sequence
+    from typing import Any
 
     from gpubw.cli.args import (
         DEFAULT_FORMAT,
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
         build_parser,
         usage_message,
     )
-    from gpubw.cli.live import LiveOutput
     from gpubw.model.options import RunOptions
 
 #: the names of :mod:`gpubw.cli.args` re-exported here, imported on first use (PEP 562)
@@ -81,46 +80,12 @@ __all__ = [
     "SUGGESTED_PRESET",
     "build_parser",
     "main",
-    "make_writer",
     "preset_names",
     "usage_message",
 ]
 
 
 # -- output --------------------------------------------------------------------------------
-class _Output:
-    """Where the report goes: stdout, or ``-o FILE`` by :class:`gpubw.model.outfile.OutputTarget`'s
-    rules (atomic for a regular file, in place for a device or FIFO, checked up front so
-    that an unwritable FILE is a usage error before anything runs)."""
-
-    def __init__(self, path: str | None) -> None:
-        from gpubw.model.outfile import OutputTarget
-
-        self.path = path
-        self._target = None if path is None else OutputTarget(path).check()
-
-    @property
-    def to_stdout(self) -> bool:
-        """True when the report goes to standard output (no ``-o``, or ``-o -``): then it is
-        written as the run goes."""
-        return self._target is None or self._target.is_stdout
-
-    @contextlib.contextmanager
-    def stream(self, stdout: IO[str] | None = None) -> Iterator[IO[str]]:
-        """The stream to write the report to; ``stdout`` replaces ``sys.stdout`` where the
-        report goes to standard output."""
-        if self._target is None or (stdout is not None and self._target.is_stdout):
-            out = sys.stdout if stdout is None else stdout
-            yield out
-            out.flush()
-            return
-        with self._target.open("w") as f:
-            yield f
-
-    def discard(self) -> None:
-        """Nothing to clean: an unfinished atomic write removes its own temporary file."""
-
-
 def _error(message: str) -> None:
     print(f"{PROG}: error: {message}", file=sys.stderr)
 
@@ -180,13 +145,13 @@ def preset_names() -> list[str]:
     return sorted(presets.names())
 
 
-def _system_opener(simulate: str | None) -> Callable[[RunOptions], Any]:
-    """What opens the run's System (:func:`gpubw.api.system_opener`); a bad --simulate is a
-    UsageError now, naming the flag."""
-    from gpubw.api import system_opener
+def _simulation(simulate: str | None) -> Any:
+    """``--simulate``, resolved (:func:`gpubw.runner.simulation.resolve_simulation`); a bad
+    one is a UsageError now, naming the flag."""
+    from gpubw.runner.simulation import resolve_simulation
 
     try:
-        return system_opener(simulate)
+        return resolve_simulation(simulate)
     except UsageError as exc:
         raise UsageError(f"--simulate: {exc}") from None
 
@@ -203,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = _dispatch(args, command=command)
     except InterruptedRun as exc:  # the signal came while an error was being reported
-        code = 128 + exc.signum
+        code = 128 + exc.signum  # (options.exit_status's rule, without importing attrs now)
     finally:
         if command:
             _startup.ignore()  # the code is chosen: a late signal changes nothing
@@ -231,16 +196,7 @@ def _dispatch(args: list[str], command: bool) -> int:
             from gpubw.backend.cuda_start import prestart
 
             prestart()
-        plain_list = _plain_list(args)
-        if plain_list is not None:  # gpubw -l without the parser (see gpubw.cli.listing)
-            return _list_plainly(*plain_list)
-        if args and args[0] == "plot":
-            return _plot(args[1:])
-        if args and args[0] == "compare":
-            return _compare(args[1:])
-        if args and args[0] in _ACCEPT_COMMANDS:
-            return _accept_command(args[0], args[1:])
-        return _main(args, command=command)
+        return _subcommand(args, command)
     except SystemExit as exc:  # -h, --version, and plot's own argparse
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except UsageError as exc:
@@ -249,18 +205,7 @@ def _dispatch(args: list[str], command: bool) -> int:
         _error(usage_message(exc))
         return 2
     except NoDriverError as exc:
-        from gpubw.cli.args import SUGGESTED_PRESET
-
-        _error(str(exc))
-        if "--simulate" not in str(exc):
-            print(
-                f"{PROG}: to try gpubw without a GPU, simulate a system: "
-                f"{PROG} --simulate {SUGGESTED_PRESET}",
-                file=sys.stderr,
-            )
-        names = preset_names()
-        if names:
-            print(f"{PROG}: simulated systems: {', '.join(names)}", file=sys.stderr)
+        _no_driver(exc)
         return 1
     except InterruptedRun as exc:
         from gpubw.model.options import exit_status
@@ -285,6 +230,36 @@ def _dispatch(args: list[str], command: bool) -> int:
         if start is not None:  # a CUDA start nobody took over, contexts still being released
             for problem in start.settle():
                 print(f"{PROG}: warning: freeing CUDA at the end: {problem}", file=sys.stderr)
+
+
+def _subcommand(args: list[str], command: bool) -> int:
+    """The work the first words ask for: ``-l``, a sub-command, or a run."""
+    plain_list = _plain_list(args)
+    if plain_list is not None:  # gpubw -l without the parser (see gpubw.cli.listing)
+        return _list_plainly(*plain_list)
+    if args and args[0] == "plot":
+        return _plot(args[1:])
+    if args and args[0] == "compare":
+        return _compare(args[1:])
+    if args and args[0] in _ACCEPT_COMMANDS:
+        return _accept_command(args[0], args[1:])
+    return _main(args, command=command)
+
+
+def _no_driver(exc: NoDriverError) -> None:
+    """No NVIDIA driver: the error, and how to try gpubw without a GPU."""
+    from gpubw.cli.args import SUGGESTED_PRESET
+
+    _error(str(exc))
+    if "--simulate" not in str(exc):
+        print(
+            f"{PROG}: to try gpubw without a GPU, simulate a system: "
+            f"{PROG} --simulate {SUGGESTED_PRESET}",
+            file=sys.stderr,
+        )
+    names = preset_names()
+    if names:
+        print(f"{PROG}: simulated systems: {', '.join(names)}", file=sys.stderr)
 
 
 def _main(argv: list[str], command: bool = False) -> int:
@@ -344,7 +319,9 @@ def _list_plainly(fmt: str, output: str | None) -> int:
 
 
 def _run_command(argv: list[str], guard: Any) -> int:
-    from gpubw.cli.args import DEFAULT_FORMAT, attach_negative_values, build_parser
+    """The run: its spec from the command line, the run, its report written by the
+    listeners (:func:`_listeners`); returns the exit code (rank 0's, on every rank)."""
+    from gpubw.cli.args import attach_negative_values, build_parser
 
     ns = build_parser().parse_args(attach_negative_values(argv))
     if ns.list:
@@ -353,22 +330,58 @@ def _run_command(argv: list[str], guard: Any) -> int:
         from gpubw.backend.cuda_start import prestart
 
         prestart()
-    from gpubw.cli.accept import judging
-    from gpubw.cli.live import progress_mode
-    from gpubw.model.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
+    import attrs
+
+    from gpubw.cli.live import Output
+    from gpubw.runner import core as runner
+    from gpubw.runner.ranks import finish, rank_prefix
+    from gpubw.world import world_from_environment
+
+    sizes = _sizes(ns)
+    fmt = _format(ns)
+    options = _run_options(ns, sizes)
+    output = Output(ns.output)
+    world = world_from_environment(timeout_s=ns.world_timeout)
+    code = 1
+    try:
+        spec = _run_spec(ns, argv, options, fmt)
+        listeners, live = _listeners(ns, spec, output, world)
+        with live:
+            report = runner.run(attrs.evolve(spec, listeners=listeners), world)
+        code = report.exit_code
+        if report.error and (world.rank == 0 or world.size > 1):
+            _error(rank_prefix(world) + report.error)
+    finally:
+        code = finish(world, code)
+    return code
+
+
+def _sizes(ns: argparse.Namespace) -> list[int]:
+    from gpubw.model.options import DEFAULT_BUFFER_SIZE
     from gpubw.model.sizes import parse_sizes
+
+    return [DEFAULT_BUFFER_SIZE] if ns.buffer_size is None else parse_sizes(ns.buffer_size)
+
+
+def _format(ns: argparse.Namespace) -> str:
+    """The writer's name (``--format``, ``-j``); an unknown one is a usage error now."""
+    from gpubw.cli.args import DEFAULT_FORMAT
     from gpubw.runner.registry import Writers
 
-    sizes = [DEFAULT_BUFFER_SIZE] if ns.buffer_size is None else parse_sizes(ns.buffer_size)
-
-    fmt = ns.format or ("json" if ns.json else DEFAULT_FORMAT)
+    fmt: str = ns.format or ("json" if ns.json else DEFAULT_FORMAT)
     if ns.json and fmt != "json":
         raise UsageError(
             f"-j/--json means --format json; it cannot be combined with --format {fmt}"
         )
-    writer_cls = Writers.discover().get(fmt)
+    Writers.discover().get(fmt)
+    return fmt
 
-    options = RunOptions(
+
+def _run_options(ns: argparse.Namespace, sizes: list[int]) -> RunOptions:
+    """How the run measures, from the command line."""
+    from gpubw.model.options import RunOptions
+
+    return RunOptions(
         samples=ns.samples,
         loops=ns.loops,
         statistic="mean" if ns.use_mean else "median",
@@ -383,6 +396,16 @@ def _run_command(argv: list[str], guard: Any) -> int:
         seed=ns.seed,
         handle_type=None if ns.handle_type == "auto" else ns.handle_type,
     )
+
+
+def _run_spec(ns: argparse.Namespace, argv: list[str], options: RunOptions, fmt: str) -> Any:
+    """The run the command line asks for (its listeners come per rank: :func:`_listeners`)."""
+    from gpubw import api
+    from gpubw.model.options import Invocation
+    from gpubw.runner.core import RunSpec
+
+    simulation = _simulation(ns.simulate)
+    selection, warnings = api.select(ns.testcase, ns.prefixes)
     invocation = Invocation(
         testcase=ns.testcase,
         testcase_prefixes=ns.prefixes,
@@ -392,170 +415,76 @@ def _run_command(argv: list[str], guard: Any) -> int:
         perf_formatter=ns.perf_formatter,
         argv=argv,
     )
-    output = _Output(ns.output)
-    from gpubw.runner.ranks import finish, rank_prefix, run_simulated, simulated_hosts, with_world
-    from gpubw.world import world_from_environment
-
-    world = world_from_environment(timeout_s=ns.world_timeout)
-    root = world.rank == 0
-    code = 1
-    try:
-        opener = with_world(_system_opener(ns.simulate), world)
-        from gpubw import api
-        from gpubw.runner import core as runner
-
-        selection, warnings = api.select(ns.testcase, ns.prefixes)
-        judge_cells = judging(ns)
-        expectations = None
-        if ns.expect is not None and ns.expect != "builtin":
-            from gpubw.acceptance.expect import load_expectations
-
-            expectations = load_expectations(ns.expect)  # a bad file: exit 2 before the run
-        partial = None
-        if root and world.size > 1 and ns.output is not None:
-            # a rank killed by the launcher takes the others down: keep -o valid meanwhile
-            def partial(so_far: Any) -> None:
-                writer = make_writer(
-                    writer_cls, verbose=ns.verbose, perf_formatter=ns.perf_formatter
-                )
-                with output.stream() as stream:
-                    writer.write(so_far, stream)
-
-        live = _live_output(
-            writer_cls,
-            fmt,
-            output,
-            verbose=ns.verbose,
-            perf=ns.perf_formatter,
-            mode=progress_mode(ns.quiet, sys.stderr) if root else "off",
-        )
-        from gpubw.acceptance.node import RunWatch, judge
-
-        hosts = simulated_hosts(ns.simulate) if world.size == 1 else None
-        # only rank 0 shows progress, streams and writes; NVML is watched around its run
-        watch = RunWatch(opener, live, expect_builtin=ns.expect == "builtin") if root else None
-        if watch is not None and judge_cells and hasattr(type(live.writer), "verdicts_of"):
-            watch.judge_as_it_goes(expectations, ns.outlier_pct, ns.cv_threshold)
-            live.writer.verdicts_of = watch.verdicts_of  # verdicts as it goes
-        if root:
-            guard.emergency_write = _emergency(live, output)
-        with live:
-            if hosts is not None:  # a simulated rack: its ranks emulated in this process
-                report = run_simulated(
-                    ns.simulate,
-                    hosts,
-                    lambda open_rank, rank_world: runner.run(
-                        open_rank,
-                        selection,
-                        options,
-                        invocation=invocation,
-                        system_name=ns.simulate or "",
-                        warnings=warnings,
-                        progress=live if rank_world.rank == 0 else None,
-                    ),
-                    ns.world_timeout,
-                )
-            else:
-                report = runner.run(
-                    watch.opener if watch is not None else opener,
-                    selection,
-                    options,
-                    invocation=invocation,
-                    system_name=ns.simulate or "",
-                    warnings=warnings,
-                    progress=watch.progress if watch is not None else None,
-                    handle_signals=True,
-                    partial=partial,
-                )
-        if watch is not None and watch.refused is not None:  # --expect builtin, no match
-            raise watch.refused
-        if hosts is not None and guard.signum is not None and report.signal is None:
-            # a simulated rack's ranks run on threads that a signal cannot stop: the run
-            # finished, and the report says it was signalled (exit 128 + n)
-            import attrs
-
-            report = attrs.evolve(report, signal=signal.Signals(guard.signum).name)
-        guard.writing()  # from here a signal is only recorded; a watchdog waits for this
-        if watch is not None and hosts is None:
-            report = watch.finish(report)
-        if judge_cells and root:
-            builtin = watch.builtin if watch is not None else None
-            exp = builtin if ns.expect == "builtin" else expectations if ns.expect else None
-            own = watch.own if watch is not None else frozenset()
-            report = judge(report, exp, ns.outlier_pct, ns.cv_threshold, own=own)
-        if root:
-            _write(live, report, output)
-        code = report.exit_code
-        if report.error and (root or world.size > 1):
-            _error(rank_prefix(world) + report.error)
-    finally:
-        output.discard()
-        code = finish(world, code)
-    return code
+    return RunSpec(
+        selection,
+        options,
+        simulation=simulation,
+        invocation=invocation,
+        warnings=warnings,
+        handle_signals=True,
+    )
 
 
-def make_writer(cls: Any, *, verbose: bool = False, perf_formatter: bool = False) -> Any:
-    """A writer of class ``cls`` with these flags, whatever its ``__init__`` accepts: the
-    flags as keyword arguments if it takes them, else constructed without arguments and the
-    flags set as attributes (a plugin writer need not subclass
-    :class:`gpubw.writers.Writer`)."""
-    import inspect
+def _listeners(
+    ns: argparse.Namespace, spec: Any, output: Any, world: Any
+) -> tuple[list[Any], contextlib.AbstractContextManager[Any]]:
+    """Who follows the run on this rank (rank 0 only: the NVML watch and the verdicts, the
+    report and the progress, the partial writes of an MPI run with -o), and the context the
+    run goes in (the progress bar's)."""
+    if world.rank != 0:
+        return [], contextlib.nullcontext()
+    from gpubw.acceptance.node import RunWatch
+    from gpubw.cli.live import LiveOutput, PartialWrites, progress_mode
+    from gpubw.runner.registry import Writers
 
-    flags = {"verbose": verbose, "perf_formatter": perf_formatter}
-    try:
-        inspect.signature(cls).bind(**flags)
-    except TypeError:  # an __init__ without the flags: construct, then set them
-        writer = cls()
-        with contextlib.suppress(AttributeError):  # __slots__ without them: it ignores flags
-            writer.verbose, writer.perf_formatter = verbose, perf_formatter
-        return writer
-    except ValueError:  # no signature to inspect (a C extension class): just try it
-        pass
-    return cls(**flags)
+    judging = _judging(ns)  # a bad expectations file: exit 2 before the run
+    fmt = spec.invocation.format
+    writer_cls = Writers.discover().get(fmt)
+
+    def make() -> Any:
+        return _make_writer(writer_cls, fmt, ns)
+
+    rack = spec.simulation is not None and spec.simulation.hosts is not None
+    watch = RunWatch(judging, facts=not (rack and world.size == 1))
+    live = LiveOutput(make(), fmt, output, mode=progress_mode(ns.quiet, sys.stderr))
+    listeners: list[Any] = [watch, live]
+    if world.size > 1 and ns.output is not None:
+        # a rank killed by the launcher takes the others down: keep -o valid meanwhile
+        listeners.append(PartialWrites(make, output))
+    return listeners, live
 
 
-def _live_output(
-    writer_cls: Any, name: str, output: _Output, *, verbose: bool, perf: bool, mode: str
-) -> LiveOutput:
-    """The writer, driven as the run goes when the report goes to stdout
-    (:class:`gpubw.cli.live.LiveOutput`); a writer that cannot be made is a PluginError."""
-    from gpubw.cli.live import LiveOutput
+def _judging(ns: argparse.Namespace) -> Any:
+    """How the run is judged (``--expect``, ``--outlier-pct``, ``--cv-threshold``), or None
+    for a plain run. A bad expectations file is a usage error now, before the run."""
+    from gpubw.acceptance.node import Judging
+    from gpubw.cli.accept import judging
+
+    if not judging(ns):
+        return None
+    expectations = None
+    if ns.expect is not None and ns.expect != "builtin":
+        from gpubw.acceptance.expect import load_expectations
+
+        expectations = load_expectations(ns.expect)
+    return Judging(expectations, ns.expect == "builtin", ns.outlier_pct, ns.cv_threshold)
+
+
+def _make_writer(cls: Any, name: str, ns: argparse.Namespace) -> Any:
+    """The writer of the run; one that cannot be made is a PluginError naming it."""
+    from gpubw.writers import make_writer
 
     try:
-        writer = make_writer(writer_cls, verbose=verbose, perf_formatter=perf)
+        return make_writer(cls, verbose=ns.verbose, perf=ns.perf_formatter)
     except (GpubwError, OSError):
         raise
     except BaseException as exc:
         raise PluginError(f"writer {name!r} failed: {_describe_base(exc)}") from exc
-    return LiveOutput(writer, name, stream=sys.stdout if output.to_stdout else None, mode=mode)
 
 
 def _describe_base(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _write(
-    live: LiveOutput, report: Any, output: _Output, *, stdout: IO[str] | None = None
-) -> None:
-    """Write what is left of the report (all of it with -o); a writer's own bug -- any
-    exception, ``SystemExit`` or a ``KeyboardInterrupt`` it raised itself (while the report
-    is written a signal never raises) -- becomes a PluginError."""
-    live.finish(report, output, stdout=stdout)
-
-
-def _emergency(live: LiveOutput, output: _Output) -> Callable[[Any], None]:
-    """What the signal watchdog calls to write the report while the main thread is stuck in
-    a plugin: the same writer and output, standard output being the real one (a capture
-    may be redirecting the process's fd 1 and ``sys.stdout`` at that moment)."""
-
-    def write(report: Any) -> None:
-        from gpubw.runner.capture import real_stdout_fd
-
-        with os.fdopen(os.dup(real_stdout_fd()), "w", encoding="utf-8") as stdout:
-            _write(live, report, output, stdout=stdout)
-
-    return write
 
 
 _ACCEPT_COMMANDS = ("check", "expect-from", "info")

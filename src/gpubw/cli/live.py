@@ -1,9 +1,12 @@
 """Results as they happen: the report written testcase by testcase, and a progress display.
 
-:class:`LiveOutput` is the runner's progress callback in the CLI. It drives a streaming
-writer (:attr:`gpubw.writers.Writer.streams`) as the run goes when the report goes to
-standard output: the header before the first testcase, each testcase as it finishes, the
-rest at the end. A report written to a file (``-o``) is written whole at the end, atomically.
+:class:`LiveOutput` is the command's listener of a run (:mod:`gpubw.model.events`). It
+drives a streaming writer (:class:`gpubw.writers.StreamingWriter`) as the run goes when the
+report goes to standard output: the header before the first testcase, each testcase as it
+finishes, the rest at the end. A report written to a file (``-o``) is written whole at the
+end, atomically (:func:`gpubw.writers.write_whole`: a streaming writer gets the same three
+calls there). :class:`PartialWrites` keeps an MPI run's ``-o`` file valid after each
+testcase.
 On standard error it shows the run's progress (:data:`PROGRESS_MODES`): a rich progress line
 on a terminal ("bar"), one plain line per finished testcase elsewhere, for CI logs
 ("lines"), or nothing (``--quiet``: "off"). Standard output never carries progress.
@@ -12,13 +15,20 @@ on a terminal ("bar"), one plain line per finished testcase elsewhere, for CI lo
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import types
-from collections.abc import Iterator
-from typing import IO, Any, TextIO
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
+
+import attrs
 
 from gpubw.model.errors import GpubwError, PluginError
+from gpubw.model.events import Finished, RunListener, Step
+from gpubw.model.results import Report, TestcaseResult
 from gpubw.model.sizes import format_size
+from gpubw.writers import StreamingWriter, write_whole
 
 #: "bar" (a terminal), "lines" (one line per finished testcase) or "off"
 PROGRESS_MODES = ("bar", "lines", "off")
@@ -37,11 +47,10 @@ def _label(key: str, size: int | None) -> str:
     return key + (f" ({format_size(size)})" if size is not None else "")
 
 
-def finished_line(event: Any) -> str:
+def finished_line(step: Step, result: TestcaseResult | None) -> str:
     """``[12/43] key (512 MiB) Passed 1.2 s``, and the first line of the message of a
     testcase that did not pass."""
-    result = event.result
-    line = f"[{event.done}/{event.total}] {_label(event.key, event.size)}"
+    line = f"[{step.done + 1}/{step.total}] {_label(step.key, step.size)}"
     if result is None:
         return line
     line += f" {result.status.value} {result.duration_s:.1f} s"
@@ -51,34 +60,74 @@ def finished_line(event: Any) -> str:
     return line
 
 
-class LiveOutput:
-    """The CLI's progress callback: streams ``writer`` to ``stream`` (None: nothing is
-    written during the run) and shows progress on ``err`` in ``mode``.
+class Output:
+    """Where the report goes: stdout, or ``-o FILE`` by
+    :class:`gpubw.model.outfile.OutputTarget`'s rules (atomic for a regular file, in place
+    for a device or FIFO, checked up front so that an unwritable FILE is a usage error before
+    anything runs)."""
 
-    Use it as a context manager around the run (it starts and stops the progress bar),
-    then call :meth:`finish` with the report."""
+    def __init__(self, path: str | None) -> None:
+        from gpubw.model.outfile import OutputTarget
+
+        self.path = path
+        self._target = None if path is None else OutputTarget(path).check()
+
+    @property
+    def to_stdout(self) -> bool:
+        """True when the report goes to standard output (no ``-o``, or ``-o -``): then it is
+        written as the run goes."""
+        return self._target is None or self._target.is_stdout
+
+    @contextlib.contextmanager
+    def stream(self, stdout: TextIO | None = None) -> Iterator[TextIO]:
+        """The stream to write the report to; ``stdout`` replaces ``sys.stdout`` where the
+        report goes to standard output."""
+        if self._target is None or (stdout is not None and self._target.is_stdout):
+            out = sys.stdout if stdout is None else stdout
+            yield out
+            out.flush()
+            return
+        with self._target.open("w") as f:
+            yield typing.cast(TextIO, f)
+
+
+@contextlib.contextmanager
+def writer_errors(name: str) -> Iterator[None]:
+    """A writer's own bug becomes a PluginError naming it (gpubw's errors and OSError, e.g. a
+    closed pipe, pass as they are)."""
+    try:
+        yield
+    except (GpubwError, OSError):
+        raise
+    except BaseException as exc:  # SystemExit, a KeyboardInterrupt the writer raised
+        text = str(exc).strip()
+        what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        raise PluginError(f"writer {name!r} failed: {what}") from exc
+
+
+class LiveOutput(RunListener):
+    """The command's report and progress, as a run's listener: streams ``writer`` to
+    ``output`` when that is standard output and the writer streams; writes the report at the
+    run's end (atomically into ``-o FILE``), or from the signal watchdog when the run is
+    stuck; shows progress on ``err`` in ``mode``.
+
+    Use it as a context manager around the run (it starts and stops the progress bar)."""
 
     def __init__(
         self,
         writer: Any,
         name: str,
+        output: Output,
         *,
-        stream: TextIO | None,
         mode: str = "off",
         err: TextIO | None = None,
     ) -> None:
         if mode not in PROGRESS_MODES:
             raise ValueError(f"progress mode {mode!r} is not one of {', '.join(PROGRESS_MODES)}")
-        self.writer, self.name, self.mode = writer, name, mode
+        self.writer, self.name, self.output, self.mode = writer, name, output, mode
         self.err = err if err is not None else sys.stderr
-        # only a writer that says it streams, and has the three calls, is driven as it goes
-        self.stream = (
-            stream
-            if stream is not None
-            and getattr(writer, "streams", False)
-            and all(callable(getattr(writer, m, None)) for m in ("begin", "testcase", "end"))
-            else None
-        )
+        live = output.to_stdout and isinstance(writer, StreamingWriter)
+        self.stream: TextIO | None = sys.stdout if live else None
         self.begun = False
         self._bar: Any = None
         self._task: Any = None
@@ -113,56 +162,73 @@ class LiveOutput:
             if shared:
                 bar.start()
 
-    # -- the runner's callback --------------------------------------------------------------
-    def __call__(self, event: Any) -> None:
-        if self.stream is not None and (event.phase == "end" or not self.begun):
-            with self._bar_paused():
-                self._write(event)
+    def _show(self, step: Step, done: int, finished: Finished | None = None) -> None:
         if self._bar is not None:
             self._bar.update(
                 self._task,
-                total=event.total,
-                completed=event.done,
-                description=_label(event.key, event.size),
+                total=step.total,
+                completed=done,
+                description=_label(step.key, step.size),
             )
-        elif self.mode == "lines" and event.phase == "end":
-            print(finished_line(event), file=self.err, flush=True)
+        elif self.mode == "lines" and finished is not None:
+            print(finished_line(step, finished.result), file=self.err, flush=True)
 
-    def _write(self, event: Any) -> None:
-        header = getattr(event, "header", None)
-        with self._writer_errors():
-            if not self.begun and header is not None:
+    # -- the run's events -------------------------------------------------------------------
+    def run_started(self, header: Report, system: Any) -> Report:
+        if self.stream is not None:
+            with self._bar_paused(), writer_errors(self.name):
                 self.writer.begin(header, self.stream)
-                self.begun = True
-            if self.begun and event.phase == "end" and event.result is not None:
-                self.writer.testcase(event.result, self.stream)
+            self.begun = True
+        return header
 
-    @contextlib.contextmanager
-    def _writer_errors(self) -> Iterator[None]:
-        """A writer's own bug becomes a PluginError naming it (gpubw's errors and OSError,
-        e.g. a closed pipe, pass as they are)."""
-        try:
-            yield
-        except (GpubwError, OSError):
-            raise
-        except BaseException as exc:  # SystemExit, a KeyboardInterrupt the writer raised
-            text = str(exc).strip()
-            what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-            raise PluginError(f"writer {self.name!r} failed: {what}") from exc
+    def testcase_started(self, step: Step) -> None:
+        self._show(step, step.done)
 
-    def finish(self, report: Any, output: Any, *, stdout: IO[str] | None = None) -> None:
+    def testcase_finished(self, finished: Finished, so_far: Report) -> Finished:
+        if self.stream is not None and self.begun:
+            result = attrs.evolve(finished.result, verdicts=finished.verdicts)
+            with self._bar_paused(), writer_errors(self.name):
+                self.writer.testcase(result, self.stream)
+        self._show(finished.step, finished.step.done + 1, finished)
+        return finished
+
+    def run_finished(self, report: Report) -> Report:
+        self.finish(report)
+        return report
+
+    def interrupted(self, report: Report) -> None:
+        """The watchdog's write: the same writer and output, standard output being the real
+        one (a capture may be redirecting the process's fd 1 and ``sys.stdout`` now)."""
+        from gpubw.runner.capture import real_stdout_fd
+
+        with os.fdopen(os.dup(real_stdout_fd()), "w", encoding="utf-8") as stdout:
+            self.finish(report, stdout=stdout)
+
+    def finish(self, report: Report, *, stdout: TextIO | None = None) -> None:
         """Write what is left of ``report``: the end of a streamed report on the stream, else
-        the whole report into ``output`` (:meth:`gpubw.cli.command._Output.stream`). ``stdout``
-        replaces the standard output (the signal watchdog passes the real one)."""
-        with self._writer_errors():
+        the whole report into the output. ``stdout`` replaces the standard output."""
+        with writer_errors(self.name):
             if self.stream is not None and self.begun:
                 target = self.stream if stdout is None else stdout
                 self.writer.end(report, target)
                 target.flush()
                 return
-            with output.stream(stdout) as stream:
-                end = getattr(self.writer, "end", None)
-                (end if callable(end) else self.writer.write)(report, stream)
+            with self.output.stream(stdout) as stream:
+                write_whole(self.writer, report, stream)
+
+
+class PartialWrites(RunListener):
+    """Rank 0 of an MPI run with ``-o``: the report so far rewritten into the output after
+    every testcase, so that a run the launcher kills (a rank lost) leaves a valid partial
+    report. Never fatal: the final write reports problems."""
+
+    def __init__(self, make: Callable[[], Any], output: Output) -> None:
+        self.make, self.output = make, output
+
+    def testcase_finished(self, finished: Finished, so_far: Report) -> Finished:
+        with contextlib.suppress(Exception), self.output.stream() as stream:
+            write_whole(self.make(), so_far, stream)
+        return finished
 
 
 def _isatty(stream: Any) -> bool:

@@ -37,12 +37,15 @@ class System:
             backend.enable_host_huge_pages(max(self.options.buffer_sizes))
         #: every buffer's memory, the run's scratch, patterns and the gate page
         self.pool = BufferPool(backend, self.devices, self.options)
-        #: the devices this process drives (set with :attr:`world`): every one, except on an
-        #: MPI rank that is not its host's first, which runs only the multinode testcases,
-        #: on :attr:`rank_device` (kernels are loaded, sizes checked and contexts made only
-        #: on these; the pool's device-less host memory is made in the first one's context)
-        self.driven_devices: tuple[int, ...] = ()
-        self.world = world if world is not None else SingleWorld()
+        self._world: World = world if world is not None else SingleWorld()
+        #: the devices this process drives: every one, except on an MPI rank that is not its
+        #: host's first, which runs only the multinode testcases, on :attr:`rank_device`
+        #: (kernels are loaded, sizes checked and contexts made only on these; the pool's
+        #: device-less host memory is made in the first one's context)
+        self.driven_devices: tuple[int, ...] = driven_devices(
+            len(self.devices), self.world.local_rank, several_ranks=self.world.size > 1
+        )
+        self.pool.home_device = self.driven_devices[0] if self.driven_devices else 0
         #: the spin gate (its page belongs to the pool)
         self.gate: Gate = self.pool.gate
         #: kernel-module registry generation the devices were loaded at (None: not yet)
@@ -53,18 +56,9 @@ class System:
 
     @property
     def world(self) -> World:
-        """The ranks of the run (one rank holding every local GPU without an MPI launcher).
-        Setting it (before anything is allocated: :func:`gpubw.runner.ranks.with_world` does, right
-        after the System opens) also sets :attr:`driven_devices`."""
+        """The ranks of the run (one rank holding every local GPU without an MPI launcher):
+        a System is made for one world and never re-targeted (no setter)."""
         return self._world
-
-    @world.setter
-    def world(self, world: World) -> None:
-        self._world = world
-        self.driven_devices = driven_devices(
-            len(self.devices), world.local_rank, several_ranks=world.size > 1
-        )
-        self.pool.home_device = self.driven_devices[0] if self.driven_devices else 0
 
     @property
     def rank_device(self) -> int:

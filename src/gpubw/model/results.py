@@ -232,6 +232,10 @@ class TestcaseResult:
     #: what the testcase's plugin code printed to standard output while it ran (captured so
     #: that it cannot corrupt gpubw's own output); "" if nothing
     output: str = ""
+    #: while a judged run streams: the verdicts (:class:`gpubw.model.verdicts.Verdict`) on
+    #: this result, for a streaming writer's ``testcase()`` to print after the matrices they
+    #: judge. Not part of the JSON testcase (the report keeps every verdict in ``verdicts``)
+    verdicts: tuple[Any, ...] = attrs.field(converter=_tuple, default=(), eq=False)
 
     @property
     def ok(self) -> bool:

@@ -28,7 +28,7 @@ import platform
 import signal
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -36,6 +36,7 @@ import attrs
 from gpubw.kernels import PATTERN_WORDS
 from gpubw.memory.system import System
 from gpubw.model.errors import GpubwError, InterruptedRun, NoDriverError, UsageError
+from gpubw.model.events import Finished, RunEvents, RunListener, Step
 from gpubw.model.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
 from gpubw.model.report_io import device_record, matrix_problem
 from gpubw.model.results import Matrix, Report, Status, TestcaseResult
@@ -44,8 +45,9 @@ from gpubw.runner.capture import OutputCapture
 from gpubw.runner.interrupts import HANDLED_SIGNALS, SignalGuard, current
 from gpubw.runner.ranks import Ranks
 from gpubw.runner.registry import Entry, Selected, Unresolved
+from gpubw.runner.simulation import Opener, Simulation, opener, run_rack
 from gpubw.version import __version__
-from gpubw.world import WorldError
+from gpubw.world import SingleWorld, World, WorldError
 
 #: nvbandwidth's warning for a buffer smaller than the default; its "(64MB)" is stale
 #: (the default is 512 MiB), so gpubw names the right figure.
@@ -54,12 +56,12 @@ SMALL_BUFFER_NOTE = (
     "It is suggested to use the default buffer size (512 MiB) to achieve maximal peak "
     "bandwidth."
 )
-__all__ = ["HANDLED_SIGNALS", "Progress", "ProgressCallback", "run"]
+__all__ = ["HANDLED_SIGNALS", "Progress", "ProgressCallback", "ProgressListener", "RunSpec", "run"]
 
 
 @attrs.frozen
 class Progress:
-    """One step of the run, for a progress display.
+    """One step of the run, as :func:`gpubw.run`'s ``progress`` callback receives it.
 
     ``phase`` is "start" (``result`` None) or "end" (``result`` set); ``done`` counts the
     steps finished before this event, out of ``total`` (one step per testcase and size).
@@ -77,6 +79,77 @@ class Progress:
 
 
 ProgressCallback = Callable[[Progress], None]
+
+
+class ProgressListener(RunListener):
+    """A ``progress`` callback as a run listener: one :class:`Progress` at the start and one
+    at the end of every step, each carrying the run's header."""
+
+    def __init__(self, callback: ProgressCallback) -> None:
+        self.callback = callback
+        self.header: Report | None = None
+
+    def run_started(self, header: Report, system: Any) -> Report:
+        self.header = header
+        return header
+
+    def testcase_started(self, step: Step) -> None:
+        self.callback(
+            Progress("start", step.done, step.total, step.key, step.size, None, self.header)
+        )
+
+    def testcase_finished(self, finished: Finished, so_far: Report) -> Finished:
+        step = finished.step
+        self.callback(
+            Progress(
+                "end", step.done + 1, step.total, step.key, step.size, finished.result, self.header
+            )
+        )
+        return finished
+
+
+def _selection(items: Iterable[Selected]) -> tuple[Selected, ...]:
+    return tuple(items)
+
+
+def _strs(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(items)
+
+
+def _listeners(items: Iterable[RunListener]) -> tuple[RunListener, ...]:
+    return tuple(items)
+
+
+@attrs.frozen
+class RunSpec:
+    """Everything one run needs, built the same way by the ``gpubw`` command and by
+    :func:`gpubw.run`: what to run (``selection``, from :mod:`gpubw.runner.registry`), how
+    (``options``, sizes included), on what (``simulation``: None for the real GPUs; or
+    ``open_system``, a function of tests and tools that opens the System itself, with
+    ``system_name`` for the report), the record of how it was asked for (``invocation``),
+    warnings found while selecting, and who follows the run (``listeners``, in order: see
+    :mod:`gpubw.model.events`). ``handle_signals``: SIGINT/SIGTERM stop the run (the
+    command's, or a guard installed for it); ``capture_output``: what plugin code prints to
+    standard output goes into its result's ``output``."""
+
+    selection: tuple[Selected, ...] = attrs.field(converter=_selection)
+    options: RunOptions = attrs.field(factory=RunOptions)
+    simulation: Simulation | None = None
+    open_system: Opener | None = None
+    system_name: str = ""
+    invocation: Invocation | None = None
+    warnings: tuple[str, ...] = attrs.field(default=(), converter=_strs)
+    listeners: tuple[RunListener, ...] = attrs.field(default=(), converter=_listeners)
+    handle_signals: bool = False
+    capture_output: bool = True
+
+    @property
+    def name(self) -> str:
+        """The simulated system's name for the report ("" on the real GPUs)."""
+        return self.simulation.name if self.simulation is not None else self.system_name
+
+    def opener(self) -> Opener:
+        return self.open_system if self.open_system is not None else opener(self.simulation)
 
 
 def _now() -> str:
@@ -259,6 +332,16 @@ class _RunState:
     #: the step running now: (its TestcaseResult fields, its start time, its place in
     #: ``results``), or None
     current: tuple[dict[str, Any], float, int] | None = None
+    #: the Report's world, hosts and host fields of a run of several ranks (once known)
+    rank_fields: Callable[[], dict[str, Any]] = dict
+
+    def fields(self) -> dict[str, Any]:
+        """The Report's fields but its testcases and warnings (what the run is on)."""
+        return {**self.meta, **self.rank_fields()}
+
+    def so_far(self) -> Report:
+        """The Report with every result so far (a partial report)."""
+        return Report(testcases=list(self.results), warnings=list(self.warnings), **self.fields())
 
     def report(self, signum: int | None, extra_warnings: Sequence[str] = ()) -> Report:
         return Report(
@@ -321,96 +404,94 @@ def _check_sizes_everywhere(
         raise UsageError(f"rank {agreement.failed_rank}: {agreement.message}", param="sizes")
 
 
-def run(
-    open_system: Callable[[RunOptions], System],
-    selection: Sequence[Selected],
-    options: RunOptions | None = None,
-    *,
-    invocation: Invocation | None = None,
-    system_name: str = "",
-    warnings: Sequence[str] = (),
-    progress: ProgressCallback | None = None,
-    handle_signals: bool = False,
-    capture_output: bool = True,
-    partial: Callable[[Report], None] | None = None,
-) -> Report:
-    """Run ``selection`` at every size of ``options.buffer_sizes`` on the System that
-    ``open_system(options)`` opens.
+def run(spec: RunSpec, world: World | None = None) -> Report:
+    """Run ``spec``: its selection at every size of its options' buffer sizes, on the System
+    its simulation (or ``open_system``) opens in ``world`` (None: one rank, every GPU), its
+    listeners told of every step (:mod:`gpubw.model.events`); returns the Report as the last
+    listener's ``run_finished`` left it.
 
-    ``invocation`` is recorded in the Report as it is. A failure to open the System becomes
-    the Report's ``error`` (except :class:`NoDriverError`, which is raised for the caller to
-    explain). A buffer size that cannot fit in a device's or the host's memory raises
-    :class:`UsageError` before anything runs (:func:`check_sizes`). ``handle_signals``
-    uses the installed :class:`gpubw.runner.interrupts.SignalGuard` (the CLI's), or installs one
-    for the run (main thread only) and puts the old handlers back; a signal that arrived
-    before the System opened gives an interrupted Report with no testcases.
-    ``capture_output`` (default True) keeps what plugin code prints to standard output out
-    of it, as each result's ``output``. The System is always closed. ``partial`` (if given)
-    receives the Report so far after each testcase (rank 0 of an MPI run writes it to
-    ``-o``, so a killed run leaves a valid partial report). In a world of several ranks (the
-    System's) each step runs as :class:`gpubw.runner.ranks.Ranks` says.
-    """
-    guard = current() if handle_signals else None
+    A failure to open the System becomes the Report's ``error`` (except
+    :class:`NoDriverError`, which is raised for the caller to explain). A buffer size that
+    cannot fit in a device's or the host's memory raises :class:`UsageError` before anything
+    runs (:func:`check_sizes`), and so does a listener's ``run_started``. With
+    ``handle_signals`` the installed :class:`gpubw.runner.interrupts.SignalGuard` (the
+    command's) is used, or one is installed for the run (main thread only); a signal that
+    arrived before the System opened gives an interrupted Report with no testcases. The
+    System is always closed. A simulated system of several hosts (a rack), run by one
+    process, has its ranks emulated here (:func:`gpubw.runner.simulation.run_rack`)."""
+    events = RunEvents(spec.listeners)
+    world = world if world is not None else SingleWorld()
+    rack = spec.simulation is not None and spec.simulation.hosts is not None
+    if rack and world.size == 1 and spec.open_system is None:
+        return _run_rack(spec, events)
+    guard = current() if spec.handle_signals else None
     own = None
-    if handle_signals and guard is None:
+    if spec.handle_signals and guard is None:
         own = SignalGuard()
         guard = own if own.install() else None
     try:
-        return _run(
-            open_system,
-            selection,
-            options or RunOptions(),
-            invocation=invocation,
-            system_name=system_name,
-            warnings=warnings,
-            progress=progress,
-            guard=guard,
-            capture_output=capture_output,
-            partial=partial,
-        )
+        if guard is not None and events.writes_when_interrupted:
+            guard.emergency_write = events.interrupted
+        report = _run(spec, world, guard, events)
+        if guard is not None:
+            guard.writing()  # from here a signal is only recorded; a watchdog waits for this
+        return events.run_finished(report)
     finally:
         if own is not None:
             own.uninstall()
 
 
-def _run(
-    open_system: Callable[[RunOptions], System],
-    selection: Sequence[Selected],
-    options: RunOptions,
-    *,
-    invocation: Invocation | None,
-    system_name: str,
-    warnings: Sequence[str],
-    progress: ProgressCallback | None,
-    guard: SignalGuard | None,
-    capture_output: bool,
-    partial: Callable[[Report], None] | None,
-) -> Report:
-    sizes = options.buffer_sizes
-    state = _RunState(
+def _run_rack(spec: RunSpec, events: RunEvents) -> Report:
+    """A simulated rack: its ranks emulated on threads (rank 0's steps told to the
+    listeners). A signal cannot stop those threads: the run finishes, and its report says it
+    was signalled (exit 128 + n)."""
+    assert spec.simulation is not None
+    guard = current() if spec.handle_signals else None
+
+    def run_rank(open_rank: Opener, world: World) -> Report:
+        mine = events if world.rank == 0 else RunEvents()
+        return _run(attrs.evolve(spec, open_system=open_rank), world, None, mine)
+
+    report: Report = run_rack(spec.simulation, run_rank, spec.options.world_timeout_s)
+    if guard is not None and guard.signum is not None and report.signal is None:
+        report = attrs.evolve(report, signal=signal.Signals(guard.signum).name)
+    if guard is not None:
+        guard.writing()
+    return events.run_finished(report)
+
+
+def _start_state(spec: RunSpec) -> _RunState:
+    """The run's state before its System opens (what a report says when it cannot)."""
+    name = spec.name
+    return _RunState(
         meta=dict(
             tool="gpubw",
             tool_version=__version__,
-            system_name=system_name,
+            system_name=name,
             host=socket.gethostname(),
-            run_options=options,
-            invocation=invocation,
-            backend="simulated" if system_name else "cuda",
-            simulated=bool(system_name),
+            run_options=spec.options,
+            invocation=spec.invocation,
+            backend="simulated" if name else "cuda",
+            simulated=bool(name),
             versions=software_versions({}),
             devices=(),
         ),
-        warnings=[*warnings, *small_buffer_warnings(selection, sizes)],
+        warnings=[
+            *spec.warnings,
+            *small_buffer_warnings(spec.selection, spec.options.buffer_sizes),
+        ],
         started=_now(),
         t0=time.perf_counter(),
     )
-    if guard is not None:
-        guard.snapshot = lambda: state.snapshot(guard)
-        if guard.signum is not None:  # stopped before anything started
-            return _final(state, guard)
 
+
+def _open(
+    spec: RunSpec, world: World, state: _RunState, guard: SignalGuard | None
+) -> System | Report:
+    """The run's System, open, checked (versions read, sizes fit on every rank); or the
+    Report of a run that could not start."""
     try:
-        system = open_system(options)
+        system = spec.opener()(spec.options, world)
     except NoDriverError:
         raise
     except GpubwError as exc:
@@ -420,52 +501,47 @@ def _run(
         if guard is not None:
             guard.final(report)
         return report
-
-    if system.options != options:
+    if system.options != spec.options:
         system.close()
         raise ValueError(
             f"open_system must open the System with the options it is given: it was given "
-            f"{options!r} and opened one with {system.options!r}"
+            f"{spec.options!r} and opened one with {system.options!r}"
         )
-    backend = system.backend
     try:
         # before the sizes check, which waits for every device's context: the versions need
         # none, and loading NVRTC for its version (~40 ms) overlaps the contexts still being
         # made on the command's start-up thread (issue 11 item 5)
-        versions = software_versions(backend.versions())
-        _check_sizes_everywhere(system, selection, sizes)
+        versions = software_versions(system.backend.versions())
+        _check_sizes_everywhere(system, spec.selection, spec.options.buffer_sizes)
     except BaseException:
         system.close()
         raise
+    state.meta.update(
+        backend=system.backend.name,
+        simulated=bool(system.backend.simulated),
+        versions=versions,
+        devices=tuple(device_record(d) for d in system.devices),
+    )
+    return system
 
-    state.meta.update(backend=backend.name, simulated=bool(backend.simulated), versions={})
+
+def _run(spec: RunSpec, world: World, guard: SignalGuard | None, events: RunEvents) -> Report:
+    state = _start_state(spec)
+    if guard is not None:
+        guard.snapshot = lambda: state.snapshot(guard)
+        if guard.signum is not None:  # stopped before anything started
+            return _final(state, guard)
+    system = _open(spec, world, state, guard)
+    if isinstance(system, Report):
+        return system
     ranks: Ranks | None = None
-
-    def snapshot() -> None:
-        if partial is not None:
-            extra = ranks.report_fields() if ranks is not None else {}
-            # never fatal here: the other ranks go on, and the final write reports problems
-            with contextlib.suppress(Exception):
-                partial(
-                    Report(
-                        testcases=list(state.results),
-                        warnings=list(state.warnings),
-                        **{**state.meta, **extra},
-                    )
-                )
-
     try:
-        state.meta.update(
-            versions=versions,
-            devices=tuple(device_record(d) for d in system.devices),
-        )
         ranks = Ranks(system)
         state.warnings += ranks.warnings
-        if progress is not None:
-            fields = {**state.meta, **ranks.report_fields()}
-            header = Report(warnings=list(state.warnings), started=state.started, **fields)
-            progress = _with_header(progress, header)
-        _run_all(system, selection, guard, state, progress, capture_output, ranks, snapshot)
+        state.rank_fields = ranks.report_fields
+        header = Report(warnings=list(state.warnings), started=state.started, **state.fields())
+        events.run_started(header, system)
+        _run_all(_Steps(spec, system, guard, state, ranks, events))
     except WorldError as exc:  # the ranks could not even meet: the run could not start
         state.warnings.append(f"the ranks could not start the run together: {exc}")
     finally:
@@ -488,62 +564,43 @@ def _final(state: _RunState, guard: SignalGuard | None) -> Report:
     return report
 
 
-def _with_header(progress: ProgressCallback, header: Report) -> ProgressCallback:
-    """``progress`` with every event carrying the run's ``header``."""
+@attrs.frozen
+class _Steps:
+    """What every step of one run shares."""
 
-    def call(event: Progress) -> None:
-        progress(attrs.evolve(event, header=header))
+    spec: RunSpec
+    system: System
+    guard: SignalGuard | None
+    state: _RunState
+    ranks: Ranks
+    events: RunEvents
 
-    return call
 
-
-def _run_all(
-    system: System,
-    selection: Sequence[Selected],
-    guard: SignalGuard | None,
-    state: _RunState,
-    progress: ProgressCallback | None,
-    capture_output: bool,
-    ranks: Ranks,
-    after_step: Callable[[], None],
-) -> None:
-    """Every step in order, appending to ``state.results``; stops once a signal arrived (or
-    once the world of ranks broke)."""
-    sizes = system.options.buffer_sizes
-    total = sum(len(_steps(item, sizes)) for item in selection)
+def _run_all(run: _Steps) -> None:
+    """Every step in order, appending to the state's results; stops once a signal arrived
+    (or once the world of ranks broke)."""
+    sizes = run.system.options.buffer_sizes
+    total = sum(len(_steps(item, sizes)) for item in run.spec.selection)
     done = 0
-    for item in selection:
+    for item in run.spec.selection:
         for size in _steps(item, sizes):
-            if guard is not None and guard.signum is not None:
+            if run.guard is not None and run.guard.signum is not None:
                 return
             key = item.key if isinstance(item, Entry) else item.token
-            if progress is not None:
-                progress(Progress("start", done, total, key, size))
-            result = ranks.step(
-                lambda it, sys_, sz, _: _step(it, sys_, sz, guard, state, capture_output),
-                item,
-                system,
-                size,
-                guard,
+            step = Step(done, total, key, size)
+            run.events.testcase_started(step)
+            result = run.ranks.step(
+                lambda it, sys_, sz, _: _step(it, sys_, sz, run), item, run.system, size, run.guard
             )
-            state.results.append(result)
-            state.current = None
+            run.state.results.append(result)
+            run.state.current = None
             done += 1
-            if progress is not None:
-                progress(Progress("end", done, total, key, size, result))
-            after_step()
-            if ranks.stopped:
+            run.events.testcase_finished(Finished(step, result), run.state.so_far())
+            if run.ranks.stopped:
                 return
 
 
-def _step(
-    item: Selected,
-    system: System,
-    size: int | None,
-    guard: SignalGuard | None,
-    state: _RunState,
-    capture_output: bool,
-) -> TestcaseResult:
+def _step(item: Selected, system: System, size: int | None, run: _Steps) -> TestcaseResult:
     """One testcase at one size, always as a TestcaseResult (Interrupted included)."""
     if isinstance(item, Unresolved):
         return TestcaseResult(item.token, Status.NOT_FOUND, item.message)
@@ -561,9 +618,10 @@ def _step(
             message=f"plugin {item.plugin!r} could not be loaded: {item.failure.message}",
             **common,
         )
+    guard, state = run.guard, run.state
     t0 = time.perf_counter()
     state.current = (common, t0, len(state.results))
-    capture = OutputCapture() if capture_output else None
+    capture = OutputCapture() if run.spec.capture_output else None
     try:
         with (
             capture or contextlib.nullcontext(),

@@ -23,14 +23,12 @@ Nothing here prints; only rank 0's caller writes output.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 from gpubw.memory.system import System
 from gpubw.model.errors import GpubwError
-from gpubw.model.options import RunOptions
 from gpubw.model.results import Status, TestcaseResult
 from gpubw.runner.registry import Entry, Selected
 from gpubw.world import World, WorldError, device_assignment
@@ -45,17 +43,6 @@ def is_multinode(item: Selected) -> bool:
 
     cls = getattr(item, "cls", None)
     return isinstance(item, Entry) and isinstance(cls, type) and issubclass(cls, MultinodeTestcase)
-
-
-def with_world(open_system: Callable[[RunOptions], System], world: World) -> Callable[..., System]:
-    """An opener that gives the System it opens ``world`` (the System holds the world)."""
-
-    def opener(options: RunOptions) -> System:
-        system = open_system(options)
-        system.world = world
-        return system
-
-    return opener
 
 
 def leader_bound(system: System) -> float:
@@ -221,55 +208,6 @@ def finish(world: World, code: int) -> int:
     return code
 
 
-def simulated_hosts(simulate: str | None) -> tuple[int, ...] | None:
-    """The hosts (devices per host) of a simulated system that has several, whose ranks
-    ``--simulate`` then emulates in one process; None otherwise (one process, one rank
-    holding every device, as always)."""
-    if simulate is None:
-        return None
-    from gpubw.backend.presets import load_system
-
-    hosts = load_system(simulate).hosts
-    return tuple(hosts) if hosts is not None and len(hosts) > 1 else None
-
-
-def run_simulated(
-    simulate: Any,
-    hosts: tuple[int, ...],
-    run_rank: Callable[[Callable[[RunOptions], System], World], Any],
-    timeout_s: float,
-) -> Any:
-    """Emulate one rank per simulated device in this process: a
-    :class:`gpubw.world.simulated.SimulatedCluster` of ``hosts`` over one simulated engine
-    (each rank a view of its host's devices, its own clock; the clocks meet at every
-    collective); ``simulate`` is a preset name, a system file or a ``SimSystem``.
-    ``run_rank(open_system, world)`` runs on every rank, in its own thread;
-    rank 0's return value is returned (its error raised; WorldError if it hung)."""
-    from gpubw.backend.presets import load_system
-    from gpubw.backend.sim import SimEngine
-    from gpubw.world.simulated import SimulatedCluster
-
-    model = load_system(simulate) if isinstance(simulate, str) else simulate
-    engine = SimEngine(model)
-    cluster = SimulatedCluster(list(hosts), timeout_s=timeout_s, on_step=engine.align_clocks)
-
-    def body(world: World) -> Any:
-        view = engine.rank_view(world.rank, cluster.rank_hosts[world.rank])
-
-        def opener(options: RunOptions) -> System:
-            return System(view, options, world=world)
-
-        return run_rank(opener, world)
-
-    # a whole run: wait for rank 0 as long as it runs (each of its collectives is bounded)
-    root = cluster.run(body, join_timeout_s=math.inf)[0]  # others' failures reach rank 0
-    if root.error is not None:
-        raise root.error
-    if root.hung:
-        raise WorldError("simulated rank 0 did not finish")
-    return root.value
-
-
 def rank_prefix(world: World) -> str:
     """The prefix of a non-root rank's stderr lines: ``rank <r> (<host>): ``."""
     return f"rank {world.rank} ({world.host_name}): " if world.size > 1 else ""
@@ -281,7 +219,4 @@ __all__ = [
     "is_multinode",
     "leader_bound",
     "rank_prefix",
-    "run_simulated",
-    "simulated_hosts",
-    "with_world",
 ]

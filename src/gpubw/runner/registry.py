@@ -453,6 +453,13 @@ def strtol_index(token: str) -> int | None:
 
 
 # -- writers -----------------------------------------------------------------------------
+def _is_writer_class(obj: Any) -> bool:
+    """Whether ``obj`` is a class of one of the two writer protocols (:mod:`gpubw.writers`)."""
+    from gpubw.writers import ReportWriter, StreamingWriter
+
+    return isinstance(obj, type) and issubclass(obj, (ReportWriter, StreamingWriter))
+
+
 class Writers:
     """The report writers (entry-point group ``gpubw.writers``); a writer's module is
     imported when it is asked for (:meth:`get`), all of them for :attr:`names` and
@@ -474,8 +481,13 @@ class Writers:
     def _failure(f: _Found) -> LoadFailure | None:
         if f.error:
             return LoadFailure(f.name, f.plugin, f.error)
-        if not callable(getattr(f.obj, "write", None)):
-            return LoadFailure(f.name, f.plugin, f"{f.value} has no write(report, stream)")
+        if not _is_writer_class(f.obj):
+            return LoadFailure(
+                f.name,
+                f.plugin,
+                f"{f.value} has neither write(report, stream) nor begin/testcase/end "
+                "(gpubw.writers.ReportWriter, StreamingWriter)",
+            )
         return None
 
     @property

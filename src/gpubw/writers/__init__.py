@@ -1,42 +1,73 @@
 """Writers: turn a :class:`gpubw.model.results.Report` into text, JSON, CSV, ...
 
-A writer is a plugin of the entry-point group ``gpubw.writers``: a subclass of :class:`Writer`
-with a ``name`` and ``write(report, stream)``. Writers only format; they never measure.
-:func:`gpubw.runner.registry.writer` finds one by name (the registry is the only place that reads
-entry points).
+A writer is a plugin of the entry-point group ``gpubw.writers``: a class gpubw constructs
+without arguments (then it sets the flags ``verbose`` and ``perf_formatter`` on it: see
+:func:`make_writer`) that implements one of two protocols. Writers only format; they never
+measure.
 
-Results as they happen: the CLI drives a writer through :meth:`Writer.begin` (once, before the
-first testcase), :meth:`Writer.testcase` (as each testcase finishes) and :meth:`Writer.end`
-(with the whole Report). The defaults write nothing until ``end``, which calls ``write``: a
-writer that only defines ``write`` (JSON: one validated document) works unchanged. A writer
-that streams (text, CSV) sets ``streams = True`` and overrides all three; what it writes in
-the three calls together must equal what ``write`` writes for the same report.
+* :class:`ReportWriter` -- ``write(report, stream)`` writes a whole Report at once (JSON: one
+  validated document). :class:`Writer` is its base class.
+* :class:`StreamingWriter` -- ``begin(header, stream)`` before the first testcase (``header``:
+  the Report without testcases), ``testcase(result, stream)`` as each one finishes, and
+  ``end(report, stream)`` with the whole Report. Standard output gets these calls as the run
+  goes; so does a file (``-o``), at the end (written atomically). While a judged run
+  streams, ``result.verdicts`` holds the verdicts on that result. A writer that also has
+  ``write`` (text, CSV) must write the same with it as with the three calls: gpubw then
+  uses ``write`` wherever it writes a report whole.
 
-Helpers shared by the built-in writers (and the plot command) live here: size-sweep grouping
-and the nvbandwidth form of a device's PCI address. Display units, the simulated notice and
-JSON-safe data come from :mod:`gpubw.model.report_io` (re-exported here); sizes are formatted by
+:func:`write_whole` writes a Report whole with either kind. Helpers shared by the built-in
+writers (and the plot command) live here: size-sweep grouping and the nvbandwidth form of a
+device's PCI address. Display units, the simulated notice and JSON-safe data come from
+:mod:`gpubw.model.report_io` (re-exported here); sizes are formatted by
 :mod:`gpubw.model.sizes`.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TextIO, runtime_checkable
+
+import attrs
 
 from gpubw.model.report_io import DISPLAY, display_scale, display_unit, json_safe, simulated_banner
 from gpubw.model.results import Matrix, Report, Status, TestcaseResult
 
 
-class Writer(abc.ABC):
-    """Base class of every writer.
+@runtime_checkable
+class ReportWriter(Protocol):
+    """A writer that writes a whole Report at once."""
 
-    The flags that change the output are constructor arguments, never read from the report:
+    def write(self, report: Report, stream: TextIO) -> None:
+        """Write ``report`` to ``stream`` (a text stream)."""
+
+
+@runtime_checkable
+class StreamingWriter(Protocol):
+    """A writer that writes as the run goes; the three calls together write the report."""
+
+    def begin(self, header: Report, stream: TextIO) -> None:
+        """The run has started: ``header`` is the Report without testcases (system,
+        devices, versions, options)."""
+
+    def testcase(self, result: TestcaseResult, stream: TextIO) -> None:
+        """One testcase (at one size) has finished (``result.verdicts``: the verdicts on
+        it, in a judged run)."""
+
+    def end(self, report: Report, stream: TextIO) -> None:
+        """The run is over; ``report`` is complete."""
+
+
+class Writer(abc.ABC):
+    """Base class of the built-in writers, and of any plugin's that wants it (a
+    :class:`ReportWriter`; a streaming writer adds ``begin``, ``testcase`` and ``end``).
+
+    The flags that change the output are attributes, never read from the report:
     ``verbose`` (per-sample figures) and ``perf_formatter`` (nvbandwidth's
-    ``--perfFormatter`` lines). A writer that defines its own ``__init__`` should accept them
-    as keyword arguments and pass them on (``super().__init__(**flags)``); one whose
-    ``__init__`` takes no arguments still works: the CLI then sets the flags as attributes
-    after construction (:func:`gpubw.cli.command.make_writer`).
+    ``--perfFormatter`` lines). gpubw constructs a writer without arguments and then sets
+    them (:func:`make_writer`); they are keyword arguments here too, for code that makes a
+    writer itself.
     """
 
     #: the entry-point name (``gpubw --format NAME``)
@@ -50,25 +81,40 @@ class Writer(abc.ABC):
         self.verbose = verbose
         self.perf_formatter = perf_formatter
 
-    #: True: begin/testcase write as the run goes (else everything is written by ``end``)
-    streams: bool = False
-
     @abc.abstractmethod
     def write(self, report: Report, stream: TextIO) -> None:
         """Write ``report`` to ``stream`` (a text stream)."""
 
-    def begin(self, header: Report, stream: TextIO) -> None:
-        """The run has started: ``header`` is the Report without testcases (system, devices,
-        versions, options). The default writes nothing."""
-        return None
 
-    def testcase(self, result: TestcaseResult, stream: TextIO) -> None:
-        """One testcase (at one size) has finished. The default writes nothing."""
-        return None
+def make_writer(cls: Callable[[], Any], *, verbose: bool = False, perf: bool = False) -> Any:
+    """A writer of class ``cls`` (constructed without arguments) with the two flags set on
+    it (a writer whose ``__slots__`` leave them out ignores them)."""
+    writer = cls()
+    with contextlib.suppress(AttributeError):
+        writer.verbose, writer.perf_formatter = verbose, perf
+    if not isinstance(writer, (ReportWriter, StreamingWriter)):
+        raise TypeError(
+            f"{type(writer).__name__} has neither write(report, stream) nor "
+            "begin/testcase/end(..., stream): it is not a writer"
+        )
+    return writer
 
-    def end(self, report: Report, stream: TextIO) -> None:
-        """The run is over; ``report`` is complete. The default writes it with ``write``."""
-        self.write(report, stream)
+
+def write_whole(writer: Any, report: Report, stream: TextIO) -> None:
+    """Write ``report`` whole: with ``write`` if the writer has it, else through
+    ``begin``, ``testcase`` (each result with its verdicts) and ``end``."""
+    if isinstance(writer, ReportWriter):
+        writer.write(report, stream)
+        return
+    writer.begin(attrs.evolve(report, testcases=()), stream)
+    for result in report.testcases:
+        writer.testcase(attrs.evolve(result, verdicts=verdicts_on(result, report)), stream)
+    writer.end(report, stream)
+
+
+def verdicts_on(result: TestcaseResult, report: Report) -> tuple[Any, ...]:
+    """The report's verdicts on one result (its testcase at its size)."""
+    return tuple(v for v in report.verdicts if v.testcase == result.key and v.size == result.size)
 
 
 # -- report shapes ----------------------------------------------------------------------
@@ -124,12 +170,17 @@ def cell_devices(
 
 __all__ = [
     "DISPLAY",
+    "ReportWriter",
+    "StreamingWriter",
     "Writer",
     "cell_devices",
     "device_pci_short",
     "display_scale",
     "display_unit",
     "json_safe",
+    "make_writer",
     "simulated_banner",
     "sweeps",
+    "verdicts_on",
+    "write_whole",
 ]

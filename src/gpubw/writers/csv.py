@@ -65,7 +65,6 @@ class CsvWriter(Writer):
     """Long-format CSV: one row per cell, written as each testcase finishes."""
 
     name = "csv"
-    streams = True
 
     def __init__(self, *, verbose: bool = False, perf_formatter: bool = False) -> None:
         super().__init__(verbose=verbose, perf_formatter=perf_formatter)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from gpubw.hw.nvml import DeviceFacts, device_facts
@@ -54,10 +54,6 @@ class TextWriter(Writer):
     """nvbandwidth-style plain text, printed testcase by testcase as the run goes."""
 
     name = "text"
-    streams = True
-    #: while a judged run streams: the verdicts on one finished testcase (set by the CLI to
-    #: :meth:`gpubw.acceptance.node.RunWatch.verdicts_of`), printed after the matrices they judge
-    verdicts_of: Callable[[TestcaseResult], Sequence[Any]] | None = None
 
     def __init__(self, *, verbose: bool = False, perf_formatter: bool = False) -> None:
         super().__init__(verbose=verbose, perf_formatter=perf_formatter)
@@ -80,8 +76,9 @@ class TextWriter(Writer):
         if self._header is None:
             return
         swept = self._sweep and result.size is not None
-        verdicts = self.verdicts_of(result) if self.verdicts_of is not None else ()
-        lines = self.testcase_lines(result, self.verbose, self.perf_formatter, swept, verdicts)
+        lines = self.testcase_lines(
+            result, self.verbose, self.perf_formatter, swept, result.verdicts
+        )
         _emit(stream, lines)
         self._written += 1
 
