@@ -45,7 +45,7 @@ def test_a_plugin_kernel_fault_fires_through_the_command_and_the_api(
 
 def test_a_bad_simulation_is_one_usage_error() -> None:
     """An unknown preset names the presets; a missing file says it cannot be read."""
-    with pytest.raises(UsageError, match="presets: .*h200x2"):
+    with pytest.raises(UsageError, match=r"presets: .*h200x2"):
         resolve_simulation("no-such-preset")
     with pytest.raises(UsageError, match="cannot read simulated system file"):
         resolve_simulation("/nonexistent/system.json")
