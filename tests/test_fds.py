@@ -4,7 +4,9 @@ descriptor closed. Other processes here are real ones (subprocesses)."""
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import signal
 import socket
 import stat
@@ -18,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from gpubw.world.fds import FdPassingError, FdServer, peer_credentials, receive_fd
+
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def open_fds() -> set[int]:
@@ -64,6 +68,40 @@ RECEIVER = """
     else:
         print("received:", os.pread(fd, 100, 0).decode())
 """
+
+
+def _code_words(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, word) of every name, attribute, string and number in the code of ``tree``, its
+    docstrings left out (they may tell the story)."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            yield node.lineno, node.id
+        elif isinstance(node, ast.Attribute):
+            yield node.lineno, node.attr
+        elif isinstance(node, ast.Constant) and id(node) not in docstrings:
+            yield node.lineno, str(node.value)
+
+
+def test_no_ptrace_rights_are_asked_for() -> None:
+    """No code of gpubw calls prctl (PR_SET_PTRACER let any process of the user ptrace every
+    rank) or pidfd_getfd/pidfd_open (they need ptrace rights; seccomp profiles block them)."""
+    # names, and Yama's PR_SET_PTRACER (0x59616D61) as a number
+    banned = re.compile(r"prctl|PR_SET_PTRACER|pidfd|ptrace|^1499557217$")
+    found = [
+        f"{path.relative_to(SRC)}:{line}: {word}"
+        for path in sorted(SRC.rglob("*.py"))
+        for line, word in _code_words(ast.parse(path.read_text(encoding="utf-8")))
+        if banned.search(word)
+    ]
+    assert found == []
 
 
 def test_a_rank_of_the_host_receives_a_duplicate(memfd: int) -> None:
