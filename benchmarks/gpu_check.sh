@@ -27,7 +27,7 @@
 #   mpifaults    tests/mpi_fault_rank.py under mpirun -np 2 on the GPUs: rank 1 fails the SM testcases
 #                (sm), is SIGKILLed (kill), hangs past --world-timeout (hang), hangs while mpirun gets
 #                SIGINT (int), or hangs mid-handshake on rank 0's POSIX-fd descriptor socket (fdhang):
-#                exit codes, the -o report of each, what is left running (and gpubw-fd-* folders)
+#                exit codes, the -o report of each, what is left running (and gpubw-fd-* sockets)
 #   multinode    mpirun -np 2 (Open MPI + mpi4py of the image): -p multinode -> $OUT/multinode-<tag>.json,
 #                the whole default suite -> $OUT/mpi-suite-<tag>.json (multicast variables kept)
 #   startup      issue 11 item 5: wall of `python3 -c pass`, `gpubw -l` and one testcase as a whole
@@ -162,7 +162,7 @@ PY
         esac
         echo "$fault rc=$? after $(python3 -c "print(round($(date +%s.%N)-$s,1))") s"
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('  interrupted:', d['interrupted'], 'exit_code:', d['exit_code'], [(t['key'][-16:], t['status'], t['message'][:120]) for t in d['testcases']])" "$OUT/mpi-$fault-$tag.json" 2>&1 | tail -1
-        sleep 1; echo "  left on the GPUs: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l); gpubw processes: $(pgrep -fc mpi_fault_rank); fd folders: $(ls -d "${XDG_RUNTIME_DIR:-/nonexistent}"/gpubw-fd-* "${TMPDIR:-/tmp}"/gpubw-fd-* 2> /dev/null | wc -l)"
+        sleep 1; echo "  left on the GPUs: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l); gpubw processes: $(pgrep -fc mpi_fault_rank); fd sockets: $(grep -c '@gpubw-fd-' /proc/net/unix)"
       done
       tail -4 "$OUT/log-$tag.txt" ;;
     startup)  # issue 11 item 5 (one testcase: -t device_local_copy -b 64 -q -j -o /dev/null)

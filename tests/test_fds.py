@@ -1,6 +1,6 @@
 """Passing a file descriptor between the processes of a run (gpubw.world.fds): SCM_RIGHTS over
-a Unix socket in a private folder, peers checked with SO_PEERCRED, every wait bounded, every
-descriptor closed. Other processes here are real ones (subprocesses)."""
+an abstract Unix socket, peers checked with SO_PEERCRED, every wait bounded, every descriptor
+closed. Other processes here are real ones (subprocesses)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import textwrap
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpubw.world.fds import FdPassingError, FdServer, peer_credentials, receive_fd
+from gpubw.world.fds import PREFIX, FdPassingError, FdServer, peer_credentials, receive_fd, shown
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -34,6 +33,13 @@ def open_fds() -> set[int]:
             continue  # the listing's own, closed by now
         found.add(int(name))
     return found
+
+
+def listening(address: str) -> bool:
+    """Whether a socket of this host is bound to ``address`` (/proc/net/unix's last column)."""
+    with open("/proc/net/unix", encoding="utf-8", errors="replace") as table:
+        rows = [line.split() for line in table][1:]
+    return any(len(row) > 7 and row[-1] == shown(address) for row in rows)
 
 
 @pytest.fixture
@@ -106,18 +112,18 @@ def test_no_ptrace_rights_are_asked_for() -> None:
 
 def test_a_rank_of_the_host_receives_a_duplicate(memfd: int) -> None:
     """Another process whose pid the server allows gets its own descriptor of the same
-    file (it reads what the exporter wrote); the socket is in a 0700 folder, removed at
-    close, and the server leaves no descriptor behind."""
+    file (it reads what the exporter wrote). The socket is abstract (no file) with a random
+    name, gone at close; the server leaves no descriptor behind."""
     before = open_fds()
     child = _child(RECEIVER, str(os.getpid()))
-    with FdServer(memfd, {child.pid}) as server:
-        folder = os.path.dirname(server.address)
-        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
-        assert stat.S_ISSOCK(os.stat(server.address).st_mode)
+    with FdServer(memfd, {child.pid}) as server, FdServer(memfd, {child.pid}) as other:
+        assert server.address.startswith(PREFIX) and len(server.address) == len(PREFIX) + 32
+        assert server.address != other.address
+        assert listening(server.address)
         out, err = child.communicate(server.address + "\n", timeout=30)
     assert out == "received: the exported allocation\n", err
     assert server.served == 1 and server.refused == []
-    assert not os.path.exists(folder)
+    assert not listening(server.address)
     assert open_fds() == before
 
 
@@ -133,6 +139,36 @@ def test_a_foreign_process_is_refused(memfd: int) -> None:
     assert server.refused == [
         (child.pid, f"process {child.pid} is not a rank of this run on this host")
     ]
+
+
+#: a process of user nobody (an abstract socket lets any user connect) asking for the
+#: descriptor with plain socket calls; prints how many descriptors and bytes it got
+OTHER_USER = """
+    import os, socket, sys
+    os.setgid(65534)
+    os.setuid(65534)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sys.stdin.readline().rstrip("\\n").replace("@", "\\0", 1))
+    data, fds, _, _ = socket.recv_fds(s, 1, 1)
+    print(len(fds), len(data))
+"""
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="switching to another user needs root")
+def test_a_process_of_another_user_is_refused(memfd: int) -> None:
+    """Even with a pid the server allows, another user's process gets nothing."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(OTHER_USER)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
+    with FdServer(memfd, {os.getpid(), child.pid}) as server:
+        out, err = child.communicate(shown(server.address) + "\n", timeout=30)
+    assert out == "0 0\n", err
+    assert server.refused == [(child.pid, f"process {child.pid} of user 65534, not 0")]
 
 
 def test_the_receiver_refuses_a_server_that_is_not_a_rank(memfd: int) -> None:
@@ -160,7 +196,9 @@ def test_a_server_gone_or_silent_is_an_error_within_the_bound(memfd: int, tmp_pa
     server = FdServer(memfd, {os.getpid()})
     server.close()
     server.close()  # twice is fine
-    with pytest.raises(FdPassingError, match=r"cannot receive the descriptor .* No such file"):
+    with pytest.raises(
+        FdPassingError, match=r"cannot receive .* @gpubw-fd-\w+: Connection refused"
+    ):
         receive_fd(server.address, {os.getpid()}, 5.0)
     silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with silent:
@@ -222,21 +260,3 @@ def test_a_rank_dying_mid_handshake_leaves_the_server_serving(memfd: int) -> Non
         start = time.monotonic()
     assert time.monotonic() - start < 2.0
     assert open_fds() == before
-
-
-def test_the_folder_is_under_xdg_runtime_dir_if_a_socket_fits_there(
-    memfd: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """$XDG_RUNTIME_DIR first; a folder whose socket path would pass sun_path's 107 bytes is
-    skipped for the temporary folder (and removed)."""
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    with FdServer(memfd, {os.getpid()}) as server:
-        assert server.address.startswith(str(tmp_path) + "/gpubw-fd-")
-    deep = tmp_path / ("d" * 100)
-    deep.mkdir()
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
-    with FdServer(memfd, {os.getpid()}) as server:
-        assert not server.address.startswith(str(deep))
-        fd = receive_fd(server.address, {os.getpid()}, 5.0)
-        os.close(fd)
-    assert list(deep.iterdir()) == [] and list(tmp_path.glob("gpubw-fd-*")) == []

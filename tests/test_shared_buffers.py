@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 import threading
@@ -32,7 +31,7 @@ from gpubw.model.options import RunOptions
 from gpubw.world.base import WorldError, WorldTimeoutError
 from gpubw.world.fds import FdPassingError, FdServer
 from gpubw.world.simulated import RankOutcome, SimulatedCluster, SimulatedWorld
-from test_fds import open_fds
+from test_fds import listening, open_fds
 
 MIB = 1 << 20
 SIZE = 4 * MIB
@@ -433,7 +432,7 @@ def test_posix_fd_buffers_pass_their_descriptor_to_the_hosts_ranks(
 ) -> None:
     """4 ranks of one h200x8 host agree on posix-fd: each buffer's owner serves its
     descriptor to the 3 others over a Unix socket until they all imported, then closes it;
-    no descriptor, server folder or allocation is left."""
+    no descriptor, socket or allocation is left."""
     servers = _spied_servers(monkeypatch)
     before = open_fds()
 
@@ -448,7 +447,7 @@ def test_posix_fd_buffers_pass_their_descriptor_to_the_hosts_ranks(
     assert values(out) == ["posix-fd"] * 4
     # the handle kind's end-to-end test, then one per buffer
     assert [(s.served, s.refused) for s in servers] == [(3, [])] * 3
-    assert not any(os.path.exists(s.address) for s in servers)
+    assert not any(listening(s.address) for s in servers)
     assert engine.live_allocations() == [] and open_fds() == before
 
 

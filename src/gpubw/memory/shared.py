@@ -20,7 +20,7 @@ refused) and, with ranks on more than one host, anything but fabric is a
 A POSIX-fd handle's descriptor goes from the owner to the importers of its host over a Unix
 socket (:mod:`gpubw.world.fds`: SCM_RIGHTS, peers checked with SO_PEERCRED against the
 world's process ids): the owner serves it from the export until the ranks agreed, the
-socket's path travels with the handle in the same collective, each importer closes its
+socket's name travels with the handle in the same collective, each importer closes its
 duplicate once imported. No rank needs ptrace rights over another.
 
 Typical use on every rank (``sharing`` made once per run)::

@@ -2,39 +2,42 @@
 Unix socket, as NCCL passes the POSIX-fd handles of cuMem allocations.
 
 The rank that holds the descriptor serves it (:class:`FdServer`: a thread accepting
-connections on a socket in a private 0700 folder); the ranks that need it connect and
-receive a duplicate (:func:`receive_fd`). The socket's path is the rendezvous: the caller
-sends :attr:`FdServer.address` to the others through the world's collectives, with the
-handle. Neither side needs ptrace rights over the other (``pidfd_getfd`` did: every rank
+connections on an abstract Unix socket with a random name); the ranks that need it connect
+and receive a duplicate (:func:`receive_fd`). The socket's name is the rendezvous: the
+caller sends :attr:`FdServer.address` to the others through the world's collectives, with
+the handle. Neither side needs ptrace rights over the other (``pidfd_getfd`` did: every rank
 had to let any process of the user ptrace it, and seccomp profiles often block that call).
 
-Each side checks the other with ``SO_PEERCRED``: a peer that is not of this user or not one
-of the given process ids (the world's ranks on this host, :attr:`gpubw.world.World.host_pids`)
-is refused: the server closes the connection without sending anything, the receiver raises.
+An abstract socket has no file: nothing is left behind however a process ends (a rank
+SIGKILLed while it serves, as MPI launchers end the others when one dies, would leave a
+socket file and its folder). Anyone on the host may connect to it, so each side checks the
+other with ``SO_PEERCRED``: a peer that is not of this user or not one of the given process
+ids (the world's ranks on this host, :attr:`gpubw.world.World.host_pids`) is refused: the
+server closes the connection without sending anything, the receiver raises.
 
 Every wait is bounded: connecting and receiving by the caller's timeout (the world's), the
 server by its owner, who closes it once the ranks agreed (a bounded collective). Every
-descriptor and socket made here is closed on every path, and the folder is removed at close.
+descriptor and socket made here is closed on every path.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import select
-import shutil
 import socket
 import struct
-import tempfile
 import threading
 import time
 from collections.abc import Iterable
 
 from gpubw.model.errors import GpubwError
 
-#: The socket's name inside its folder, and the most bytes a socket path may have (sun_path).
-_NAME = "fd"
-_MAX_PATH = 107
+#: The start of every server's name (in the abstract namespace: a leading NUL).
+PREFIX = "\0gpubw-fd-"
+#: Names tried before giving up (one taken already is 2**-128 likely).
+_BIND_TRIES = 3
 #: The one byte sent with the descriptor.
 _TAG = b"F"
 #: Bound of one answer of the server (a send on a fresh connection never waits in practice)
@@ -63,27 +66,36 @@ def _refusal(sock: socket.socket, allowed: frozenset[int]) -> str:
     return ""
 
 
-def _private_folder() -> str:
-    """A new folder only this user can enter (``mkdtemp``: mode 0700), short enough for a
-    socket path: under $XDG_RUNTIME_DIR, else the temporary folder, else /tmp."""
-    bases = [os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"]
-    tried = []
-    for base in dict.fromkeys(b for b in bases if b and os.path.isdir(b)):
-        try:
-            folder = tempfile.mkdtemp(prefix="gpubw-fd-", dir=base)
-        except OSError as exc:
-            tried.append(f"{base}: {exc.strerror}")
-            continue
-        if len(os.fsencode(os.path.join(folder, _NAME))) <= _MAX_PATH:
-            return folder
-        os.rmdir(folder)
-        tried.append(f"{base}: a socket path there is longer than {_MAX_PATH} bytes")
-    raise FdPassingError(f"no folder for the descriptor socket ({'; '.join(tried)})")
+def shown(address: str) -> str:
+    """``address`` as ``ss`` and /proc/net/unix show it: an abstract name with ``@``."""
+    return "@" + address[1:] if address.startswith("\0") else address
+
+
+def _bound_listener() -> tuple[socket.socket, str]:
+    """A listening socket on a new random abstract name, and that name."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        for attempt in range(_BIND_TRIES):
+            address = PREFIX + secrets.token_hex(16)
+            try:
+                sock.bind(address)
+            except OSError:
+                if attempt + 1 == _BIND_TRIES:
+                    raise
+                continue
+            sock.listen()
+            sock.setblocking(False)  # accept only what poll saw; never wait there
+            return sock, address
+    except BaseException:
+        sock.close()
+        raise
+    raise AssertionError("unreachable")
 
 
 class FdServer:
     """Serves a duplicate of ``fd`` to every process of ``allowed_pids`` (and this user) that
-    connects to :attr:`address`, from a thread, until :meth:`close`. The server holds its own
+    connects to :attr:`address` (an abstract socket name: it starts with NUL; :func:`shown`
+    prints it), from a thread, until :meth:`close`. The server holds its own
     duplicate of ``fd``, so the caller may close ``fd`` whenever it likes. Raises
     :class:`FdPassingError` if the socket cannot be made. Use as a context manager, or call
     :meth:`close` on every path."""
@@ -95,17 +107,12 @@ class FdServer:
         #: how many connections were given the descriptor
         self.served = 0
         self._closed = False
-        self._folder = _private_folder()
-        self.address = os.path.join(self._folder, _NAME)
         self._fds: list[int] = []  # this server's descriptors, closed at close()
         self._listener: socket.socket | None = None
         try:
             self._fd = self._own(os.dup(fd))
             self._wake_r, self._wake_w = (self._own(x) for x in os.pipe())
-            self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self._listener.bind(self.address)
-            self._listener.listen()
-            self._listener.setblocking(False)  # accept only what poll saw; never wait there
+            self._listener, self.address = _bound_listener()
             self._thread = threading.Thread(target=self._serve, name="gpubw-fd-server", daemon=True)
             self._thread.start()
         except BaseException as exc:
@@ -149,7 +156,7 @@ class FdServer:
             pass  # the peer left; it finds out on its side
 
     def close(self) -> None:
-        """Stop serving, close everything, remove the folder. Safe to call twice."""
+        """Stop serving and close everything (the name is free again). Safe to call twice."""
         if self._closed:
             return
         self._closed = True
@@ -167,7 +174,6 @@ class FdServer:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._fds.clear()
-        shutil.rmtree(self._folder, ignore_errors=True)
 
     def __enter__(self) -> FdServer:
         return self
@@ -188,20 +194,22 @@ def receive_fd(address: str, allowed_pids: Iterable[int], timeout_s: float) -> i
             sock.connect(address)
             why = _refusal(sock, frozenset(allowed_pids))
             if why:
-                raise FdPassingError(f"the descriptor at {address} is served by {why}")
+                raise FdPassingError(f"the descriptor at {shown(address)} is served by {why}")
             sock.settimeout(max(deadline - time.monotonic(), 1e-3))
             data, fds, flags, _ = socket.recv_fds(sock, 1, 1, socket.MSG_CMSG_CLOEXEC)
     except TimeoutError:
         raise FdPassingError(
-            f"no descriptor from {address} within {timeout_s:g} s (its server hangs)"
+            f"no descriptor from {shown(address)} within {timeout_s:g} s (its server hangs)"
         ) from None
     except OSError as exc:
-        raise FdPassingError(f"cannot receive the descriptor from {address}: {exc}") from None
+        raise FdPassingError(
+            f"cannot receive the descriptor from {shown(address)}: {exc.strerror or exc}"
+        ) from None
     if data == _TAG and len(fds) == 1 and not flags & socket.MSG_CTRUNC:
         return fds[0]
     for fd in fds:
         os.close(fd)
     raise FdPassingError(
-        f"the server at {address} closed the connection without sending the descriptor"
+        f"the server at {shown(address)} closed the connection without sending the descriptor"
         " (it refused this process, or it is closing)"
     )
