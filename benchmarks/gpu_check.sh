@@ -25,8 +25,9 @@
 #   safety       issue 13: -o /dev/stdout and -o /dev/null leave the device nodes as they are;
 #                a second gpubw during a run warns about the other process on the GPUs
 #   mpifaults    tests/mpi_fault_rank.py under mpirun -np 2 on the GPUs: rank 1 fails the SM testcases
-#                (sm), is SIGKILLed (kill), hangs past --world-timeout (hang), or hangs while mpirun gets
-#                SIGINT (int): exit codes, the -o report of each, what is left running
+#                (sm), is SIGKILLed (kill), hangs past --world-timeout (hang), hangs while mpirun gets
+#                SIGINT (int), or hangs mid-handshake on rank 0's POSIX-fd descriptor socket (fdhang):
+#                exit codes, the -o report of each, what is left running (and gpubw-fd-* sockets)
 #   multinode    mpirun -np 2 (Open MPI + mpi4py of the image): -p multinode -> $OUT/multinode-<tag>.json,
 #                the whole default suite -> $OUT/mpi-suite-<tag>.json (multicast variables kept)
 #   startup      issue 11 item 5: wall of `python3 -c pass`, `gpubw -l` and one testcase as a whole
@@ -150,7 +151,7 @@ PY
     mpifaults)  # a failing, a killed and a hung rank, and Ctrl-C to mpirun, on the GPUs under the image's Open MPI
       mpi=(timeout 150 mpirun --allow-run-as-root --oversubscribe -np 2 -x FAULT -x NCCL_NVLS_ENABLE -x GPUBW_CACHE_DIR -x PYTHONPATH -x PYTHONUNBUFFERED)
       few=(-b 64MiB -i 1 --loop-count 2 -j)
-      for fault in sm kill hang int; do
+      for fault in sm kill hang int fdhang; do
         rm -f "$OUT/mpi-$fault-$tag.json"; s=$(date +%s.%N)
         case $fault in
           sm) FAULT=sm "${mpi[@]}" python3 tests/mpi_fault_rank.py "${few[@]}" --world-timeout 5 -t 35 39 36 -o "$OUT/mpi-$fault-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" ;;
@@ -161,7 +162,7 @@ PY
         esac
         echo "$fault rc=$? after $(python3 -c "print(round($(date +%s.%N)-$s,1))") s"
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('  interrupted:', d['interrupted'], 'exit_code:', d['exit_code'], [(t['key'][-16:], t['status'], t['message'][:120]) for t in d['testcases']])" "$OUT/mpi-$fault-$tag.json" 2>&1 | tail -1
-        sleep 1; echo "  left on the GPUs: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l); gpubw processes: $(pgrep -fc mpi_fault_rank)"
+        sleep 1; echo "  left on the GPUs: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l); gpubw processes: $(pgrep -fc mpi_fault_rank); fd sockets: $(grep -c '@gpubw-fd-' /proc/net/unix)"
       done
       tail -4 "$OUT/log-$tag.txt" ;;
     startup)  # issue 11 item 5 (one testcase: -t device_local_copy -b 64 -q -j -o /dev/null)

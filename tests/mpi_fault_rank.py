@@ -5,6 +5,9 @@ backend; ``benchmarks/gpu_check.sh mpifaults``, on the GPUs under the image's Op
 sm    the cross-rank SM testcases fail on rank 1 (a GpubwError while queuing a sample)
 kill  rank 1 is SIGKILLed 1 s into multinode_device_to_device_bidirectional_memcpy_read_ce
 hang  rank 1 sleeps 120 s at the start of that testcase (only the world timeout ends it)
+fdhang  rank 1 connects to rank 0's POSIX-fd descriptor server (the first one: the handle
+      kind's end-to-end test in the first multinode testcase), then sleeps 120 s without
+      reading: a rank hung mid-handshake (only the world timeout ends it)
 devices  no fault: each rank ends by writing ``rank R touched D`` into the file
       ``touched-R`` of the current folder (one file per rank: mpiexec merges the ranks'
       streams in chunks), D the devices its backend made (or needed) a CUDA context on
@@ -14,12 +17,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 from typing import Any
 
 from gpubw.cli import command as cli
 from gpubw.measure.measurement import MemcpyOperation
+from gpubw.memory import shared
 from gpubw.model.errors import GpubwError
 from gpubw.testcases import multinode
 
@@ -47,6 +52,13 @@ def hang(self: Any, size: int, loops: int) -> Any:
     if RANK == 1:
         time.sleep(120)  # far past any bound the callers set
     return original(self, size, loops)
+
+
+def stall_receive(address: str, pids: Any, timeout_s: float) -> int:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(address)
+        time.sleep(120)  # connected, never reads: far past any bound the callers set
+    raise GpubwError("rank 1 woke up")
 
 
 #: backend calls that make or need a device's context, and which argument is the device
@@ -85,4 +97,6 @@ if __name__ == "__main__":
         multinode.MultinodeBidirectionalReadCE.run = die  # type: ignore[method-assign]
     if FAULT == "hang":
         multinode.MultinodeBidirectionalReadCE.run = hang  # type: ignore[method-assign]
+    if FAULT == "fdhang" and RANK == 1:
+        shared.receive_fd = stall_receive
     sys.exit(cli.main(sys.argv[1:]))

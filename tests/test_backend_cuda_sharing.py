@@ -1,5 +1,5 @@
 """The real backend's sharing calls (fabric, posix-fd, IPC, multicast) against a fake driver
-that keeps the books; pidfd_getfd runs for real on this process."""
+that keeps the books; a POSIX fd is passed for real over a Unix socket (SCM_RIGHTS)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from cuda.bindings import driver as real_cu
 from gpubw.backend import cuda as cuda_backend
 from gpubw.backend.base import MULTICAST_OFF, HandleProbe
 from gpubw.backend.cuda import CudaBackend
-from gpubw.backend.cuda_sharing import pidfd_getfd
 from gpubw.model.errors import CudaError, UsageError
+from gpubw.world.fds import FdServer, receive_fd
 from test_backend_cuda import FakeDriver
+from test_fds import open_fds
 
 R = real_cu.CUresult
 T = real_cu.CUmemAllocationHandleType
@@ -239,17 +240,29 @@ def test_a_device_attribute_of_zero_skips_the_kind(
     assert "cuMemExportToShareableHandle" in driver.calls  # the posix-fd probe's only
 
 
+def _passed(backend: CudaBackend, token: Any) -> int:
+    """The exporter's descriptor of ``token``, passed to this process over a Unix socket."""
+    with FdServer(backend.exported_fd(token), {os.getpid()}) as server:
+        return receive_fd(server.address, {os.getpid()}, 5.0)
+
+
 @pytest.mark.parametrize("kind", ["fabric", "posix-fd", "ipc"])
 def test_export_import_round_trip(fake: tuple[FakeSharingDriver, CudaBackend], kind: str) -> None:
     """Export (rounded to the granularity, mapped with read/write for the device), import
-    from the picklable token (a POSIX fd through a real pidfd_getfd), then close and free:
-    every handle, reservation and mapping is gone."""
+    from the picklable token (a POSIX fd passed over a real Unix socket), then close and
+    free: every handle, reservation and mapping is gone, and every descriptor closed."""
     driver, backend = fake
+    before = open_fds()
     ptr, token = backend.export_device(0, 3 * MIB, kind)
     assert token[-1] == (3 * MIB if kind == "ipc" else 4 * MIB)
+    fd = None
     if kind == "posix-fd":
-        assert token[0] == os.getpid()
-    imported = backend.import_device(1, token, kind, 3 * MIB)
+        assert token[:2] == (os.getpid(), backend.exported_fd(token))
+        fd = _passed(backend, token)
+        assert fd != token[1]
+    imported = backend.import_device(1, token, kind, 3 * MIB, fd)
+    if fd is not None:
+        os.close(fd)
     assert imported != ptr
     if kind != "ipc":
         assert driver.access[imported] == 1 and driver.access[ptr] == 0
@@ -260,6 +273,7 @@ def test_export_import_round_trip(fake: tuple[FakeSharingDriver, CudaBackend], k
     backend.close_import(imported)
     backend.free_exported(ptr)
     assert driver.leftovers() == {}
+    assert open_fds() - before <= {t.fileno() for t in driver._tmp}  # the fake driver's files
     with pytest.raises(UsageError, match="not memory imported"):
         backend.close_import(imported)
     with pytest.raises(UsageError, match="not memory exported"):
@@ -271,7 +285,10 @@ def test_close_frees_what_sharing_left(fake: tuple[FakeSharingDriver, CudaBacken
     driver, backend = fake
     for kind in ("fabric", "posix-fd", "ipc"):
         _, token = backend.export_device(0, MIB, kind)
-        backend.import_device(1, token, kind, MIB)
+        fd = _passed(backend, token) if kind == "posix-fd" else None
+        backend.import_device(1, token, kind, MIB, fd)
+        if fd is not None:
+            os.close(fd)
     backend.close()
     assert driver.leftovers() == {}
 
@@ -300,12 +317,25 @@ def test_bad_arguments(fake: tuple[FakeSharingDriver, CudaBackend]) -> None:
     backend.free_exported(ptr)
 
 
-def test_pidfd_getfd_errors_name_the_errno() -> None:
-    """A process that does not exist here (another host's pid) is ESRCH from pidfd_open."""
-    with pytest.raises(CudaError, match=r"pidfd_open failed: ESRCH"):
-        pidfd_getfd(2**22 + 12345, 3)
-    with pytest.raises(CudaError, match=r"pidfd_getfd failed: EBADF"):
-        pidfd_getfd(os.getpid(), 10_000)
+def test_a_posix_fd_import_needs_its_descriptor(
+    fake: tuple[FakeSharingDriver, CudaBackend],
+) -> None:
+    """The token only names the exporter's descriptor: importing without a descriptor in this
+    process is refused before any driver call; only this backend's posix-fd exports have an
+    exported_fd."""
+    driver, backend = fake
+    ptr, token = backend.export_device(0, MIB, "posix-fd")
+    with pytest.raises(UsageError, match=rf"descriptor {token[1]} of process {os.getpid()}"):
+        backend.import_device(1, token, "posix-fd", MIB)
+    fabric_ptr, fabric = backend.export_device(0, MIB, "fabric")
+    for bad in (fabric, (os.getpid() + 1, token[1], token[2]), (os.getpid(), 10_000, GRAN)):
+        with pytest.raises(UsageError, match="not a posix-fd handle exported by this backend"):
+            backend.exported_fd(bad)
+    backend.free_exported(ptr)
+    backend.free_exported(fabric_ptr)
+    with pytest.raises(UsageError, match="not a posix-fd handle exported"):
+        backend.exported_fd(token)  # freed: its descriptor is closed
+    assert driver.leftovers() == {}
 
 
 @pytest.mark.parametrize(("name", "value"), MULTICAST_OFF)
@@ -363,9 +393,11 @@ def test_multicast_needs_device_support(fake: tuple[FakeSharingDriver, CudaBacke
 
 
 # -- gpu: two real processes -------------------------------------------------------------------
-def _exporter(kind: str, device: int, conn: Any) -> None:
-    """Child process: export a buffer holding a known pattern, send the token, wait."""
+def _exporter(kind: str, device: int, conn: Any, importer: int) -> None:
+    """Child process: export a buffer holding a known pattern, send the token (and, for
+    posix-fd, where process ``importer`` gets the descriptor), wait."""
     backend = CudaBackend()
+    server: FdServer | None = None
     try:
         ptr, token = backend.export_device(device, 4 * MIB, kind)
         host = backend.alloc_host(4 * MIB, device)
@@ -373,18 +405,22 @@ def _exporter(kind: str, device: int, conn: Any) -> None:
         with backend.stream(device) as s:
             backend.memcpy_async(ptr, host, 4 * MIB, s)
             backend.synchronize(s, 30.0)
-        conn.send(token)
+        if kind == "posix-fd":
+            server = FdServer(backend.exported_fd(token), {importer})
+        conn.send((token, None if server is None else server.address))
         conn.recv()  # the importer is done
         backend.free_exported(ptr)
         conn.send("freed")
     finally:
+        if server is not None:
+            server.close()
         backend.close()
 
 
-def _importer(kind: str, device: int, token: Any) -> bytes:
+def _importer(kind: str, device: int, token: Any, fd: int | None) -> bytes:
     backend = CudaBackend()
     try:
-        ptr = backend.import_device(device, token, kind, 4 * MIB)
+        ptr = backend.import_device(device, token, kind, 4 * MIB, fd)
         host = backend.alloc_host(4 * MIB, device)
         with backend.stream(device) as s:
             backend.memcpy_async(host, ptr, 4 * MIB, s)
@@ -400,7 +436,8 @@ def _importer(kind: str, device: int, token: Any) -> bytes:
 @pytest.mark.parametrize("kind", ["posix-fd", "ipc"])
 def test_two_processes_share_device_memory(kind: str) -> None:
     """On a real GPU: one process exports (on device 0), another imports (on the last
-    device) and reads the exporter's bytes; both free everything."""
+    device; a POSIX fd received over a Unix socket) and reads the exporter's bytes; both
+    free everything."""
     import multiprocessing
 
     try:
@@ -414,12 +451,17 @@ def test_two_processes_share_device_memory(kind: str) -> None:
         pytest.skip(f"{kind} export does not work here: {probes[kind].error}")
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_exporter, args=(kind, 0, child))
+    proc = ctx.Process(target=_exporter, args=(kind, 0, child, os.getpid()))
     proc.start()
     try:
         assert parent.poll(60), "the exporter sent no token"
-        token = parent.recv()
-        data = _importer(kind, last, token)
+        token, address = parent.recv()
+        fd = None if address is None else receive_fd(address, {proc.pid}, 60.0)
+        try:
+            data = _importer(kind, last, token, fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
         parent.send("done")
         assert parent.poll(60) and parent.recv() == "freed"
     finally:

@@ -186,6 +186,20 @@ def test_a_hung_rank_is_bounded_by_the_world_timeout(tmp_path: Path) -> None:
     assert "the world is broken" not in tcs[2]["message"]  # the timeout said once
 
 
+def test_a_rank_hung_mid_handshake_is_bounded_by_the_world_timeout(tmp_path: Path) -> None:
+    """Rank 1 connects to rank 0's descriptor server (POSIX-fd handles: SCM_RIGHTS over a
+    Unix socket) and hangs there: rank 0's agreement times out after --world-timeout, the
+    testcase is Error naming the wait, rank 0 writes the report and the run ends with 1
+    (hydra kills the hung rank)."""
+    args = [*FAST, "-t", "35", "36", "-j", "-o", "r.json", "--world-timeout", "2"]
+    rc, _, err, seconds = mpirun(tmp_path, args, "fdhang")
+    assert rc == 1, err
+    assert seconds < 50  # as test_a_hung_rank_is_bounded_by_the_world_timeout
+    tcs = report(tmp_path / "r.json")["testcases"]
+    assert [t["status"] for t in tcs] == ["Error"]
+    assert "agree did not complete within 2 s" in tcs[0]["message"]
+
+
 def test_ctrl_c_to_the_launcher_writes_the_interrupted_report(tmp_path: Path) -> None:
     """SIGINT to mpiexec (forwarded to every rank) while rank 0 waits for rank 1: rank 0
     writes the interrupted report and the run exits 130."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import struct
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -14,6 +16,7 @@ from gpubw.backend.base import MULTICAST_OFF, ptr, u32, u64
 from gpubw.backend.presets import load_system, system_from_dict
 from gpubw.backend.sim import Faults, SimEngine, SimSystem, SimulatedBackend
 from gpubw.kernels.patterns import SRC_SEED
+from gpubw.memory import shared
 from gpubw.memory.buffers import BufferPool, DeviceBuffer, HostBuffer
 from gpubw.memory.shared import (
     IMEX_MESSAGE,
@@ -25,7 +28,10 @@ from gpubw.memory.shared import (
 )
 from gpubw.model.errors import CudaError, GateTimeoutError, VerificationError
 from gpubw.model.options import RunOptions
+from gpubw.world.base import WorldError, WorldTimeoutError
+from gpubw.world.fds import FdPassingError, FdServer
 from gpubw.world.simulated import RankOutcome, SimulatedCluster, SimulatedWorld
+from test_fds import listening, open_fds
 
 MIB = 1 << 20
 SIZE = 4 * MIB
@@ -164,17 +170,17 @@ def test_one_rank_refusing_fabric_export_is_named() -> None:
 
 
 def test_posix_fd_refused_end_to_end_falls_back_to_ipc() -> None:
-    """If importing a POSIX fd fails on a rank (pidfd_getfd refused), the ranks use IPC and
+    """If importing a POSIX fd fails on a rank (the driver refuses it), the ranks use IPC and
     say why."""
 
     def body(r: Rank) -> tuple[str, str]:
         if r.world.rank == 1:
             original = r.backend.import_device
 
-            def refuse(device: int, handle: Any, kind: str, nbytes: int) -> int:
+            def refuse(device: int, handle: Any, kind: str, nbytes: int, fd: Any = None) -> int:
                 if kind == "posix-fd":
-                    raise CudaError("pidfd_getfd", "EPERM", "injected")
-                return original(device, handle, kind, nbytes)
+                    raise CudaError("cuMemImportFromShareableHandle", "EPERM", "injected")
+                return original(device, handle, kind, nbytes, fd)
 
             r.backend.import_device = refuse  # type: ignore[method-assign]
         return r.sharing.handle_kind(), r.sharing.describe()
@@ -182,8 +188,83 @@ def test_posix_fd_refused_end_to_end_falls_back_to_ipc() -> None:
     engine, out = run_ranks(load_system("h200x2"), [2], body)
     for kind, text in values(out):
         assert kind == "ipc"
-        assert "posix-fd refused: rank 1: pidfd_getfd failed: EPERM (injected)" in text
+        assert "posix-fd refused: rank 1: cuMemImportFromShareableHandle failed: EPERM" in text
     assert engine.live_allocations() == []
+
+
+def test_a_descriptor_refused_by_its_server_falls_back_to_ipc() -> None:
+    """The owner's descriptor server refuses a process that is not one of the run's ranks on
+    its host (SO_PEERCRED): here rank 0 believes its host's ranks are another process, so it
+    refuses rank 1, which gets no descriptor; the ranks use IPC and say why."""
+
+    def body(r: Rank) -> tuple[str, str]:
+        if r.world.rank == 0:
+            r.world.host_pids = frozenset({1})
+        return r.sharing.handle_kind(), r.sharing.describe()
+
+    engine, out = run_ranks(load_system("h200x2"), [2], body)
+    for kind, text in values(out):
+        assert kind == "ipc"
+        assert "posix-fd refused: rank 1: the server at " in text
+        assert "closed the connection without sending the descriptor" in text
+    assert engine.live_allocations() == []
+
+
+def _stalling_receive(monkeypatch: pytest.MonkeyPatch, nth: int, dies: bool) -> list[int]:
+    """Rank 1's ``nth`` descriptor (1: the handle-kind probe's, 2: its first buffer's): it
+    connects to the owner's server, then hangs 3 s without reading and gives up, or dies
+    (its thread leaves the world) right after connecting. Other receives are real."""
+    real = shared.receive_fd
+    calls = [0]
+
+    def receive(address: str, pids: Any, timeout_s: float) -> int:
+        if threading.current_thread().name != "gpubw-rank-1":
+            return real(address, pids, timeout_s)
+        calls[0] += 1
+        if calls[0] != nth:
+            return real(address, pids, timeout_s)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(address)
+            if dies:
+                raise SystemExit("rank 1 died mid-handshake")
+            time.sleep(3.0)
+        raise FdPassingError("rank 1 gave up")
+
+    monkeypatch.setattr(shared, "receive_fd", receive)
+    return calls
+
+
+@pytest.mark.parametrize("dies", [False, True], ids=["hangs", "dies"])
+@pytest.mark.parametrize("nth", [1, 2], ids=["probe", "buffer"])
+def test_a_rank_stopping_mid_handshake_ends_within_the_world_timeout(
+    monkeypatch: pytest.MonkeyPatch, nth: int, dies: bool
+) -> None:
+    """Rank 1 stops between connecting to the owner's descriptor server and receiving: the
+    owner (rank 0) ends within the world timeout (2 s) - a WorldTimeoutError if rank 1
+    hangs, a WorldError at once if it died -, closing its server and freeing its export;
+    no descriptor stays open, no folder stays behind."""
+    calls = _stalling_receive(monkeypatch, nth, dies)
+    before = open_fds()
+
+    def body(r: Rank) -> tuple[float, BaseException]:
+        if nth == 2:
+            r.sharing.handle_kind()
+        start = time.monotonic()
+        with pytest.raises(WorldError) as info:
+            SharedBuffer.create(r.sharing, owner=0, nbytes=SIZE)
+        return time.monotonic() - start, info.value
+
+    engine, out = run_ranks(load_system("h200x2"), [2], body, timeout_s=2.0)
+    assert calls == [nth]
+    assert out[0].ok, out[0].error
+    assert out[0].value is not None
+    seconds, error = out[0].value
+    if dies:
+        assert "rank 1 left the world" in str(error) and seconds < 1.5
+    else:
+        assert isinstance(error, WorldTimeoutError) and 1.9 < seconds < 3.5
+    assert engine.live_allocations() == [] and engine.exports == {}
+    assert open_fds() == before
 
 
 # -- shared buffers ----------------------------------------------------------------------------
@@ -307,7 +388,7 @@ def test_an_import_failure_unwinds_every_rank() -> None:
         r.sharing.handle_kind()
         if r.world.rank == 2:
 
-            def refuse(device: int, handle: Any, kind: str, nbytes: int) -> int:
+            def refuse(device: int, handle: Any, kind: str, nbytes: int, fd: Any = None) -> int:
                 raise CudaError("cuMemImportFromShareableHandle", "CUDA_ERROR_NOT_PERMITTED")
 
             r.backend.import_device = refuse  # type: ignore[method-assign]
@@ -344,6 +425,30 @@ def test_export_refused_after_agreement_fails_the_buffer() -> None:
         * 2
     )
     assert engine.live_allocations() == []
+
+
+def test_posix_fd_buffers_pass_their_descriptor_to_the_hosts_ranks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """4 ranks of one h200x8 host agree on posix-fd: each buffer's owner serves its
+    descriptor to the 3 others over a Unix socket until they all imported, then closes it;
+    no descriptor, socket or allocation is left."""
+    servers = _spied_servers(monkeypatch)
+    before = open_fds()
+
+    def body(r: Rank) -> str:
+        kind = r.sharing.handle_kind()
+        for owner in (2, 0):
+            with SharedBuffer.create(r.sharing, owner=owner, nbytes=SIZE):
+                r.world.barrier()
+        return kind
+
+    engine, out = run_ranks(load_system("h200x8"), [4], body)
+    assert values(out) == ["posix-fd"] * 4
+    # the handle kind's end-to-end test, then one per buffer
+    assert [(s.served, s.refused) for s in servers] == [(3, [])] * 3
+    assert not any(listening(s.address) for s in servers)
+    assert engine.live_allocations() == [] and open_fds() == before
 
 
 def test_sharing_close_frees_what_an_interrupted_testcase_left() -> None:
@@ -482,6 +587,48 @@ def test_a_store_to_a_multicast_object_lands_in_every_member() -> None:
     overhead = model.overheads.kernel_launch + model.overheads.host_call  # record -> launch
     assert seconds == pytest.approx(SIZE / rate + overhead, rel=1e-6)
     assert engine.live_allocations() == [] and engine.multicasts == {}
+
+
+def _spied_servers(monkeypatch: pytest.MonkeyPatch) -> list[FdServer]:
+    """Every descriptor server the ranks make from now on."""
+    made: list[FdServer] = []
+
+    class Spied(FdServer):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(shared, "FdServer", Spied)
+    return made
+
+
+@pytest.mark.usefixtures("multicast_allowed")
+def test_a_multicast_object_shared_with_posix_fd_passes_its_descriptor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With posix-fd handles (asked for, on one GB200 host of 4 ranks), the owner's
+    descriptor of its multicast object reaches the 3 other members over its Unix socket;
+    each joins with its own duplicate; afterwards no object, server or descriptor is left."""
+    before = open_fds()
+
+    def body(r: Rank) -> int:
+        assert r.sharing.handle_kind() == "posix-fd"
+        servers = _spied_servers(monkeypatch) if r.world.rank == 1 else []
+        r.world.barrier()
+        with MulticastBuffer.create(r.sharing, owner=1, nbytes=SIZE) as mc:
+            found = r.backend.engine.memory.find(mc.ptr, SIZE)
+            assert found is not None and found[0].members is not None
+            members = len(found[0].members)
+            r.world.barrier()
+        if servers:
+            (server,) = servers
+            assert (server.served, server.refused) == (3, [])
+        return members
+
+    engine, out = run_ranks(load_system("gb200nvl72"), [4], body, prefer="posix-fd")
+    assert values(out) == [4] * 4
+    assert engine.multicasts == {} and engine.live_allocations() == []
+    assert open_fds() == before
 
 
 @pytest.mark.parametrize(("name", "value"), MULTICAST_OFF)

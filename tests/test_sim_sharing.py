@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from gpubw.backend.base import MULTICAST_OFF, HandleProbe
 from gpubw.backend.presets import load_system
 from gpubw.backend.sim import Faults, SimEngine, SimulatedBackend
 from gpubw.model.errors import CudaError, UsageError
+from gpubw.world.fds import FdServer, receive_fd
 
 MIB = 1 << 20
 
@@ -85,7 +88,8 @@ def test_import_maps_the_same_allocation_and_checks_the_handle() -> None:
     )
     ptr, handle = owner.export_device(0, 3 * MIB, "posix-fd")
     assert engine.live_allocations() == [(ptr, 4 * MIB, 0)]
-    assert same_host.import_device(1, handle, "posix-fd", 3 * MIB) == ptr
+    fd = owner.exported_fd(handle)
+    assert same_host.import_device(1, handle, "posix-fd", 3 * MIB, fd) == ptr
     with pytest.raises(CudaError, match="works on its own host only"):
         other_host.import_device(0, handle, "posix-fd", MIB)
     with pytest.raises(CudaError, match="a posix-fd handle imported as fabric"):
@@ -93,7 +97,7 @@ def test_import_maps_the_same_allocation_and_checks_the_handle() -> None:
     with pytest.raises(CudaError, match="not a simulated handle"):
         same_host.import_device(1, ("nope",), "posix-fd", MIB)
     with pytest.raises(CudaError, match="imported by its exporter"):
-        owner.import_device(0, handle, "posix-fd", MIB)
+        owner.import_device(0, handle, "posix-fd", MIB, fd)
     with pytest.raises(UsageError, match="not memory imported"):
         same_host.close_import(ptr + 1)
     with pytest.raises(UsageError, match="not memory exported"):
@@ -122,10 +126,42 @@ def test_close_frees_a_views_shared_memory() -> None:
     engine = SimEngine(load_system("h200x2"))
     a, b = engine.rank_view(0, 0), engine.rank_view(1, 0)
     _, handle = a.export_device(0, MIB, "posix-fd")
-    b.import_device(0, handle, "posix-fd", MIB)
+    b.import_device(0, handle, "posix-fd", MIB, a.exported_fd(handle))
     b.close()
     a.close()
     assert engine.live_allocations() == [] and engine.exports == {}
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_posix_fd_import_needs_the_exporters_descriptor() -> None:
+    """A POSIX-fd export is a real descriptor (a memfd holding the handle): the import goes
+    through a duplicate of it received over a Unix socket (SCM_RIGHTS), and is refused
+    without one, or with another export's; freeing the export closes its descriptor."""
+    before = _open_fds()
+    engine = SimEngine(load_system("h200x2"))
+    owner, importer = engine.rank_view(0, 0), engine.rank_view(1, 0)
+    ptr, handle = owner.export_device(0, MIB, "posix-fd")
+    other, other_handle = owner.export_device(0, MIB, "posix-fd")
+    with pytest.raises(CudaError, match=r"INVALID_VALUE \(no descriptor for a posix-fd handle"):
+        importer.import_device(1, handle, "posix-fd", MIB)
+    with pytest.raises(CudaError, match="is not the handle's allocation"):
+        importer.import_device(1, handle, "posix-fd", MIB, owner.exported_fd(other_handle))
+    with pytest.raises(UsageError, match="not a posix-fd handle exported by this backend"):
+        importer.exported_fd(handle)
+    with FdServer(owner.exported_fd(handle), {os.getpid()}) as server:
+        fd = receive_fd(server.address, {os.getpid()}, 5.0)
+    assert fd != owner.exported_fd(handle)
+    try:
+        assert importer.import_device(1, handle, "posix-fd", MIB, fd) == ptr
+    finally:
+        os.close(fd)
+    importer.close_import(ptr)
+    owner.free_exported(ptr)
+    owner.free_exported(other)
+    assert _open_fds() == before
 
 
 def test_per_view_allocation_faults_use_local_ordinals() -> None:
@@ -175,9 +211,16 @@ def test_multicast_needs_fabric_or_posix_fd() -> None:
         view.multicast_create(0, MIB, 2, "ipc")
     with pytest.raises(CudaError, match="NOT_PERMITTED"):
         view.multicast_create(0, MIB, 2, "fabric")
-    key, _ = view.multicast_create(0, MIB, 2, "posix-fd")
+    before = _open_fds()
+    key, handle = view.multicast_create(0, MIB, 2, "posix-fd")
+    assert view.multicast_join(0, handle, "posix-fd", MIB) == key  # the creator: no descriptor
+    other = engine.rank_view(1, 0)
+    with pytest.raises(CudaError, match="no descriptor for a posix-fd handle"):
+        other.multicast_join(1, handle, "posix-fd", MIB)
+    other.multicast_join(1, handle, "posix-fd", MIB, view.exported_fd(handle))
+    other.multicast_free(key)
     view.multicast_free(key)
-    assert engine.multicasts == {}
+    assert engine.multicasts == {} and _open_fds() == before
 
 
 @pytest.mark.parametrize("release", [True, False])

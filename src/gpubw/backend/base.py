@@ -13,8 +13,11 @@ A stream belongs to one device; work enqueued on it runs in that device's primar
 Memory shared across ranks (processes, possibly on other hosts) goes through four more
 calls: the owner exports an allocation (:meth:`Backend.export_device`) and sends the
 picklable handle to the others, who :meth:`Backend.import_device` it; importers
-:meth:`Backend.close_import`, then the owner :meth:`Backend.free_exported`. Which handle kind
-works on this machine is probed with :meth:`Backend.handle_probes`. NVLink multicast objects
+:meth:`Backend.close_import`, then the owner :meth:`Backend.free_exported`. A POSIX-fd
+handle also needs its file descriptor in the importing process: the owner serves
+:meth:`Backend.exported_fd` over a Unix socket (:mod:`gpubw.world.fds`, SCM_RIGHTS) and the
+importer passes the duplicate it received as ``fd``. Which handle kind works on this
+machine is probed with :meth:`Backend.handle_probes`. NVLink multicast objects
 (``multicast_*``) are created only where :func:`multicast_disabled` says nothing disables
 them; both backends check it before any multicast call.
 """
@@ -36,8 +39,9 @@ from gpubw.model.devices import pci_short as pci_short
 from gpubw.model.errors import CudaError, UsageError
 
 #: Kinds of shareable handle for device memory, best first: CUDA fabric handles (across
-#: hosts, need the IMEX service and a channel), POSIX file descriptors (one host; imported
-#: with pidfd_getfd), legacy CUDA IPC handles (one host, ``cuMemAlloc`` memory).
+#: hosts, need the IMEX service and a channel), POSIX file descriptors (one host; the
+#: descriptor is passed over a Unix socket, :mod:`gpubw.world.fds`), legacy CUDA IPC handles
+#: (one host, ``cuMemAlloc`` memory).
 FABRIC = "fabric"
 POSIX_FD = "posix-fd"
 IPC = "ipc"
@@ -338,10 +342,21 @@ class Backend(abc.ABC):
         called :meth:`close_import`."""
         raise CudaError("cuMemExportToShareableHandle", "CUDA_ERROR_NOT_SUPPORTED", self.name)
 
-    def import_device(self, device: int, handle: Any, kind: str, nbytes: int) -> int:
+    def exported_fd(self, handle: Any) -> int:
+        """The file descriptor of a POSIX-fd ``handle`` that this backend exported
+        (:meth:`export_device` or :meth:`multicast_create`): what the owner passes to the
+        importers (:mod:`gpubw.world.fds`). The backend keeps it and closes it when the
+        export is freed. UsageError for any other handle."""
+        raise UsageError(f"{handle!r} is not a posix-fd handle exported by this backend")
+
+    def import_device(
+        self, device: int, handle: Any, kind: str, nbytes: int, fd: int | None = None
+    ) -> int:
         """Map memory exported by another rank (``handle`` from its :meth:`export_device`,
         ``nbytes`` as it asked) into this process, accessible from ``device``; returns the
-        pointer to use here (never the exporter's). Undo with :meth:`close_import`."""
+        pointer to use here (never the exporter's). For ``kind`` posix-fd, ``fd`` is this
+        process's duplicate of the exporter's descriptor (received over a Unix socket); the
+        caller keeps it and closes it after. Undo with :meth:`close_import`."""
         raise CudaError("cuMemImportFromShareableHandle", "CUDA_ERROR_NOT_SUPPORTED", self.name)
 
     def close_import(self, pointer: int) -> None:
@@ -364,10 +379,13 @@ class Backend(abc.ABC):
         check_multicast_allowed("cuMulticastCreate")
         raise CudaError("cuMulticastCreate", "CUDA_ERROR_NOT_SUPPORTED", self.name)
 
-    def multicast_join(self, device: int, handle: Any, kind: str, nbytes: int) -> int:
-        """Import the multicast object (unless this process created it) and add ``device``
-        to it; returns this process's key for it. Every member must join before any
-        :meth:`multicast_map` (a barrier between them)."""
+    def multicast_join(
+        self, device: int, handle: Any, kind: str, nbytes: int, fd: int | None = None
+    ) -> int:
+        """Import the multicast object (unless this process created it; for posix-fd from
+        ``fd``, as :meth:`import_device`) and add ``device`` to it; returns this process's key
+        for it. Every member must join before any :meth:`multicast_map` (a barrier between
+        them)."""
         check_multicast_allowed("cuMulticastAddDevice")
         raise CudaError("cuMulticastAddDevice", "CUDA_ERROR_NOT_SUPPORTED", self.name)
 

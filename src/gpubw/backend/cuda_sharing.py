@@ -5,10 +5,10 @@ handles, and NVLink multicast objects (a mixin of :class:`gpubw.backend.cuda.Cud
   device, with the handle type requested), ``cuMemExportToShareableHandle`` (a
   ``CUmemFabricHandle`` of 64 bytes, or a file descriptor), then every process maps it:
   ``cuMemAddressReserve`` + ``cuMemMap`` + ``cuMemSetAccess`` (read/write from its device).
-  An importer of a file descriptor first copies it out of the exporter with ``pidfd_open`` +
-  ``pidfd_getfd`` (Linux >= 5.6; syscall 438 on x86_64 and aarch64), which needs ptrace
-  rights over the exporter: each process calls ``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)``
-  once, so Yama's ``ptrace_scope`` 1 lets sibling ranks in.
+  A file descriptor reaches an importer before it imports: the exporter's rank serves it
+  over a Unix socket (SCM_RIGHTS, :mod:`gpubw.world.fds`, :meth:`exported_fd`) and the
+  importer passes the duplicate it received as ``fd`` (and closes it after). No ptrace
+  rights, no ``prctl``, no ``pidfd_getfd``.
 * **ipc**: ``cuMemAlloc`` + ``cuIpcGetMemHandle`` (64 opaque bytes), imported with
   ``cuIpcOpenMemHandle(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)``.
 * **multicast**: ``cuMulticastCreate`` on the owner, exported like memory; every member
@@ -18,16 +18,15 @@ handles, and NVLink multicast objects (a mixin of :class:`gpubw.backend.cuda.Cud
   reaches the driver where ``NCCL_NVLS_ENABLE=0`` (or another setting) forbids it.
 
 Handles sent to other ranks are plain tuples: ``(64 bytes, size)`` for fabric and ipc,
-``(pid, fd, size)`` for posix-fd, with ``(num_devices,)`` appended for multicast. Everything
+``(pid, fd, size)`` for posix-fd (the exporter's process and descriptor number: its identity,
+not usable by another process), with ``(num_devices,)`` appended for multicast. Everything
 made here is recorded and freed by :meth:`CudaSharingMixin._release_sharing` (the backend's
 ``close``), also after an error or Ctrl-C.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import errno
 import itertools
 import os
 from typing import Any
@@ -45,11 +44,6 @@ from gpubw.backend.base import (
 )
 from gpubw.model.errors import CudaError, UsageError
 
-#: pidfd_getfd(2): the same number on x86_64 and aarch64 (the unified syscall table).
-SYS_PIDFD_GETFD = 438
-#: prctl(2) PR_SET_PTRACER (Yama) and PR_SET_PTRACER_ANY.
-PR_SET_PTRACER = 0x59616D61
-PR_SET_PTRACER_ANY = (1 << 64) - 1
 #: Bytes of a CUmemFabricHandle and of a CUipcMemHandle.
 HANDLE_BYTES = 64
 #: Device attributes (by name, as cuda.bindings spells them) that say a kind can work.
@@ -57,53 +51,6 @@ _KIND_ATTRIBUTE = {
     FABRIC: "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED",
     POSIX_FD: "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED",
 }
-
-
-def _libc() -> Any:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def allow_ptrace_by_any() -> bool:
-    """``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)``: let sibling processes take file
-    descriptors from this one with pidfd_getfd under Yama ``ptrace_scope`` 1. Returns whether
-    it took effect (False without Yama: nothing to do then)."""
-    prctl = _libc().prctl
-    prctl.restype = ctypes.c_int
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    return prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0
-
-
-def pidfd_getfd(pid: int, fd: int) -> int:
-    """A duplicate, in this process, of file descriptor ``fd`` of process ``pid`` (same
-    host); the caller closes it. Raises CudaError (call ``pidfd_getfd``/``pidfd_open``,
-    result the errno name) when the kernel refuses: EPERM (ptrace rules), ESRCH (no such
-    process here), ENOSYS (kernel < 5.6)."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except OSError as exc:
-        code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
-        raise CudaError("pidfd_open", code, f"process {pid}: {exc.strerror}") from None
-    try:
-        syscall = _libc().syscall
-        syscall.restype = ctypes.c_long
-        syscall.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_uint]
-        result = syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
-        if result < 0:
-            err = ctypes.get_errno()
-            hint = (
-                " (ptrace rights over the exporter are needed: run as root, set "
-                "kernel.yama.ptrace_scope=0, or let the exporter call PR_SET_PTRACER)"
-                if err == errno.EPERM
-                else ""
-            )
-            raise CudaError(
-                "pidfd_getfd",
-                errno.errorcode.get(err, str(err)),
-                f"fd {fd} of process {pid}: {os.strerror(err)}{hint}",
-            )
-        return int(result)
-    finally:
-        os.close(pidfd)
 
 
 @attrs.define(eq=False)
@@ -162,7 +109,6 @@ class CudaSharingMixin:
         self._imported: dict[int, _Shared] = {}
         self._multicasts: dict[int, _Multicast] = {}
         self._multicast_keys = itertools.count(1)
-        self._ptracer_set = False
 
     # -- helpers --------------------------------------------------------------------------
     def _handle_type(self, kind: str) -> Any:
@@ -236,8 +182,9 @@ class CudaSharingMixin:
         fd = int(shareable)
         return (os.getpid(), fd), fd
 
-    def _import(self, data: Any, kind: str) -> Any:
-        """The generic handle of a shareable handle sent by another process."""
+    def _import(self, data: Any, kind: str, fd: int | None) -> Any:
+        """The generic handle of a shareable handle sent by another process (posix-fd: from
+        ``fd``, this process's duplicate of the exporter's descriptor; the caller closes it)."""
         cu = self._cu()
         if kind == FABRIC:
             fabric = cu.CUmemFabricHandle()
@@ -246,15 +193,16 @@ class CudaSharingMixin:
                 "cuMemImportFromShareableHandle",
                 cu.cuMemImportFromShareableHandle(fabric.getPtr(), self._handle_type(kind)),
             )
-        pid, fd = data
-        local = pidfd_getfd(int(pid), int(fd))
-        try:
-            return self._call(
-                "cuMemImportFromShareableHandle",
-                cu.cuMemImportFromShareableHandle(local, self._handle_type(kind)),
+        if fd is None:
+            pid, theirs = data
+            raise UsageError(
+                f"importing a posix-fd handle (descriptor {theirs} of process {pid}) needs that "
+                "descriptor in this process: pass the one received from the exporter as fd"
             )
-        finally:
-            os.close(local)
+        return self._call(
+            "cuMemImportFromShareableHandle",
+            cu.cuMemImportFromShareableHandle(fd, self._handle_type(kind)),
+        )
 
     @staticmethod
     def _kind(kind: str) -> str:
@@ -266,10 +214,6 @@ class CudaSharingMixin:
     # -- probes ---------------------------------------------------------------------------
     def handle_probes(self, device: int) -> tuple[HandleProbe, ...]:
         device = self._device_index(device)
-        if not self._ptracer_set:
-            self._ptracer_set = True
-            with contextlib.suppress(OSError, AttributeError):  # no prctl: nothing to allow
-                allow_ptrace_by_any()
         out = []
         for kind in HANDLE_KINDS:
             attribute = _KIND_ATTRIBUTE.get(kind)
@@ -326,7 +270,17 @@ class CudaSharingMixin:
         token = (data, size) if kind == FABRIC else (*data, size)
         return ptr, token
 
-    def import_device(self, device: int, handle: Any, kind: str, nbytes: int) -> int:
+    def exported_fd(self, handle: Any) -> int:
+        token = tuple(handle) if isinstance(handle, (tuple, list)) else ()
+        held = {r.fd for r in self._exported.values()}
+        held.update(m.fd for m in self._multicasts.values() if m.created)
+        if len(token) < 3 or token[0] != os.getpid() or token[1] not in held - {None}:
+            raise UsageError(f"{handle!r} is not a posix-fd handle exported by this backend")
+        return int(token[1])
+
+    def import_device(
+        self, device: int, handle: Any, kind: str, nbytes: int, fd: int | None = None
+    ) -> int:
         cu = self._cu()
         device = self._device_index(device)
         kind = self._kind(kind)
@@ -348,7 +302,7 @@ class CudaSharingMixin:
             )
             self._imported[ptr] = _Shared(device, IPC, size)
             return ptr
-        generic = self._import(handle[0] if kind == FABRIC else handle[:2], kind)
+        generic = self._import(handle[0] if kind == FABRIC else handle[:2], kind, fd)
         try:
             ptr = self._map(generic, size, device)
         except BaseException:
@@ -447,7 +401,9 @@ class CudaSharingMixin:
         self._multicasts[key] = _Multicast(device, kind, size, handle, True, token, fd)
         return key, token
 
-    def multicast_join(self, device: int, handle: Any, kind: str, nbytes: int) -> int:
+    def multicast_join(
+        self, device: int, handle: Any, kind: str, nbytes: int, fd: int | None = None
+    ) -> int:
         check_multicast_allowed("cuMulticastAddDevice")
         cu = self._cu()
         device = self._device_index(device)
@@ -458,7 +414,7 @@ class CudaSharingMixin:
             size = int(token[-2])
             data = token[0] if kind == FABRIC else token[:2]
             self._use(device)
-            generic = self._import(data, kind)
+            generic = self._import(data, kind, fd)
             key = next(self._multicast_keys)
             self._multicasts[key] = _Multicast(device, kind, size, generic, False, token)
         part = self._multicasts[key]

@@ -13,8 +13,15 @@ world, this rank's device, and the *handle kind* all ranks use, agreed once on f
 (:meth:`Sharing.handle_kind`): each rank probes which kinds its device can export
 (:meth:`gpubw.backend.base.Backend.handle_probes`), the ranks keep the best kind that works
 on all of them (fabric > posix-fd > ipc), POSIX-fd is then tried end to end (export on each
-host's first rank, import on the others: pidfd_getfd can be refused) and, with ranks on more
-than one host, anything but fabric is a :class:`SharingError` naming IMEX.
+host's first rank, import on the others: the descriptor's passing or the import can be
+refused) and, with ranks on more than one host, anything but fabric is a
+:class:`SharingError` naming IMEX.
+
+A POSIX-fd handle's descriptor goes from the owner to the importers of its host over a Unix
+socket (:mod:`gpubw.world.fds`: SCM_RIGHTS, peers checked with SO_PEERCRED against the
+world's process ids): the owner serves it from the export until the ranks agreed, the
+socket's name travels with the handle in the same collective, each importer closes its
+duplicate once imported. No rank needs ptrace rights over another.
 
 Typical use on every rank (``sharing`` made once per run)::
 
@@ -28,6 +35,8 @@ This module sits beside :mod:`gpubw.memory.buffers` (it never imports the System
 from __future__ import annotations
 
 import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -44,6 +53,7 @@ from gpubw.backend.base import (
 from gpubw.memory.buffers import Buffer, BufferPool
 from gpubw.model.errors import GpubwError
 from gpubw.world.base import World, WorldError
+from gpubw.world.fds import FdServer, receive_fd
 
 __all__ = [
     "IMEX_MESSAGE",
@@ -101,6 +111,57 @@ def _quiet_barrier(world: World) -> bool:
     except WorldError:
         return False
     return True
+
+
+def _fd_server(sharing: Sharing, kind: str, handle: Any) -> FdServer | None:
+    """The owner's server of a posix-fd ``handle``'s descriptor, for the other ranks of its
+    host (None for another kind, or when no other rank shares the host)."""
+    world = sharing.world
+    if kind != POSIX_FD or world.local_size < 2:
+        return None
+    return FdServer(sharing.backend.exported_fd(handle), world.host_pids)
+
+
+def _address(server: FdServer | None) -> str | None:
+    return None if server is None else server.address
+
+
+@contextlib.contextmanager
+def _descriptor(sharing: Sharing, kind: str, address: str | None) -> Iterator[int | None]:
+    """This rank's duplicate of the descriptor served at ``address`` (a posix-fd handle's),
+    closed after the block; None for another kind or no server (the owner's own)."""
+    if kind != POSIX_FD or address is None:
+        yield None
+        return
+    world = sharing.world
+    fd = receive_fd(address, world.host_pids, world.timeout_s)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _close(server: FdServer | None) -> None:
+    if server is not None:
+        server.close()
+
+
+def _export_offer(
+    sharing: Sharing, kind: str, nbytes: int
+) -> tuple[int, tuple[Any, int, str | None], FdServer | None]:
+    """The owner's part of :meth:`SharedBuffer.create`: its pointer, the offer it sends
+    (handle, granularity, where its descriptor is served) and that server; if a step fails,
+    nothing is left."""
+    backend, device = sharing.backend, sharing.device
+    ptr, handle = backend.export_device(device, nbytes, kind)
+    try:
+        granularity = backend.shared_granularity(device, kind)
+        server = _fd_server(sharing, kind, handle)
+    except BaseException:
+        with contextlib.suppress(GpubwError):
+            backend.free_exported(ptr)
+        raise
+    return ptr, (handle, granularity, _address(server)), server
 
 
 @attrs.frozen
@@ -207,33 +268,36 @@ class Sharing:
         return best
 
     def _posix_fd_end_to_end(self) -> str:
-        """Export one granule as POSIX-fd on each host's first rank, import it on the
-        host's other ranks (pidfd_getfd may be refused by the kernel's ptrace rules);
-        returns "" if every import worked, else the first failure as ``rank r: ...``.
-        Collective."""
+        """Export one granule as POSIX-fd on each host's first rank, pass its descriptor to
+        the host's other ranks and import it there; returns "" if every import worked, else
+        the first failure as ``rank r: ...``. Collective."""
         world, backend, device = self.world, self.backend, self.device
         nbytes = backend.shared_granularity(device, POSIX_FD)
         exported: int | None = None
-        handle: Any = None
+        server: FdServer | None = None
+        offer: tuple[Any, str | None] | None = None
         error: BaseException | None = None
         leader = world.local_rank == 0 and world.local_size > 1
         if leader:
             try:
                 exported, handle = backend.export_device(device, nbytes, POSIX_FD)
+                server = _fd_server(self, POSIX_FD, handle)
+                offer = (handle, _address(server))
             except GpubwError as exc:
                 error = exc
         try:
-            handles = world.allgather(handle)
-            if not leader and world.local_size > 1:
-                source = world.host_leaders()[world.host_index]
-                if handles[source] is not None:
-                    try:
-                        imported = backend.import_device(device, handles[source], POSIX_FD, nbytes)
-                        backend.close_import(imported)
-                    except GpubwError as exc:
-                        error = exc
+            offers = world.allgather(offer)
+            source = offers[world.host_leaders()[world.host_index]]
+            if not leader and world.local_size > 1 and source is not None:
+                try:
+                    with _descriptor(self, POSIX_FD, source[1]) as fd:
+                        imported = backend.import_device(device, source[0], POSIX_FD, nbytes, fd)
+                    backend.close_import(imported)
+                except GpubwError as exc:
+                    error = exc
             agreement = world.agree(None if error is None else _text(error))
         finally:
+            _close(server)
             if exported is not None:
                 with contextlib.suppress(GpubwError):
                     backend.free_exported(exported)
@@ -327,25 +391,27 @@ class SharedBuffer(Buffer):
         kind = sharing.handle_kind()
         ptr: int | None = None
         error: BaseException | None = None
-        offer: tuple[Any, int] | None = None
+        offer: tuple[Any, int, str | None] | None = None
+        server: FdServer | None = None
         if world.rank == owner:
             try:
-                ptr, handle = backend.export_device(device, nbytes, kind)
-                offer = (handle, backend.shared_granularity(device, kind))
+                ptr, offer, server = _export_offer(sharing, kind, nbytes)
             except GpubwError as exc:
                 error = exc
         try:
             sent = world.bcast((None if error is None else _text(error), offer), root=owner)
             if sent[0] is not None:
                 raise RemoteRankError(owner, sent[0]) from error
-            handle, granularity = sent[1]
+            handle, granularity, address = sent[1]
             if world.rank != owner:
                 try:
-                    ptr = backend.import_device(device, handle, kind, nbytes)
+                    with _descriptor(sharing, kind, address) as fd:
+                        ptr = backend.import_device(device, handle, kind, nbytes, fd)
                 except GpubwError as exc:
                     error = exc
-            agreed(world, error)
+            agreed(world, error)  # every importer has its descriptor: stop serving it
         except BaseException:
+            _close(server)
             if ptr is not None:
                 with contextlib.suppress(GpubwError):
                     if world.rank == owner:
@@ -358,6 +424,7 @@ class SharedBuffer(Buffer):
             elif world.rank != owner and error is not None:
                 _quiet_barrier(world)
             raise
+        _close(server)
         assert ptr is not None
         allocated = -(-nbytes // granularity) * granularity
         buf = cls(sharing, owner, ptr, nbytes, allocated, kind)
@@ -448,21 +515,27 @@ class MulticastBuffer(Buffer):
         created: int | None = None
         key: int | None = None
         error: BaseException | None = None
-        handle: Any = None
+        offer: tuple[Any, str | None] = (None, None)
+        server: FdServer | None = None
         if world.rank == owner:
             try:
                 created, handle = backend.multicast_create(device, nbytes, world.size, kind)
+                server = _fd_server(sharing, kind, handle)
+                offer = (handle, _address(server))
             except GpubwError as exc:
                 error = exc
         try:
-            sent = world.bcast((None if error is None else _text(error), handle), root=owner)
+            sent = world.bcast((None if error is None else _text(error), offer), root=owner)
             if sent[0] is not None:
                 raise RemoteRankError(owner, sent[0]) from error
+            handle, address = sent[1]
             try:
-                key = backend.multicast_join(device, sent[1], kind, nbytes)
+                with _descriptor(sharing, kind, None if world.rank == owner else address) as fd:
+                    key = backend.multicast_join(device, handle, kind, nbytes, fd)
             except GpubwError as exc:
                 error = exc
             agreed(world, error)  # every device added before anyone binds
+            _close(server)
             ptr: int | None = None
             try:
                 ptr = backend.multicast_map(key)  # type: ignore[arg-type]
@@ -470,6 +543,7 @@ class MulticastBuffer(Buffer):
                 error = exc
             agreed(world, error)
         except BaseException:
+            _close(server)
             with contextlib.suppress(GpubwError):
                 _quiet_barrier(world)
                 for k in {key, created} - {None}:

@@ -4,7 +4,8 @@
 by an MPI launcher with more than one rank, in which case it returns an ``MpiWorld``
 (importing mpi4py, which nothing else in gpubw does). See :mod:`gpubw.world.base` for the
 collectives, :mod:`gpubw.world.mpi` and :mod:`gpubw.world.simulated` for the two multi-rank
-implementations.
+implementations, and :mod:`gpubw.world.fds` for passing a file descriptor (a POSIX-fd handle)
+to the other ranks of a host.
 """
 
 from __future__ import annotations

@@ -10,16 +10,23 @@ engine: the rank that copies fills and verifies both sides itself, so content st
 only the links are this process's own view.
 
 Which handle kinds work is the model's ``handle_kinds`` (``fabric`` needs IMEX); POSIX-fd and
-IPC handles work on one host only. Faults per rank: ``Faults.export_refused`` (every export
-fails with CUDA_ERROR_NOT_PERMITTED, as a fabric export without an IMEX channel does) and the
-allocation faults. Multicast follows the driver's order (create, every member adds its
-device, then each binds its memory and maps) and is refused while
+IPC handles work on one host only. A POSIX-fd export makes a real file descriptor (a memfd
+holding the handle), as the driver does, and an importer must present its own duplicate of
+it (``fd``, refused unless it holds that very handle): so the ranks pass it over a Unix
+socket (:mod:`gpubw.world.fds`) exactly as on hardware. Faults per rank:
+``Faults.export_refused`` (every export fails with CUDA_ERROR_NOT_PERMITTED, as a fabric
+export without an IMEX channel does) and the allocation faults. Multicast follows the
+driver's order (create, every member adds its device, then each binds its memory and maps)
+and is refused while
 :func:`gpubw.backend.base.multicast_disabled` says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
+import os
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -29,6 +36,7 @@ from gpubw.backend.base import (
     FABRIC,
     HANDLE_KINDS,
     IPC,
+    POSIX_FD,
     HandleProbe,
     check_handle_kind,
     check_multicast_allowed,
@@ -60,6 +68,32 @@ def locked(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P]
 
 def _rounded(nbytes: int) -> int:
     return -(-nbytes // GRANULARITY) * GRANULARITY
+
+
+def _descriptor(token: tuple[Any, ...]) -> int:
+    """A new file descriptor for a POSIX-fd export: a memfd holding ``token`` (as JSON)."""
+    fd = os.memfd_create("gpubw-sim-export")
+    try:
+        os.write(fd, json.dumps(list(token)).encode())
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_descriptor(fd: int | None, handle: tuple[Any, ...], call: str) -> None:
+    """Refuse a POSIX-fd import whose ``fd`` is missing or is not ``handle``'s descriptor (as
+    the driver refuses a descriptor that is not an exported allocation's)."""
+    if fd is None:
+        raise CudaError(call, "CUDA_ERROR_INVALID_VALUE", "no descriptor for a posix-fd handle")
+    try:
+        held = tuple(json.loads(os.pread(fd, 1 << 16, 0)))
+    except (OSError, ValueError, TypeError) as exc:
+        raise CudaError(call, "CUDA_ERROR_INVALID_VALUE", f"descriptor {fd}: {exc}") from None
+    if held != tuple(handle):
+        raise CudaError(
+            call, "CUDA_ERROR_INVALID_VALUE", f"descriptor {fd} is not the handle's allocation"
+        )
 
 
 def _check_size(nbytes: int) -> None:
@@ -119,6 +153,8 @@ class SharingMixin:
         self._shadows: set[int] = set()  # imports of another process's memory
         self._exports: set[int] = set()
         self._joined: dict[int, Joined] = {}
+        #: ("export", pointer) or ("multicast", id) -> (POSIX-fd token, its descriptor)
+        self._fds: dict[tuple[str, int], tuple[tuple[Any, ...], int]] = {}
 
     # provided by SimulatedBackend
     def _global(self, device: int, call: str = "cuDeviceGet") -> int:
@@ -184,7 +220,22 @@ class SharingMixin:
         alloc.foreign = getattr(self, "rank", None) is None  # importers in other processes
         shared.exports[pointer] = Export(alloc, kind, self.view_id, self.host)
         self._exports.add(pointer)
-        return pointer, (_TOKEN, shared.token, kind, pointer, alloc.size, g, self.host)
+        token = (_TOKEN, shared.token, kind, pointer, alloc.size, g, self.host)
+        if kind == POSIX_FD:
+            self._fds["export", pointer] = (token, _descriptor(token))
+        return pointer, token
+
+    def exported_fd(self, handle: Any) -> int:
+        for token, fd in self._fds.values():
+            if token == handle:
+                return fd
+        raise UsageError(f"{handle!r} is not a posix-fd handle exported by this backend")
+
+    def _close_descriptor(self, what: str, key: int) -> None:
+        _, fd = self._fds.pop((what, key), (None, None))
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _alloc_shared(self, g: int, size: int) -> int:
         """Device memory for sharing on global device ``g`` (allocation faults apply)."""
@@ -209,13 +260,17 @@ class SharingMixin:
         return handle
 
     @locked
-    def import_device(self, device: int, handle: Any, kind: str, nbytes: int) -> int:
+    def import_device(
+        self, device: int, handle: Any, kind: str, nbytes: int, fd: int | None = None
+    ) -> int:
         self._tick()
         g = self._global(device, "cuMemImportFromShareableHandle")
         _check_size(nbytes)
         call = "cuIpcOpenMemHandle" if kind == IPC else "cuMemImportFromShareableHandle"
         self._check_kind(kind, call)
         _, token, _, pointer, size, owner_device, _ = self._parse(handle, kind, call)
+        if kind == POSIX_FD:
+            _check_descriptor(fd, handle, call)
         if nbytes > size:
             raise CudaError(call, "CUDA_ERROR_INVALID_VALUE", f"{nbytes} bytes of a {size}")
         shared = self._shared
@@ -260,6 +315,7 @@ class SharingMixin:
         shared.engine.advance(self._now)
         export = shared.exports.pop(pointer)
         shared.memory.remove(export.alloc)
+        self._close_descriptor("export", pointer)
 
     # -- multicast ------------------------------------------------------------------------
     @locked
@@ -284,15 +340,22 @@ class SharingMixin:
         shared.multicasts[mc.id] = mc
         self._joined[mc.id] = Joined(mc, g, created=True)
         token = (_MC_TOKEN, shared.token, kind, mc.id, mc.size, num_devices, self.host)
+        if kind == POSIX_FD:
+            self._fds["multicast", mc.id] = (token, _descriptor(token))
         return mc.id, token
 
     @locked
-    def multicast_join(self, device: int, handle: Any, kind: str, nbytes: int) -> int:
+    def multicast_join(
+        self, device: int, handle: Any, kind: str, nbytes: int, fd: int | None = None
+    ) -> int:
         check_multicast_allowed("cuMulticastAddDevice")
         self._tick()
         g = self._global(device, "cuMulticastAddDevice")
         call = "cuMemImportFromShareableHandle"
         _, token, _, mc_id, size, _, _ = self._parse(handle, kind, call, _MC_TOKEN)
+        creator = token == self._shared.token and ("multicast", mc_id) in self._fds
+        if kind == POSIX_FD and not creator:
+            _check_descriptor(fd, handle, call)  # every member but the creator imports it
         if not self._shared.model.devices[g].multicast_supported:
             raise CudaError(
                 "cuMulticastAddDevice", "CUDA_ERROR_NOT_SUPPORTED", "no multicast on this device"
@@ -362,6 +425,7 @@ class SharingMixin:
             mc.devices.remove(part.device)
         if part.created:
             mc.released_by_owner = True
+            self._close_descriptor("multicast", key)
         if (mc.released_by_owner or mc.shadow) and not mc.devices:
             if mc.mapping is not None:
                 shared.memory.remove(mc.mapping)
