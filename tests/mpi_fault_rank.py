@@ -8,6 +8,10 @@ hang  rank 1 sleeps 120 s at the start of that testcase (only the world timeout 
 fdhang  rank 1 connects to rank 0's POSIX-fd descriptor server (the first one: the handle
       kind's end-to-end test in the first multinode testcase), then sleeps 120 s without
       reading: a rank hung mid-handshake (only the world timeout ends it)
+args  no fault: each rank runs the command line in $ARGS_<rank> (a JSON list) instead of
+      its own (ranks given different command lines)
+early rank 1 gets SIGINT while it is still starting, before MPI starts (as from mpiexec
+      a moment after the launch)
 devices  no fault: each rank ends by writing ``rank R touched D`` into the file
       ``touched-R`` of the current folder (one file per rank: mpiexec merges the ranks'
       streams in chunks), D the devices its backend made (or needed) a CUDA context on
@@ -22,13 +26,16 @@ import sys
 import time
 from typing import Any
 
+FAULT = os.environ.get("FAULT", "")
+if FAULT == "early":  # be the command itself: its start-up signal handling (cli._startup)
+    sys.argv[0] = "gpubw"
+
 from gpubw.cli import command as cli
 from gpubw.measure.measurement import MemcpyOperation
 from gpubw.memory import shared
 from gpubw.model.errors import GpubwError
 from gpubw.testcases import multinode
 
-FAULT = os.environ.get("FAULT", "")
 #: this rank (MPICH's hydra sets PMI_RANK, Open MPI OMPI_COMM_WORLD_RANK)
 RANK = int(os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
 queue = MemcpyOperation._queue_ranks
@@ -79,7 +86,29 @@ def record(cls: type, name: str, position: int) -> None:
     setattr(cls, name, call)
 
 
+def early_signal() -> None:
+    """Rank 1: SIGINT to itself just before it would start MPI (world_from_environment)."""
+    import gpubw.world
+
+    start = gpubw.world.world_from_environment
+
+    def signalled(*args: Any, **kwargs: Any) -> Any:
+        if RANK == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # the handler has run (it records the signal on an MPI rank)
+        return start(*args, **kwargs)
+
+    gpubw.world.world_from_environment = signalled  # type: ignore[assignment]
+
+
 if __name__ == "__main__":
+    if FAULT == "args":
+        import json
+
+        sys.argv[1:] = json.loads(os.environ[f"ARGS_{RANK}"])
+    if FAULT == "early":
+        early_signal()
+        sys.exit(cli.main())
     if FAULT == "devices":
         from gpubw.backend.cuda import CudaBackend
         from gpubw.backend.sim import SimulatedBackend

@@ -208,6 +208,33 @@ def test_check_without_expectations_uses_the_outlier_rule(capsys, tmp_path):
     assert code == 3 and "outlier limit" in out
 
 
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"error": "incomplete report: written after 1 of 3 testcase steps"}, "did not complete"),
+        ({"status": "Error"}, "testcase(s) did not pass"),
+    ],
+)
+def test_check_never_accepts_an_incomplete_or_failed_run(capsys, tmp_path, change, said):
+    """A partial report (an MPI run's -o rewritten after each testcase, the run then lost)
+    or one with a failed testcase is not accepted however fast its cells: exit 1, saying
+    why (it once judged such a report PASS, exit 0)."""
+    path = tmp_path / "r.json"
+    run_cli(capsys, "--simulate", "h200x2", *FAST, "-t", "0", "1", "-j", "-o", str(path))
+    doc = json.loads(path.read_text())
+    if "error" in change:
+        doc["error"], doc["exit_code"] = change["error"], 1
+    else:
+        doc["testcases"][1].update(status="Error", message="boom", matrices=[])
+        doc["exit_code"] = 1
+    path.write_text(json.dumps(doc))
+    code, out, _ = run_cli(capsys, "check", str(path))
+    assert code == 1 and "NOT ACCEPTED" in out and said in out
+    code, out, _ = run_cli(capsys, "check", str(path), "-j")
+    result = json.loads(out)
+    assert code == result["exit_code"] == 1 and said in result["report_problem"]
+
+
 def test_verdicts_survive_the_json_round_trip(capsys, tmp_path):
     """report_from_dict rebuilds the verdicts, suspects included."""
     _code, doc = json_report(

@@ -238,6 +238,16 @@ def test_timeout_past_a_day(capsys, option):
     assert option in line and "must be at most 86400 seconds" in line
 
 
+@pytest.mark.parametrize("value", ["0.001", "1e-300", "0.05", "0.99"])
+def test_world_timeout_below_a_second(capsys, value):
+    """A --world-timeout under 1 s (where a healthy rank on a busy host reads as a dead one)
+    is refused, saying the bound; RunOptions refuses it too."""
+    line = usage_error(capsys, "--simulate", PRESET, "--world-timeout", value)
+    assert "--world-timeout" in line and "must be at least 1 seconds" in line
+    with pytest.raises(ValueError, match="world_timeout_s must be at least 1"):
+        RunOptions(world_timeout_s=float(value))
+
+
 def test_unknown_writer(capsys, monkeypatch):
     """An unknown --format is a usage error listing the allowed formats, before anything runs."""
     must_not_run(monkeypatch)

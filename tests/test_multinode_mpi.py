@@ -29,13 +29,18 @@ RANK_SCRIPT = Path(__file__).with_name("mpi_fault_rank.py")
 
 
 def mpirun(
-    tmp_path: Path, args: list[str], fault: str = "", flags: tuple[str, ...] = (), limit: float = 90
+    tmp_path: Path,
+    args: list[str],
+    fault: str = "",
+    flags: tuple[str, ...] = (),
+    limit: float = 90,
+    env: dict[str, str] | None = None,
 ) -> tuple[int, str, str, float]:
     """mpiexec -n 2 (the wrapper) gpubw ARGS; the whole process group killed past ``limit``."""
     mpiexec = _mpiexec()
     assert mpiexec is not None
     argv = [mpiexec, *flags, "-n", "2", sys.executable, str(RANK_SCRIPT), *args]
-    env = {**os.environ, "FAULT": fault}
+    env = {**os.environ, "FAULT": fault, **(env or {})}
     start = time.monotonic()
     proc = subprocess.Popen(
         argv,
@@ -170,6 +175,9 @@ def test_a_killed_rank_leaves_a_valid_partial_report(tmp_path: Path) -> None:
     assert rc != 0 and seconds < 60
     doc = report(tmp_path / "r.json")
     assert [t["status"] for t in doc["testcases"]] == ["Passed", "Passed"]
+    # a partial report never looks like a success: it says what is missing, and when
+    assert doc["exit_code"] == 1 and doc["interrupted"] is False and doc["started"]
+    assert doc["error"].startswith("incomplete report: written after 2 of 4 testcase steps")
 
 
 def test_a_hung_rank_is_bounded_by_the_world_timeout(tmp_path: Path) -> None:
@@ -233,3 +241,57 @@ def test_ctrl_c_to_the_launcher_writes_the_interrupted_report(tmp_path: Path) ->
     doc = report(tmp_path / "r.json")
     assert doc["interrupted"] is True and doc["exit_code"] == 130
     assert [t["status"] for t in doc["testcases"]][:2] == ["Passed", "Passed"]
+
+
+# -- ranks start together or not at all (issue 24 item 1) ----------------------------------
+def _two_command_lines(
+    tmp_path: Path, rank0: list[str], rank1: list[str], fault: str = ""
+) -> tuple[int, str, float]:
+    """mpiexec -n 2 with a different gpubw command line on each rank (``ARGS_<rank>``)."""
+    env_args = {"ARGS_0": json.dumps(rank0), "ARGS_1": json.dumps(rank1)}
+    rc, _, err, seconds = mpirun(tmp_path, [], fault or "args", env=env_args, limit=60)
+    return rc, err, seconds
+
+
+@pytest.mark.parametrize(
+    ("rank1", "said"),
+    [
+        (["--simulate", "h200x2", "-b", "1MiB", "-b", "2MiB"], "rank 1: argument -b/--buffer-size"),
+        (["--simulate", "h200x2", "-b", "1MiB", "-o", "missing/r.json"], "rank 1: -o/--output"),
+        (["--simulate", "nope.json", "-b", "1MiB"], "rank 1: --simulate: cannot read"),
+    ],
+)
+def test_a_usage_error_on_one_rank_ends_every_rank(
+    tmp_path: Path, rank1: list[str], said: str
+) -> None:
+    """One rank's unusable command line (before MPI starts, or a bad --simulate file after):
+    every rank ends with exit 2 within the world's bound, rank 0 saying which rank and why
+    (before, the other rank spun in MPI_Init for ever, or waited 60 s and said nothing)."""
+    base = ["-i", "1", "-t", "35", "-j"]
+    rank0 = ["--simulate", "h200x2", "-b", "1MiB", *base]
+    rc, err, seconds = _two_command_lines(tmp_path, rank0, [*rank1, *base])
+    assert rc == 2 and seconds < 60, err
+    errors = [line for line in err.splitlines() if line.startswith("gpubw: error:")]
+    assert len(errors) == 1 and said in errors[0], err
+
+
+def test_ranks_asked_for_different_runs_refuse_together(tmp_path: Path) -> None:
+    """Different --loop-count on the two ranks: one line on rank 0 naming the option and
+    which rank has which value, exit 2 everywhere (before: mixed figures, or a hang)."""
+    base = ["--simulate", "h200x2", "-b", "1MiB", "-i", "1", "-t", "35", "-j"]
+    rc, err, _ = _two_command_lines(tmp_path, base, [*base, "--loop-count", "8"])
+    assert rc == 2, err
+    assert "--loop-count differs between the ranks: 16 on rank 0; 8 on rank 1" in err
+
+
+def test_a_signal_before_mpi_starts_gives_the_interrupted_report(tmp_path: Path) -> None:
+    """SIGINT reaches rank 1 while it is still starting (before MPI_Init): it goes on to
+    meet rank 0, and every rank stops before the first testcase; rank 0 writes the
+    interrupted report, exit 130 (before: rank 1 left at once and rank 0 waited in
+    MPI_Init for ever)."""
+    args = [*FAST, "-t", "35", "36", "-j", "-o", "r.json"]
+    rc, _, err, seconds = mpirun(tmp_path, args, "early", limit=60)
+    assert rc == 130 and seconds < 60, err
+    doc = report(tmp_path / "r.json")
+    assert doc["interrupted"] is True and doc["exit_code"] == 130 and doc["testcases"] == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []

@@ -34,8 +34,10 @@ SIGINT, SIGTERM = _signal.SIGINT, _signal.SIGTERM
 HANDLED = (SIGINT, SIGTERM)
 _previous: dict[int, Any] = {}
 _SCRIPT_NAMES = ("gpubw", "gpubw.exe", "gpubw-script.py")
-#: the first signal :func:`defer`'s handler saw (None: none yet)
+#: the first signal :func:`defer`'s (or an MPI rank's recording) handler saw (None: none yet)
 _deferred_signal: int | None = None
+#: True in an MPI rank of several: signals before its run are recorded, not acted on
+_recording = False
 
 
 def exit_quietly(signum: int, _frame: object) -> None:
@@ -72,9 +74,28 @@ def _set(handler: Any) -> bool:
 
 
 def install() -> None:
-    """Exit quietly on SIGINT/SIGTERM (only in the gpubw command, main thread)."""
-    if not _previous and is_command():
-        _set(exit_quietly)
+    """Exit quietly on SIGINT/SIGTERM (only in the gpubw command, main thread). Under an MPI
+    launch of several ranks a signal is only recorded instead (:func:`recorded_signal`):
+    a rank that left now would leave the others waiting in ``MPI_Init`` for ever, so it
+    goes on to meet them and the ranks stop together (:mod:`gpubw.cli.together`)."""
+    if _previous or not is_command():
+        return
+    global _recording
+    from gpubw.world.launch_env import several_ranks
+
+    _recording = several_ranks(os.environ)
+    _set(_record if _recording else exit_quietly)
+
+
+def _record(signum: int, _frame: object) -> None:
+    global _deferred_signal
+    if _deferred_signal is None:
+        _deferred_signal = signum
+
+
+def recorded_signal() -> int | None:
+    """The first signal an MPI rank received before its run took the signals over."""
+    return _deferred_signal if _recording else None
 
 
 def _raise_once(signum: int, _frame: object) -> None:
@@ -89,8 +110,9 @@ def _raise_once(signum: int, _frame: object) -> None:
 
 def defer() -> None:
     """From now on the first SIGINT/SIGTERM raises InterruptedRun once; later ones are
-    absorbed (only after :func:`install` took the signals, i.e. in the command)."""
-    if _previous:
+    absorbed (only after :func:`install` took the signals, i.e. in the command; an MPI
+    rank keeps recording them)."""
+    if _previous and not _recording:
         _set(_raise_once)
 
 
@@ -172,8 +194,9 @@ def exit_now(code: int) -> None:
 
 def restore() -> None:
     """Put back the handlers that were there before :func:`install`."""
-    global _deferred_signal
+    global _deferred_signal, _recording
     for sig, old in _previous.items():
         _signal.signal(sig, _signal.SIG_DFL if old is None else old)
     _previous.clear()
     _deferred_signal = None
+    _recording = False

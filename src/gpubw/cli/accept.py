@@ -172,7 +172,9 @@ def check_main(argv: list[str]) -> int:
         prog="gpubw check",
         description="Judge a saved gpubw JSON report: floors/ceilings from --expect, the "
         "peer-outlier rule and the noise rule. Exit 0: every cell as expected; 3: below "
-        "expectation; 2: a usage error (bad report or expectations file).",
+        "expectation; 1: the report itself is not a complete, passing run (incomplete, "
+        "interrupted, a testcase that did not pass: it beats 3); 2: a usage error (bad "
+        "report or expectations file).",
     )
     p.add_argument("report", help="a gpubw JSON report (gpubw -j -o FILE)")
     add_judge_options(p, run=False)
@@ -183,7 +185,8 @@ def check_main(argv: list[str]) -> int:
     report = _report(a.report)
     exp = acceptance.load(a.expect, report)
     judged = acceptance.judge(report, exp, a.outlier_pct, a.cv_threshold)
-    code = 3 if failed(judged.verdicts) else 0
+    problem = report_problem(judged)
+    code = 1 if problem else 3 if failed(judged.verdicts) else 0
     with _out(a.output) as f:
         if a.json:
             from gpubw.model.report_io import json_safe
@@ -193,6 +196,7 @@ def check_main(argv: list[str]) -> int:
                 "simulated": judged.simulated,
                 "expectations": judged.expectations,
                 "verdicts": [v.as_dict() for v in judged.verdicts],
+                "report_problem": problem,
                 "exit_code": code,
             }
             f.write(json.dumps(json_safe(doc), indent=2) + "\n")
@@ -200,8 +204,26 @@ def check_main(argv: list[str]) -> int:
             head = [f"report: {a.report} ({judged.host or '?'}, {judged.started or '?'})"]
             if judged.simulated:
                 head.insert(0, f"SIMULATED SYSTEM {judged.system_name}: modelled figures")
+            if problem:
+                head.append(f"NOT ACCEPTED: {problem}; exit code 1")
             f.write("\n".join([*head, *verdict_summary(judged)]) + "\n")
     return code
+
+
+def report_problem(report: Any) -> str:
+    """Why a report cannot pass however fast its cells are ("" if it can): the run's own
+    error (a partial report says it is incomplete), a signal that stopped it, a testcase
+    that did not pass."""
+    if report.error:
+        return f"the report says the run did not complete: {report.error}"
+    if report.signal:
+        return f"the run was interrupted by {report.signal}"
+    bad = [t for t in report.testcases if not t.ok]
+    if bad:
+        names = ", ".join(f"{t.key} ({t.status.value})" for t in bad[:3])
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        return f"{len(bad)} testcase(s) did not pass: {names}{more}"
+    return ""
 
 
 # -- gpubw expect-from -----------------------------------------------------------------------

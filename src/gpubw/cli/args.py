@@ -286,17 +286,19 @@ def _add_last(add: Callable[..., Any]) -> None:
 def _add_rank_options(add: Callable[..., Any]) -> None:
     """The options of multi-rank runs and pair sampling."""
     from gpubw.measure.sampling import parse_sample_pairs
-    from gpubw.model.options import DEFAULT_WORLD_TIMEOUT_S
+    from gpubw.model.options import DEFAULT_WORLD_TIMEOUT_S, MIN_WORLD_TIMEOUT_S
 
     add(
         "--world-timeout",
         dest="world_timeout",
         metavar="SECONDS",
-        type=seconds(MAX_WORLD_TIMEOUT_S),
+        type=seconds(MAX_WORLD_TIMEOUT_S, MIN_WORLD_TIMEOUT_S),
         action=_Once,
         default=DEFAULT_WORLD_TIMEOUT_S,
         help="longest a collective step may wait for the other ranks (MPI, or a simulated "
-        f"rack), at most {MAX_WORLD_TIMEOUT_S:g} (default {DEFAULT_WORLD_TIMEOUT_S:g}); while "
+        f"rack), {MIN_WORLD_TIMEOUT_S:g} to {MAX_WORLD_TIMEOUT_S:g} (default "
+        f"{DEFAULT_WORLD_TIMEOUT_S:g}); inside a sample the other ranks' own copy bounds "
+        "(--gate-timeout plus 120 s) come on top; while "
         "a host's first rank runs a single-node testcase, its other ranks wait that "
         "testcase's own bounds plus this",
     )

@@ -273,6 +273,9 @@ def _main(argv: list[str], command: bool = False) -> int:
 
     guard = SignalGuard()
     guard.install()
+    recorded = _startup.recorded_signal()  # an MPI rank's signal before the guard
+    if recorded is not None:
+        guard.adopt(recorded)
     try:
         code = _run_command(argv, guard)
     finally:
@@ -320,32 +323,38 @@ def _list_plainly(fmt: str, output: str | None) -> int:
 
 def _run_command(argv: list[str], guard: Any) -> int:
     """The run: its spec from the command line, the run, its report written by the
-    listeners (:func:`_listeners`); returns the exit code (rank 0's, on every rank)."""
-    from gpubw.cli.args import attach_negative_values, build_parser
+    listeners (:func:`_listeners`); returns the exit code (rank 0's, on every rank). Under
+    an MPI launcher the ranks start together or not at all (:mod:`gpubw.cli.together`)."""
+    from gpubw.cli.together import launched_with_ranks
 
-    ns = build_parser().parse_args(attach_negative_values(argv))
-    if ns.list:
-        return _list_command(ns)
-    if ns.simulate is None:  # the real GPUs: start CUDA while the rest of the run is set up
-        from gpubw.backend.cuda_start import prestart
-
-        prestart()
+    ranks = launched_with_ranks()
+    try:
+        ns, setup = _setup(argv)
+    except UsageError as exc:
+        if not ranks:
+            raise
+        return _refused_with_ranks(exc)
+    if ns is None:  # -l
+        return int(setup)
     import attrs
 
-    from gpubw.cli.live import Output
     from gpubw.runner import core as runner
     from gpubw.runner.ranks import finish, rank_prefix
     from gpubw.world import world_from_environment
 
-    sizes = _sizes(ns)
-    fmt = _format(ns)
-    options = _run_options(ns, sizes)
-    output = Output(ns.output)
-    world = world_from_environment(timeout_s=ns.world_timeout)
+    options, _fmt, output = setup
+    world = world_from_environment(timeout_s=options.world_timeout_s)
     code = 1
     try:
-        spec = _run_spec(ns, argv, options, fmt)
-        listeners, live = _listeners(ns, spec, output, world)
+        spec, judging, start = _agreed_spec(ns, argv, setup, world, guard)
+        if start.refusal is not None:  # a rank's usage error, or ranks asked for different runs
+            code = 2
+            if world.rank == 0:
+                _error(start.refusal)
+            return code
+        if start.signum is not None and guard.signum is None:
+            guard.adopt(start.signum)  # another rank was signalled: every rank stops now
+        listeners, live = _listeners(ns, spec, judging, output, world)
         with live:
             report = runner.run(attrs.evolve(spec, listeners=listeners), world)
         code = report.exit_code
@@ -354,6 +363,62 @@ def _run_command(argv: list[str], guard: Any) -> int:
     finally:
         code = finish(world, code)
     return code
+
+
+def _setup(argv: list[str]) -> tuple[Any, Any]:
+    """The command line parsed, and what needs no world: ``(ns, (options, format,
+    output))``; for ``-l``, ``(None, its exit code)``. Usage errors are raised."""
+    from gpubw.cli.args import attach_negative_values, build_parser
+    from gpubw.cli.live import Output
+
+    ns = build_parser().parse_args(attach_negative_values(argv))
+    if ns.list:
+        return None, _list_command(ns)
+    if ns.simulate is None:  # the real GPUs: start CUDA while the rest of the run is set up
+        from gpubw.backend.cuda_start import prestart
+
+        prestart()
+    sizes = _sizes(ns)
+    fmt = _format(ns)
+    options = _run_options(ns, sizes)
+    return ns, (options, fmt, Output(ns.output))
+
+
+def _agreed_spec(
+    ns: argparse.Namespace, argv: list[str], setup: Any, world: Any, guard: Any
+) -> Any:
+    """``(spec, judging, start)``: the run, how it is judged, and, under MPI, what the ranks
+    agreed before it (:class:`gpubw.cli.together.Start`). One process raises its usage
+    errors."""
+    from gpubw.cli.together import Start, fingerprint, start_together
+
+    options, fmt, _output = setup
+    spec = judging = error = None
+    try:
+        spec = _run_spec(ns, argv, options, fmt)
+        judging = _judging(ns)  # a bad expectations file: exit 2 before the run
+    except UsageError as exc:
+        if world.size == 1:
+            raise
+        error = exc
+    if world.size == 1:
+        return spec, judging, Start()
+    mine = None if spec is None else fingerprint(ns, spec)
+    return spec, judging, start_together(world, error, mine, guard.signum)
+
+
+def _refused_with_ranks(error: UsageError) -> int:
+    """This MPI rank's command line is unusable: it still joins the world (the others would
+    otherwise wait in MPI_Init for ever), so that every rank ends with exit 2 at once."""
+    from gpubw.cli.together import start_together
+    from gpubw.runner.ranks import finish
+    from gpubw.world import world_from_environment
+
+    world = world_from_environment()
+    start = start_together(world, error, None, None)
+    if world.rank == 0:
+        _error(start.refusal or str(error))
+    return finish(world, 2)
 
 
 def _sizes(ns: argparse.Namespace) -> list[int]:
@@ -426,7 +491,7 @@ def _run_spec(ns: argparse.Namespace, argv: list[str], options: RunOptions, fmt:
 
 
 def _listeners(
-    ns: argparse.Namespace, spec: Any, output: Any, world: Any
+    ns: argparse.Namespace, spec: Any, judging: Any, output: Any, world: Any
 ) -> tuple[list[Any], contextlib.AbstractContextManager[Any]]:
     """Who follows the run on this rank (rank 0 only: the NVML watch and the verdicts, the
     report and the progress, the partial writes of an MPI run with -o), and the context the
@@ -437,7 +502,6 @@ def _listeners(
     from gpubw.cli.live import LiveOutput, PartialWrites, progress_mode
     from gpubw.runner.registry import Writers
 
-    judging = _judging(ns)  # a bad expectations file: exit 2 before the run
     fmt = spec.invocation.format
     writer_cls = Writers.discover().get(fmt)
 

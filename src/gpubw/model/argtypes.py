@@ -43,8 +43,9 @@ loops_int = bounded_int(MAX_LOOPS)
 dpi_int = bounded_int(MAX_DPI)
 
 
-def seconds(high: float) -> Callable[[str], float]:
-    """argparse type: a positive, finite number of seconds, at most ``high``."""
+def seconds(high: float, low: float = 0.0) -> Callable[[str], float]:
+    """argparse type: a positive, finite number of seconds, at least ``low`` (when given)
+    and at most ``high``."""
 
     def parse(text: str) -> float:
         try:
@@ -53,6 +54,8 @@ def seconds(high: float) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
         if not value > 0 or not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at least {low:g} seconds")
         if value > high:
             raise argparse.ArgumentTypeError(f"{text!r} must be at most {high:g} seconds")
         return value

@@ -64,8 +64,9 @@ class RunListener:
         """A testcase is about to run at one size."""
 
     def testcase_finished(self, finished: Finished, so_far: Report) -> Finished:
-        """A testcase finished at one size; ``so_far`` is the Report with every result so
-        far (this one included). Returns ``finished``, or a copy with more in it."""
+        """A testcase finished at one size; ``so_far`` is the partial Report with every
+        result so far (this one included; its ``error`` says what is still missing).
+        Returns ``finished``, or a copy with more in it."""
         return finished
 
     def run_finished(self, report: Report) -> Report:

@@ -29,6 +29,9 @@ MAX_GATE_TIMEOUT_S = 86_400.0
 MAX_SYNC_TIMEOUT_S = 86_400.0
 _BOUNDS = {"samples": MAX_SAMPLES, "loops": MAX_LOOPS}
 MAX_WORLD_TIMEOUT_S = 86_400.0
+#: the shortest --world-timeout: below it a healthy rank on a busy host (an MPI collective
+#: takes milliseconds, a Python rank's step tens of them) reads as a dead one
+MIN_WORLD_TIMEOUT_S = 1.0
 _SECONDS = {
     "gate_timeout_s": MAX_GATE_TIMEOUT_S,
     "sync_timeout_s": MAX_SYNC_TIMEOUT_S,
@@ -61,6 +64,10 @@ def _seconds(instance: object, attribute: attrs.Attribute, value: float) -> None
         raise ValueError(f"{attribute.name} must be a number of seconds, got {value!r}")
     if not 0 < value <= high:  # also refuses nan and inf
         raise ValueError(f"{attribute.name} must be in (0, {high:g}] seconds, got {value!r}")
+    if attribute.name == "world_timeout_s" and value < MIN_WORLD_TIMEOUT_S:
+        raise ValueError(
+            f"world_timeout_s must be at least {MIN_WORLD_TIMEOUT_S:g} seconds, got {value!r}"
+        )
 
 
 HANDLE_TYPES = ("fabric", "posix-fd", "ipc")

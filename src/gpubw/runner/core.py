@@ -339,9 +339,25 @@ class _RunState:
         """The Report's fields but its testcases and warnings (what the run is on)."""
         return {**self.meta, **self.rank_fields()}
 
-    def so_far(self) -> Report:
-        """The Report with every result so far (a partial report)."""
-        return Report(testcases=list(self.results), warnings=list(self.warnings), **self.fields())
+    def so_far(self, total: int) -> Report:
+        """The Report with every result so far, saying that it is partial: its ``error``
+        names what is missing (so its exit code is never a success), ``started`` is the
+        run's start and ``finished`` the moment of this snapshot."""
+        done = len(self.results)
+        missing = (
+            f"incomplete report: written after {done} of {total} testcase steps; the run did "
+            "not finish writing it (a rank lost, or the run killed): "
+            f"{total - done} step(s) missing"
+        )
+        return Report(
+            testcases=list(self.results),
+            warnings=list(self.warnings),
+            started=self.started,
+            finished=_now(),
+            duration_s=time.perf_counter() - self.t0,
+            error=missing,
+            **self.fields(),
+        )
 
     def report(self, signum: int | None, extra_warnings: Sequence[str] = ()) -> Report:
         return Report(
@@ -595,7 +611,7 @@ def _run_all(run: _Steps) -> None:
             run.state.results.append(result)
             run.state.current = None
             done += 1
-            run.events.testcase_finished(Finished(step, result), run.state.so_far())
+            run.events.testcase_finished(Finished(step, result), run.state.so_far(total))
             if run.ranks.stopped:
                 return
 

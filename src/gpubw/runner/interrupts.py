@@ -107,6 +107,13 @@ class SignalGuard:
             self._writing = False
             self._write_lock.release()
 
+    def adopt(self, signum: int) -> None:
+        """A signal that arrived before this guard (an MPI rank's, recorded at start-up, or
+        another rank's, agreed before the run) is the run's: the run stops at its next step."""
+        self.count += 1
+        if self.signum is None:
+            self.signum = signum
+
     def _handler(self, signum: int, _frame: object) -> None:
         self.count += 1
         if self.signum is None:

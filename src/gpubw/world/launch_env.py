@@ -39,6 +39,16 @@ def size_variable(environ: Mapping[str, str]) -> tuple[str, str] | None:
     return None
 
 
+def several_ranks(environ: Mapping[str, str]) -> bool:
+    """Whether an MPI launcher started this process as one of several ranks (or did not
+    say how many: PMIx alone, or a size that is not a number)."""
+    found = size_variable(environ)
+    if found is None:
+        return PMIX_VARIABLE in environ
+    size = _number(environ, found[1])
+    return size is None or size > 1
+
+
 def _number(environ: Mapping[str, str], name: str) -> int | None:
     try:
         value = int(environ[name])
