@@ -1,8 +1,11 @@
-"""Caches and input files cannot take the run over (issue 24 item 2).
+"""Caches, input files and plugins cannot take the run over (issue 24 item 2).
 
 docs/failures.md, "Caches, input files and plugins that try to take the run over": a cache
-file is data, never authority; an input file is read only when it is a regular file. Most
-tests run a real ``python -m gpubw`` with a timeout, so that what once hung fails instead.
+file is data, never authority; an input file is read only when it is a regular file; a
+plugin's import and run are plugin code whose failures, output and changes to the process
+stay its own. The plugins are the fixture distribution ``gpubw-fixture-hostile``
+(tests/fixtures); most tests run a real ``python -m gpubw`` with a timeout, so that what once
+hung fails instead.
 """
 
 from __future__ import annotations
@@ -10,21 +13,25 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from _plugin_fixtures import subprocess_env
+from _plugin_fixtures import GOOD, HOSTILE, HOSTILE_DIST, copy_fixtures, installed, subprocess_env
+from gpubw.cli import command as cli
 from gpubw.cli import listing
 from gpubw.kernels import cache as kcache
 from gpubw.model import infile
 from gpubw.model.report_io import validate
-from gpubw.runner import plugincache
+from gpubw.runner import capture, plugincache, procstate
+from gpubw.runner.registry import Entry, Registry
 
 #: a quick simulated run, less its buffer size
 QUICK = ["--simulate", "h200x1", "-i", "1", "--loop-count", "1", "-q"]
@@ -323,3 +330,237 @@ def test_input_files_larger_than_the_bound_are_refused(tmp_path):
     with pytest.raises(infile.UsageError, match="larger than 1 bytes"):
         infile.read_input(path, "report", limit=1)
     assert infile.read_input(path, "report") == "{}"
+
+
+@pytest.mark.parametrize("flag", ["--simulate", "--expect"])
+def test_o_may_not_overwrite_the_runs_own_input(tmp_path, capsys, flag):
+    """--simulate F -o F, --expect E -o E (or -o a link to it): a usage error before the run;
+    the file is left as it was."""
+    path = tmp_path / "input.json"
+    if flag == "--simulate":
+        path.write_text(json.dumps({"preset": "h200x1"}))
+    else:
+        path.write_text(json.dumps({"format": "gpubw-expect-v1", "rules": []}))
+    before = path.read_text()
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    for target in (path, link):
+        run = FAST[2:] if flag == "--simulate" else FAST
+        assert cli.main([*run, "-t", "0", flag, str(path), "-o", str(target)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and f"is the file {flag} reads" in err, err
+    assert path.read_text() == before
+
+
+# == plugins at import ======================================================================
+@pytest.fixture
+def hostile(tmp_path):
+    return copy_fixtures(tmp_path / "site", GOOD, HOSTILE)
+
+
+_AT_IMPORT = {
+    "fixture_import_exits": "SystemExit: 0",
+    "fixture_import_interrupts": "KeyboardInterrupt",
+    "fixture_import_asserts": "AssertionError: fixture: assertion at import",
+}
+
+
+def test_plugins_that_exit_or_interrupt_at_import_are_listed_as_load_failures(tmp_path, hostile):
+    """sys.exit(0), its own KeyboardInterrupt or a failed assert in plugin modules: -l lists
+    each as not loaded, exit 0 (before: -l printed nothing, exit 0; or exit 130; or a
+    traceback)."""
+    listed = _gpubw(tmp_path, _env(tmp_path, *hostile), "-l")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stderr == ""
+    for key, why in _AT_IMPORT.items():
+        assert f"\t{key} ({HOSTILE_DIST}): could not load " in listed.stdout
+        assert why in listed.stdout
+
+
+@pytest.mark.parametrize("key", sorted(_AT_IMPORT))
+def test_a_plugin_that_exits_or_interrupts_at_import_is_an_error_of_its_own(tmp_path, hostile, key):
+    """The same plugin selected for a run: its testcase is an Error naming what its import
+    raised, the run goes on and writes the report, exit 1 (before: no report, exit 0 or 130,
+    or a traceback)."""
+    ran = _gpubw(tmp_path, _env(tmp_path, *hostile), *FAST, "-j", "-t", key, "fixture_good")
+    assert ran.returncode == 1, ran.stderr
+    doc = _report(ran.stdout)
+    assert _statuses(doc) == {key: "Error", "fixture_good": "Passed"}
+    assert _AT_IMPORT[key] in doc["testcases"][0]["message"]
+
+
+def test_what_a_plugin_prints_at_import_is_captured(tmp_path, hostile):
+    """print() and os.write(1) in a plugin module: -j on stdout is only the report, -l and
+    -l -j only the list; the print is the output of the testcase's first result."""
+    env = _env(tmp_path, *hostile)
+    ran = _gpubw(tmp_path, env, *QUICK, "-b", "1,2", "-j", "-t", "fixture_import_prints")
+    assert ran.returncode == 0, ran.stderr
+    results = _report(ran.stdout)["testcases"]
+    assert results[0]["output"] == "fixture: printed at import\nfixture: fd 1 at import\n"
+    assert "output" not in results[1]
+    listed = _gpubw(tmp_path, env, "-l", "-j")
+    assert any(e["key"] == "fixture_import_prints" for e in json.loads(listed.stdout))
+    text = _gpubw(tmp_path, env, "-l").stdout
+    for printed in ("fixture: printed at import", "fixture: fd 1 at import"):
+        assert printed not in listed.stdout + text
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("fixture_doc_not_str", "docstring is int 5, not a string"),
+        ("fixture_description_int", "description() returned int 42, not a string"),
+        ("fixture_fixed_size_str", "fixed_size must be True or False, got 'yes'"),
+    ],
+)
+def test_a_description_or_fixed_size_of_the_wrong_type_is_a_load_failure(tmp_path, key, why):
+    """A docstring that is not a string, a description() that returns an int, a fixed_size
+    that is a string: a load failure naming what is wrong, and -l renders it (before: a
+    traceback in -l; a fixed_size of "yes" was taken as True)."""
+    with installed(tmp_path, HOSTILE):
+        (entry,) = Registry.discover().select([key])
+        assert isinstance(entry, Entry) and entry.failure is not None
+        assert why in entry.failure.message
+        assert f"{key} ({HOSTILE_DIST}): " in listing.render(Registry([entry]), False)
+
+
+# == plugins at run time ====================================================================
+def test_a_plugin_that_changes_the_folder_cannot_move_a_relative_o(tmp_path, hostile):
+    """chdir in a plugin: a relative -o lands where it was given (before: in the plugin's
+    folder), and the next testcase runs in gpubw's folder again."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = _env(tmp_path, *hostile, GPUBW_FIXTURE_CHDIR=str(elsewhere))
+    ran = _gpubw(
+        tmp_path, env, *FAST, "-j", "-o", "out.json", "-t", "fixture_chdir", "fixture_good"
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert _statuses(_report((tmp_path / "out.json").read_text()))["fixture_chdir"] == "Passed"
+    assert not list(elsewhere.iterdir())
+
+
+def test_a_plugin_that_sets_the_umask_cannot_change_the_reports_mode(tmp_path, hostile):
+    """umask(0o777) in a plugin: a new -o file still gets 0666 less gpubw's umask (022: 0644;
+    before: mode 000)."""
+    ran = _gpubw(
+        tmp_path, _env(tmp_path, *hostile), *FAST, "-j", "-o", "out.json", "-t", "fixture_umask"
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert stat.S_IMODE((tmp_path / "out.json").stat().st_mode) == 0o644
+
+
+def test_a_forked_child_never_runs_on_into_gpubw(tmp_path, hostile):
+    """A plugin forks and its child returns into gpubw: the child ends there (status 0), only
+    the parent runs the next testcase and writes the report, with its own result (before:
+    the child ran the rest of the run and wrote the report too)."""
+    log = tmp_path / "log"
+    env = _env(tmp_path, *hostile, GPUBW_FIXTURE_LOG=str(log))
+    argv = [*FAST, "-j", "-o", "out.json", "-t", "fixture_fork", "fixture_pid"]
+    ran = _gpubw(tmp_path, env, *argv)
+    assert ran.returncode == 0, ran.stderr
+    doc = _report((tmp_path / "out.json").read_text())
+    assert _statuses(doc) == {"fixture_fork": "Passed", "fixture_pid": "Passed"}
+    assert doc["testcases"][0]["matrices"][0]["values"] == [[2.0]]  # the parent's result
+    events = log.read_text().split()
+    assert events.count("pid") == 1 and events[events.index("child-status") + 1] == "0"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".gpubw-")]
+
+
+def test_a_plugins_late_thread_cannot_print_into_the_report(tmp_path, hostile):
+    """A daemon thread that prints (print and fd 1) for ever, started by a testcase: -j on
+    standard output is the report alone, while later testcases run and as the run ends."""
+    env = _env(tmp_path, *hostile, GPUBW_FIXTURE_SLOW_S="0.3")
+    argv = [*FAST, "-j", "-t", "fixture_late_thread", "fixture_slow", "fixture_good"]
+    ran = _gpubw(tmp_path, env, *argv)
+    assert ran.returncode == 0, ran.stderr
+    doc = _report(ran.stdout)
+    assert set(_statuses(doc).values()) == {"Passed"}
+    assert "late thread" in doc["testcases"][0]["output"]  # while it ran: its output
+
+
+def _marked_run(tmp_path: Path, env: dict[str, str], *argv: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpubw", *argv],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    marker = Path(env["GPUBW_FIXTURE_MARKER"])
+    deadline = time.monotonic() + TIMEOUT
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_plugins_own_signal_handlers_do_not_outlive_it(tmp_path, hostile, signum):
+    """A testcase that set SIGINT to SIG_IGN and SIGTERM to a no-op: the next testcase is still
+    interrupted (exit 128 + n, an interrupted report; before: the run could not be stopped)."""
+    marker = str(tmp_path / "marker")
+    env = _env(tmp_path, *hostile, GPUBW_FIXTURE_MARKER=marker, GPUBW_FIXTURE_SLOW_S="20")
+    out = tmp_path / "out.json"
+    argv = [*FAST, "-j", "-o", str(out), "-t", "fixture_signal_handlers", "fixture_slow"]
+    proc = _marked_run(tmp_path, env, *argv)
+    proc.send_signal(signum)
+    try:
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, err
+    doc = _report(out.read_text())
+    assert doc["interrupted"] is True
+    assert _statuses(doc) == {"fixture_signal_handlers": "Passed", "fixture_slow": "Interrupted"}
+
+
+def test_a_plugins_forgotten_alarm_cannot_kill_the_run(tmp_path, hostile):
+    """signal.alarm(1) left behind by a testcase, the next one taking 2 s: the run ends as
+    usual with its report (before: killed by SIGALRM, no report)."""
+    env = _env(tmp_path, *hostile, GPUBW_FIXTURE_SLOW_S="2")
+    ran = _gpubw(tmp_path, env, *FAST, "-j", "-t", "fixture_alarm", "fixture_slow")
+    assert ran.returncode == 0, ran.stderr
+    assert set(_statuses(_report(ran.stdout)).values()) == {"Passed"}
+
+
+# == the pieces ===========================================================================
+def test_kept_puts_the_process_state_back(tmp_path, capfd):
+    """procstate.kept: folder, umask, fd 2 (closed or replaced), sys.stderr, SIGINT's handler,
+    the signal mask and an alarm are as they were after the block."""
+    here, mask = os.getcwd(), signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    handler = signal.getsignal(signal.SIGINT)
+    umask = os.umask(0o022)
+    try:
+        with procstate.kept():
+            os.chdir(tmp_path)
+            os.umask(0o777)
+            os.close(2)
+            sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+            signal.alarm(5)
+        assert os.getcwd() == here and os.umask(0o022) == 0o022
+        assert signal.getsignal(signal.SIGINT) is handler
+        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask
+        assert signal.alarm(0) == 0
+        os.write(2, b"fd 2 is back\n")
+        print("sys.stderr is back", file=sys.stderr, flush=True)
+    finally:
+        os.umask(umask)
+    assert capfd.readouterr().err == "fd 2 is back\nsys.stderr is back\n"
+
+
+def test_the_held_stdout_takes_only_the_report(capfd):
+    """hold_stdout: print and fd 1 lead nowhere, report_stdout reaches the real standard
+    output, release puts everything back."""
+    capture.hold_stdout()
+    try:
+        print("late print")
+        os.write(1, b"late fd 1\n")
+        capture.report_stdout().write("the report\n")
+        capture.report_stdout().flush()
+    finally:
+        capture.release_stdout()
+    print("after")
+    assert capfd.readouterr().out == "the report\nafter\n"

@@ -399,7 +399,10 @@ def _run_command(argv: list[str], guard: Any) -> int:
     world = world_from_environment(timeout_s=ns.world_timeout)
     root = world.rank == 0
     code = 1
+    from gpubw.cli.guarded import guard_the_run, report_stdout, run_finished
+
     try:
+        guard_the_run(ns, command=_startup.is_command())  # -o not an input; stdout held
         opener = with_world(_system_opener(ns.simulate), world)
         from gpubw import api
         from gpubw.runner import core as runner
@@ -484,12 +487,13 @@ def _run_command(argv: list[str], guard: Any) -> int:
             own = watch.own if watch is not None else frozenset()
             report = judge(report, exp, ns.outlier_pct, ns.cv_threshold, own=own)
         if root:
-            _write(live, report, output)
+            _write(live, report, output, stdout=report_stdout())
         code = report.exit_code
         if report.error and (root or world.size > 1):
             _error(rank_prefix(world) + report.error)
     finally:
         output.discard()
+        run_finished()
         code = finish(world, code)
     return code
 
@@ -527,7 +531,9 @@ def _live_output(
         raise
     except BaseException as exc:
         raise PluginError(f"writer {name!r} failed: {_describe_base(exc)}") from exc
-    return LiveOutput(writer, name, stream=sys.stdout if output.to_stdout else None, mode=mode)
+    from gpubw.cli.guarded import report_stdout  # the held standard output (see there)
+
+    return LiveOutput(writer, name, stream=report_stdout() if output.to_stdout else None, mode=mode)
 
 
 def _describe_base(exc: BaseException) -> str:
