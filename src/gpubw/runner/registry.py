@@ -45,7 +45,7 @@ import attrs
 
 from gpubw.kernels.modules import KernelModule
 from gpubw.memory.system import System
-from gpubw.model.errors import GpubwError, PluginError, UsageError
+from gpubw.model.errors import GpubwError, InterruptedRun, PluginError, UsageError
 from gpubw.runner import capture as _capture
 from gpubw.runner.plugincache import ENTRY_POINT_GROUPS
 from gpubw.runner.procstate import kept
@@ -260,8 +260,6 @@ def _is_interrupt(exc: BaseException, ctrl_c: bool) -> bool:
     """A signal's interrupt, which leaves plugin code: gpubw's InterruptedRun, or a
     KeyboardInterrupt while Python's own SIGINT handler was installed (``ctrl_c``: Ctrl-C,
     which cannot be told from a plugin's own there)."""
-    from gpubw.model.errors import InterruptedRun
-
     return isinstance(exc, InterruptedRun) or (ctrl_c and isinstance(exc, KeyboardInterrupt))
 
 
