@@ -17,8 +17,10 @@ from pathlib import Path
 FIXTURES = Path(__file__).parent / "fixtures"
 GOOD = "gpubw_fixture_good"
 BROKEN = "gpubw_fixture_broken"
+HOSTILE = "gpubw_fixture_hostile"
 GOOD_DIST = "gpubw-fixture-good"
 BROKEN_DIST = "gpubw-fixture-broken"
+HOSTILE_DIST = "gpubw-fixture-hostile"
 
 
 def copy_fixtures(dest: Path, *names: str) -> list[Path]:

@@ -198,6 +198,7 @@ LIST_MODULES = {
     "gpubw.cli._startup",
     "gpubw.version",
     "gpubw.model.errors",
+    "gpubw.model.infile",
     "gpubw.cli.listing",
     "gpubw.runner.plugincache",
 }

@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from _plugin_fixtures import FIXTURES, GOOD
-from gpubw.runner import plugincache
+from gpubw.runner import plugincache, registry
 
 GROUPS = {"gpubw.testcases": [("k", "m:C", "d")], "gpubw.writers": [("w", "m:W", "d")]}
 
@@ -29,8 +29,52 @@ def test_a_stored_scan_is_read_back(cache):
     """What a scan stored under a fresh stamp is what the next read gives."""
     stamp, groups = plugincache.cached_entry_points()
     assert stamp is not None and groups is None
-    plugincache.store_entry_points(stamp, GROUPS)
-    assert plugincache.cached_entry_points() == (stamp, GROUPS)
+    scanned = registry._scan(plugincache.ENTRY_POINT_GROUPS)
+    plugincache.store_entry_points(stamp, scanned)
+    assert plugincache.cached_entry_points() == (stamp, scanned)
+
+
+def test_entry_points_no_distribution_declares_are_never_used(cache):
+    """A cache file naming entry points that no installed distribution declares (this:X, a
+    built-in key mapped to another module, a writer swapped for another) is a miss, however
+    valid its stamp: the scan decides."""
+    stamp, _ = plugincache.cached_entry_points()
+    scanned = registry._scan(plugincache.ENTRY_POINT_GROUPS)
+    assert plugincache.declared_entry_points(stamp) is not None
+    tcs, writers = (scanned[g] for g in plugincache.ENTRY_POINT_GROUPS)
+    csv = "gpubw.writers.csv:CsvWriter"
+    json_to_csv = [(n, csv if n == "json" else v, d) for n, v, d in writers]
+    for lie in (
+        {**scanned, "gpubw.testcases": [*tcs, ("zen", "this:X", "gpubw")]},
+        {**scanned, "gpubw.testcases": [("zen", "this:X", "gpubw"), *tcs[1:]]},
+        {**scanned, "gpubw.testcases": [(tcs[0][0], "unittest.__main__:main", "gpubw"), *tcs[1:]]},
+        {**scanned, "gpubw.writers": json_to_csv},
+        {**scanned, "gpubw.testcases": [(n, v, "other") for n, v, _ in tcs]},
+        {**scanned, "gpubw.testcases": tcs[1:]},
+    ):
+        plugincache.store_entry_points(stamp, lie)
+        assert plugincache.cached_entry_points() == (stamp, None)
+    plugincache.store_entry_points(stamp, scanned)
+    assert plugincache.cached_entry_points() == (stamp, scanned)
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [
+        {"gpubw.testcases": [("k", 10**400, "d")], "gpubw.writers": []},
+        {"gpubw.testcases": [("k", "m:C")], "gpubw.writers": []},
+        {"gpubw.testcases": "kmd", "gpubw.writers": []},
+        {"gpubw.testcases": [[1, 2, 3]], "gpubw.writers": [None]},
+        [("k", "m:C", "d")],
+    ],
+)
+def test_a_malformed_entry_point_cache_is_a_miss(cache, groups):
+    """Values of the wrong type or shape in a cache file (huge ints, short tuples, strings
+    for lists) are a miss, never a TypeError or OverflowError."""
+    stamp, _ = plugincache.cached_entry_points()
+    data = {"header": plugincache.header(), "paths": stamp, "groups": groups}
+    plugincache.write_file(plugincache.cache_path("entry-points"), data)
+    assert plugincache.cached_entry_points() == (stamp, None)
 
 
 def test_a_change_during_the_scan_voids_what_it_stores(cache):

@@ -482,19 +482,21 @@ def test_a_failing_plugin_is_reported_the_same_on_a_cache_hit(plugins, ep_cache,
         Writers.discover().get("fixture_broken_writer")
 
 
-def test_a_builtin_missing_is_a_failure_on_a_cache_hit(ep_cache, monkeypatch):
-    """A built-in missing from the scanned entry points is still a failure at its index when
-    the scan comes from the cache."""
-    scan = registry._scan
-
-    def stale(groups):  # type: ignore[no-untyped-def]
-        out = scan(groups)
-        out[registry.TESTCASE_GROUP] = [
-            t for t in out[registry.TESTCASE_GROUP] if t[0] != "host_to_device_memcpy_sm"
-        ]
-        return out
-
-    monkeypatch.setattr(registry, "_scan", stale)
+def test_a_builtin_missing_is_a_failure_on_a_cache_hit(ep_cache, tmp_path, monkeypatch):
+    """A built-in missing from gpubw's installed entry points (a stale installation: here a
+    gpubw distribution first on sys.path whose entry_points.txt lacks one) is still a failure
+    at its index when the scan comes from the cache."""
+    real = Path(str(importlib.metadata.distribution("gpubw")._path))  # type: ignore[attr-defined]
+    site = _site(tmp_path, monkeypatch)
+    stale = site / real.name
+    stale.mkdir()
+    for name in ("METADATA", "PKG-INFO"):
+        if (real / name).exists():
+            shutil.copy(real / name, stale / name)
+    text = (real / "entry_points.txt").read_text()
+    lines = [ln for ln in text.splitlines() if not ln.startswith("host_to_device_memcpy_sm ")]
+    (stale / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    importlib.invalidate_caches()
     Registry.discover()
     _no_scan(monkeypatch)
     entry = Registry.discover().by_index(16)

@@ -42,6 +42,7 @@ from gpubw.backend.system_file import (
 )
 from gpubw.backend.system_file import known_kernels as known_kernels
 from gpubw.model.errors import UsageError
+from gpubw.model.infile import read_input
 
 MIB = 1 << 20
 
@@ -275,7 +276,7 @@ def load_system(
             "(or the path of a JSON system file)"
         )
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = read_input(path, "simulated system file")
     except OSError as exc:
         raise UsageError(
             f"cannot read simulated system file {text}: {exc.strerror or exc}"

@@ -338,6 +338,7 @@ def _run_command(argv: list[str], guard: Any) -> int:
         return int(setup)
     import attrs
 
+    from gpubw.runner import capture
     from gpubw.runner import core as runner
     from gpubw.runner.ranks import finish, rank_prefix
     from gpubw.world import world_from_environment
@@ -354,6 +355,7 @@ def _run_command(argv: list[str], guard: Any) -> int:
             return code
         if start.signum is not None and guard.signum is None:
             guard.adopt(start.signum)  # another rank was signalled: every rank stops now
+        capture.hold_stdout(keep=_startup.is_command())  # late plugin threads print nowhere
         listeners, live = _listeners(ns, spec, judging, output, world)
         with live:
             report = runner.run(attrs.evolve(spec, listeners=listeners), world)
@@ -361,6 +363,7 @@ def _run_command(argv: list[str], guard: Any) -> int:
         if report.error and (world.rank == 0 or world.size > 1):
             _error(rank_prefix(world) + report.error)
     finally:
+        capture.release_stdout()
         code = finish(world, code)
     return code
 
@@ -391,10 +394,13 @@ def _agreed_spec(
     agreed before it (:class:`gpubw.cli.together.Start`). One process raises its usage
     errors."""
     from gpubw.cli.together import Start, fingerprint, start_together
+    from gpubw.model.infile import refuse_input_as_output
 
     options, fmt, _output = setup
     spec = judging = error = None
     try:
+        # -o may not be a file the run reads: the report would replace its own input
+        refuse_input_as_output(ns.output, {"--simulate": ns.simulate, "--expect": ns.expect})
         spec = _run_spec(ns, argv, options, fmt)
         judging = _judging(ns)  # a bad expectations file: exit 2 before the run
     except UsageError as exc:

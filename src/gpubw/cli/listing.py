@@ -24,7 +24,11 @@ A list in which any testcase failed to load is never cached: the next ``-l`` imp
 plugins again, so a failure shows as it is now, never as it was. Anything else the output
 could depend on (a plugin reading the environment in its docstring's place) is not tracked;
 ``GPUBW_NO_LIST_CACHE=1`` lists without the cache (neither read nor written). A cache that
-cannot be read or written is never an error: the list is made by discovery then.
+cannot be read or written is never an error: the list is made by discovery then. A cache
+file is read only when gpubw may trust it (a regular file of this user's that no one else
+may write, of bounded size: :func:`gpubw.runner.plugincache.load_file`), its fields must
+have the types gpubw writes, and what it holds is printed through :func:`printable`, so even
+a forged one cannot send escape sequences to the terminal.
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ import sys
 
 from gpubw.runner.plugincache import (
     NO_CACHE_ENV,
-    NOT_OURS,
     cache_path,
     header,
     load_file,
@@ -47,7 +50,16 @@ from gpubw.version import __version__
 PROG = "gpubw"
 #: what -l/--list writes
 LIST_FORMATS = ("text", "json")
-__all__ = ["LIST_FORMATS", "NO_CACHE_ENV", "PROG", "listing", "main", "plain_list_args", "render"]
+__all__ = [
+    "LIST_FORMATS",
+    "NO_CACHE_ENV",
+    "PROG",
+    "listing",
+    "main",
+    "plain_list_args",
+    "printable",
+    "render",
+]
 
 
 # -- rendering ---------------------------------------------------------------------------
@@ -80,7 +92,7 @@ def render(registry: object, as_json: bool) -> str:
             }
             for f in registry.unlisted_failures  # type: ignore[attr-defined]
         ]
-        return json.dumps(items, indent=2) + "\n"
+        return printable(json.dumps(items, indent=2) + "\n")
     lines = [f"{PROG} Version: {__version__}", "", "Index, Name:", "\tDescription"]
     lines.append("=" * 23)
     for e in entries:
@@ -97,7 +109,26 @@ def render(registry: object, as_json: bool) -> str:
         lines.append("Plugins that could not be loaded:")
         lines += [f"\t{f.key} ({f.plugin}): {f.message}" for f in failures]
         lines.append("")
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines) + "\n")
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable, other than a newline or a tab (an
+    ANSI escape sequence's ESC, a carriage return, a NUL), written as a ``\\uXXXX`` escape:
+    what ``-l`` prints cannot move the cursor or recolour the terminal, whether a plugin's
+    description holds it or a cache file (read as data) does. A list that JSON made holds
+    none (json.dumps escapes them itself), so the escape keeps JSON valid."""
+    if text.replace("\n", "").replace("\t", "").isprintable():  # the usual case, at C speed
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" else _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a UTF-16 surrogate pair, as JSON writes one
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 # -- the cache ----------------------------------------------------------------------------
@@ -120,16 +151,30 @@ def _module_files() -> list[str]:
 
 
 def _read(path: str) -> dict[str, str] | None:
-    """The cached outputs, if the file is there and still valid."""
+    """The cached outputs, if the file is there, is one gpubw may trust
+    (:func:`gpubw.runner.plugincache.load_file`), holds what it should and is still valid."""
     cached = load_file(path)
-    try:
-        if cached is None or cached["paths"] != path_stamp():
-            return None
-        if any(stat_of(p) != tuple(s) for p, s in cached["files"]):  # type: ignore[attr-defined]
-            return None
-        return {"text": cached["text"], "json": cached["json"]}  # type: ignore[dict-item]
-    except NOT_OURS:
+    if cached is None or cached.get("paths") != path_stamp():
         return None
+    files, text, as_json = cached.get("files"), cached.get("text"), cached.get("json")
+    if not (isinstance(text, str) and isinstance(as_json, str) and _file_stats(files)):
+        return None
+    if any(stat_of(p) != tuple(s) for p, s in files):  # type: ignore[attr-defined]
+        return None
+    return {"text": text, "json": as_json}
+
+
+def _file_stats(value: object) -> bool:
+    """Whether ``value`` is a list of (path, (int, int)), as the cache's ``files`` are."""
+    return isinstance(value, list) and all(
+        isinstance(item, tuple)
+        and len(item) == 2
+        and isinstance(item[0], str)
+        and isinstance(item[1], tuple)
+        and len(item[1]) == 2
+        and all(type(n) is int for n in item[1])
+        for item in value
+    )
 
 
 def _discover() -> dict[str, str]:
@@ -152,7 +197,7 @@ def listing(as_json: bool) -> str:
     else from a full discovery (which refreshes it)."""
     cached = None if os.environ.get(NO_CACHE_ENV) else _read(cache_path())
     out = cached or _discover()
-    return out["json" if as_json else "text"]
+    return printable(out["json" if as_json else "text"])
 
 
 # -- the command -------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from gpubw.model.errors import GpubwError, PluginError
 from gpubw.model.events import Finished, RunListener, Step
 from gpubw.model.results import Report, TestcaseResult
 from gpubw.model.sizes import format_size
+from gpubw.runner.capture import report_stdout
 from gpubw.writers import StreamingWriter, write_whole
 
 #: "bar" (a terminal), "lines" (one line per finished testcase) or "off"
@@ -83,7 +84,7 @@ class Output:
         """The stream to write the report to; ``stdout`` replaces ``sys.stdout`` where the
         report goes to standard output."""
         if self._target is None or (stdout is not None and self._target.is_stdout):
-            out = sys.stdout if stdout is None else stdout
+            out = report_stdout() if stdout is None else stdout
             yield out
             out.flush()
             return
@@ -127,7 +128,7 @@ class LiveOutput(RunListener):
         self.writer, self.name, self.output, self.mode = writer, name, output, mode
         self.err = err if err is not None else sys.stderr
         live = output.to_stdout and isinstance(writer, StreamingWriter)
-        self.stream: TextIO | None = sys.stdout if live else None
+        self.stream: TextIO | None = report_stdout() if live else None
         self.begun = False
         self._bar: Any = None
         self._task: Any = None

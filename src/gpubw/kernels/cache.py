@@ -4,8 +4,13 @@ The cache directory is ``$GPUBW_CACHE_DIR``, else ``$XDG_CACHE_HOME/gpubw/kernel
 ``~/.cache/gpubw/kernels``. An entry's key is the SHA-256 of everything the binary depends on:
 the source text, the target architecture and output kind, the compiler options, the driver
 version and the NVRTC version. Entries are written atomically (temporary file, then
-``os.replace``) and carry a checksum, so a torn or corrupt entry is simply compiled again. A
-cache that cannot be read or written is not an error: gpubw compiles and goes on.
+``os.replace``, mode 0644 less the umask) and carry a checksum, so a torn or corrupt entry is
+simply compiled again. A cache that cannot be read or written is not an error: gpubw
+compiles and goes on. An entry is read only when gpubw may trust it
+(:func:`gpubw.model.infile.read_cache_file`: a regular file, not a link, of this user's,
+that no one else may write, of at most :data:`MAX_ENTRY_BYTES`); any other is ignored with
+one warning on standard error, so a FIFO or ``/dev/zero`` in its place cannot hang or
+exhaust a run.
 
 Nothing here needs a GPU: NVRTC runs on the CPU, which is how CI compiles every kernel.
 """
@@ -23,6 +28,7 @@ import attrs
 
 from gpubw.kernels import PATTERN_WORDS, source
 from gpubw.model.errors import KernelCompileError, UsageError
+from gpubw.model.infile import read_cache_file
 from gpubw.model.outfile import replace_regular_file
 
 log = logging.getLogger(__name__)
@@ -32,6 +38,10 @@ SOURCE_NAME = "gpubw.cu"
 #: Cache entry layout: MAGIC, 32-byte SHA-256 of the payload, payload.
 _MAGIC = b"GPUBWK1\n"
 _DIGEST = 32
+#: the largest cache entry read (a cubin of gpubw.cu is ~100 KiB, a pattern 2 MiB)
+MAX_ENTRY_BYTES = 64 << 20
+#: the mode of an entry (less the umask): others may read it, only its owner write it
+ENTRY_MODE = 0o644
 
 
 def cache_dir() -> Path:
@@ -184,9 +194,8 @@ class KernelCache:
     def get(self, key: str) -> bytes | None:
         """The stored binary, or None when absent, unreadable or corrupt (one this process
         could not write is kept in memory and returned from there)."""
-        try:
-            blob = self.path(key).read_bytes()
-        except OSError:
+        blob = read_cache_file(str(self.path(key)), MAX_ENTRY_BYTES)
+        if blob is None:
             return _unwritten.get(key)
         head = len(_MAGIC) + _DIGEST
         if len(blob) <= head or not blob.startswith(_MAGIC):
@@ -203,7 +212,7 @@ class KernelCache:
         blob = _MAGIC + hashlib.sha256(payload).digest() + payload
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            if replace_regular_file(str(self.path(key)), blob):
+            if replace_regular_file(str(self.path(key)), blob, mode=ENTRY_MODE):
                 return
             log.debug("kernel cache entry %s is not a regular file; left alone", key)
         except (OSError, UsageError) as exc:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gpubw.model.errors import UsageError
+from gpubw.model.infile import read_input
 from gpubw.model.results import (
     BANDWIDTH,
     COUNTED_NONE,
@@ -219,9 +220,11 @@ def load(path: str | Path) -> dict[str, Any]:
     """Parse an nvbandwidth ``-j`` output file."""
     p = Path(path)
     try:
-        text = p.read_text("utf-8")
+        text = read_input(p, "nvbandwidth report")
     except OSError as exc:
         raise UsageError(f"cannot read {p}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{p} is not UTF-8 text: {exc}") from exc
     return loads(text)
 
 

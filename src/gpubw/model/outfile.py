@@ -13,6 +13,9 @@
   ``/proc`` (``/dev/stdout`` resolves into ``/proc/self/fd``).
 * A folder, a name ending in ``/``, a missing parent folder: :class:`UsageError`, found by
   :meth:`OutputTarget.check` before anything runs.
+* A relative name is made absolute when the target is made (before anything runs), and only
+  the process that began a write completes it (:func:`atomic_file`): plugin code that
+  changes the current folder or forks cannot move or write the report.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ class OutputTarget:
     def __init__(self, path: str, *, label: str = "-o/--output") -> None:
         self.path = path
         self.label = label
+        #: the path made absolute now, before anything runs: a plugin that changes the
+        #: current folder cannot move the report
+        self.absolute = os.path.abspath(path) if path and path != "-" else path
 
     @property
     def is_stdout(self) -> bool:
@@ -60,11 +66,11 @@ class OutputTarget:
     @property
     def is_direct(self) -> bool:
         """Written in place (a device, FIFO or socket), not atomically replaced."""
-        return not self.is_stdout and _is_direct(os.path.abspath(self.path))
+        return not self.is_stdout and _is_direct(self.absolute)
 
     def resolved(self) -> str:
         """The regular file that an atomic write replaces (links followed)."""
-        return os.path.realpath(os.path.abspath(self.path))
+        return os.path.realpath(self.absolute)
 
     def check(self) -> OutputTarget:
         """Refuse, before anything runs, a path that cannot be written; returns self."""
@@ -75,10 +81,10 @@ class OutputTarget:
             raise UsageError(f"{label}: an empty file name; give a file name or - for stdout")
         if path.endswith(os.sep):
             raise UsageError(f"{label} {path!r} ends with {os.sep!r}: give a file name")
-        if os.path.isdir(path):
+        if os.path.isdir(self.absolute):
             raise UsageError(f"{label} {path!r} is a directory; give a file name")
         if self.is_direct:
-            if not os.access(path, os.W_OK):
+            if not os.access(self.absolute, os.W_OK):
                 raise UsageError(f"{label} {path!r} cannot be written: permission denied")
             return self
         target = self.resolved()
@@ -108,7 +114,7 @@ class OutputTarget:
             return
         if self.is_direct:
             kwargs: dict[str, Any] = {} if binary else {"encoding": "utf-8"}
-            with open(self.path, "wb" if binary else "w", **kwargs) as f:
+            with open(self.absolute, "wb" if binary else "w", **kwargs) as f:
                 yield f
             return
         with atomic_file(self.resolved(), binary=binary) as f:
@@ -116,11 +122,15 @@ class OutputTarget:
 
 
 @contextlib.contextmanager
-def atomic_file(target: str, *, binary: bool = False) -> Iterator[IO[Any]]:
+def atomic_file(target: str, *, binary: bool = False, mode: int | None = None) -> Iterator[IO[Any]]:
     """Write ``target`` (a regular file or a new name) atomically: a temporary file beside
-    it, fsynced, then renamed over it, keeping an existing file's mode and owner. On an
-    exception the temporary file is removed and ``target`` is untouched."""
+    it, fsynced, then renamed over it, keeping an existing file's mode and owner (``mode``:
+    that mode, less the umask, whatever was there: a cache's). On an exception the
+    temporary file is removed and ``target`` is untouched. Only the process that began the
+    write renames it into place: a child forked meanwhile (by a plugin) that comes back here
+    ends at once, with ``os._exit``, writing nothing."""
     folder = os.path.dirname(target) or "."
+    pid = os.getpid()
     try:
         old: os.stat_result | None = os.stat(target)
     except FileNotFoundError:
@@ -132,29 +142,45 @@ def atomic_file(target: str, *, binary: bool = False) -> Iterator[IO[Any]]:
         kwargs: dict[str, Any] = {} if binary else {"encoding": "utf-8"}
         with os.fdopen(fd, "wb" if binary else "w", **kwargs) as f:
             yield f
+            _parent_only(pid)
             f.flush()
             os.fsync(f.fileno())
-        if old is not None:
-            os.chmod(tmp, stat.S_IMODE(old.st_mode))
-            with contextlib.suppress(OSError):
-                os.chown(tmp, old.st_uid, old.st_gid)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
+        _set_mode(tmp, old, mode)
         os.replace(tmp, target)
         tmp = ""
     finally:
+        _parent_only(pid)  # a forked child ends here too when its block raised
         if tmp:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
 
 
-def replace_regular_file(target: str, payload: bytes) -> bool:
+def _parent_only(pid: int) -> None:
+    """End a process forked from process ``pid`` (a plugin's child that returned into gpubw's
+    code) without writing anything or running any clean-up."""
+    if os.getpid() != pid:
+        os._exit(1)
+
+
+def _set_mode(tmp: str, old: os.stat_result | None, mode: int | None) -> None:
+    """Give ``tmp`` the mode (and owner) of the file it replaces, or ``mode`` (a new file:
+    0666), less the umask."""
+    if old is not None and mode is None:
+        os.chmod(tmp, stat.S_IMODE(old.st_mode))
+        with contextlib.suppress(OSError):
+            os.chown(tmp, old.st_uid, old.st_gid)
+        return
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, (0o666 if mode is None else mode) & ~umask)
+
+
+def replace_regular_file(target: str, payload: bytes, *, mode: int | None = None) -> bool:
     """Store ``payload`` at ``target`` atomically unless something other than a regular file
-    is there (then nothing is written and False is returned)."""
+    is there (then nothing is written and False is returned); ``mode`` as
+    :func:`atomic_file`'s."""
     if os.path.islink(target) or _is_direct(target):
         return False
-    with atomic_file(target, binary=True) as f:
+    with atomic_file(target, binary=True, mode=mode) as f:
         f.write(payload)
     return True

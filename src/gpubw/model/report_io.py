@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from gpubw.model.errors import GpubwError, UsageError
+from gpubw.model.infile import read_input
 from gpubw.model.options import options_from_record
 from gpubw.model.results import (
     BANDWIDTH,
@@ -413,7 +414,7 @@ def load_report(path: str | Path) -> dict[str, Any]:
     does not match the schema."""
     p = Path(path)
     try:
-        text = p.read_text("utf-8")
+        text = read_input(p, "report")
     except OSError as exc:
         raise UsageError(f"cannot read report {p}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:

@@ -230,7 +230,8 @@ class TestcaseResult:
     duration_s: float = 0.0
     plugin: str = ""  # distribution that provided the testcase
     #: what the testcase's plugin code printed to standard output while it ran (captured so
-    #: that it cannot corrupt gpubw's own output); "" if nothing
+    #: that it cannot corrupt gpubw's own output; a testcase's first result also holds what
+    #: its plugin module printed while it was imported, first); "" if nothing
     output: str = ""
     #: while a judged run streams: the verdicts (:class:`gpubw.model.verdicts.Verdict`) on
     #: this result, for a streaming writer's ``testcase()`` to print after the matrices they

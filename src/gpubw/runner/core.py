@@ -41,8 +41,9 @@ from gpubw.model.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
 from gpubw.model.report_io import device_record, matrix_problem
 from gpubw.model.results import Matrix, Report, Status, TestcaseResult
 from gpubw.model.sizes import format_size
-from gpubw.runner.capture import OutputCapture
+from gpubw.runner.capture import OutputCapture, joined
 from gpubw.runner.interrupts import HANDLED_SIGNALS, SignalGuard, current
+from gpubw.runner.procstate import kept
 from gpubw.runner.ranks import Ranks
 from gpubw.runner.registry import Entry, Selected, Unresolved
 from gpubw.runner.simulation import Opener, Simulation, opener, run_rack
@@ -641,6 +642,7 @@ def _step(item: Selected, system: System, size: int | None, run: _Steps) -> Test
     try:
         with (
             capture or contextlib.nullcontext(),
+            kept(),  # folder, umask, signals, fds 1/2 put back; a forked child ends here
             guard.interruptible() if guard is not None else contextlib.nullcontext(),
         ):
             status, message, matrices = _run_one(item, system, size, guard)
@@ -662,6 +664,7 @@ def _step(item: Selected, system: System, size: int | None, run: _Steps) -> Test
         message=message,
         matrices=matrices,
         duration_s=time.perf_counter() - t0,
-        output=capture.text if capture is not None else "",
+        # what its module printed while imported (the first result only), then while it ran
+        output=joined(item.take_output(), capture.text if capture is not None else ""),
         **common,
     )

@@ -22,20 +22,33 @@ needed, so ``-t KEY`` imports one testcase module and ``-p`` the matched ones;
 :meth:`Registry.load` and :attr:`Registry.failures` (the default suite, ``-l``) load them
 all; load failures are found then, cache or not. A writer is loaded when it is asked for
 by name.
+
+A third-party plugin's import, and its testcase's ``description()``, are plugin code run
+as the run's testcases are (:func:`_plugin_call`): whatever it raises, ``SystemExit``, a
+``KeyboardInterrupt`` of its own or an ``AssertionError`` included, is that plugin's load
+failure (listed; the run goes on), only a signal's interrupt leaves; what it prints to
+standard output is captured (:mod:`gpubw.runner.capture`) and becomes the ``output`` of its
+testcase's first result; the process state is put back after it
+(:func:`gpubw.runner.procstate.kept`). A testcase class whose ``description()`` does not
+return a string, or whose ``fixed_size`` is not a bool, is a load failure too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable, Iterator, Sequence
+import signal
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
 
 from gpubw.kernels.modules import KernelModule
 from gpubw.memory.system import System
-from gpubw.model.errors import GpubwError, PluginError, UsageError
+from gpubw.model.errors import GpubwError, InterruptedRun, PluginError, UsageError
+from gpubw.runner import capture as _capture
 from gpubw.runner.plugincache import ENTRY_POINT_GROUPS
+from gpubw.runner.procstate import kept
 from gpubw.testcases import BUILTINS
 from gpubw.testcases.base import Testcase
 
@@ -70,7 +83,7 @@ class Entry:
     imported then, through stevedore, once; a load failure becomes its :class:`LoadFailure`,
     as it did when discovery imported everything."""
 
-    __slots__ = ("_cls", "_failure", "_found", "index", "key", "plugin")
+    __slots__ = ("_cls", "_description", "_failure", "_found", "_output", "index", "key", "plugin")
 
     def __init__(
         self,
@@ -88,6 +101,8 @@ class Entry:
         self._cls = cls
         self._failure = failure
         self._found = found  # the entry point to load on first need; None once settled
+        self._description: str | None = None
+        self._output = ""  # what its module printed while it was imported
 
     def __repr__(self) -> str:
         state = "not loaded" if self._found is not None else f"cls={self._cls!r}"
@@ -113,7 +128,8 @@ class Entry:
             if isinstance(tc, str):
                 self._failure = LoadFailure(found.name, found.plugin, tc)
             else:
-                self._cls = tc
+                self._cls, self._description = tc
+        self._output = found.output
         self._found = None
 
     @property
@@ -132,7 +148,18 @@ class Entry:
 
     @property
     def description(self) -> str:
-        return self.cls.description() if self.cls is not None else ""
+        """The class's ``description()``, as it was when the entry loaded (checked then)."""
+        if self.cls is None:
+            return ""
+        if self._description is None:  # an Entry made with its class, not discovered
+            self._description = str(self.cls.description())
+        return self._description
+
+    def take_output(self) -> str:
+        """What the plugin's module printed to standard output while it was imported, once
+        (the first result of the testcase keeps it); "" after that."""
+        out, self._output = self._output, ""
+        return out
 
     @property
     def fixed_size(self) -> bool:
@@ -170,6 +197,7 @@ class _Found:
     obj: Any = None
     error: str = ""
     loaded: bool = False
+    output: str = ""  # what its import printed to standard output
 
 
 def _describe(exc: BaseException) -> str:
@@ -219,9 +247,45 @@ def _discover(group: str) -> list[_Found]:
     return [_Found(name, value, plugin) for name, value, plugin in groups[group]]
 
 
+class _PluginFailed(Exception):
+    """Plugin code ended in ``exc`` (any BaseException): carried through stevedore, which
+    hands only an Exception to its failure callback (and re-raises an AssertionError)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+def _is_interrupt(exc: BaseException, ctrl_c: bool) -> bool:
+    """A signal's interrupt, which leaves plugin code: gpubw's InterruptedRun, or a
+    KeyboardInterrupt while Python's own SIGINT handler was installed (``ctrl_c``: Ctrl-C,
+    which cannot be told from a plugin's own there)."""
+    return isinstance(exc, InterruptedRun) or (ctrl_c and isinstance(exc, KeyboardInterrupt))
+
+
+def _plugin_call(call: Callable[[], Any]) -> tuple[Any, str, BaseException | None]:
+    """``call()`` run as plugin code: its standard output captured (unless a capture is
+    active already, which then takes it), the process state put back after it
+    (:func:`gpubw.runner.procstate.kept`). Returns (its value, what it printed, what it
+    raised); a signal's interrupt is raised, never returned."""
+    ctrl_c = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    capture = _capture.OutputCapture() if _capture.active() is None else None
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        with capture or contextlib.nullcontext(), kept():
+            value = call()
+    except BaseException as exc:
+        if _is_interrupt(exc, ctrl_c):
+            raise
+        error = exc
+    return value, capture.text if capture is not None else "", error
+
+
 def _load(group: str, found: Sequence[_Found]) -> None:
     """Import the objects of ``found`` through stevedore (each ``obj``, or its ``error``):
-    only these entry points, never the rest of the group."""
+    only these entry points, never the rest of the group; a third-party plugin's import is
+    plugin code (:func:`_plugin_call`)."""
     import importlib.metadata
 
     import stevedore
@@ -234,8 +298,19 @@ def _load(group: str, found: Sequence[_Found]) -> None:
         def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
             return [importlib.metadata.EntryPoint(n, v, group) for n, v in wanted]
 
+        def _load_one_plugin(self, ep: Any, *args: Any, **kwargs: Any) -> Any:
+            one = super()._load_one_plugin
+            f = wanted[(ep.name, ep.value)]
+            if f.plugin == BUILTIN_DIST:
+                return one(ep, *args, **kwargs)
+            value, f.output, error = _plugin_call(lambda: one(ep, *args, **kwargs))
+            if error is not None:
+                raise _PluginFailed(error)
+            return value
+
     def on_failure(_manager: Any, ep: Any, exc: BaseException) -> None:
-        wanted[(ep.name, ep.value)].error = f"could not load {ep.value}: {_describe(exc)}"
+        cause = exc.exc if isinstance(exc, _PluginFailed) else exc
+        wanted[(ep.name, ep.value)].error = f"could not load {ep.value}: {_describe(cause)}"
 
     _imported.update(f.plugin for f in wanted.values() if f.plugin != BUILTIN_DIST)
     manager = Only(namespace=group, invoke_on_load=False, on_load_failure_callback=on_failure)
@@ -281,9 +356,21 @@ def _dedupe(found: Iterable[_Found], what: str) -> tuple[list[_Found], list[Load
     return list(kept.values()), failures
 
 
-def _as_testcase(f: _Found) -> type[Testcase] | str:
-    """The testcase class of an entry point, or why it cannot be one. The class is used as
-    it is: its key comes from the entry point, through :class:`Entry`."""
+def _as_testcase(f: _Found) -> tuple[type[Testcase], str] | str:
+    """(the testcase class of an entry point, its description), or why it cannot be one.
+    The class is used as it is: its key comes from the entry point, through :class:`Entry`.
+    Looking at a plugin's class runs its code (a metaclass, ``description()``): plugin code
+    (:func:`_plugin_call`), whatever it raises a reason."""
+    if f.plugin == BUILTIN_DIST:
+        return _checked_class(f)
+    value, output, error = _plugin_call(lambda: _checked_class(f))
+    f.output += output
+    if error is not None:
+        return f"{f.value}: checking the class failed: {_describe(error)}"
+    return value
+
+
+def _checked_class(f: _Found) -> tuple[type[Testcase], str] | str:
     obj = f.obj
     if not (isinstance(obj, type) and issubclass(obj, Testcase)):
         what = (
@@ -307,7 +394,20 @@ def _as_testcase(f: _Found) -> type[Testcase] | str:
         return (
             f"{f.value}.kernel_modules must be a tuple of gpubw.KernelModule, got {modules!r:.80}"
         )
-    return obj
+    if not isinstance(obj.fixed_size, bool):
+        return f"{f.value}.fixed_size must be True or False, got {obj.fixed_size!r:.60}"
+    doc = obj.__doc__
+    if vars(Testcase)["description"].__func__ is getattr(obj.description, "__func__", None) and (
+        doc is not None and not isinstance(doc, str)
+    ):
+        return f"{f.value}'s docstring is {type(doc).__name__} {doc!r:.60}, not a string"
+    description = obj.description()
+    if not isinstance(description, str):
+        return (
+            f"{f.value}.description() returned {type(description).__name__} "
+            f"{description!r:.60}, not a string (the class docstring, by default)"
+        )
+    return obj, description
 
 
 def _missing_builtins(found: list[_Found]) -> list[_Found]:

@@ -37,12 +37,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
 
 from gpubw.model.errors import UsageError
+from gpubw.model.infile import read_input
 from gpubw.model.results import BANDWIDTH, KIND_BANDWIDTH, KIND_LATENCY, LATENCY, Matrix
 from gpubw.model.sizes import format_size
 
@@ -238,7 +238,7 @@ def side_from(doc: Mapping[str, Any], path: str = "") -> Side:
 def load_side(path: str) -> Side:
     """The cells of a report file; UsageError naming the file if it cannot be read."""
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = json.loads(read_input(path, "report"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise UsageError(f"cannot read report {path!r}: {exc}") from None
     except RecursionError:

@@ -386,6 +386,17 @@ def _select(report: Report, prefixes: Sequence[str]) -> Report:
     return attrs.evolve(report, testcases=kept)
 
 
+def _head(path: str) -> str:
+    """The start of the report file ``path`` ("" when it cannot be read: load_report says
+    why); a file that is not a regular one is a UsageError (:func:`read_input`)."""
+    from gpubw.model.infile import read_input
+
+    try:
+        return read_input(path, "report")[:4096]
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def load(path: str) -> Report:
     """The Report in ``path``, a gpubw JSON report or nvbandwidth's ``-j`` output; any file
     that is neither (not JSON, nested too deeply, the wrong shape, values no Report can hold)
@@ -394,12 +405,7 @@ def load(path: str) -> Report:
     from gpubw.model.report_io import load_report, report_from_dict
 
     try:
-        with open(path, encoding="utf-8") as f:
-            head = f.read(4096)
-    except (OSError, UnicodeDecodeError):
-        head = ""  # load_report says what is wrong
-    try:
-        if '"nvbandwidth"' in head:
+        if '"nvbandwidth"' in _head(path):
             from gpubw.model import nvbandwidth_json
 
             return nvbandwidth_json.to_report(Path(path))

@@ -43,6 +43,7 @@ from typing import Any
 import attrs
 
 from gpubw.model.errors import UsageError
+from gpubw.model.infile import read_input
 from gpubw.model.results import BANDWIDTH, LATENCY, Report
 from gpubw.model.sizes import parse_size
 
@@ -186,9 +187,11 @@ def load_expectations(path: str | Path) -> Expectations:
     """Read and validate an expectations file; UsageError (exit 2) on any problem."""
     p = Path(path)
     try:
-        text = p.read_text("utf-8")
+        text = read_input(p, "expectations file")
     except OSError as exc:
         raise UsageError(f"cannot read expectations file {p}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{p} is not UTF-8 text: {exc}") from exc
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
