@@ -201,3 +201,45 @@ def test_cli_o_through_proc_fd_symlink_writes_in_place(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert json.loads(out.read_text())["simulated"] is True
+
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="making a link owned by another user needs root (os.lchown)"
+)
+
+
+@needs_root
+@pytest.mark.parametrize("via", ["report", "device"])
+def test_another_users_link_in_a_sticky_folder_is_not_followed(tmp_path, via):
+    """Root writing -o LINK in a world-writable sticky folder, LINK planted there by another
+    user (uid 65534) and pointing at root's own 0600 file (or a device): a usage error
+    naming the link, the file untouched, as the kernel's fs.protected_symlinks would refuse
+    (gpubw once replaced root's file through it)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    secret = tmp_path / "root-only.txt"
+    secret.write_text("root's data\n")
+    secret.chmod(0o600)
+    link = shared / "report.json"
+    os.symlink(secret if via == "report" else "/dev/null", link)
+    os.lchown(link, 65534, 65534)
+    with pytest.raises(UsageError, match=r"symbolic link of uid 65534 in the world-writable"):
+        OutputTarget(str(link)).check()
+    assert secret.read_text() == "root's data\n" and oct(secret.stat().st_mode)[-3:] == "600"
+
+
+@needs_root
+def test_a_link_of_the_user_or_the_folder_owner_is_still_followed(tmp_path):
+    """The documented behaviour for a user's own links stays: in the same sticky folder a
+    link owned by the user running gpubw is followed and its target written atomically."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    target = tmp_path / "mine.txt"
+    target.write_text("old\n")
+    link = shared / "out.txt"
+    os.symlink(target, link)
+    with OutputTarget(str(link)).check().open() as f:
+        f.write("new\n")
+    assert target.read_text() == "new\n" and link.is_symlink()

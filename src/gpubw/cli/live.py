@@ -83,7 +83,7 @@ class Output:
     def stream(self, stdout: TextIO | None = None) -> Iterator[TextIO]:
         """The stream to write the report to; ``stdout`` replaces ``sys.stdout`` where the
         report goes to standard output."""
-        if self._target is None or (stdout is not None and self._target.is_stdout):
+        if self._target is None or self._target.is_stdout:
             out = report_stdout() if stdout is None else stdout
             yield out
             out.flush()

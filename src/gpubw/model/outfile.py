@@ -7,7 +7,11 @@
 * A regular file, or a new name in an existing folder: written atomically (a temporary file
   in the same folder, renamed over the name once complete), keeping an existing file's mode
   (and, where the process may, its owner).
-* A symbolic link: followed; its target is written by the same rules, the link stays.
+* A symbolic link: followed; its target is written by the same rules, the link stays. A
+  link is followed only where the kernel's ``fs.protected_symlinks`` would follow it: in a
+  world-writable sticky folder (``/tmp``) its owner must be the user running gpubw or the
+  folder's owner (:func:`check_links`); otherwise :class:`UsageError`. So another user's link
+  planted in ``/tmp`` cannot make root replace root's own file.
 * A character device, FIFO or socket (``/dev/null``, ``/dev/stdout``, a named pipe): opened
   and written directly; nothing is ever renamed over it. So is any path under ``/dev`` or
   ``/proc`` (``/dev/stdout`` resolves into ``/proc/self/fd``).
@@ -69,7 +73,9 @@ class OutputTarget:
         return not self.is_stdout and _is_direct(self.absolute)
 
     def resolved(self) -> str:
-        """The regular file that an atomic write replaces (links followed)."""
+        """The regular file that an atomic write replaces (links followed, each one checked
+        as the kernel would: :func:`check_links`)."""
+        check_links(self.absolute, self.label, self.path)
         return os.path.realpath(self.absolute)
 
     def check(self) -> OutputTarget:
@@ -83,6 +89,7 @@ class OutputTarget:
             raise UsageError(f"{label} {path!r} ends with {os.sep!r}: give a file name")
         if os.path.isdir(self.absolute):
             raise UsageError(f"{label} {path!r} is a directory; give a file name")
+        check_links(self.absolute, label, path)
         if self.is_direct:
             if not os.access(self.absolute, os.W_OK):
                 raise UsageError(f"{label} {path!r} cannot be written: permission denied")
@@ -113,12 +120,44 @@ class OutputTarget:
             stream.flush()
             return
         if self.is_direct:
+            check_links(self.absolute, self.label, self.path)
             kwargs: dict[str, Any] = {} if binary else {"encoding": "utf-8"}
             with open(self.absolute, "wb" if binary else "w", **kwargs) as f:
                 yield f
             return
         with atomic_file(self.resolved(), binary=binary) as f:
             yield f
+
+
+#: the most links followed in a row (the kernel's limit, ELOOP past it)
+_MAX_LINKS = 40
+
+
+def check_links(path: str, label: str = "-o/--output", shown: str | None = None) -> None:
+    """Refuse to follow a symbolic link the kernel's ``fs.protected_symlinks`` would not
+    let the user follow: one in a world-writable sticky folder owned by neither the user
+    nor the folder's owner (every link of a chain is checked). :class:`UsageError` naming
+    the link, its owner and why."""
+    current, uid = path, os.geteuid()
+    for _ in range(_MAX_LINKS):
+        try:
+            link = os.lstat(current)
+        except OSError:
+            return  # a new name: nothing to follow
+        if not stat.S_ISLNK(link.st_mode):
+            return
+        folder = os.path.dirname(current) or "."
+        parent = os.stat(folder)
+        shared = parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH
+        if shared and link.st_uid not in (uid, parent.st_uid):
+            raise UsageError(
+                f"{label} {shown or path!r}: {current!r} is a symbolic link of uid "
+                f"{link.st_uid} in the world-writable sticky folder {folder!r}; gpubw follows "
+                "such a link only where the kernel would (fs.protected_symlinks): its owner "
+                "must be you or the folder's owner"
+            )
+        current = os.path.join(folder, os.readlink(current))
+    raise UsageError(f"{label} {shown or path!r}: too many levels of symbolic links")
 
 
 @contextlib.contextmanager
