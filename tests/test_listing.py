@@ -198,6 +198,7 @@ LIST_MODULES = {
     "gpubw.cli._startup",
     "gpubw.version",
     "gpubw.model.errors",
+    "gpubw.model.console",  # the text escaped, errors to stderr: os and sys only
     "gpubw.cli.listing",
     "gpubw.runner.plugincache",
 }
