@@ -199,6 +199,7 @@ LIST_MODULES = {
     "gpubw.version",
     "gpubw.model.errors",
     "gpubw.model.infile",
+    "gpubw.model.console",  # the text escaped, errors to stderr: os and sys only
     "gpubw.cli.listing",
     "gpubw.runner.plugincache",
 }

@@ -83,7 +83,7 @@ def buffer_sizes(sizes: Size | Sequence[Size]) -> tuple[int, ...]:
     is MiB; "1GiB", "64,512", "1MiB:4GiB:x2" work too). Raises :class:`UsageError`."""
     from gpubw.model.sizes import parse_sizes
 
-    items: Sequence[Size] = [sizes] if isinstance(sizes, (int, str)) else sizes
+    items = [sizes] if isinstance(sizes, (int, str)) else _sequence("sizes", sizes)
     out: list[int] = []
     for item in items:
         if isinstance(item, bool) or not isinstance(item, (int, str)):
@@ -102,10 +102,81 @@ def buffer_sizes(sizes: Size | Sequence[Size]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _sequence(param: str, value: Any) -> list[Any]:
+    """``value``, a list or other iterable of items (not one text, one number or bytes), as a
+    list; else a UsageError naming ``param`` and what it takes."""
+    what = {
+        "testcases": "a list of testcase keys or indexes (['device_local_copy', 0])",
+        "prefixes": "a list of testcase key prefixes (['device_local'])",
+        "sizes": "a buffer size (an int of bytes or a text such as '512MiB') or a list of them",
+    }[param]
+    if isinstance(value, (str, bytes, bytearray)):
+        one = value.decode(errors="replace") if isinstance(value, (bytes, bytearray)) else value
+        hint = repr(one) if param == "sizes" else repr([one])
+        raise UsageError(
+            f"{param} must be {what}, not a {type(value).__name__}: pass {hint}",
+            param=_PARAMS[param],
+        )
+    try:
+        return list(value)
+    except TypeError:
+        raise UsageError(
+            f"{param} must be {what}, got {type(value).__name__} {value!r}",
+            param=_PARAMS[param],
+        ) from None
+
+
+#: gpubw.run's arguments -> the parameter names UsageError.param uses (the CLI's flags)
+_PARAMS = {"testcases": "testcases", "prefixes": "testcase_prefixes", "sizes": "sizes"}
+
+
+def _selection(
+    testcases: Iterable[str | int] | None, prefixes: Iterable[str] | None
+) -> tuple[list[str | int], list[str]]:
+    """``gpubw.run``'s testcases and prefixes, checked: None is "not given"; an empty list
+    selects nothing and is refused (None, or leaving it out, runs every testcase)."""
+    out: dict[str, list[Any]] = {}
+    for param, value in (("testcases", testcases), ("prefixes", prefixes)):
+        items = [] if value is None else _sequence(param, value)
+        if value is not None and not items:
+            raise UsageError(
+                f"{param}=[] selects nothing; pass None (or leave {param} out) for every testcase",
+                param=_PARAMS[param],
+            )
+        kinds = (str, int) if param == "testcases" else (str,)
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, kinds):
+                raise UsageError(
+                    f"{param} items must be {' or '.join(k.__name__ for k in kinds)}, got "
+                    f"{type(item).__name__} {item!r}",
+                    param=_PARAMS[param],
+                )
+        out[param] = items
+    return out["testcases"], out["prefixes"]
+
+
+def _check_run_arguments(simulate: Any, options: Any, progress: Any, handle_signals: Any) -> None:
+    """UsageError for an argument of :func:`run` of the wrong kind, naming it."""
+    if simulate is not None and not isinstance(simulate, (str, os.PathLike)):
+        raise UsageError(
+            "simulate must be None (the real GPUs), a preset name or a system file's path, "
+            f"got {type(simulate).__name__} {simulate!r}"
+        )
+    if options is not None and not isinstance(options, RunOptions):
+        raise UsageError(f"options must be a RunOptions or None, got {type(options).__name__}")
+    if progress is not None and not callable(progress):
+        raise UsageError(
+            "progress must be a function taking a gpubw.runner.core.Progress, or None; got "
+            f"{type(progress).__name__} {progress!r}"
+        )
+    if not isinstance(handle_signals, bool):
+        raise UsageError(f"handle_signals must be True or False, got {handle_signals!r}")
+
+
 def run(
-    testcases: Iterable[str | int] = (),
+    testcases: Iterable[str | int] | None = None,
     *,
-    prefixes: Iterable[str] = (),
+    prefixes: Iterable[str] | None = None,
     sizes: Size | Sequence[Size] | None = None,
     options: RunOptions | None = None,
     simulate: Simulate = None,
@@ -115,8 +186,10 @@ def run(
 ) -> Report:
     """Run testcases and return the :class:`Report`, as ``gpubw`` would, without printing.
 
-    ``testcases`` are keys or indexes (``["device_local_copy", 0]``); or ``prefixes``; with
-    neither, every testcase runs. ``sizes`` are buffer sizes (:func:`buffer_sizes`; default
+    ``testcases`` are keys or indexes (``["device_local_copy", 0]``); or ``prefixes``
+    (``["device_local"]``); with neither (None), every testcase runs. Both are lists: a
+    single text is refused (it is not iterated character by character), and so is an empty
+    list (it selects nothing). ``sizes`` are buffer sizes (:func:`buffer_sizes`; default
     512 MiB). ``options`` is how to measure (default :class:`RunOptions`); keyword
     ``overrides`` replace its fields (``samples=5``, ``loops``, ``statistic``, ``verify``,
     ``affinity``, ``gate_timeout_s``, ...). ``simulate`` None runs on this machine's GPUs,
@@ -124,16 +197,19 @@ def run(
     :class:`gpubw.runner.core.Progress` per step start and end.
 
     Testcase failures are in the Report (``report.exit_code`` is gpubw's exit code for it);
-    the run itself raises :class:`UsageError` for bad arguments, :class:`NoDriverError` when
-    there is no NVIDIA driver. Ctrl-C raises KeyboardInterrupt (the System is closed first)
-    unless ``handle_signals=True``, which installs SIGINT/SIGTERM handlers for the run (main
-    thread only): the current testcase is then Interrupted and the partial Report returned.
+    the run itself raises :class:`UsageError` for bad arguments (naming the argument and
+    what it takes; an option of the wrong type too, such as ``verify="no"``),
+    :class:`NoDriverError` when there is no NVIDIA driver. Ctrl-C raises KeyboardInterrupt
+    (the System is closed first) unless ``handle_signals=True``, which installs SIGINT/SIGTERM
+    handlers for the run (main thread only): the current testcase is then Interrupted and the
+    partial Report returned.
     """
     from gpubw.runner import core as runner
     from gpubw.runner.simulation import resolve_simulation
 
+    _check_run_arguments(simulate, options, progress, handle_signals)
     run_options = _options(options, sizes, overrides)
-    testcases, prefixes = list(testcases), list(prefixes)
+    testcases, prefixes = _selection(testcases, prefixes)
     simulation = resolve_simulation(simulate)
     selection, warnings = select(testcases, prefixes)
     invocation = Invocation(

@@ -383,7 +383,8 @@ def info_to_dict(node: NodeInfo) -> dict[str, Any]:
 
 
 def info_lines(node: NodeInfo) -> list[str]:
-    """``gpubw info`` as text."""
+    """``gpubw info`` as text (control characters in names escaped)."""
+    from gpubw.model.console import printable_lines
     from gpubw.writers import device_pci_short
     from gpubw.writers.text import facts_lines
 
@@ -414,4 +415,4 @@ def info_lines(node: NodeInfo) -> list[str]:
             "- = no peer access"]  # fmt: skip
     if node.simulated:
         out.append(f"SIMULATED SYSTEM {node.system_name or 'model'}: these facts are modelled")
-    return out
+    return printable_lines(out)

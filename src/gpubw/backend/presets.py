@@ -36,8 +36,10 @@ from gpubw.backend.sim.model import (
 )
 from gpubw.backend.system_file import (
     PCI_BUSES,
+    DuplicateKeyError,
     PluginKernels,
     build_system,
+    parse_json,
     simulated_uuid,
 )
 from gpubw.backend.system_file import known_kernels as known_kernels
@@ -284,7 +286,9 @@ def load_system(
     except UnicodeDecodeError as exc:
         raise UsageError(f"{text}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
-        doc = json.loads(raw)
+        doc = parse_json(raw)
+    except DuplicateKeyError as exc:
+        raise UsageError(f"{text}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise UsageError(
             f"{text}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -58,6 +59,50 @@ def generated_pci_bus_id(i: int) -> str:
     """A generated PCI bus id for device ``i``: the reference system's buses, one PCI domain
     per eight devices (distinct and valid for every device a system may have)."""
     return f"{i // len(PCI_BUSES):04x}:{PCI_BUSES[i % len(PCI_BUSES)]:02x}:00.0"
+
+
+# -- the JSON text -------------------------------------------------------------------------
+class LongNumber(float):
+    """A whole number in a system file with more digits than Python converts
+    (``sys.get_int_max_str_digits()``, 4300 by default: ``int()`` would raise before any key
+    is known): infinite as a float, never accepted (:func:`_num` names the key and the
+    number of digits)."""
+
+    digits: int
+
+    def __new__(cls, text: str) -> LongNumber:
+        number = super().__new__(cls, "-inf" if text.startswith("-") else "inf")
+        number.digits = len(text.lstrip("-"))
+        return number
+
+
+def _parse_int(text: str) -> int | LongNumber:
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()  # Python 3.10.7+
+    return LongNumber(text) if limit and len(text.lstrip("-")) > limit else int(text)
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object of a system file gives one key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            keys = ", ".join(_quote(k) for k in dict(pairs))
+            raise DuplicateKeyError(
+                f"key {_quote(key)} is given twice in one object (keys {keys}); give each key once"
+            )
+        out[key] = value
+    return out
+
+
+def parse_json(text: str) -> Any:
+    """The JSON document of a system file: an object that gives a key twice raises
+    :class:`DuplicateKeyError` (json would keep the last silently); a whole number too long
+    to be anything a file may give is a :class:`LongNumber`. Other errors as
+    :func:`json.loads` raises them."""
+    return json.loads(text, object_pairs_hook=_unique_keys, parse_int=_parse_int)
 
 
 # -- JSON -> SimSystem ----------------------------------------------------------------------
@@ -127,6 +172,9 @@ def _num(
     """``value`` if it is a finite number (an integer if ``integer``), positive if
     ``positive``, and within [low, high] where given (integers: at most :data:`MAX_INT`);
     else a UsageError naming ``where``. ``Infinity`` and ``NaN`` are never accepted."""
+    if isinstance(value, LongNumber):
+        allowed = _range(low, high, positive, integer)
+        raise UsageError(f"{where} must be {allowed}, got a number of {value.digits} digits")
     ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok_type:
         kind = "an integer" if integer else "a number"
@@ -138,9 +186,19 @@ def _num(
     if integer and high is None:
         high = MAX_INT
     if (low is not None and value < low) or (high is not None and value > high):
-        lo = _show(low) if low is not None else ("1" if positive else "0")
-        raise UsageError(f"{where} must be in [{lo}, {_show(high)}], got {_show(value)}")
+        allowed = _range(low, high, positive, integer)
+        raise UsageError(f"{where} must be {allowed}, got {_show(value)}")
     return value
+
+
+def _range(low: float | None, high: float | None, positive: bool, integer: bool) -> str:
+    """What :func:`_num` accepts, for a message: ``in [1, 64]``, ``a positive number``."""
+    if integer and high is None:
+        high = MAX_INT
+    if low is None and high is None:
+        return "a positive number" if positive else "a number"
+    lo = _show(low) if low is not None else ("1" if positive else "0")
+    return f"in [{lo}, {_show(high) if high is not None else 'inf'}]"
 
 
 def _show(x: Any) -> str:
@@ -227,10 +285,41 @@ def _device(where: str, obj: Any, base: DeviceInfo | None, system: str, i: int) 
     missing = [f for f in DEVICE_FIELDS if f not in values and f not in _OPTIONAL_DEVICE]
     if missing:
         raise UsageError(f"{where} lacks {', '.join(missing)} (or give a 'base' preset)")
-    pci = str(values["pci_bus_id"]).split(":")
-    if len(pci) != 3 or "." not in pci[2]:
-        raise UsageError(f"{where}.pci_bus_id must look like 0000:1b:00.0")
+    if not _PCI_BUS_ID.fullmatch(values["pci_bus_id"]):
+        raise UsageError(
+            f"{where}.pci_bus_id must be domain:bus:device.function in hexadecimal, like "
+            f"0000:1b:00.0, got {_quote(values['pci_bus_id'])}"
+        )
     return DeviceInfo(**values)
+
+
+#: a PCI bus id: domain (4 to 8 hex digits), bus, device (2 each) and function (0-7)
+_PCI_BUS_ID = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+
+
+def _quote(text: str) -> str:
+    """A string of the file for a message: quoted, escaped, cut at 80 characters."""
+    return repr(text[:80] + ("..." if len(text) > 80 else ""))
+
+
+def _unique_devices(devices: tuple[DeviceInfo, ...]) -> None:
+    """Refuse two devices with the same UUID or PCI bus id (case and the domain's width
+    aside: ``0000:1b:00.0`` is ``00000000:1B:00.0``), naming both."""
+    for field, norm in (("uuid", str.lower), ("pci_bus_id", _pci_key)):
+        seen: dict[str, int] = {}
+        for d in devices:
+            value = getattr(d, field)
+            first = seen.setdefault(norm(value), d.ordinal)
+            if first != d.ordinal:
+                raise UsageError(
+                    f"devices {first} and {d.ordinal} have the same {field} {_quote(value)}; "
+                    "each device needs its own"
+                )
+
+
+def _pci_key(pci_bus_id: str) -> str:
+    domain, rest = pci_bus_id.split(":", 1)
+    return f"{int(domain, 16):08x}:{rest.lower()}"
 
 
 _OPTIONAL_DEVICE = {"numa_node", "local_cpus", "multicast_supported"}
@@ -422,7 +511,7 @@ def _ranks_keys(d: dict[str, Any], kw: dict[str, Any], n: int) -> None:
             raise UsageError('rank_faults must be an object: {"<rank>": {<faults>}, ...}')
         out: dict[int, Faults] = {}
         for key, value in per_rank.items():
-            if not (isinstance(key, str) and key.isdigit()):
+            if not (isinstance(key, str) and key.isdecimal() and len(key) <= 9):
                 raise UsageError(f"rank_faults keys must be rank numbers, got {key!r}")
             out[int(key)] = _faults(f"rank_faults.{key}", value, n)
         kw["rank_faults"] = out
@@ -455,6 +544,7 @@ def build_system(
     if not isinstance(name, str) or not name:
         raise UsageError("name must be a non-empty string")
     devices = _devices(d, base, name)
+    _unique_devices(devices)
     n = len(devices)
     links = _host_links(d, base, n)
     base_peers = dict(base.peers) if base else {}

@@ -85,6 +85,7 @@ def install() -> None:
 
     _recording = several_ranks(os.environ)
     _set(_record if _recording else exit_quietly)
+    standard_streams()
 
 
 def _record(signum: int, _frame: object) -> None:
@@ -96,6 +97,37 @@ def _record(signum: int, _frame: object) -> None:
 def recorded_signal() -> int | None:
     """The first signal an MPI rank received before its run took the signals over."""
     return _deferred_signal if _recording else None
+
+
+def standard_streams() -> None:
+    """Descriptors 0, 1 and 2 open, and gpubw's text never unencodable on them (the
+    command only, before it opens any file):
+
+    * a closed descriptor (``2>&-``) is opened on /dev/null, so that no file gpubw opens
+      later (a report, a temporary file) can become standard output or error and receive
+      what is meant for them; Python left ``sys.stdout`` / ``sys.stderr`` None for it, and
+      gets a stream on /dev/null instead (``print`` to a None stderr writes to stdout);
+    * standard output and error write what their encoding cannot say as backslash escapes
+      (``PYTHONIOENCODING=ascii``: ``\xb7`` for a middle dot) instead of failing."""
+    for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, flags)
+            if null != fd:  # not the lowest free descriptor: lower ones are open now
+                os.dup2(null, fd)
+                os.close(null)
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        if stream is None:
+            stream = open(fd, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+            setattr(sys, name, stream)
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:  # noqa: SIM105 (contextlib is not imported yet: start-up time)
+                reconfigure(errors="backslashreplace")
+            except (OSError, ValueError):
+                pass
 
 
 def _raise_once(signum: int, _frame: object) -> None:

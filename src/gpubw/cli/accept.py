@@ -166,6 +166,7 @@ def _report(path: str) -> Any:
 def check_main(argv: list[str]) -> int:
     from gpubw.acceptance import node as acceptance
     from gpubw.acceptance.expect import failed
+    from gpubw.model.console import printable_lines
     from gpubw.writers.text import verdict_summary
 
     p = _Parser(
@@ -206,7 +207,7 @@ def check_main(argv: list[str]) -> int:
                 head.insert(0, f"SIMULATED SYSTEM {judged.system_name}: modelled figures")
             if problem:
                 head.append(f"NOT ACCEPTED: {problem}; exit code 1")
-            f.write("\n".join([*head, *verdict_summary(judged)]) + "\n")
+            f.write("\n".join(printable_lines([*head, *verdict_summary(judged)])) + "\n")
     return code
 
 

@@ -40,6 +40,7 @@ exit codes:
        bad expectations file)
   3    ran fine, below expectation: a cell failed --expect / --outlier-pct (gpubw check too)
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
+  141  standard output's reader left (gpubw | head): stopped quietly, as SIGPIPE would
 
 Plot a report (gpubw JSON or nvbandwidth -j), a figure per testcase, a second one overlaid:
   gpubw plot REPORT.json [OTHER.json] -o FILE.pdf   (needs: pip install 'gpubw[plot]')

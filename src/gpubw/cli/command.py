@@ -11,6 +11,8 @@ Only :func:`main` prints errors and picks exit codes:
 3     the run went fine but a cell is below expectation (``--expect``, ``--outlier-pct``,
       ``gpubw check``): a slow node, not a broken run
 130   interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
+141   standard output is a pipe whose reader left (``gpubw | head``): gpubw stops quietly,
+      as a program killed by SIGPIPE would (128 + 13); an ``-o`` file is still written
 ====  ====================================================================================
 
 Nothing here imports CUDA at import time: ``gpubw -l`` never touches a GPU.
@@ -25,6 +27,7 @@ import sys
 
 from gpubw.cli import _startup
 from gpubw.cli.listing import LIST_FORMATS, PROG
+from gpubw.model.console import to_stderr
 from gpubw.model.errors import GpubwError, InterruptedRun, NoDriverError, PluginError, UsageError
 
 # Everything else is imported where it is used: ``gpubw -l`` from its cache imports none of
@@ -87,7 +90,44 @@ __all__ = [
 
 # -- output --------------------------------------------------------------------------------
 def _error(message: str) -> None:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    to_stderr(f"{PROG}: error: {message}")
+
+
+#: the exit code when standard output is a pipe whose reader left: 128 + SIGPIPE, as the
+#: shell reports a program that SIGPIPE killed
+EXIT_PIPE_CLOSED = 128 + 13
+
+
+def _stdout_gone() -> bool:
+    """Whether standard output is a pipe (or socket) whose reader has left: polling it
+    reports an error or hang-up. Then a BrokenPipeError came from it, not from an ``-o``
+    FIFO."""
+    import select
+
+    fd = 1
+    capture = sys.modules.get("gpubw.runner.capture")
+    if capture is not None:  # the real standard output (held, or saved by a capture)
+        fd = capture.real_stdout_fd()
+    try:
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        events = poll.poll(0)
+    except (OSError, ValueError):
+        return False
+    return any(mask & (select.POLLERR | select.POLLHUP) for _, mask in events)
+
+
+def _pipe_closed() -> int:
+    """The reader of standard output left: nothing more goes there (/dev/null takes fd 1, so
+    that Python's last flush at exit cannot fail either); exit 141, quietly."""
+    capture = sys.modules.get("gpubw.runner.capture")
+    held = capture.real_stdout_fd() if capture is not None else 1
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        for fd in {1, held}:  # and the held copy of the real standard output
+            os.dup2(null, fd)
+        os.close(null)
+    return EXIT_PIPE_CLOSED
 
 
 # -- -l ------------------------------------------------------------------------------------
@@ -215,9 +255,10 @@ def _dispatch(args: list[str], command: bool) -> int:
         from gpubw.model.options import exit_status
 
         return exit_status(signal=signal.SIGINT)
-    except BrokenPipeError:  # e.g. gpubw -l | head: the reader left; say nothing more
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BrokenPipeError as exc:  # e.g. gpubw | head: the reader left; say nothing more
+        if _stdout_gone():
+            return _pipe_closed()
+        _error(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}")
         return 1
     except GpubwError as exc:
         _error(str(exc))
@@ -229,7 +270,7 @@ def _dispatch(args: list[str], command: bool) -> int:
         start = sys.modules.get("gpubw.backend.cuda_start")
         if start is not None:  # a CUDA start nobody took over, contexts still being released
             for problem in start.settle():
-                print(f"{PROG}: warning: freeing CUDA at the end: {problem}", file=sys.stderr)
+                to_stderr(f"{PROG}: warning: freeing CUDA at the end: {problem}")
 
 
 def _subcommand(args: list[str], command: bool) -> int:
@@ -252,14 +293,13 @@ def _no_driver(exc: NoDriverError) -> None:
 
     _error(str(exc))
     if "--simulate" not in str(exc):
-        print(
+        to_stderr(
             f"{PROG}: to try gpubw without a GPU, simulate a system: "
-            f"{PROG} --simulate {SUGGESTED_PRESET}",
-            file=sys.stderr,
+            f"{PROG} --simulate {SUGGESTED_PRESET}"
         )
     names = preset_names()
     if names:
-        print(f"{PROG}: simulated systems: {', '.join(names)}", file=sys.stderr)
+        to_stderr(f"{PROG}: simulated systems: {', '.join(names)}")
 
 
 def _main(argv: list[str], command: bool = False) -> int:

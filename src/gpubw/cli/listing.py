@@ -244,6 +244,10 @@ def main(fmt: str, output: str | None) -> int:
 
         target = OutputTarget(output).check()
     text = listing(fmt == "json")
+    if fmt == "text":  # names and docstrings a plugin chose: no control character gets out
+        from gpubw.model.console import printable_lines
+
+        text = "\n".join(printable_lines(text.split("\n")))
     if target is None or target.is_stdout:
         sys.stdout.write(text)
         sys.stdout.flush()

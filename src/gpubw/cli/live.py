@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 import attrs
 
+from gpubw.model.console import printable, to_stderr
 from gpubw.model.errors import GpubwError, PluginError
 from gpubw.model.events import Finished, RunListener, Step
 from gpubw.model.results import Report, TestcaseResult
@@ -137,8 +138,20 @@ class LiveOutput(RunListener):
     def __enter__(self) -> LiveOutput:
         if self.mode == "bar":
             self._bar, self._task = _rich_bar(self.err)
-            self._bar.start()
+            self._on_bar("start")
         return self
+
+    def _on_bar(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Call the progress bar's ``method``; a bar that fails to draw (standard error
+        gone) is dropped: progress never decides the fate of the report."""
+        if self._bar is None:
+            return
+        try:
+            getattr(self._bar, method)(*args, **kwargs)
+        except Exception:
+            bar, self._bar = self._bar, None
+            with contextlib.suppress(Exception):
+                bar.stop()
 
     def __exit__(
         self,
@@ -146,33 +159,32 @@ class LiveOutput(RunListener):
         exc: BaseException | None,
         tb: types.TracebackType | None,
     ) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None
+        self._on_bar("stop")
+        self._bar = None
 
     @contextlib.contextmanager
     def _bar_paused(self) -> Iterator[None]:
         """Take the bar off the terminal while the report is written to it."""
-        bar = self._bar
-        shared = bar is not None and self.stream is not None and _isatty(self.stream)
+        shared = self._bar is not None and self.stream is not None and _isatty(self.stream)
         if shared:
-            bar.stop()
+            self._on_bar("stop")
         try:
             yield
         finally:
             if shared:
-                bar.start()
+                self._on_bar("start")
 
     def _show(self, step: Step, done: int, finished: Finished | None = None) -> None:
         if self._bar is not None:
-            self._bar.update(
+            self._on_bar(
+                "update",
                 self._task,
                 total=step.total,
                 completed=done,
-                description=_label(step.key, step.size),
+                description=printable(_label(step.key, step.size)),
             )
         elif self.mode == "lines" and finished is not None:
-            print(finished_line(step, finished.result), file=self.err, flush=True)
+            to_stderr(finished_line(step, finished.result), self.err)
 
     # -- the run's events -------------------------------------------------------------------
     def run_started(self, header: Report, system: Any) -> Report:
@@ -202,7 +214,9 @@ class LiveOutput(RunListener):
         one (a capture may be redirecting the process's fd 1 and ``sys.stdout`` now)."""
         from gpubw.runner.capture import real_stdout_fd
 
-        with os.fdopen(os.dup(real_stdout_fd()), "w", encoding="utf-8") as stdout:
+        with os.fdopen(
+            os.dup(real_stdout_fd()), "w", encoding="utf-8", errors="backslashreplace"
+        ) as stdout:
             self.finish(report, stdout=stdout)
 
     def finish(self, report: Report, *, stdout: TextIO | None = None) -> None:

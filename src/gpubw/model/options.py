@@ -80,6 +80,11 @@ def _handle_type(instance: object, attribute: attrs.Attribute, value: str | None
         )
 
 
+def _bool(instance: object, attribute: attrs.Attribute, value: bool) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{attribute.name} must be True or False, got {value!r}")
+
+
 def _sizes(value: Iterable[int]) -> tuple[int, ...]:
     return tuple(value)
 
@@ -106,9 +111,9 @@ class RunOptions:
     statistic: Literal["median", "mean"] = attrs.field(
         default="median", validator=attrs.validators.in_(("median", "mean"))
     )
-    verify: bool = True
-    affinity: bool = True
-    verbose: bool = False
+    verify: bool = attrs.field(default=True, validator=_bool)
+    affinity: bool = attrs.field(default=True, validator=_bool)
+    verbose: bool = attrs.field(default=False, validator=_bool)
     #: Longest a stream may stay held by the spin gate (and longest any sync may take).
     gate_timeout_s: float = attrs.field(default=10.0, validator=_seconds)
     #: Seconds allowed for one sample's copies to finish after the gate opens.
@@ -118,7 +123,7 @@ class RunOptions:
         default=(DEFAULT_BUFFER_SIZE,), converter=_sizes, validator=_check_sizes
     )
     #: host buffers from huge pages (mmap MAP_HUGETLB, then registered with the driver)
-    host_huge_pages: bool = False
+    host_huge_pages: bool = attrs.field(default=False, validator=_bool)
     #: Longest any collective across ranks may take (--world-timeout); only read in a run of
     #: several ranks.
     world_timeout_s: float = attrs.field(default=DEFAULT_WORLD_TIMEOUT_S, validator=_seconds)

@@ -25,7 +25,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import secrets
 import stat
 import sys
 import tempfile
@@ -38,6 +40,13 @@ from gpubw.model.errors import UsageError
 _TMP_PREFIX = ".gpubw-"
 _TMP_SUFFIX = ".tmp"
 _DIRECT_ROOTS = ("/dev/", "/proc/")
+#: names up to this many bytes need no check of their length
+_SAFE_NAME_BYTES = 64
+
+
+#: how text files are written: UTF-8, and a character UTF-8 cannot encode (a lone surrogate
+#: in a device name) as its backslash escape, never an error that loses the file
+_TEXT = {"encoding": "utf-8", "errors": "backslashreplace"}
 
 
 def _is_direct(path: str) -> bool:
@@ -49,6 +58,12 @@ def _is_direct(path: str) -> bool:
     except OSError:
         return False
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _shown(path: str) -> str:
+    """A path for a message: quoted, a long one cut (a path from a deep folder may be longer
+    than a screen)."""
+    return repr(path) if len(path) <= 100 else f"{path[:60]!r}... ({len(path)} characters)"
 
 
 class OutputTarget:
@@ -98,15 +113,57 @@ class OutputTarget:
         if os.path.isdir(target):
             raise UsageError(f"{label} {path!r} is a directory; give a file name")
         folder = os.path.dirname(target)
-        if not os.path.isdir(folder):
-            raise UsageError(f"{label} {path!r}: the folder {folder!r} does not exist")
+        self._check_folder(folder)
         if not os.access(folder, os.W_OK | os.X_OK):
             raise UsageError(
                 f"{label} {path!r} cannot be written: the folder {folder!r} is not writable"
             )
-        if os.path.exists(target) and not os.access(target, os.W_OK):
-            raise UsageError(f"{label} {path!r} cannot be written: permission denied")
+        if os.path.exists(target):
+            if not os.access(target, os.W_OK):
+                raise UsageError(f"{label} {path!r} cannot be written: permission denied")
+        else:
+            self._check_name(folder, os.path.basename(target))
         return self
+
+    def _check_folder(self, folder: str) -> None:
+        """UsageError unless ``folder`` is an existing folder, naming why (a path too long
+        for the system, from a very deep working folder, is not a missing folder)."""
+        path, label = self.path, self.label
+        try:
+            st = os.stat(folder)
+        except FileNotFoundError:
+            raise UsageError(f"{label} {path!r}: the folder {folder!r} does not exist") from None
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if exc.errno == errno.ENAMETOOLONG:
+                why += " (a longer path than the system takes; give a shorter one)"
+            raise UsageError(
+                f"{label} {_shown(path)} cannot be written: its folder {_shown(folder)}: {why}"
+            ) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{label} {path!r}: {folder!r} is not a folder")
+
+    def _check_name(self, folder: str, name: str) -> None:
+        """UsageError if a file called ``name`` cannot be made in ``folder`` (a name longer
+        than its file system takes: "File name too long" only after the run otherwise).
+        Tried with a new name of the same length in bytes, made and removed at once."""
+        length = len(os.fsencode(name))
+        if length <= _SAFE_NAME_BYTES:  # POSIX guarantees 14; every file system takes 64
+            return
+        probe = (_TMP_PREFIX + secrets.token_hex(length)).encode()[:length]
+        probe_path = os.path.join(os.fsencode(folder), probe)
+        try:
+            fd = os.open(probe_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                raise UsageError(
+                    f"{self.label} {_shown(self.path)}: the file name is too long ({length} bytes) "
+                    f"for its folder's file system; give a shorter name"
+                ) from None
+            return  # anything else is the write's to report (as before this check)
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe_path)
 
     @contextlib.contextmanager
     def open(self, mode: str = "w") -> Iterator[IO[Any]]:
@@ -121,7 +178,7 @@ class OutputTarget:
             return
         if self.is_direct:
             check_links(self.absolute, self.label, self.path)
-            kwargs: dict[str, Any] = {} if binary else {"encoding": "utf-8"}
+            kwargs: dict[str, Any] = {} if binary else _TEXT
             with open(self.absolute, "wb" if binary else "w", **kwargs) as f:
                 yield f
             return
@@ -178,7 +235,7 @@ def atomic_file(target: str, *, binary: bool = False, mode: int | None = None) -
         raise UsageError(f"{target!r} is not a regular file; gpubw replaces only regular files")
     fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=folder)
     try:
-        kwargs: dict[str, Any] = {} if binary else {"encoding": "utf-8"}
+        kwargs: dict[str, Any] = {} if binary else _TEXT
         with os.fdopen(fd, "wb" if binary else "w", **kwargs) as f:
             yield f
             _parent_only(pid)

@@ -4,9 +4,10 @@ While a testcase's plugin code runs, :class:`OutputCapture` sends both ``sys.std
 (``print``) and file descriptor 1 (``os.write(1, ...)``, C code, child processes) into a
 buffer, so that a chatty plugin cannot corrupt ``gpubw -j`` on standard output. What it
 printed becomes the testcase's ``output`` (kept in the report). Standard error is left
-alone. One capture at a time (it redirects the process's descriptor 1); while one is active,
-:func:`real_stdout_fd` is a descriptor of the real standard output (the signal watchdog
-writes the report there).
+alone. The process has one descriptor 1: captures on several threads at once share one
+redirection (:class:`_Redirect`), and the last one to end puts fd 1 and ``sys.stdout`` back
+exactly; while any is active, :func:`real_stdout_fd` is a descriptor of the real standard
+output (the signal watchdog writes the report there).
 
 A plugin's thread may go on printing after its testcase returned. For the run of the
 ``gpubw`` command, :func:`hold_stdout` therefore keeps standard output away from everyone
@@ -22,28 +23,99 @@ import io
 import os
 import sys
 import tempfile
+import threading
 from typing import IO, Any
 
 #: at most this many characters of a testcase's output are kept (the start of it)
 MAX_OUTPUT_CHARS = 64 * 1024
 
-_active: OutputCapture | None = None
+
+class _Redirect:
+    """The process's one redirection of standard output, shared by the captures active at
+    the same time on several threads (concurrent :func:`gpubw.run` calls, a simulated rack's
+    ranks): the first to start redirects ``sys.stdout`` and fd 1, the last to stop puts
+    back exactly what it found. What is written meanwhile goes to the capture that stops
+    first after it was written. Guarded by :data:`_lock`."""
+
+    def __init__(self) -> None:
+        self.users = 0
+        #: a copy of the original fd 1 while fd 1 is redirected (None: not redirected)
+        self.saved_fd: int | None = None
+        self.saved_stdout: Any = None
+        self.buffer = io.StringIO()
+        self.tmp: IO[bytes] | None = None
+        self.text_at = 0  # characters of ``buffer`` already handed out
+        self.read_at = 0  # bytes of ``tmp`` already handed out
+
+    def start(self) -> None:
+        _flush(sys.stdout)
+        _flush(sys.__stdout__)
+        self.buffer, self.text_at, self.read_at = io.StringIO(), 0, 0
+        self.saved_stdout = sys.stdout
+        try:
+            tmp = tempfile.TemporaryFile()  # noqa: SIM115 (closed by finish); unlinked at once
+            saved = os.dup(1)
+        except OSError:  # fd 1 closed, no temporary folder: capture print() only
+            pass
+        else:
+            try:
+                os.dup2(tmp.fileno(), 1)
+            except OSError:
+                os.close(saved)
+                tmp.close()
+            else:
+                self.tmp, self.saved_fd = tmp, saved
+        sys.stdout = self.buffer
+
+    def take(self) -> str:
+        """What was written since the last take: through ``sys.stdout``, then through fd 1
+        (the first bytes of it: enough for :data:`MAX_OUTPUT_CHARS` characters)."""
+        value = self.buffer.getvalue()
+        text, self.text_at = value[self.text_at :], len(value)
+        _flush(sys.__stdout__)  # a plugin's writes through sys.__stdout__ go to the capture
+        if self.tmp is not None:
+            try:
+                self.tmp.seek(self.read_at)
+                raw = self.tmp.read(MAX_OUTPUT_CHARS * 4 + 1)
+                self.read_at = self.tmp.seek(0, os.SEEK_END)
+            except OSError:
+                raw = b""
+            text += raw.decode("utf-8", "replace")
+        return text
+
+    def finish(self) -> None:
+        """Put back ``sys.stdout`` and fd 1 as :meth:`start` found them."""
+        sys.stdout = self.saved_stdout
+        self.saved_stdout = None
+        if self.saved_fd is not None:
+            with contextlib.suppress(OSError):
+                os.dup2(self.saved_fd, 1)
+            with contextlib.suppress(OSError):
+                os.close(self.saved_fd)
+            self.saved_fd = None
+        if self.tmp is not None:
+            self.tmp.close()
+            self.tmp = None
+        self.buffer = io.StringIO()
 
 
-def active() -> OutputCapture | None:
-    """The capture that redirects standard output now, if any (one at a time)."""
-    return _active
+_redirect = _Redirect()
+_lock = threading.Lock()
 
 
 def real_stdout_fd() -> int:
     """The descriptor of the real standard output: fd 1, or, while a capture redirects fd 1,
-    the capture's copy of the original (the held copy while :func:`hold_stdout` holds it)."""
+    the copy of the original (the held copy while :func:`hold_stdout` holds it)."""
     if _hold is not None and _hold.saved is not None:
         return _hold.saved
-    capture = _active
-    if capture is not None and capture.saved_fd is not None:
-        return capture.saved_fd
-    return 1
+    saved = _redirect.saved_fd
+    return saved if saved is not None else 1
+
+
+def active() -> bool:
+    """Whether a capture redirects standard output now (on any thread)."""
+    with _lock:
+        return _redirect.users > 0
 
 
 def joined(*texts: str) -> str:
@@ -71,62 +143,30 @@ class OutputCapture:
 
     def __init__(self) -> None:
         self.text = ""
-        #: a copy of the original fd 1 while the capture is active (None: fd 1 not redirected)
-        self.saved_fd: int | None = None
-        self._tmp: IO[bytes] | None = None
-        self._buffer: io.StringIO | None = None
-        self._saved_stdout: Any = None
+        self._active = False
 
     def __enter__(self) -> OutputCapture:
-        global _active
-        _flush(sys.stdout)
-        _flush(sys.__stdout__)
-        self._buffer = io.StringIO()
-        self._saved_stdout = sys.stdout
-        try:
-            tmp = tempfile.TemporaryFile()  # unlinked at once: nothing is left behind
-            saved = os.dup(1)
-        except OSError:  # fd 1 closed, no temporary folder: capture print() only
-            pass
-        else:
-            try:
-                os.dup2(tmp.fileno(), 1)
-            except OSError:
-                os.close(saved)
-                tmp.close()
-            else:
-                self._tmp, self.saved_fd = tmp, saved
-        sys.stdout = self._buffer
-        _active = self
+        with _lock:
+            if _redirect.users == 0:
+                _redirect.start()
+            _redirect.users += 1
+        self._active = True
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.text = self.stop()
 
     def stop(self) -> str:
-        """Put standard output back; returns what was captured (idempotent)."""
-        global _active
-        if self._buffer is None:
+        """Put standard output back (once the last capture of the process stops); returns
+        what was captured (idempotent)."""
+        if not self._active:
             return self.text
-        sys.stdout = self._saved_stdout
-        text = self._buffer.getvalue()
-        self._buffer = None
-        _flush(sys.__stdout__)  # a plugin's writes through sys.__stdout__ go to the capture
-        if self.saved_fd is not None and self._tmp is not None:
-            with contextlib.suppress(OSError):
-                os.dup2(self.saved_fd, 1)
-            with contextlib.suppress(OSError):
-                os.close(self.saved_fd)
-            self.saved_fd = None
-            try:
-                self._tmp.seek(0)
-                raw = self._tmp.read(MAX_OUTPUT_CHARS * 4 + 1)
-            except OSError:
-                raw = b""
-            self._tmp.close()
-            self._tmp = None
-            text += raw.decode("utf-8", "replace")
-        _active = None
+        self._active = False
+        with _lock:
+            text = _redirect.take()
+            _redirect.users -= 1
+            if _redirect.users == 0:
+                _redirect.finish()
         return joined(text)
 
 

@@ -146,8 +146,10 @@ class RunSpec:
 
     @property
     def name(self) -> str:
-        """The simulated system's name for the report ("" on the real GPUs)."""
-        return self.simulation.name if self.simulation is not None else self.system_name
+        """The simulated system's name for the report ("" on the real GPUs): the model's
+        (a preset's name, a system file's ``name``, else that file's name without
+        ``.json``); the record of what ``--simulate`` said is the invocation's."""
+        return self.simulation.model.name if self.simulation is not None else self.system_name
 
     def opener(self) -> Opener:
         return self.open_system if self.open_system is not None else opener(self.simulation)

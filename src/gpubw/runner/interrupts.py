@@ -28,11 +28,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gpubw.model.console import to_stderr
 from gpubw.model.errors import InterruptedRun
 from gpubw.model.options import exit_status
 
@@ -175,9 +175,8 @@ class SignalGuard:
                 if report is not None and self.emergency_write is not None:
                     self.emergency_write(report)
             with contextlib.suppress(BaseException):
-                sys.stderr.write(
+                to_stderr(
                     f"gpubw: the running testcase did not stop within {self.grace_s:g} s of "
-                    "a second signal; the report was written without waiting for it\n"
+                    "a second signal; the report was written without waiting for it"
                 )
-                sys.stderr.flush()
         os._exit(code)

@@ -269,7 +269,7 @@ def _plugin_call(call: Callable[[], Any]) -> tuple[Any, str, BaseException | Non
     (:func:`gpubw.runner.procstate.kept`). Returns (its value, what it printed, what it
     raised); a signal's interrupt is raised, never returned."""
     ctrl_c = signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    capture = _capture.OutputCapture() if _capture.active() is None else None
+    capture = _capture.OutputCapture() if not _capture.active() else None
     value: Any = None
     error: BaseException | None = None
     try:

@@ -482,7 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     written are printed when their names were derived from -o; notes on what is not drawn
     (testcases that did not pass, NaN or zero cells) go to stderr, with the run's label when
     there are two."""
-    import sys
+    from gpubw.model.console import to_stderr
 
     try:
         args = _parser().parse_args(argv)
@@ -501,5 +501,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(written) > 1 and written[0] != written[-1]:
         print("\n".join(written))  # the names were derived from -o: say what they are
     for note in notes:
-        print(f"gpubw plot: {note}", file=sys.stderr)
+        to_stderr(f"gpubw plot: {note}")
     return 0

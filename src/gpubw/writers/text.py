@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from gpubw.hw.nvml import DeviceFacts, device_facts
+from gpubw.model.console import printable_lines
 from gpubw.model.results import KIND_LATENCY, Matrix, Report, Status, TestcaseResult
 from gpubw.model.sizes import format_size
 from gpubw.model.verdicts import FAIL, WARN, cell_noise, format_verdict, worst_first
@@ -62,7 +63,7 @@ class TextWriter(Writer):
         self._written = 0
 
     def write(self, report: Report, stream: TextIO) -> None:
-        stream.write("\n".join(self.lines(report)) + "\n")
+        stream.write("\n".join(printable_lines(self.lines(report))) + "\n")
 
     # -- as the run goes --------------------------------------------------------------------
     def begin(self, header: Report, stream: TextIO) -> None:
@@ -239,9 +240,10 @@ def _several_sizes(report: Report) -> bool:
 
 
 def _emit(stream: TextIO, lines: list[str]) -> None:
-    """Write ``lines`` (each ended by a newline) and flush, so that a reader sees them now."""
+    """Write ``lines`` (each ended by a newline; control characters in them escaped) and
+    flush, so that a reader sees them now."""
     if lines:
-        stream.write("\n".join(lines) + "\n")
+        stream.write("\n".join(printable_lines(lines)) + "\n")
         stream.flush()
 
 

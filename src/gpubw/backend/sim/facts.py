@@ -102,12 +102,18 @@ def node_facts(model: Any) -> NodeFacts:
     )
 
 
+def _is_index(key: str, n: int) -> bool:
+    """Whether the object key ``key`` is a device index below ``n`` (in decimal digits, never
+    so long that Python refuses to read it)."""
+    return key.isdecimal() and len(key) <= 9 and int(key) < n
+
+
 def check_spec(nvml: Any, other_processes: Any, n: int) -> None:
     """Validate a system file's ``nvml`` and ``other_processes``; ValueError naming the key."""
     if not isinstance(nvml, Mapping) or set(nvml) - {"device", "devices"}:
         raise ValueError("nvml must be an object with 'device' (every device) and/or 'devices'")
     per = nvml.get("devices", {})
-    if not isinstance(per, Mapping) or not all(k.isdigit() and int(k) < n for k in per):
+    if not isinstance(per, Mapping) or not all(_is_index(k, n) for k in per):
         raise ValueError(f"nvml.devices must map device indexes '0'..'{n - 1}' to facts")
     specs = [nvml.get("device", {}), *per.values()]
     try:
@@ -117,8 +123,8 @@ def check_spec(nvml: Any, other_processes: Any, n: int) -> None:
     if not isinstance(other_processes, Mapping):
         raise ValueError("other_processes must map device indexes to lists of process ids")
     for k, pids in other_processes.items():
-        if not (k.isdigit() and int(k) < n):
-            raise ValueError(f"other_processes: {k!r} is not a device index '0'..'{n - 1}'")
+        if not _is_index(k, n):
+            raise ValueError(f"other_processes: {k[:40]!r} is not a device index '0'..'{n - 1}'")
         if not isinstance(pids, list) or not all(
             isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in pids
         ):
