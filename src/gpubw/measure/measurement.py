@@ -368,8 +368,9 @@ class MemcpyOperation:
     def _drain_ranks(self, gate: Gate, rank_gate: RankGate, streams: list[Any]) -> None:
         """:meth:`_drain` across ranks: also set the device flag (any rank may), so no
         rank's streams stay held when the first rank failed before its relay ran."""
-        with contextlib.suppress(GpubwError):
-            rank_gate.release()
+        if streams:  # a rank with no streams holds none behind the flag
+            with contextlib.suppress(GpubwError):
+                rank_gate.release()
         self._drain(gate, streams)
 
     def _drain(self, gate: Gate, streams: list[Any]) -> None:
