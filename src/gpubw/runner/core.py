@@ -460,7 +460,7 @@ def run(spec: RunSpec, world: World | None = None) -> Report:
 
 
 def _run_rack(spec: RunSpec, guard: SignalGuard | None, events: RunEvents) -> Report:
-    """A simulated rack: its ranks emulated as tasks of one thread (rank 0's steps told to
+    """A simulated rack: its ranks emulated as threads taking turns (rank 0's steps told to
     the listeners). A signal stops every rank at its next collective (the running testcase
     Interrupted, as in one process; :class:`gpubw.runner.interrupts.RankSignals`), while
     this thread waits for rank 0's report."""

@@ -121,7 +121,7 @@ def run_rack(
 ) -> Any:
     """Emulate one rank per simulated device in this process: a
     :class:`gpubw.world.simulated.SimulatedCluster` of the simulation's hosts whose ranks
-    take turns on one thread (:mod:`gpubw.world.tasks`), over one simulated engine (each
+    take turns, one at a time (:mod:`gpubw.world.tasks`), over one simulated engine (each
     rank a view of its host's devices, its own clock; the clocks meet at every collective).
     ``run_rank(open_system, world)`` runs on every rank; rank 0's return value is returned
     (its error raised; WorldError if it hung). ``stop``: see

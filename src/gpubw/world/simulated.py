@@ -8,8 +8,8 @@ returned or raised while others still wait) and fails the waiting ranks at once,
 
 Ranks are threads, each free to block (the tests of hung and late ranks), or, with
 ``cooperative=True`` (a simulated rack: :func:`gpubw.runner.simulation.run_rack`), tasks
-taking turns on one thread (:mod:`gpubw.world.tasks`), whose collectives cost no thread
-switch: the same protocol, deterministic, at a fraction of the cost.
+that pass one baton, one running at a time (:mod:`gpubw.world.tasks`), whose collectives
+cost one wake-up per rank: the same protocol, deterministic, at a fraction of the cost.
 
     cluster = SimulatedCluster([4, 4])          # 2 hosts x 4 ranks
     outcomes = cluster.run(lambda world: world.allreduce(world.rank, "sum"))
@@ -184,8 +184,8 @@ class SimulatedCluster:
 
     ``hosts`` is the number of ranks on each host (``[4] * 18`` for an NVL72 rack) or, as an
     int, the number of ranks on one host. Ranks are numbered host by host, as ``mpirun``
-    places them by default. ``cooperative``: the ranks are tasks taking turns on one thread
-    (:mod:`gpubw.world.tasks`) instead of one thread each.
+    places them by default. ``cooperative``: the ranks' threads take turns, one running at a
+    time (:mod:`gpubw.world.tasks`), instead of running freely.
 
     A Ctrl-C or SIGTERM (InterruptedRun) that reaches the thread in :meth:`run` is raised in
     every rank at its next collective, then re-raised by :meth:`run`.
@@ -261,7 +261,7 @@ class SimulatedCluster:
         join_timeout_s: float | None,
         stop: Callable[[], BaseException | None] | None,
     ) -> list[RankOutcome[T]]:
-        """:meth:`run` with the ranks as tasks of one thread (the rank thread)."""
+        """:meth:`run` with the ranks taking turns (:class:`gpubw.world.tasks.TaskHub`)."""
         hub = self.tasks = TaskHub(self.size, self.on_step, stop)
         outcomes: list[RankOutcome[T] | None] = [None] * self.size
         root_done = threading.Event()

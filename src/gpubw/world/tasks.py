@@ -1,14 +1,17 @@
-"""Simulated ranks as tasks taking turns on one thread: the collectives of a simulated rack.
+"""Simulated ranks as tasks that take turns, one at a time: the collectives of a simulated rack.
 
-A rack of N ranks emulated by N threads pays for every collective with a round through
-every rank thread under the GIL (each wake-up an operating-system thread switch, slow on a
-loaded machine), so a cell of a multinode testcase cost O(N) switches per agreement point.
-Here every rank is a greenlet (a stackful coroutine) of one thread, the *rank thread*, and
-the ranks take turns: a rank runs until it reaches a collective, leaves its pickled value
-there and parks (a greenlet switch, ~1 µs, no system call); the **last** rank to arrive
-computes the answer **once** (values unpickled once; ``on_step`` called once, while every
-other rank is parked) and makes every rank ready again, in rank order. Ranks therefore run
-in a fixed order between two collectives: a run is deterministic.
+A rack of N ranks emulated by N free-running threads paid for every collective with a round
+through every rank thread under the GIL (each collective woke all N waiting threads, which
+then fought for the GIL and the condition's lock), so a cell of a multinode testcase cost
+O(N) wake-ups per rank at every agreement point. Here every rank is still a thread of its
+own (a real stack: the real multinode code path runs unchanged, and only the standard
+library is needed), but the ranks pass **one baton**: exactly one rank runs at a time, and
+a rank runs until it reaches a collective, leaves its pickled value there, hands the baton
+straight to the next ready rank (one lock released: one wake-up) and parks on its own lock.
+The **last** rank to arrive computes the answer **once** (values unpickled once;
+``on_step`` called once, while every other rank is parked) and makes every rank ready
+again, in rank order. A collective thus costs one wake-up per rank: O(1) per rank, whatever
+N. Ranks run in a fixed order between two collectives: a run is deterministic.
 
 What the thread hub (:class:`gpubw.world.simulated._Hub`) promises holds here too: values
 travel pickled (a rank never holds another rank's mutable object), ranks calling different
@@ -28,12 +31,11 @@ step): a rank raises that one only at a collective made while it runs a testcase
 from __future__ import annotations
 
 import pickle
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
-
-import greenlet
 
 from gpubw.world.base import CollectiveExpired, WorldError
 
@@ -91,9 +93,22 @@ class _Answer:
         return pickle.loads(self.blob)
 
 
+class _Task:
+    """One rank's thread and its turn: ``go`` is held (locked) while the rank waits for the
+    baton; whoever hands it the baton leaves the value it resumes with in ``value``."""
+
+    __slots__ = ("go", "rank", "value")
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.go = threading.Lock()
+        self.go.acquire()
+        self.value: Any = None
+
+
 class TaskHub:
-    """The rendezvous and the turns of one simulated world whose ranks are greenlets of one
-    thread (see the module docstring). :meth:`run` is that thread's loop."""
+    """The rendezvous and the turns of one simulated world whose ranks are threads that
+    pass one baton (see the module docstring). :meth:`run` starts them and waits."""
 
     def __init__(
         self,
@@ -104,12 +119,14 @@ class TaskHub:
         self.size = size
         self.on_step = on_step
         self.stop = stop
-        self._loop: greenlet.greenlet | None = None
-        self._ready: deque[tuple[greenlet.greenlet, Any]] = deque()
+        #: the rank that holds the baton (the one running), and the ranks waiting for it
+        self._running: _Task | None = None
+        self._ready: deque[tuple[_Task, Any]] = deque()
+        self._done = threading.Event()
         #: the collective in progress: rank -> (name, pickled value, arrival), and the
-        #: greenlets parked in it
+        #: ranks parked in it
         self._arrived: dict[int, tuple[str, bytes, float]] = {}
-        self._parked: dict[int, greenlet.greenlet] = {}
+        self._parked: dict[int, _Task] = {}
         #: rank -> why it left (its function returned or raised)
         self.departed: dict[int, str] = {}
         #: Ctrl-C in the waiting thread: every rank raises it at its next collective
@@ -118,20 +135,69 @@ class TaskHub:
         self.stopped: BaseException | None = None
         #: collectives completed (every rank took part once in each)
         self.steps = 0
+        #: turns taken: the baton handed to a rank (about one per rank per collective: a
+        #: collective costs no round through the other ranks)
+        self.turns = 0
 
-    # -- the rank thread's loop -----------------------------------------------------------
+    # -- the turns ---------------------------------------------------------------------------
     def run(self, body: Callable[[Any], None], worlds: Sequence[Any]) -> None:
-        """Run ``body(world)`` for every world, each in its own greenlet, taking turns,
-        until every one has returned (``body`` must not raise)."""
-        self._loop = greenlet.getcurrent()
-        for w in worlds:
-            self._ready.append((greenlet.greenlet(body, parent=self._loop), w))
-        while self._ready or self._parked:
-            if not self._ready:
-                self._stalled()
-                continue
-            task, value = self._ready.popleft()
-            task.switch(value)
+        """Run ``body(world)`` for every world, each in a thread of its own, one at a time
+        (in rank order at first), until every one has returned (``body`` must not raise).
+        A rank that blocks for good holds the baton: this then waits for ever (the caller
+        runs it in a daemon thread, and reports the ranks that never ended as hung)."""
+        tasks = [_Task(r) for r in range(len(worlds))]
+        threads = [
+            threading.Thread(
+                target=self._main, args=(t, body, w), name=f"gpubw-rank-{t.rank}", daemon=True
+            )
+            for t, w in zip(tasks, worlds)
+        ]
+        for t in threads:
+            t.start()  # each waits for its first turn
+        self._ready.extend((t, None) for t in tasks)
+        if self._ready:
+            self._hand_on()
+            self._done.wait()
+
+    def _main(self, task: _Task, body: Callable[[Any], None], world: Any) -> None:
+        """A rank's thread: its first turn, ``body``, then the baton to the next rank."""
+        task.go.acquire()
+        try:
+            body(world)
+        finally:
+            self._leave_turns()
+
+    def _leave_turns(self) -> None:
+        """The running rank has ended: the baton to the next ready rank, or the run is over."""
+        if not self._ready and self._parked:
+            self._stalled()
+        if self._ready:
+            self._hand_on()
+        else:
+            self._running = None
+            self._done.set()
+
+    def _hand_on(self) -> None:
+        """The baton to the first ready rank (called by the rank that holds it)."""
+        task, task.value = self._ready.popleft()
+        self._running = task
+        self.turns += 1
+        task.go.release()
+
+    def _switch(self) -> Any:
+        """The running rank (already parked or made ready again) waits for its next turn,
+        the baton handed on; returns the value it resumes with."""
+        me = self._running
+        assert me is not None
+        if not self._ready:
+            self._stalled()
+        if self._ready[0][0] is me:  # its own turn again: no thread switch
+            _, value = self._ready.popleft()
+            self.turns += 1
+            return value
+        self._hand_on()
+        me.go.acquire()
+        return me.value
 
     def _stalled(self) -> None:
         """No rank can run, yet some wait in a collective: a rank that is neither ready nor
@@ -148,9 +214,9 @@ class TaskHub:
         False at once when none is ready (nothing this rank waits for can happen)."""
         if not self._ready:
             return False
-        assert self._loop is not None
-        self._ready.append((greenlet.getcurrent(), None))
-        self._loop.switch()
+        assert self._running is not None
+        self._ready.append((self._running, None))
+        self._switch()
         return True
 
     # -- collectives ------------------------------------------------------------------------
@@ -170,11 +236,11 @@ class TaskHub:
         if self.departed:
             self._check_departed(rank, name)
         self._arrived[rank] = (name, data, time.monotonic())
-        self._parked[rank] = greenlet.getcurrent()
+        assert self._running is not None and self._running.rank == rank
+        self._parked[rank] = self._running
         if len(self._arrived) == self.size:
             self._complete(seq)
-        assert self._loop is not None
-        answer: _Answer = self._loop.switch()
+        answer: _Answer = self._switch()
         self._check_interrupted(interruptible)
         return answer.result(rank, name, deadline)
 

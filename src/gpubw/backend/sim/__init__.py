@@ -95,8 +95,8 @@ class SimEngine:
         self.views: list[SimulatedBackend] = []
         self._ids = itertools.count(1)
         #: how a rank view waits for another rank to change device memory (a gate's flag):
-        #: None, on ``cond`` (ranks as threads); else the ranks' turn-taking (ranks as tasks of
-        #: one thread: :meth:`gpubw.world.simulated.SimulatedCluster.pause`), which returns
+        #: None, on ``cond`` (ranks as free threads); else the ranks' turn-taking (ranks that
+        #: pass one baton: :meth:`gpubw.world.simulated.SimulatedCluster.pause`), which returns
         #: False once no other rank can run
         self.pause: Callable[[], bool] | None = None
 
@@ -124,7 +124,13 @@ class SimEngine:
         waiting is pointless: ``deadline`` (``time.monotonic()``) passed, or no other rank
         can run."""
         if self.pause is not None:
-            return self.pause()
+            # the other ranks are threads too: give up every level of the lock while they
+            # take their turns, as Condition.wait does with an RLock
+            saved = self.lock._release_save()  # type: ignore[attr-defined]
+            try:
+                return self.pause()
+            finally:
+                self.lock._acquire_restore(saved)  # type: ignore[attr-defined]
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
