@@ -334,6 +334,31 @@ def test_one_slow_host_link_of_eight_is_flagged(
     assert all(abs(new[k] / old[k] - 1) < 0.03 for k in old)  # the mean hides GPU 3
 
 
+def test_cells_are_named_the_way_their_bytes_move(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A slow GPU 3 is "host <-> GPU 3" in a bidirectional host matrix (once named
+    "host -> GPU 3") and "GPU 3 -> host" in a device-to-host one, in both lists."""
+    headers = {
+        "device_to_host_bidirectional_memcpy_ce": "memcpy CE CPU(row) <-> GPU(column) bandwidth "
+        "(GB/s)",
+        "device_to_host_memcpy_ce": "memcpy CE CPU(row) <- GPU(column) bandwidth (GB/s)",
+    }
+
+    def doc(row: list[float | None]) -> dict[str, Any]:
+        d = _gpubw(devices=4, **dict.fromkeys(headers, row))
+        for t in d["testcases"]:
+            t["matrices"][0]["description"] = headers[t["key"]]
+        return d
+
+    cand = _write(tmp_path / "c.json", doc([55e9, 55e9, 55e9, 40e9]))
+    assert main(["compare", cand, _write(tmp_path / "b.json", doc([55e9] * 4))]) == 1
+    out = capsys.readouterr().out
+    # each twice: the failing cell, then its matrix's worst cell
+    assert out.count("host <-> GPU 3") == 2 and out.count("GPU 3 -> host") == 2
+    assert "host -> GPU 3" not in out
+
+
 def test_bad_report_shapes_are_usage_errors(tmp_path: Path) -> None:
     """A file of the wrong shape is a UsageError naming it, not a traceback."""
     from gpubw.tools.compare import load_side

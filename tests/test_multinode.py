@@ -26,7 +26,7 @@ from gpubw.memory.system import System
 from gpubw.model.errors import GpubwError, UsageError
 from gpubw.model.options import RunOptions
 from gpubw.model.report_io import dumps
-from gpubw.model.results import BANDWIDTH, Matrix, Report, Status
+from gpubw.model.results import BANDWIDTH, Axes, Matrix, Report, Status, axes_from_header
 from gpubw.runner.registry import Registry
 from gpubw.testcases import BUILTINS, MULTINODE
 from gpubw.testcases.multinode_shapes import ONE_RANK, bisect_labels
@@ -195,6 +195,39 @@ def test_two_ranks_on_h200x2_golden(monkeypatch: pytest.MonkeyPatch) -> None:
     assert doc["world"]["size"] == 2 and doc["world"]["rank_hosts"] == [0, 0]
     three = doc["testcases"][2]["matrices"]
     assert [m["key"][-6:] for m in three] == ["_read1", "_read2", "_total"]
+
+
+#: the axes (rows, columns, direction) of every multinode matrix, by the first of these
+#: words in its testcase's key
+RANKS = {
+    "bidirectional": ("rank", "rank", "both"),
+    "all_to_one": ("none", "rank", "row->column"),
+    "all_from_one": ("none", "rank", "row->column"),
+    "one_to_all": ("none", "rank", "row->column"),
+    "all_to_all": ("none", "none", "row->column"),
+    "bisect": ("none", "none", "row->column"),
+    "read": ("rank", "rank", "row->column"),
+    "write": ("rank", "rank", "column->row"),
+}
+
+
+def test_multinode_matrices_are_built_with_rank_axes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """N x N matrices are rank x rank (also where nvbandwidth's header says CPU(row)), the
+    1 x N totals one figure per rank; read back, their headers name the same, ranks as GPUs."""
+    monkeypatch.delenv("GPUBW_DISABLE_MULTICAST", raising=False)
+    report = ranked_report("h200x2", [2], SMALL, prefixes=["multinode"])
+    seen = 0
+    for t in report.testcases:
+        word = next(w for w in RANKS if f"_{w}_" in f"{t.key}_")
+        for m in t.matrices:
+            seen += 1
+            assert m._axes is not None and attrs.astuple(m.axes) == RANKS[word], m.key
+            gpus = {"rank": "gpu"}
+            read_back = [gpus.get(side, side) for side in (m.axes.rows, m.axes.columns)]
+            assert axes_from_header(m.description, len(m.row_labels)) == Axes(
+                *read_back, m.axes.direction
+            )
+    assert seen >= 13
 
 
 def test_cross_rank_figures_equal_the_single_node_ones(sim_system: Any) -> None:

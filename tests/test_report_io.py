@@ -21,7 +21,7 @@ from gpubw.model.report_io import (
     report_from_dict,
     report_to_dict,
 )
-from gpubw.model.results import BANDWIDTH, LATENCY, Matrix
+from gpubw.model.results import BANDWIDTH, LATENCY, Axes, Matrix
 
 
 def _matrix(values, samples=(), **kw) -> Matrix:
@@ -201,3 +201,16 @@ def test_large_and_small_matrices_catch_the_same_cells(bad) -> None:
         values[1][-1] = bad
         errors = matrix_errors(_matrix(values))
         assert errors and f"values[1][{cols - 1}]" in errors[0], (cols, errors)
+
+
+def test_axes_stay_out_of_the_json_and_come_back_from_the_header() -> None:
+    """A matrix's axes are not written (the report's JSON is unchanged by them); read back,
+    the matrix reads the same axes from its nvbandwidth header."""
+    header = "memcpy CE CPU(row) <-> GPU(column) bandwidth (GB/s)"
+    given = Axes("host", "gpu", "both")
+    m = attrs.evolve(_matrix([[1.0, 2.0]]), description=header, axes=given)
+    d = matrix_to_dict(m)
+    assert d == matrix_to_dict(attrs.evolve(m, axes=None))
+    assert "axes" not in json.dumps(d)
+    back = matrix_from_dict(json.loads(json.dumps(d)))
+    assert back.axes == given and back == attrs.evolve(m, axes=None)

@@ -15,6 +15,8 @@ Embedding gpubw in a tool (see README "Use it from Python"):
 ``TestcaseResult``       one testcase at one size: ``status``, ``message``, ``matrices``
 ``Status``               Passed, Waived, Error, Not Found, Interrupted
 ``Matrix``               one result matrix: labels, ``values`` and raw ``samples``
+``Axes``                 ``Matrix.axes``: what rows and columns are (host, gpu, rank,
+                         peers, none) and which way cells read (row->column, ...)
 ``RunOptions``           how a run measures: sizes, samples, loops, statistic, ...
 ``BANDWIDTH``            the unit of bandwidth matrices ("bytes/s")
 ``LATENCY``              the unit of latency matrices ("s")
@@ -104,6 +106,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (__getattr__)
         KIND_BANDWIDTH,
         KIND_LATENCY,
         LATENCY,
+        Axes,
         Matrix,
         Report,
         Status,
@@ -158,6 +161,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "KIND_BANDWIDTH": ("gpubw.model.results", "KIND_BANDWIDTH"),
     "KIND_LATENCY": ("gpubw.model.results", "KIND_LATENCY"),
     "LATENCY": ("gpubw.model.results", "LATENCY"),
+    "Axes": ("gpubw.model.results", "Axes"),
     "Matrix": ("gpubw.model.results", "Matrix"),
     "Report": ("gpubw.model.results", "Report"),
     "Status": ("gpubw.model.results", "Status"),
@@ -207,6 +211,7 @@ __all__ = [
     "LATENCY",
     "SM",
     "SPLIT_WARP",
+    "Axes",
     "Buffer",
     "CellMeasurement",
     "Copy",

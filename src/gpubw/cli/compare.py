@@ -84,7 +84,7 @@ def _where(x: Comparison) -> str:
     if x.row == ANY:
         return "(whole matrix)"
     if x.source and x.destination and x.source != x.destination:
-        return f"{x.source} -> {x.destination}"
+        return f"{x.source} {'<->' if x.bidirectional else '->'} {x.destination}"
     return x.source or f"[{x.row}][{x.column}]"
 
 

@@ -32,7 +32,10 @@ from typing import Any, Protocol, TextIO, runtime_checkable
 import attrs
 
 from gpubw.model.report_io import DISPLAY, display_scale, display_unit, json_safe, simulated_banner
-from gpubw.model.results import Matrix, Report, Status, TestcaseResult
+from gpubw.model.results import AXIS_PEERS, GPU_AXES, Matrix, Report, Status, TestcaseResult
+
+#: the row sides whose label names a device record (see :func:`cell_devices`)
+_ROW_DEVICES = GPU_AXES | {AXIS_PEERS}
 
 
 @runtime_checkable
@@ -160,11 +163,13 @@ def _device(devices: Sequence[Mapping[str, Any]], label: str) -> Mapping[str, An
 def cell_devices(
     m: Matrix, r: int, c: int, devices: Sequence[Mapping[str, Any]]
 ) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
-    """The device records of a cell's row and column, read from the matrix header
-    (``GPU(row)``, ``GPU(column)``); None where that side is not a GPU (the host, a pair
-    label such as ``0->2``) or the report does not list the device."""
-    row = _device(devices, m.row_labels[r]) if "GPU(row)" in m.description else None
-    column = _device(devices, m.column_labels[c]) if "GPU(column)" in m.description else None
+    """The device records of a cell's row and column, read from the matrix's axes; None
+    where that side is not a GPU (the host, a pair label such as ``0->2``) or the report
+    does not list the device. The one row of an all-to-one matrix (its peers) is read as
+    the device its label names, as nvbandwidth's header (``GPU(row)``) names it."""
+    axes = m.axes
+    row = _device(devices, m.row_labels[r]) if axes.rows in _ROW_DEVICES else None
+    column = _device(devices, m.column_labels[c]) if axes.columns in GPU_AXES else None
     return row, column
 
 
