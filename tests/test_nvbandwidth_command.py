@@ -178,6 +178,17 @@ def test_no_driver_says_how_to_simulate(
     assert "GPUBW_SIMULATE=h200x2 gpubw-nvbandwidth" in err
 
 
+def test_a_bad_simulated_system_names_the_variable(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GPUBW_SIMULATE naming no preset (or an unreadable file): one line naming the variable,
+    exit 1, nothing run."""
+    monkeypatch.setenv(nvb.SIMULATE_ENV, "h300x4")
+    code, out, err = run(capsys, "-t", "0")
+    assert (code, out) == (1, "")
+    assert err.startswith("gpubw-nvbandwidth: error: GPUBW_SIMULATE=h300x4: unknown simulated")
+
+
 def test_a_link_named_nvbandwidth_is_the_command(tmp_path: Path) -> None:
     """A symlink named nvbandwidth to the installed script behaves as the binary: its own
     name in the invalid-arguments block, nvbandwidth's text and exit code for a run."""

@@ -86,6 +86,10 @@ def _main(args: list[str], argv0: str, command: bool) -> int:
     early = _without_a_run(values, as_json)
     if early is not None:
         return early
+    bad = _bad_simulation()
+    if bad:
+        _error(bad)
+        return 1
     multinode = _under_mpi()
     try:
         gpubw_args = translate(values, as_json, multinode)
@@ -142,6 +146,22 @@ def _error(message: str) -> None:
 
 def _simulated() -> str | None:
     return os.environ.get(SIMULATE_ENV) or None
+
+
+def _bad_simulation() -> str:
+    """Why GPUBW_SIMULATE names no simulated system ("" when unset or good), said with the
+    variable's name (gpubw's own message would name --simulate, which this command lacks)."""
+    name = _simulated()
+    if name is None:
+        return ""
+    from gpubw.model.errors import UsageError
+    from gpubw.runner.simulation import resolve_simulation
+
+    try:
+        resolve_simulation(name)
+    except UsageError as exc:
+        return f"{SIMULATE_ENV}={name}: {exc}"
+    return ""
 
 
 def _version_block() -> str:
