@@ -416,14 +416,16 @@ def _json_summary(path: Path) -> tuple[bool, str]:
 def _text_summary(path: Path) -> tuple[bool, list[str]]:
     text = path.read_text()
     sb = superbench_read(text, [])
-    blocks = nhc_blocks(text)
-    bad = [c for rows in blocks.values() for row in nhc_rows(rows) for c in row
-           if "N/A" not in c and _bc(c) is None]  # fmt: skip
+    blocks = {k: v for k, v in nhc_blocks(text).items() if k in NHC_TESTS}
+    cells = [c for rows in blocks.values() for row in nhc_rows(rows) for c in row]
+    bad = [c for c in cells if "N/A" not in c and _bc(c) is None]
+    last = list(nhc_blocks(text).values())[-1:] or [[]]
+    note = [line for line in last[0] if line.startswith(("NOTE:", "Performance can vary"))]
     lines = [
         f"superbench: {len(sb.metrics)} metrics from {len(sb.executed)} testcases, "
         f"return code {sb.return_code}",
-        f"NHC: {len(blocks)} testcases; cells bc cannot read: {bad[:4]}"
-        + (" (the final NOTE lines, read as a row of the last testcase)" if bad else ""),
+        f"NHC: its testcases {sorted(blocks)}: {len(cells) - len(bad)} cells read, bc cannot "
+        f"read {bad[:4]}; rows after the last testcase's matrix: {len(note)} NOTE line(s)",
     ]
     return bool(sb.metrics) and sb.return_code == "SUCCESS", lines
 
