@@ -201,9 +201,7 @@ def test_check_and_expect_from(capsys, tmp_path):
 
 
 def test_check_and_expect_from_read_nvbandwidth_json(capsys, tmp_path):
-    """nvbandwidth's own -j output (a real v0.8 run on 2 x H200) is judged as a gpubw report is:
-    builtin expectations pass; expectations made from it by expect-from fail a slower floor,
-    each failed cell naming its GPU by index and nvbandwidth's PCI address."""
+    """check and expect-from judge a real nvbandwidth -j run; failed cells name the GPU."""
     real = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
     run = str(real / "nvbandwidth-v0.8-h200x2-2026-12-01.json")
     code, out, _ = run_cli(capsys, "check", run, "--expect", "builtin")

@@ -473,9 +473,7 @@ def test_single_node_testcases_run_once_per_host(monkeypatch: pytest.MonkeyPatch
 
 
 def test_stop_on_error_stops_every_rank_at_the_same_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """stop_on_error (gpubw-nvbandwidth's): a single-node testcase that fails on another host's
-    first rank only stops every rank after that step (the ranks agree), rank 0's own result
-    Passed, the other host's Error in ``hosts``; nothing waits for the world timeout."""
+    """stop_on_error: an Error on another host's first rank stops every rank at one step."""
     from gpubw import api
     from gpubw.runner import core as runner
     from gpubw.runner.simulation import Simulation

@@ -57,8 +57,7 @@ def test_refused_command_lines(argv: list[str], words: str) -> None:
 
 
 def test_help_is_boosts_layout() -> None:
-    """-h: the visible options in order, the hidden ones left out, descriptions in one column
-    wrapped within 80 characters, defaults shown as (=N)."""
+    """-h: visible options in order, one description column within 80 characters, (=default)."""
     lines = help_text().splitlines()
     assert lines[0] == "nvbandwidth CLI:"
     assert lines[2].startswith("  -b [ --bufferSize ] arg (=512)")

@@ -33,8 +33,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_a_run_is_nvbandwidths_text_and_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
-    """-t 0 34 bogus: nvbandwidth's text (marked simulated in its git version), the unknown
-    testcase as nvbandwidth's ERROR line, none of gpubw's additions, exit 0."""
+    """A run: nvbandwidth's text, marked simulated, unknown testcase as ERROR line, exit 0."""
     code, out, err = run(capsys, *FAST, "-t", "0", "34", "bogus")
     assert code == 0, err
     lines = out.splitlines()
@@ -59,9 +58,7 @@ def test_json_output(capsys: pytest.CaptureFixture[str], flag: list[str]) -> Non
 
 
 def test_invalid_arguments(capsys: pytest.CaptureFixture[str]) -> None:
-    """A command line nvbandwidth cannot parse: its version block, "ERROR: Invalid Arguments",
-    the words given, the help, on standard output as text even with -j; gpubw's reason as one
-    line on standard error; exit 1."""
+    """Bad arguments: nvbandwidth's block on stdout (text even with -j), reason on stderr, 1."""
     code, out, err = run(capsys, "-j", "-b", "x")
     assert code == 1
     assert "\nERROR: Invalid Arguments \nnvbandwidth -j -b x :\n\nnvbandwidth CLI:\n" in out
@@ -79,8 +76,7 @@ def test_pair_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_help_list_and_version(capsys: pytest.CaptureFixture[str]) -> None:
-    """-h, -l and --version print after the version block and exit 0; with -j nothing; -l
-    lists the single-node build's testcases and gpubw's own (not the multinode ones)."""
+    """-h, -l, --version exit 0 (nothing with -j); -l: the single-node build and gpubw's own."""
     code, out, _ = run(capsys, "-h")
     assert code == 0 and out.splitlines()[3] == "nvbandwidth CLI:"
     assert run(capsys, "-h", "-j")[:2] == (0, "")
@@ -112,8 +108,7 @@ def test_prefixes_without_a_match(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_failing_testcase_ends_the_run(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A verification failure: the text stops after its Running line, nothing after it runs,
-    the reason on standard error, exit 1 (nvbandwidth's process ends there)."""
+    """A verification failure ends the run after its Running line, reason on stderr, exit 1."""
     system = tmp_path / "bad.json"
     system.write_text(json.dumps({"base": SYSTEM, "faults": {"corrupt_copy": True}}))
     monkeypatch.setenv(nvb.SIMULATE_ENV, str(system))
@@ -152,8 +147,7 @@ def test_options_become_gpubws() -> None:
 
 
 def test_target_num_pairs(capsys: pytest.CaptureFixture[str]) -> None:
-    """-P samples pairs under MPI (gpubw's --sample-pairs); a single-node run ignores it with a
-    warning, as nvbandwidth v0.9 does."""
+    """-P is --sample-pairs under MPI; a single-node run ignores it with a warning (as v0.9)."""
     args = nvb.translate({"targetNumPairs": 8}, as_json=False, multinode=True)
     assert args[args.index("--sample-pairs") + 1] == "8"
     assert "--sample-pairs" not in nvb.translate({"targetNumPairs": 8}, False, False)
@@ -181,8 +175,7 @@ def test_no_driver_says_how_to_simulate(
 def test_a_bad_simulated_system_names_the_variable(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """GPUBW_SIMULATE naming no preset (or an unreadable file): one line naming the variable,
-    exit 1, nothing run."""
+    """A GPUBW_SIMULATE that names no system: one line naming the variable, exit 1."""
     monkeypatch.setenv(nvb.SIMULATE_ENV, "h300x4")
     code, out, err = run(capsys, "-t", "0")
     assert (code, out) == (1, "")
@@ -190,8 +183,7 @@ def test_a_bad_simulated_system_names_the_variable(
 
 
 def test_a_link_named_nvbandwidth_is_the_command(tmp_path: Path) -> None:
-    """A symlink named nvbandwidth to the installed script behaves as the binary: its own
-    name in the invalid-arguments block, nvbandwidth's text and exit code for a run."""
+    """A symlink named nvbandwidth to the script behaves as the binary: name, text, exit codes."""
     script = Path(sys.executable).with_name("gpubw-nvbandwidth")
     if not script.exists():
         pytest.skip(f"{script} is not installed (pip install -e .)")

@@ -132,8 +132,7 @@ def test_streamed_text_equals_the_whole_text() -> None:
 
 
 def test_json_holds_nvbandwidths_keys() -> None:
-    """The document: CUDA/driver versions, the device list with the host, cells as %g
-    strings, N/A, the sum as a double; Not Found is status ERROR without a message."""
+    """JSON keys: versions, devices with the host, %g cells, N/A, the sum; Not Found is ERROR."""
     nv = json.loads(as_json(documented_report()))["nvbandwidth"]
     assert sorted(nv) == ["CUDA Runtime Version", "Driver Version", "GPU Device list",
                           "git_version", "testcases", "version"]  # fmt: skip
@@ -188,8 +187,7 @@ def test_gpubw_only_matrices_are_left_out() -> None:
 
 
 def test_a_failed_testcase_ends_the_output() -> None:
-    """After an Error nvbandwidth's process is gone: its Running line, nothing after, no NOTE;
-    the JSON has it Running, error set, nothing after it."""
+    """After an Error nothing more: its Running line (no NOTE); JSON: status Running, error set."""
     error = TestcaseResult("all_to_host_memcpy_ce", Status.ERROR, "CUDA_ERROR_OUT_OF_MEMORY")
     rep = report([passed("host_to_device_memcpy_ce", [one_by_n()], 0), error, BOGUS])
     out = text(rep)
@@ -201,8 +199,7 @@ def test_a_failed_testcase_ends_the_output() -> None:
 
 
 def test_interrupted_and_unstarted_runs() -> None:
-    """An interrupted run prints no NOTE; a run that could not start prints only what
-    nvbandwidth prints before CUDA (JSON: version, git version, error)."""
+    """Interrupted: no NOTE; not started: the version block only (JSON: version, git, error)."""
     rep = attrs.evolve(documented_report(), signal="SIGINT")
     assert "NOTE: The reported" not in text(rep)
     dead = attrs.evolve(report([]), devices=(), error="could not start: no device")
@@ -211,8 +208,7 @@ def test_interrupted_and_unstarted_runs() -> None:
 
 
 def test_warnings_are_nvbandwidths() -> None:
-    """A buffer below 512 MiB gets nvbandwidth's own NOTE (gpubw's wording replaced) after the
-    version block; the JSON keeps only the last warning."""
+    """nvbandwidth's small-buffer NOTE after the version block; the JSON keeps the last warning."""
     gpubw_note = "NOTE: You have chosen a buffer size that is smaller than the default buffer "
     rep = documented_report(
         run_options=RunOptions(buffer_sizes=[MIB]),
@@ -232,8 +228,7 @@ def test_simulated_runs_say_so_in_the_git_version() -> None:
 
 
 def test_multinode_header_lists_the_processes() -> None:
-    """Under MPI: the MPI version line, then one Process line per rank instead of the host and
-    its devices; the bisect row labels set the label column."""
+    """Under MPI: the MPI version and one Process line per rank; bisect labels set the column."""
     world = {"size": 2, "mpi_library": "MPICH Version: 5.0\nMPICH Device: ch4",
              "processes": [{"rank": r, "host": "n1", "device": r, "name": "NVIDIA H200",
                             "pci": f"00000000:{r}b:00"} for r in (0, 1)]}  # fmt: skip

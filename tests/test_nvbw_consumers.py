@@ -127,9 +127,7 @@ def test_dcgm_reads_real_nvbandwidth_json(path: Path) -> None:
 
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_dcgm_reads_gpubw_json(outputs: Outputs, system: str) -> None:
-    """gpubw-nvbandwidth -j -v: DCGM reads it as it reads nvbandwidth's; where a real run of
-    the same system exists, the same testcases have the same statuses and matrix shapes (N/A
-    in the same cells)."""
+    """DCGM reads gpubw's -j -v as a real run of the system: statuses, shapes, N/A cells."""
     out = outputs.get(system, "dcgm")
     ours = _dcgm_cells(out)
     _, result = dcgm_read(out)
@@ -156,8 +154,7 @@ def _structure(value: object) -> object:
 
 @pytest.mark.parametrize("system", ["h200x1", "h200x2"])
 def test_json_structure_is_nvbandwidths(outputs: Outputs, system: str) -> None:
-    """Key for key: the document's top level and, for every testcase both ran, the same keys,
-    types and nesting as real nvbandwidth v0.8 (besides -v's min, max and average)."""
+    """Keys, types and nesting as real v0.8 JSON for every testcase both ran (-v's aside)."""
     (real,) = [json.loads(p.read_text())["nvbandwidth"] for n, p in REAL_JSON.items()
                if f"-{system}-" in n][-1:]  # fmt: skip
     ours = json.loads(outputs.get(system, "dcgm"))["nvbandwidth"]
@@ -182,9 +179,7 @@ _SB_CELL = re.compile(r"[^_]*\d+_[^_]*\d+_(bw|lat)")
 
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_superbench_reads_gpubw_text(outputs: Outputs, system: str) -> None:
-    """superbench's regular expressions find every testcase it asked for, one metric per cell
-    that is not N/A (1 x N and N x N alike) and the SUM; where its parser cannot read a header
-    (its issue #748, as with nvbandwidth itself) no cell and a ``_sum_None`` metric."""
+    """superbench: every testcase, a metric per cell and the SUM (or its _sum_None quirk)."""
     sb, _ = _superbench(outputs, system)
     assert sb.metrics and not sb.unsupported
     devices = 8 if system == "h200x8" else 2 if system in ("h200x2", "mpi") else 1
@@ -204,9 +199,7 @@ def test_superbench_reads_gpubw_text(outputs: Outputs, system: str) -> None:
 
 @pytest.mark.parametrize("system", ["h200x1", "h200x2", "h200x8"])
 def test_nhc_reads_gpubw_text(outputs: Outputs, system: str) -> None:
-    """The health check's pipeline: one block per testcase it asked for, one row per matrix
-    row, a number (or N/A) in every cell; and, as with nvbandwidth >= 0.6 itself, the final
-    NOTE lines read as two more rows of the last testcase, which fail the check."""
+    """NHC reads every cell; as with real v0.6+ text, the final NOTE lines fail its last test."""
     text = outputs.get(system, "nhc")
     blocks = nhc_blocks(text)
     devices = int(system[-1])
@@ -248,9 +241,7 @@ def _blocks(text: str) -> dict[str, list[str]]:
 @pytest.mark.skipif(not REAL_TEXT, reason=f"no real text yet: {RESULTS}/nvbandwidth-v0.8-*.txt")
 @pytest.mark.parametrize("path", REAL_TEXT.values(), ids=list(REAL_TEXT))
 def test_real_text_and_gpubw_text_read_alike(outputs: Outputs, path: Path) -> None:
-    """A real nvbandwidth text run (from the GPU machine) and gpubw's of the same system: the
-    same line skeleton per testcase (numbers masked), the same superbench metric names and the
-    same NHC rows for the testcases both ran."""
+    """Real text and gpubw's: same masked skeleton, superbench metrics and NHC rows."""
     system = next(s for s in ("h200x1", "h200x2", "h200x8") if f"-{s}-" in path.name)
     real_text = path.read_text()
     ours_text = outputs.get(system, "superbench")

@@ -205,8 +205,7 @@ def test_large_and_small_matrices_catch_the_same_cells(bad) -> None:
 
 
 def test_read_report_reads_gpubw_and_nvbandwidth_json(tmp_path: Path) -> None:
-    """read_report: a gpubw report as itself; nvbandwidth's -j output converted (base units,
-    devices with nvbandwidth's PCI address); anything else a UsageError."""
+    """read_report: gpubw's report as is, nvbandwidth's -j converted, anything else refused."""
     mine = tmp_path / "gpubw.json"
     mine.write_text(dumps(full_report()))
     assert read_report(mine) == report_from_dict(json.loads(mine.read_text()))

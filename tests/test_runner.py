@@ -341,8 +341,7 @@ def test_error_frees_leaked_buffers_and_keeps_going():
 
 
 def test_stop_on_error_runs_nothing_after_an_error():
-    """stop_on_error (gpubw-nvbandwidth's, as nvbandwidth's process ends): the failed testcase
-    is the last result; Not Found and Waived do not stop the run."""
+    """stop_on_error: the Error is the last result; Not Found and Waived do not stop the run."""
     sel = [entry(Sized, "before"), Unresolved("bogus", "Testcase bogus not found"),
            entry(Waives, "waived"), entry(Leaks, "leaks"), entry(Sized, "after")]  # fmt: skip
     f = Factory()
