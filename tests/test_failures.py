@@ -252,7 +252,7 @@ def test_unknown_writer(capsys, monkeypatch):
     """An unknown --format is a usage error listing the allowed formats, before anything runs."""
     must_not_run(monkeypatch)
     line = usage_error(capsys, "--simulate", PRESET, "--format", "yaml", "-t", "0")
-    allowed = "csv, json, openmetrics, text"
+    allowed = "csv, json, nvbandwidth, nvbandwidth-json, openmetrics, text"
     assert line == f"gpubw: error: unknown output format 'yaml'; allowed: {allowed}"
 
 

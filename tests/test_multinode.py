@@ -505,6 +505,37 @@ def test_single_node_testcases_run_once_per_host(monkeypatch: pytest.MonkeyPatch
     assert doc["world"]["rank_hosts"] == [0, 0, 1, 1] and doc["host"] == "simhost00"
 
 
+def test_stop_on_error_stops_every_rank_at_the_same_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """stop_on_error: an Error on another host's first rank stops every rank at one step."""
+    from gpubw import api
+    from gpubw.runner import core as runner
+    from gpubw.runner.simulation import Simulation
+    from gpubw.writers.nvbandwidth import failure_message
+
+    h2d = entry("host_to_device_memcpy_ce").cls
+    original = h2d.run
+
+    def fails_on_rank_1(self: Any, size: int, loops: int) -> Any:
+        if self.system.world.rank == 1:
+            raise GpubwError("injected failure on rank 1")
+        return original(self, size, loops)
+
+    monkeypatch.setattr(h2d, "run", fails_on_rank_1)
+    selection, _ = api.select(["host_to_device_memcpy_ce", "device_to_host_memcpy_ce"], [])
+    system = model("gb200nvl72")
+    rack = Simulation(system.name, system, ranks=(1, 1))
+    report = runner.run(runner.RunSpec(selection, SMALL, simulation=rack, stop_on_error=True))
+    assert [(t.key, t.status) for t in report.testcases] == [
+        ("host_to_device_memcpy_ce", Status.PASSED)
+    ]
+    ((host, (other,)),) = report.hosts
+    assert other.status is Status.ERROR
+    assert (
+        failure_message(report)
+        == f"host {host}: host_to_device_memcpy_ce: injected failure on rank 1"
+    )
+
+
 def test_more_ranks_than_gpus_is_warned_once_per_host() -> None:
     """3 ranks on a host of 2 GPUs: nvbandwidth's warning, once, in rank 0's report; the
     third rank shares device 0."""

@@ -60,7 +60,10 @@ def test_spec_example() -> None:
     assert doc["simulated"] is False
     assert doc["host"] == "gpu-node-17"
     assert doc["versions"] == {"cuda_driver": 12080, "driver": "570.124.06"}
-    assert doc["devices"][1] == {"ordinal": 1, "name": "NVIDIA H200", "pci_short": "00000000:43:00"}
+    pci = "00000000:43:00"
+    assert doc["devices"][1] == {
+        "ordinal": 1, "name": "NVIDIA H200", "pci_short": pci, "pci_bus_id": pci
+    }  # fmt: skip
     h2d, waived, bogus = doc["testcases"]
     assert h2d["status"] == "Passed"
     (m,) = h2d["matrices"]

@@ -18,6 +18,7 @@ from gpubw.model.report_io import (
     matrix_errors,
     matrix_from_dict,
     matrix_to_dict,
+    read_report,
     report_from_dict,
     report_to_dict,
 )
@@ -214,3 +215,19 @@ def test_axes_stay_out_of_the_json_and_come_back_from_the_header() -> None:
     assert "axes" not in json.dumps(d)
     back = matrix_from_dict(json.loads(json.dumps(d)))
     assert back.axes == given and back == attrs.evolve(m, axes=None)
+
+
+def test_read_report_reads_gpubw_and_nvbandwidth_json(tmp_path: Path) -> None:
+    """read_report: gpubw's report as is, nvbandwidth's -j converted, anything else refused."""
+    mine = tmp_path / "gpubw.json"
+    mine.write_text(dumps(full_report()))
+    assert read_report(mine) == report_from_dict(json.loads(mine.read_text()))
+    real = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+    theirs = read_report(real / "nvbandwidth-v0.8-h200x2-2026-12-01.json")
+    assert theirs.tool == "nvbandwidth" and len(theirs.testcases) == 35
+    assert theirs.devices[1]["pci_bus_id"] == "00000000:00:07"
+    assert theirs.testcases[0].matrices[0].values[0][0] == pytest.approx(55.5031e9)
+    junk = tmp_path / "junk.json"
+    junk.write_text("[1, 2")
+    with pytest.raises(UsageError, match="is not JSON"):
+        read_report(junk)

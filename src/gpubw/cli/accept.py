@@ -151,11 +151,12 @@ def _out(path: str | None) -> Iterator[IO[str]]:
 
 
 def _report(path: str) -> Any:
+    """The Report in ``path``: gpubw's JSON report or nvbandwidth's own ``-j`` output."""
     from gpubw.model.errors import GpubwError
-    from gpubw.model.report_io import load_report, report_from_dict
+    from gpubw.model.report_io import read_report
 
     try:
-        return report_from_dict(load_report(path))
+        return read_report(path)
     except UsageError:
         raise
     except GpubwError as exc:  # not a gpubw report: the user named the wrong file
@@ -171,13 +172,16 @@ def check_main(argv: list[str]) -> int:
 
     p = _Parser(
         prog="gpubw check",
-        description="Judge a saved gpubw JSON report: floors/ceilings from --expect, the "
+        description="Judge a saved gpubw JSON report (or nvbandwidth's -j output): "
+        "floors/ceilings from --expect, the "
         "peer-outlier rule and the noise rule. Exit 0: every cell as expected; 3: below "
         "expectation; 1: the report itself is not a complete, passing run (incomplete, "
         "interrupted, a testcase that did not pass: it beats 3); 2: a usage error (bad "
         "report or expectations file).",
     )
-    p.add_argument("report", help="a gpubw JSON report (gpubw -j -o FILE)")
+    p.add_argument(
+        "report", help="a gpubw JSON report (gpubw -j -o FILE) or nvbandwidth's -j output"
+    )
     add_judge_options(p, run=False)
     p.add_argument("-j", "--json", action="store_true", help="the verdicts as JSON")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically)")
@@ -238,7 +242,9 @@ def expect_from_main(argv: list[str]) -> int:
         "per testcase, matrix, size and link type, a floor at the worst cell of the run "
         "(a ceiling for latency), widened by --tolerance.",
     )
-    p.add_argument("report", help="a gpubw JSON report of a known-good run")
+    p.add_argument(
+        "report", help="a gpubw JSON report of a known-good run, or nvbandwidth's -j output"
+    )
     p.add_argument(
         "--tolerance",
         type=tolerance,

@@ -409,10 +409,9 @@ def dumps(report: Report) -> str:
 # -- dict -> Report ----------------------------------------------------------------------
 
 
-def load_report(path: str | Path) -> dict[str, Any]:
-    """Read a gpubw JSON report and validate it; UsageError if unreadable, GpubwError if it
-    does not match the schema."""
-    p = Path(path)
+def _read_json(p: Path) -> Any:
+    """The JSON document in the report file ``p``; UsageError if it cannot be read or is not
+    JSON."""
     try:
         text = read_input(p, "report")
     except OSError as exc:
@@ -420,9 +419,31 @@ def load_report(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise UsageError(f"{p} is not UTF-8 text: {exc}") from exc
     try:
-        doc = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{p} is not JSON: {exc}") from exc
+
+
+def read_report(path: str | Path) -> Report:
+    """The Report in ``path``: a gpubw JSON report (validated), or nvbandwidth's own ``-j``
+    output (converted by :func:`gpubw.model.nvbandwidth_json.to_report`: figures in base units,
+    each device with nvbandwidth's PCI address). UsageError if it is neither; GpubwError if a
+    gpubw report does not match the schema."""
+    p = Path(path)
+    doc = _read_json(p)
+    if isinstance(doc, Mapping) and "nvbandwidth" in doc:
+        from gpubw.model.nvbandwidth_json import to_report
+
+        return to_report(doc)
+    validate(doc, what=str(p))
+    return report_from_dict(doc)
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """Read a gpubw JSON report and validate it; UsageError if unreadable, GpubwError if it
+    does not match the schema."""
+    p = Path(path)
+    doc = _read_json(p)
     if isinstance(doc, Mapping) and "nvbandwidth" in doc:
         raise UsageError(
             f"{p} is nvbandwidth's own JSON, not a gpubw report "

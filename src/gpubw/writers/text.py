@@ -257,6 +257,12 @@ def _emit(stream: TextIO, lines: list[str]) -> None:
 
 def matrix_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[str]:
     """The header, the table, SUM (MIN/MAX/AVG), gpubw's counting line, a blank line."""
+    return [*table_lines(m, verbose, perf), counting_line(m), ""]
+
+
+def table_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[str]:
+    """A matrix exactly as nvbandwidth prints it: the header, the table, a blank line, SUM
+    (or ``&&&& PERF``) and, verbose, MIN/MAX/AVG (without the blank line after them)."""
     scale = display_scale(m.unit)
     w = max([2, *(len(label) for label in m.row_labels)])
     out = [m.description, " " * w + "".join(f"{c:>10}" for c in m.column_labels)]
@@ -277,8 +283,6 @@ def matrix_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[s
         out.append(f"MAX {m.key} {_f(max([5e-324, *flat]))}")
         avg = total / len(positive) if positive else math.nan
         out.append(f"AVG {m.key} {_f(avg)}")
-    out.append(counting_line(m))
-    out.append("")
     return out
 
 
