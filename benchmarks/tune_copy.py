@@ -144,7 +144,7 @@ def main() -> int:
             r = subprocess.run(
                 [sys.executable, __file__, "--child", mode, name, str(grid)],
                 capture_output=True,
-                text=True,
+                encoding="utf-8",
                 timeout=150,
             )
         except subprocess.TimeoutExpired:

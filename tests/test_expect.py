@@ -551,5 +551,7 @@ def test_the_run_path_does_not_import_jsonschema() -> None:
     import sys
 
     code = "import sys, gpubw.acceptance.node; print('jsonschema' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, encoding="utf-8", check=True
+    )
     assert out.stdout.strip() == "False"

@@ -355,7 +355,7 @@ def test_no_traceback_in_a_real_process(argv, words):
     proc = subprocess.run(
         [sys.executable, "-m", "gpubw", *argv],
         capture_output=True,
-        text=True,
+        encoding="utf-8",
         timeout=60,
     )
     assert proc.returncode == 2, proc.stderr
@@ -508,7 +508,7 @@ def test_plugin_that_prints_cannot_corrupt_json_on_stdout(tmp_path):
         [sys.executable, "-m", "gpubw", *argv],
         env=subprocess_env(paths),
         capture_output=True,
-        text=True,
+        encoding="utf-8",
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
@@ -699,7 +699,7 @@ def start_slow_run(tmp_path: Path, target: Path) -> tuple[subprocess.Popen[str],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
     )
     deadline = time.monotonic() + 60
     while not marker.exists():
@@ -773,7 +773,7 @@ def start_run(
         env=subprocess_env(paths, **env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
     )
 
 

@@ -289,7 +289,7 @@ def _start(argv: list[str]) -> subprocess.Popen[str]:
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
     )
 
 

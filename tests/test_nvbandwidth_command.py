@@ -190,9 +190,12 @@ def test_a_link_named_nvbandwidth_is_the_command(tmp_path: Path) -> None:
     link = tmp_path / "nvbandwidth"
     link.symlink_to(script)
     env = {**os.environ, nvb.SIMULATE_ENV: SYSTEM}
-    bad = subprocess.run([str(link), "-x"], capture_output=True, text=True, env=env, timeout=120)
+    bad = subprocess.run(
+        [str(link), "-x"], capture_output=True, encoding="utf-8", env=env, timeout=120
+    )
     assert bad.returncode == 1 and f"\n{link} -x :\n" in bad.stdout
-    ok = subprocess.run([str(link), *FAST, "-t", "0"], capture_output=True, text=True, env=env,
-                        timeout=120)  # fmt: skip
+    ok = subprocess.run(
+        [str(link), *FAST, "-t", "0"], capture_output=True, encoding="utf-8", env=env, timeout=120
+    )
     assert ok.returncode == 0 and ok.stderr == ""
     assert ok.stdout.startswith("nvbandwidth Version: v0.8\n")

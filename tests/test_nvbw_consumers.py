@@ -83,7 +83,7 @@ class Outputs:
         cmd = [str(self.link), *argv]
         if system == "mpi":
             cmd = [str(_mpiexec()), "-n", "2", *cmd]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300,
+        proc = subprocess.run(cmd, capture_output=True, encoding="utf-8", env=env, timeout=300,
                               cwd=self.root)  # fmt: skip
         assert proc.returncode == 0, (cmd, proc.stderr[-2000:])
         return proc.stdout

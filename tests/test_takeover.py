@@ -60,7 +60,7 @@ def _gpubw(tmp_path: Path, env: dict[str, str], *argv: str) -> subprocess.Comple
         env=env,
         cwd=tmp_path,
         capture_output=True,
-        text=True,
+        encoding="utf-8",
         timeout=TIMEOUT,
         preexec_fn=_limit_memory,
     )
@@ -76,7 +76,7 @@ def _python(tmp_path: Path, env: dict[str, str], code: str) -> str:
         env=env,
         cwd=tmp_path,
         capture_output=True,
-        text=True,
+        encoding="utf-8",
         timeout=TIMEOUT,
     )
     assert proc.returncode == 0, proc.stderr
@@ -485,7 +485,7 @@ def _marked_run(tmp_path: Path, env: dict[str, str], *argv: str) -> subprocess.P
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
     )
     marker = Path(env["GPUBW_FIXTURE_MARKER"])
     deadline = time.monotonic() + TIMEOUT
