@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from gpubw.backend.base import DeviceInfo
-from gpubw.measure.initiators import Initiator
+from gpubw.measure.initiators import CopyJob, Initiator
 from gpubw.memory.buffers import MAX_VERIFY_SLOTS, Buffer
 from gpubw.memory.gate import Gate
 from gpubw.memory.shared import RemoteRankError, agreed
@@ -209,18 +209,10 @@ class MemcpyOperation:
             events = [stack.enter_context(backend.event(e)) for e in [*execs, *execs, execs[0]]]
             stack.callback(self._drain, gate, streams)
             starts, ends, total_end = events[: len(execs)], events[len(execs) : -1], events[-1]
+            jobs = self._jobs(copies, infos, checked, streams)
             for _ in range(options.samples):
                 self._one_sample(
-                    copies,
-                    infos,
-                    counted,
-                    checked,
-                    streams,
-                    starts,
-                    ends,
-                    total_end,
-                    pair_samples,
-                    total_samples,
+                    jobs, counted, starts, ends, total_end, pair_samples, total_samples
                 )
         return CellMeasurement(
             counted_bytes=counted,
@@ -305,6 +297,7 @@ class MemcpyOperation:
             events = [stack.enter_context(backend.event(e)) for e in [*execs, *execs]]
             stack.callback(self._drain_ranks, gate, rank_gate, streams)
             starts, ends = events[: len(execs)], events[len(execs) :]
+            jobs = self._jobs(copies, infos, checked, streams)
             bound = options.gate_timeout_s + options.sync_timeout_s
             for _ in range(options.samples):
                 # 1. close both gates (rank 0 zeroes the device flag); all ranks agree
@@ -318,9 +311,7 @@ class MemcpyOperation:
                 agreed(world, error)
                 # 2.-3. fill, hold the streams behind the gates, queue everything
                 try:
-                    self._queue_ranks(
-                        copies, infos, checked, streams, starts, ends, first, rank_gate
-                    )
+                    self._queue_ranks(jobs, starts, ends, first, rank_gate)
                 except GpubwError as exc:
                     error = exc
                 # 4. every rank's copies are queued before the gate opens
@@ -331,7 +322,7 @@ class MemcpyOperation:
                         gate.open()
                     self._wait_released(streams, "the first rank")
                     if options.verify and copies:
-                        self._verify(copies, infos, checked, streams)
+                        self._verify(jobs)
                     for k, rate in enumerate(self._rates(counted, starts, ends)):
                         samples[k].append(rate)
                 except GpubwError as exc:
@@ -341,10 +332,7 @@ class MemcpyOperation:
 
     def _queue_ranks(
         self,
-        copies: list[Copy],
-        infos: list[DeviceInfo],
-        checked: list[int],
-        streams: list[Any],
+        jobs: list[CopyJob],
         starts: list[Any],
         ends: list[Any],
         first: bool,
@@ -362,8 +350,8 @@ class MemcpyOperation:
             else:
                 gate.enqueue_wait(stream, timeout_s, flag=flag)
 
-        self._fill(copies, infos, checked, streams)
-        self._enqueue_timed(copies, infos, streams, starts, ends, hold)
+        self._fill(jobs)
+        self._enqueue_timed(jobs, starts, ends, hold)
 
     def _drain_ranks(self, gate: Gate, rank_gate: RankGate, streams: list[Any]) -> None:
         """:meth:`_drain` across ranks: also set the device flag (any rank may), so no
@@ -382,26 +370,39 @@ class MemcpyOperation:
                 self.system.backend.synchronize(s, self.system.options.sync_timeout_s)
 
     # -- the steps of a sample, shared by one node and the ranks ---------------------------
-    def _fill(
+    def _jobs(
         self,
         copies: Sequence[Copy],
         infos: list[DeviceInfo],
         checked: list[int],
         streams: list[Any],
-    ) -> None:
+    ) -> list[CopyJob]:
+        """Each copy as the initiator gets it, on its own stream."""
+        return [
+            CopyJob(
+                system=self.system,
+                src=c.src,
+                dst=c.dst,
+                nbytes=c.nbytes,
+                checked=n,
+                exec_device=info,
+                stream=s,
+            )
+            for c, info, n, s in zip(copies, infos, checked, streams)
+        ]
+
+    def _fill(self, jobs: list[CopyJob]) -> None:
         """Fill every copy's buffers (outside the timing) and wait for it, so no fill
         overlaps a timed copy."""
         system = self.system
-        for c, info, n, s in zip(copies, infos, checked, streams):
-            self.initiator.prepare(system, c.src, c.dst, checked=n, stream=s, exec_device=info)
-        for s in streams:
-            system.backend.synchronize(s, system.options.sync_timeout_s)
+        for job in jobs:
+            self.initiator.prepare(job)
+        for job in jobs:
+            system.backend.synchronize(job.stream, system.options.sync_timeout_s)
 
     def _enqueue_timed(
         self,
-        copies: Sequence[Copy],
-        infos: list[DeviceInfo],
-        streams: list[Any],
+        jobs: list[CopyJob],
         starts: list[Any],
         ends: list[Any],
         hold: Callable[[int, Any], None],
@@ -410,34 +411,23 @@ class MemcpyOperation:
         """Hold every stream (``hold(k, stream)``) and queue its warm-up behind the hold;
         start events (every stream starts once stream 0 has started); the measured copies
         and end events; with ``total_end``, stream 0 also waits for every end and records it."""
-        system = self.system
-        backend = system.backend
+        backend = self.system.backend
         init = self.initiator
-        for k, (c, info, s) in enumerate(zip(copies, infos, streams)):
-            hold(k, s)
-            init.enqueue(
-                system,
-                c.src,
-                c.dst,
-                nbytes=c.nbytes,
-                loops=WARMUP_ITERATIONS,
-                stream=s,
-                exec_device=info,
-            )
-        if copies:
-            backend.record_event(starts[0], streams[0])
-        for i in range(1, len(copies)):
-            backend.wait_event(streams[i], starts[0])
-            backend.record_event(starts[i], streams[i])
-        for i, (c, info, s) in enumerate(zip(copies, infos, streams)):
-            init.enqueue(
-                system, c.src, c.dst, nbytes=c.nbytes, loops=self.loops, stream=s, exec_device=info
-            )
-            backend.record_event(ends[i], s)
+        for k, job in enumerate(jobs):
+            hold(k, job.stream)
+            init.enqueue(job, loops=WARMUP_ITERATIONS)
+        if jobs:
+            backend.record_event(starts[0], jobs[0].stream)
+        for i in range(1, len(jobs)):
+            backend.wait_event(jobs[i].stream, starts[0])
+            backend.record_event(starts[i], jobs[i].stream)
+        for i, job in enumerate(jobs):
+            init.enqueue(job, loops=self.loops)
+            backend.record_event(ends[i], job.stream)
             if total_end is not None and i >= 1:
-                backend.wait_event(streams[0], ends[i])
+                backend.wait_event(jobs[0].stream, ends[i])
         if total_end is not None:
-            backend.record_event(total_end, streams[0])
+            backend.record_event(total_end, jobs[0].stream)
 
     def _wait_released(self, streams: list[Any], releaser: str) -> None:
         """Wait for every stream (bounded by the gate's and the sync timeout), then refuse
@@ -463,11 +453,8 @@ class MemcpyOperation:
 
     def _one_sample(
         self,
-        copies: Sequence[Copy],
-        infos: list[DeviceInfo],
+        jobs: list[CopyJob],
         counted: tuple[int, ...],
-        checked: list[int],
-        streams: list[Any],
         starts: list[Any],
         ends: list[Any],
         total_end: Any,
@@ -479,14 +466,12 @@ class MemcpyOperation:
         timeout_s = system.options.gate_timeout_s
         total = self.kind is Kind.TOTAL
         # 1. Fill (outside the timing), and wait for it, so no fill overlaps a timed copy.
-        self._fill(copies, infos, checked, streams)
+        self._fill(jobs)
         # 2.-4. Close the gate; hold every stream behind it with its warm-up; start events
         #    (every stream starts once stream 0 has); measured copies and end events.
         gate.close()
         self._enqueue_timed(
-            copies,
-            infos,
-            streams,
+            jobs,
             starts,
             ends,
             lambda _k, s: gate.enqueue_wait(s, timeout_s),
@@ -494,10 +479,10 @@ class MemcpyOperation:
         )
         # 5. Release and wait (bounded).
         gate.open()
-        self._wait_released(streams, "gpubw")
+        self._wait_released([j.stream for j in jobs], "gpubw")
         # 6. Verify.
         if system.options.verify:
-            self._verify(copies, infos, checked, streams)
+            self._verify(jobs)
         # 7. Arithmetic.
         for samples, rate in zip(pair_samples, self._rates(counted, starts, ends)):
             samples.append(rate)
@@ -505,34 +490,27 @@ class MemcpyOperation:
             seconds = system.backend.elapsed_seconds(starts[0], total_end)
             total_samples.append(_rate(sum(counted) * self.loops, seconds))
 
-    def _verify(
-        self,
-        copies: Sequence[Copy],
-        infos: list[DeviceInfo],
-        checked: list[int],
-        streams: list[Any],
-    ) -> None:
+    def _verify(self, jobs: list[CopyJob]) -> None:
+        """Queue every job's compares (two result slots each, as many jobs as the gate
+        page's slots hold), wait, and raise the first mismatch, naming the copy."""
         backend = self.system.backend
-        pending: list[tuple[int, Buffer, Copy, int]] = []
+        pending: list[tuple[int, Buffer, CopyJob]] = []
         slot = 0
-        for c, info, n, s in zip(copies, infos, checked, streams):
+        for job in jobs:
             if slot + 2 > MAX_VERIFY_SLOTS:
                 break
-            checks = self.initiator.enqueue_checks(
-                c.src, c.dst, checked=n, stream=s, exec_device=info, first_slot=slot
-            )
-            for sl, buf in checks:
-                pending.append((sl, buf, c, info.ordinal))
+            for sl, buf in self.initiator.enqueue_checks(job, first_slot=slot):
+                pending.append((sl, buf, job))
             slot += 2
-        for s in streams:
-            backend.synchronize(s, self.system.options.sync_timeout_s)
-        for sl, buf, c, e in pending:
+        for job in jobs:
+            backend.synchronize(job.stream, self.system.options.sync_timeout_s)
+        for sl, buf, job in pending:
             try:
                 buf.check_verified(sl)
             except VerificationError as exc:
                 raise VerificationError(
-                    f"{buf.label} after the copy {c.src.label} -> {c.dst.label} "
-                    f"issued by device {e}",
+                    f"{buf.label} after the copy {job.src.label} -> {job.dst.label} "
+                    f"issued by device {job.exec_device.ordinal}",
                     exc.offset,
                 ) from None
 
