@@ -8,7 +8,6 @@ import os
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import attrs
@@ -153,11 +152,13 @@ def test_first_sum_vector_from_values_that_differ_per_rank(
     VECTOR each pair's."""
     pairs_ranks = [2, 0, 1, 2]  # pair i is issued by rank pairs_ranks[i]
 
-    def local(self: MemcpyOperation, copies: Any, indexes: list[int], **_: Any) -> dict:
+    def own(self: MemcpyOperation, pairs: list[RankCopy], rank_gate: Any) -> tuple:
         rank = self.system.world.rank
-        return {i: (100, (1e9 * (rank + 1) + i, 3e9 * (rank + 1) + i)) for i in indexes}
+        indexes = [i for i, p in enumerate(pairs) if p.rank == rank]
+        samples = {i: (100, (1e9 * (rank + 1) + i, 3e9 * (rank + 1) + i)) for i in indexes}
+        return samples, {i: f"pair {i}" for i in indexes}
 
-    monkeypatch.setattr(MemcpyOperation, "_measure_local", local)
+    monkeypatch.setattr(MemcpyOperation, "_measure_own_pairs", own)
 
     class Fake:
         def __init__(self, world: Any) -> None:
@@ -167,20 +168,20 @@ def test_first_sum_vector_from_values_that_differ_per_rank(
     def body(world: Any) -> CellMeasurement:
         op = MemcpyOperation.__new__(MemcpyOperation)
         op.system, op.loops, op.kind = Fake(world), 2, measurement.Kind.VECTOR  # type: ignore[assignment]
-        end = SimpleNamespace(label=f"Multinode node {world.rank}")
-        copy = SimpleNamespace(src=end, dst=end)
-        pairs = [RankCopy(r, copy if r == world.rank else None) for r in pairs_ranks]  # type: ignore[arg-type]
+        pairs = [RankCopy(r, None) for r in pairs_ranks]  # (the buffers are not used)
         return op.measure_ranks(pairs, rank_gate=None)  # type: ignore[arg-type]
 
     outcomes = SimulatedCluster([3], timeout_s=10).run(body)
     cells = [o.value for o in outcomes]
     assert all(o.ok for o in outcomes) and cells[0] == cells[1] == cells[2]
     cell = cells[0]
+    assert cell is not None
     median = [2e9 * (r + 1) + i for i, r in enumerate(pairs_ranks)]
     assert cell.vector() == pytest.approx(median)
     assert cell.value(measurement.Kind.FIRST) == pytest.approx(2e9 * 3)
     assert cell.value(measurement.Kind.SUM) == pytest.approx(sum(median))
     assert cell.counted_bytes == (100,) * 4
+    assert cell.pair_labels == ("pair 0", "pair 1", "pair 2", "pair 3")
 
 
 # -- golden text -------------------------------------------------------------------------------
@@ -360,14 +361,14 @@ def test_one_rank_failing_a_testcase_fails_it_on_every_rank(
 ) -> None:
     """An error on rank 1 during the SM testcases' samples makes them Error on every rank
     with rank 1's message; the CE ones still pass; the run goes on."""
-    queue = MemcpyOperation._queue_ranks
+    queue = MemcpyOperation._queue
 
     def failing(self: MemcpyOperation, *args: Any) -> None:
         if self.system.world.rank == 1 and self.initiator.name == "SM":
             raise GpubwError("injected failure on rank 1")
         queue(self, *args)
 
-    monkeypatch.setattr(MemcpyOperation, "_queue_ranks", failing)
+    monkeypatch.setattr(MemcpyOperation, "_queue", failing)
     report = ranked_report("h200x2", [2], SMALL, testcases=[KEYS[0], KEYS[4], KEYS[1]])
     assert [t.status for t in report.testcases] == [Status.PASSED, Status.ERROR, Status.PASSED]
     assert report.testcases[1].message == "rank 1: injected failure on rank 1"

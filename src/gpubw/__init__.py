@@ -38,10 +38,12 @@ Writing a testcase plugin (entry-point group ``gpubw.testcases``):
 ``HostBuffer``           pinned host memory
 ``MemcpyOperation``      times copies: gate, events, samples, statistic
 ``CellMeasurement``      what MemcpyOperation.measure returns for one cell
-``Copy``                 one copy: initiator, source, destination, bytes
+``Copy``                 one copy of a cell: source -> destination (``measure`` gets them)
 ``Kind``                 which bandwidth a cell reports (first, sum, total, ...)
 ``Prefer``               which buffer's context issues a copy
 ``Initiator``            base of the engines that move bytes (subclass for a kernel)
+``CopyJob``              one copy as an Initiator's ``prepare``, ``enqueue`` and
+                         ``enqueue_checks`` get it: buffers, sizes, device, stream
 ``CE``, ``SM``,          the built-in initiators: copy engine, SM copy kernel,
 ``SPLIT_WARP``           SM split-warp kernel
 ``device_labels``        nvbandwidth's row/column labels "0".."n-1" for n devices
@@ -85,7 +87,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (__getattr__)
     from gpubw.backend.base import DeviceInfo, KernelArg, i32, ptr, u32, u64
     from gpubw.kernels import KernelSpec
     from gpubw.kernels.modules import KernelModule, SimulatedLaunch, register_kernel_module
-    from gpubw.measure.initiators import CE, SM, SPLIT_WARP, Initiator
+    from gpubw.measure.initiators import CE, SM, SPLIT_WARP, CopyJob, Initiator
     from gpubw.measure.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
     from gpubw.memory.buffers import Buffer, DeviceBuffer, HostBuffer
     from gpubw.memory.system import System
@@ -144,6 +146,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "SM": ("gpubw.measure.initiators", "SM"),
     "SPLIT_WARP": ("gpubw.measure.initiators", "SPLIT_WARP"),
     "Initiator": ("gpubw.measure.initiators", "Initiator"),
+    "CopyJob": ("gpubw.measure.initiators", "CopyJob"),
     "KernelSpec": ("gpubw.kernels", "KernelSpec"),
     "KernelModule": ("gpubw.kernels.modules", "KernelModule"),
     "SimulatedLaunch": ("gpubw.kernels.modules", "SimulatedLaunch"),
@@ -215,6 +218,7 @@ __all__ = [
     "Buffer",
     "CellMeasurement",
     "Copy",
+    "CopyJob",
     "CudaError",
     "DeviceBuffer",
     "DeviceInfo",
