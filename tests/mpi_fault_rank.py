@@ -117,7 +117,7 @@ if __name__ == "__main__":
             for name, position in CONTEXT_CALLS:
                 record(cls, name, position)
         code = cli.main(sys.argv[1:])
-        with open(f"touched-{RANK}", "w") as note:
+        with open(f"touched-{RANK}", "w", encoding="utf-8") as note:
             note.write(f"rank {RANK} touched {sorted(touched)}\n")
         sys.exit(code)
     if FAULT == "sm":

@@ -403,7 +403,7 @@ def superbench_list(output: str) -> list[str]:
 
 
 def _json_summary(path: Path) -> tuple[bool, str]:
-    failed, result = dcgm_read(path.read_text())
+    failed, result = dcgm_read(path.read_text(encoding="utf-8"))
     if result is None:
         return False, "DCGM: cannot read it (the plugin reports an error)"
     cells = [v for t in result.testcases for row in t.matrix for v in row]
@@ -414,7 +414,7 @@ def _json_summary(path: Path) -> tuple[bool, str]:
 
 
 def _text_summary(path: Path) -> tuple[bool, list[str]]:
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8")
     sb = superbench_read(text, [])
     blocks = {k: v for k, v in nhc_blocks(text).items() if k in NHC_TESTS}
     cells = [c for rows in blocks.values() for row in nhc_rows(rows) for c in row]

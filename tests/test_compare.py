@@ -83,7 +83,7 @@ def _cell(key: str, v: float | None, kind: str = "bandwidth", col: str = "0") ->
 
 
 def _write(path: Path, doc: dict[str, Any]) -> str:
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(doc), encoding="utf-8")
     return str(path)
 
 
@@ -323,7 +323,7 @@ def test_one_slow_host_link_of_eight_is_flagged(
     assert f"GPU 3: NVIDIA H200, {bus}" in text and "host -> GPU 3" in text
 
     def means(path: Path) -> dict[str, float]:
-        rep = json.loads(path.read_text())
+        rep = json.loads(path.read_text(encoding="utf-8"))
         return {
             m["key"]: statistics.fmean(v for row in m["values"] for v in row if v is not None)
             for t in rep["testcases"]

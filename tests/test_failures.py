@@ -969,7 +969,7 @@ def _pinned_kib() -> int:
     """VmLck + VmPin of this process (kB), where /proc/self/status has them."""
     total = 0
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
             if line.startswith(("VmLck:", "VmPin:")):
                 total += int(line.split()[1])
     except OSError:

@@ -61,7 +61,7 @@ def mpirun(
 
 
 def report(path: Path) -> dict[str, Any]:
-    doc = json.loads(path.read_text())
+    doc = json.loads(path.read_text(encoding="utf-8"))
     validate(doc)
     return doc
 

@@ -104,7 +104,7 @@ def as_json(rep, verbose: bool = False) -> str:
 @pytest.mark.parametrize("path", REAL_JSON, ids=lambda p: p.name)
 def test_jsoncpp_layout_is_byte_for_byte_nvbandwidths(path: Path) -> None:
     """Every real nvbandwidth -j file decoded and written again is the same bytes."""
-    raw = path.read_text()
+    raw = path.read_text(encoding="utf-8")
     assert jsoncpp_dumps(json.loads(raw)) == raw
 
 

@@ -121,7 +121,7 @@ def _same_shapes(real: dict[str, list[list[float]]], ours: dict[str, list[list[f
 @pytest.mark.parametrize("path", REAL_JSON.values(), ids=list(REAL_JSON))
 def test_dcgm_reads_real_nvbandwidth_json(path: Path) -> None:
     """NVIDIA's own -j output: DCGM finds the object, every field and every cell."""
-    cells = _dcgm_cells(path.read_text())
+    cells = _dcgm_cells(path.read_text(encoding="utf-8"))
     assert len(cells) == 35
 
 
@@ -243,7 +243,7 @@ def _blocks(text: str) -> dict[str, list[str]]:
 def test_real_text_and_gpubw_text_read_alike(outputs: Outputs, path: Path) -> None:
     """Real text and gpubw's: same masked skeleton, superbench metrics and NHC rows."""
     system = next(s for s in ("h200x1", "h200x2", "h200x8") if f"-{s}-" in path.name)
-    real_text = path.read_text()
+    real_text = path.read_text(encoding="utf-8")
     ours_text = outputs.get(system, "superbench")
     real, ours = _blocks(real_text), _blocks(ours_text)
     both = set(real) & set(ours)

@@ -536,7 +536,7 @@ def test_kept_puts_the_process_state_back(tmp_path, capfd):
             os.chdir(tmp_path)
             os.umask(0o777)
             os.close(2)
-            sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+            sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
             signal.alarm(5)

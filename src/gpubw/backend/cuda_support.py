@@ -119,7 +119,7 @@ def read_numa(pci_bus_id: str, root: Path = _SYSFS_PCI) -> tuple[int | None, tup
 def driver_version_string(path: Path = _DRIVER_VERSION_FILE) -> str | None:
     """The kernel driver's version ("580.65.06") from /proc, or None where unknown."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError:
         return None
     match = re.search(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)?)\s", text)
