@@ -1,0 +1,47 @@
+"""The example plugin, checked with gpubw.testing on a simulated system (no GPU needed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+from gpubw.testing import check_testcase, check_writer
+
+from gpubw_example.testcases import LocalReadWrite
+from gpubw_example.writers import MarkdownWriter
+
+
+def test_the_testcase_passes_the_kit(gpubw_run_testcase: Any) -> None:
+    """It runs on a simulated h200x2, and its matrix has samples, read + write counting and
+    figures a device's memory can give."""
+    report = gpubw_run_testcase("example_local_read_write", samples=4)
+    (result,) = check_testcase(report)
+    (m,) = result.matrices
+    assert m.bytes_counting == "read+write" and len(m.samples[0][0]) == 4
+    nominal = report.devices[0]["nominal_memory_bandwidth"]
+    assert 0.5 * nominal < m.values[0][0] <= nominal  # twice a once-counted copy
+
+
+def test_the_writer_writes_markdown(gpubw_example_report: Any) -> None:
+    """The streaming writer writes a table per matrix and takes its own option."""
+    text = check_writer("example_markdown", gpubw_example_report)
+    assert text.startswith("# gpubw ") and "| 0 |" in text and text.endswith("exit code 0\n")
+    wide = check_writer(MarkdownWriter, gpubw_example_report, settings={"markdown_digits": "3"})
+    assert wide != text
+
+
+def test_gpubw_lists_and_runs_it() -> None:
+    """gpubw -l lists the testcase; a simulated run writes it with the plugin's writer."""
+    gpubw = [sys.executable, "-m", "gpubw"]
+    listed = subprocess.run([*gpubw, "-l"], capture_output=True, text=True, check=True).stdout
+    assert "example_local_read_write:" in listed and "(from gpubw-example)" in listed
+    run = [*gpubw, "--simulate", "h200x2", "-t", "example_local_read_write", "-b", "4MiB", "-q"]
+    out = subprocess.run(
+        [*run, "--format", "example_markdown", "--markdown-digits", "0"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "## example_local_read_write: Passed" in out
+    assert LocalReadWrite.__doc__
