@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+import pytest
 from gpubw.testing import check_testcase, check_writer
 
 from gpubw_example.testcases import LocalReadWrite
@@ -45,3 +48,25 @@ def test_gpubw_lists_and_runs_it() -> None:
     ).stdout
     assert "## example_local_read_write: Passed" in out
     assert LocalReadWrite.__doc__
+
+
+def _readme_section() -> str:
+    readme = Path(__file__).parents[3] / "README.md"
+    if not (readme.parent / "src" / "gpubw").is_dir():
+        pytest.skip("not in gpubw's repository (a copy of the example)")
+    text = readme.read_text(encoding="utf-8")
+    return text.split("## Writing a testcase plugin", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_shows_this_package() -> None:
+    """The README's plugin example is this package's testcase module, verbatim, and its
+    pyproject's entry points and build system are this package's."""
+    section = _readme_section()
+    (code,) = re.findall(r"```python\n# src/gpubw_example/testcases.py\n(.*?)```", section, re.S)
+    package = Path(__file__).parents[1]
+    assert code == (package / "src/gpubw_example/testcases.py").read_text(encoding="utf-8")
+    (toml,) = re.findall(r"```toml\n(.*?)```", section, re.S)
+    pyproject = (package / "pyproject.toml").read_text(encoding="utf-8")
+    for line in toml.splitlines():
+        if line and not line.startswith("#"):
+            assert line in pyproject.splitlines(), line

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -144,7 +145,8 @@ def writer_options_help() -> list[str]:
     for name in writers.names:
         for o in writer_options(writers.get(name)):
             value = o.metavar or ("|".join(o.choices) if o.choices else "VALUE")
-            lines.append(f"  {o.flag} {value}  (--format {name}) {o.help}")
+            text = f"{o.flag} {value}  (--format {name}) {o.help}"
+            lines += textwrap.wrap(text, 96, initial_indent="  ", subsequent_indent="      ")
     return ["", "options of output formats:", *lines] if lines else []
 
 
