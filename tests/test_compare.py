@@ -428,18 +428,18 @@ def test_bad_reports_are_one_line_usage_errors(
 def test_nan_zero_and_infinite_figures_are_flagged(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
-    """A NaN, infinite or zero cell on either side is INVALID and fails (exit 1), whatever
-    --fail-on says."""
+    """A NaN, infinite or zero cell on either side is INVALID and fails (exit 3, a failed
+    cell), whatever --fail-on says."""
     good = _write(tmp_path / "good.json", _gpubw(host_to_device_memcpy_ce=[27.5e9]))
     bad = tmp_path / "bad.json"
     bad.write_text(
         json.dumps(_gpubw(host_to_device_memcpy_ce=[1.0])).replace("[[1.0]]", f"[[{value}]]")
     )
-    assert main(["compare", str(bad), good]) == 1
+    assert main(["compare", str(bad), good]) == 3
     assert "INVALID (candidate is NaN, infinite or 0)" in capsys.readouterr().out
-    assert main(["compare", good, str(bad), "--fail-on", "high"]) == 1
+    assert main(["compare", good, str(bad), "--fail-on", "high"]) == 3
     assert "INVALID (baseline is NaN, infinite or 0)" in capsys.readouterr().out
-    assert main(["compare", str(bad), good, "--format", "json"]) == 1
+    assert main(["compare", str(bad), good, "--format", "json"]) == 3
     cell = json.loads(capsys.readouterr().out)["cells"][0]
     assert cell["flag"] == "INVALID" and cell["ratio"] is None
 
