@@ -399,7 +399,7 @@ def test_what_a_plugin_prints_at_import_is_captured(tmp_path, hostile):
     assert results[0]["output"] == "fixture: printed at import\nfixture: fd 1 at import\n"
     assert "output" not in results[1]
     listed = _gpubw(tmp_path, env, "-l", "-j")
-    assert any(e["key"] == "fixture_import_prints" for e in json.loads(listed.stdout))
+    assert any(e["key"] == "fixture_import_prints" for e in json.loads(listed.stdout)["testcases"])
     text = _gpubw(tmp_path, env, "-l").stdout
     for printed in ("fixture: printed at import", "fixture: fd 1 at import"):
         assert printed not in listed.stdout + text

@@ -7,6 +7,9 @@ Embedding gpubw in a tool (see README "Use it from Python"):
 
 =======================  ================================================================
 ``run``                  run testcases as the ``gpubw`` command does; returns a Report
+``Progress``             what ``run``'s ``progress`` callback receives at the start and
+                         the end of each testcase and size: ``phase``, ``done``,
+                         ``total``, ``key``, ``size``, ``result``, ``header``
 ``open_system``          open the real GPUs or a simulated system (a context manager)
 ``Report``               one run: ``testcases``, ``exit_code``, ``records()`` (one dict
                          per cell, for pandas), ``run_options``, ``signal``
@@ -61,7 +64,19 @@ Shipping CUDA kernels with a plugin:
                            make them
 =========================  ==============================================================
 
-Writing a writer plugin (entry-point group ``gpubw.writers``): ``Writer``.
+Writing a writer plugin (entry-point group ``gpubw.writers``):
+
+=======================  ================================================================
+``ReportWriter``         the protocol of a writer that writes a whole Report: ``write``
+``StreamingWriter``      the protocol of one that writes as the run goes: ``begin``,
+                         ``testcase`` (a TestcaseResult), ``end``
+``Writer``               base class of the built-in (whole-report) writers
+``WriterOption``         a command-line option a writer declares (its ``options``)
+``Verdict``              the judgement of one cell (``result.verdicts``, ``Report.verdicts``)
+``Endpoint``             one end of a verdict's cell: the host or a GPU
+=======================  ================================================================
+
+Testing a plugin without a GPU: :mod:`gpubw.testing` (a pytest plugin too).
 
 Errors: ``GpubwError`` is the base; ``UsageError`` (bad input), ``CudaError``,
 ``NoDriverError`` (no NVIDIA driver), ``PluginError``, ``VerificationError`` (a copy's
@@ -115,9 +130,11 @@ if TYPE_CHECKING:  # the names below are imported on first use (__getattr__)
         TestcaseResult,
     )
     from gpubw.model.sizes import format_size
+    from gpubw.model.verdicts import Endpoint, Verdict
+    from gpubw.runner.core import Progress
     from gpubw.testcases.base import Testcase
     from gpubw.testcases.shapes import labels as device_labels
-    from gpubw.writers import Writer
+    from gpubw.writers import ReportWriter, StreamingWriter, Writer, WriterOption
 
 #: Public name -> (module, name in it). Imported on first use, so that ``gpubw -l`` and
 #: ``gpubw --version`` load only the modules they need (issue 11: start-up time); every name
@@ -174,6 +191,12 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Testcase": ("gpubw.testcases.base", "Testcase"),
     "device_labels": ("gpubw.testcases.shapes", "labels"),
     "Writer": ("gpubw.writers", "Writer"),
+    "ReportWriter": ("gpubw.writers", "ReportWriter"),
+    "StreamingWriter": ("gpubw.writers", "StreamingWriter"),
+    "WriterOption": ("gpubw.writers", "WriterOption"),
+    "Progress": ("gpubw.runner.core", "Progress"),
+    "Verdict": ("gpubw.model.verdicts", "Verdict"),
+    "Endpoint": ("gpubw.model.verdicts", "Endpoint"),
 }
 
 
@@ -222,6 +245,7 @@ __all__ = [
     "CudaError",
     "DeviceBuffer",
     "DeviceInfo",
+    "Endpoint",
     "GpubwError",
     "HostBuffer",
     "Initiator",
@@ -234,16 +258,21 @@ __all__ = [
     "NoDriverError",
     "PluginError",
     "Prefer",
+    "Progress",
     "Report",
+    "ReportWriter",
     "RunOptions",
     "SimulatedLaunch",
     "Status",
+    "StreamingWriter",
     "System",
     "Testcase",
     "TestcaseResult",
     "UsageError",
+    "Verdict",
     "VerificationError",
     "Writer",
+    "WriterOption",
     "__version__",
     "device_labels",
     "format_size",

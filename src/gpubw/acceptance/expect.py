@@ -59,6 +59,7 @@ from gpubw.acceptance.expectations import (
     load_expectations,
     schema,
 )
+from gpubw.model import schemas
 from gpubw.model.errors import UsageError
 from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT, EXIT_BELOW_EXPECTATION
 from gpubw.model.results import BANDWIDTH, LATENCY, Matrix, Report, Status
@@ -293,6 +294,7 @@ def expect_from(
     when = f" on {report.started}" if report.started else ""
     doc: dict[str, Any] = {
         "format": FORMAT,
+        "schema_version": schemas.VERSIONS[schemas.EXPECT],
         "name": f"from {report.host or 'a run'}{when}",
         "description": (
             f"made by gpubw expect-from from a run of {report.tool} {report.tool_version}"

@@ -321,6 +321,10 @@ def _subcommand(args: list[str], command: bool) -> int:
     plain_list = _plain_list(args)
     if plain_list is not None:  # gpubw -l without the parser (see gpubw.cli.listing)
         return _list_plainly(*plain_list)
+    if args and args[0] == "completion":
+        from gpubw.cli.completion import completion_main
+
+        return completion_main(args[1:])
     if args and args[0] == "plot":
         return _plot(args[1:])
     if args and args[0] == "compare":
@@ -454,18 +458,20 @@ def _run_command(argv: list[str], guard: Any, flavour: Flavour = GPUBW) -> int:
 def _setup(argv: list[str]) -> tuple[Any, Any]:
     """The command line parsed, and what needs no world: ``(ns, (options, format,
     output))``; for ``-l``, ``(None, its exit code)``. Usage errors are raised."""
-    from gpubw.cli.args import attach_negative_values, build_parser
+    from gpubw.cli.args import parse_command_line, writer_settings
     from gpubw.cli.live import Output
 
-    ns = build_parser().parse_args(attach_negative_values(argv))
+    ns, rest = parse_command_line(argv)
     if ns.list:
+        writer_settings(None, rest)  # anything left is unrecognized
         return None, _list_command(ns)
+    fmt = _format(ns)
+    ns.writer_settings = _writer_settings(fmt, rest)
     if ns.simulate is None:  # the real GPUs: start CUDA while the rest of the run is set up
         from gpubw.backend.cuda_start import prestart
 
         prestart()
     sizes = _sizes(ns)
-    fmt = _format(ns)
     options = _run_options(ns, sizes)
     return ns, (options, fmt, Output(ns.output))
 
@@ -534,6 +540,14 @@ def _format(ns: argparse.Namespace) -> str:
         )
     Writers.discover().get(fmt)
     return fmt
+
+
+def _writer_settings(fmt: str, rest: list[str]) -> dict[str, str | None]:
+    """The options writer ``fmt`` declares, from what the main parser left (``rest``)."""
+    from gpubw.cli.args import writer_settings
+    from gpubw.runner.registry import Writers
+
+    return writer_settings(Writers.discover().get(fmt), rest)
 
 
 def _run_options(ns: argparse.Namespace, sizes: list[int]) -> RunOptions:
@@ -636,7 +650,9 @@ def _make_writer(cls: Any, name: str, ns: argparse.Namespace) -> Any:
     from gpubw.writers import make_writer
 
     try:
-        return make_writer(cls, verbose=ns.verbose, perf=ns.perf_formatter)
+        return make_writer(
+            cls, verbose=ns.verbose, perf=ns.perf_formatter, settings=ns.writer_settings
+        )
     except (GpubwError, OSError):
         raise
     except BaseException as exc:
@@ -664,14 +680,15 @@ def _accept_command(name: str, argv: list[str]) -> int:
 
 
 def _compare(argv: list[str]) -> int:
-    """``gpubw compare CANDIDATE BASELINE``: 1 if any cell fails, else 0 (nothing printed
-    when the result went to a file with -o)."""
+    """``gpubw compare CANDIDATE BASELINE``: 3 if any cell fails (a regression, as check's
+    below expectation), else 0 (nothing printed when the result went to a file with -o)."""
     from gpubw.cli.compare import compare_files
+    from gpubw.model.options import EXIT_BELOW_EXPECTATION
 
     lines, failed = compare_files(argv)
     if lines:
         print("\n".join(lines))
-    return 1 if failed else 0
+    return EXIT_BELOW_EXPECTATION if failed else 0
 
 
 def _plot(argv: list[str]) -> int:
