@@ -35,6 +35,7 @@ from gpubw.acceptance.expect import (
     load_expectations,
 )
 from gpubw.hw.nvml import NodeFacts, device_facts, match_devices, suspects
+from gpubw.model import schemas
 from gpubw.model.errors import UsageError
 from gpubw.model.events import Finished, RunListener, Step
 from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT
@@ -371,6 +372,7 @@ def info_to_dict(node: NodeInfo) -> dict[str, Any]:
     n = len(node.devices)
     return json_safe(
         {
+            "schema_version": schemas.VERSIONS[schemas.INFO],
             "tool": "gpubw",
             "simulated": node.simulated,
             "system_name": node.system_name,
