@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import importlib.metadata
+import math
 import platform
 import signal
 import socket
@@ -35,6 +36,7 @@ import attrs
 
 from gpubw.kernels import PATTERN_WORDS
 from gpubw.memory.system import System
+from gpubw.model.console import to_stderr
 from gpubw.model.errors import GpubwError, InterruptedRun, NoDriverError, UsageError
 from gpubw.model.events import Finished, RunEvents, RunListener, Step
 from gpubw.model.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
@@ -402,6 +404,30 @@ class _RunState:
         return state.report(signum, extra)
 
 
+def check_sample(options: RunOptions, n: int, say: bool = True) -> None:
+    """Refuse (UsageError, before anything runs) a ``--sample-pairs`` count that cannot cover
+    the ``n`` devices of the run's largest N x N testcase (rows: every GPU of the world
+    across ranks, of the node in one process) as sources and destinations; say once on
+    standard error (``say``: rank 0) when a fraction is raised to ``n`` cells. Every rank
+    decides alike."""
+    k = options.sample_pairs
+    if k is None or n < 2:
+        return
+    if isinstance(k, int) and not isinstance(k, bool):
+        if k < n:
+            raise UsageError(
+                f"{k} pair(s) cannot cover the N = {n} devices of this run's N x N "
+                f"testcases as sources and destinations: ask for at least {n}",
+                param="sample_pairs",
+            )
+        return
+    if say and isinstance(k, float) and math.ceil(k * n * (n - 1)) < n:
+        to_stderr(
+            f"gpubw: --sample-pairs {k:g} is {math.ceil(k * n * (n - 1))} of {n * (n - 1)} "
+            f"cells, raised to {n} (every device once as source and destination)"
+        )
+
+
 def _check_sizes_everywhere(
     system: System, selection: Sequence[Selected], sizes: Sequence[int]
 ) -> None:
@@ -531,6 +557,9 @@ def _open(spec: RunSpec, world: World, state: _RunState, guard: Signals | None) 
         # none, and loading NVRTC for its version (~40 ms) overlaps the contexts still being
         # made on the command's start-up thread (issue 11 item 5)
         versions = software_versions(system.backend.versions())
+        check_sample(
+            spec.options, max(system.world.size, len(system.devices)), system.world.rank == 0
+        )
         _check_sizes_everywhere(system, spec.selection, spec.options.buffer_sizes)
     except BaseException:
         system.close()

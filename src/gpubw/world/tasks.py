@@ -179,7 +179,8 @@ class TaskHub:
 
     def _hand_on(self) -> None:
         """The baton to the first ready rank (called by the rank that holds it)."""
-        task, task.value = self._ready.popleft()
+        task, value = self._ready.popleft()
+        task.value = value
         self._running = task
         self.turns += 1
         task.go.release()
