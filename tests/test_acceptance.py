@@ -283,10 +283,12 @@ def test_builtin_without_a_match_is_a_usage_error(capsys, tmp_path):
     """--expect builtin on devices no built-in file covers: exit 2, naming the devices and the
     built-ins, no report written."""
     out_file = tmp_path / "r.json"
-    code, _out, err = run_cli(capsys, "--simulate", "pcie4", *FAST, "--expect", "builtin",
+    sim = tmp_path / "rtx.json"
+    sim.write_text('{"base": "pcie4", "device": {"name": "NVIDIA RTX 4090"}}', encoding="utf-8")
+    code, _out, err = run_cli(capsys, "--simulate", str(sim), *FAST, "--expect", "builtin",
                              "-o", str(out_file))  # fmt: skip
     assert code == 2 and not out_file.exists()
-    assert "no built-in expectations for" in err and "NVIDIA H200" in err
+    assert "no built-in expectations for NVIDIA RTX 4090" in err and "0x2335" in err
 
 
 @pytest.mark.parametrize(

@@ -116,8 +116,12 @@ def add_judge_options(p: argparse.ArgumentParser, *, run: bool) -> None:
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
-    """The run's acceptance options (on the main parser)."""
+    """The run's acceptance options (on the main parser), the node-check ones too
+    (:mod:`gpubw.cli.node_options`)."""
+    from gpubw.cli.node_options import add_node_options
+
     add_judge_options(p, run=True)
+    add_node_options(p)
     p.add_argument(
         "--host-huge-pages",
         dest="host_huge_pages",
