@@ -307,6 +307,22 @@ def test_bad_judge_options(capsys, argv, words):
     assert code == 2 and all(w in err for w in words), err
 
 
+def test_expect_from_a_fleet_of_reports(capsys, tmp_path):
+    """expect-from with three reports writes the median floors; each run passes check."""
+    paths = []
+    for seed in (1, 2, 3):
+        path = tmp_path / f"good{seed}.json"
+        run_cli(capsys, "--simulate", "h200x2", *FAST, "-j", "-o", str(path))
+        paths.append(str(path))
+    exp = tmp_path / "fleet.json"
+    code, _, err = run_cli(capsys, "expect-from", *paths, "-o", str(exp))
+    assert code == 0, err
+    doc = json.loads(exp.read_text(encoding="utf-8"))
+    assert doc["rules"] and all(r["note"].startswith("median of 3") for r in doc["rules"])
+    code, out, _ = run_cli(capsys, "check", paths[0], "--expect", str(exp))
+    assert code == 0 and "PASS" in out
+
+
 def test_bad_tolerance_and_unusable_report(capsys, tmp_path):
     """expect-from: a tolerance of 100 % or more, and a report without a Passed testcase."""
     good = tmp_path / "g.json"

@@ -399,6 +399,24 @@ def test_expect_from_round_trip_and_a_degraded_run_fails():
     ]
 
 
+def test_expect_from_several_reports_takes_the_median_of_their_limits():
+    """Three good runs: each floor is the median of the runs' worst cells, noted as such."""
+    runs = [report(host_matrix([v, v + 5.0])) for v in (40e9, 50e9, 45e9)]
+    doc = expect.expect_from_reports(runs, tolerance=0.05)
+    (rule,) = doc["rules"]
+    assert rule["min"] == 45.0 and rule["note"] == "median of 3 of 3 reports' worst cells"
+    assert doc["tolerance"] == 0.05 and doc["name"].startswith("from 3 runs")
+    assert expect.expect_from_reports(runs[:1]) == expect.expect_from(runs[0])
+
+
+def test_expect_from_several_reports_of_different_gpus_is_a_usage_error():
+    """Reports of different GPUs make no one file: a usage error naming both kinds."""
+    a = report(host_matrix([1e9, 1e9]))
+    b = attrs.evolve(a, devices=[{"ordinal": 0, "name": "NVIDIA L40S"}])
+    with pytest.raises(UsageError, match="different GPUs"):
+        expect.expect_from_reports([a, b])
+
+
 def test_expect_from_rejects_a_bad_tolerance():
     """Tolerance is a fraction in [0, 1)."""
     with pytest.raises(UsageError, match="tolerance"):

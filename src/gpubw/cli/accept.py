@@ -233,16 +233,17 @@ def report_problem(report: Any) -> str:
 
 # -- gpubw expect-from -----------------------------------------------------------------------
 def expect_from_main(argv: list[str]) -> int:
-    from gpubw.acceptance.expect import expect_from
+    from gpubw.acceptance.expect import expect_from_reports
     from gpubw.acceptance.node import peer_links
 
     p = _Parser(
         prog="gpubw expect-from",
-        description="Make an expectations file (gpubw-expect-v1) from a known-good report: "
+        description="Make an expectations file (gpubw-expect-v1) from known-good reports: "
         "per testcase, matrix, size and link type, a floor at the worst cell of the run "
-        "(a ceiling for latency), widened by --tolerance.",
+        "(a ceiling for latency), widened by --tolerance. Given several reports (a fleet's "
+        "good runs of one kind of node), each limit is the median of the runs' limits.",
     )
-    p.add_argument("report", help="a gpubw JSON report of a known-good run")
+    p.add_argument("report", nargs="+", help="gpubw JSON reports of known-good runs (one or more)")
     p.add_argument(
         "--tolerance",
         type=tolerance,
@@ -252,10 +253,11 @@ def expect_from_main(argv: list[str]) -> int:
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically)")
     a = p.parse_args(argv)
-    report = _report(a.report)
-    doc = expect_from(report, a.tolerance, peer_links=peer_links(report))
+    reports = [_report(path) for path in a.report]
+    doc = expect_from_reports(reports, a.tolerance, peer_links=[peer_links(r) for r in reports])
     if not doc["rules"]:
-        raise UsageError(f"{a.report} has no Passed testcase to make expectations from")
+        given = ", ".join(a.report)
+        raise UsageError(f"{given}: no Passed testcase to make expectations from")
     with _out(a.output) as f:
         f.write(json.dumps(doc, indent=2) + "\n")
     return 0
