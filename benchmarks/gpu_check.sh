@@ -20,6 +20,13 @@
 #   interrupt    SIGINT and SIGTERM sent 12 s into a default run: exit code, report, leftovers
 #   nvbandwidth  NVIDIA's nvbandwidth -j (whole suite), if carried in .nvbw/ (never committed);
 #                nvbandwidth1 the same on device 0 alone
+#   nvbwcompat   issue 20: gpubw-nvbandwidth and NVIDIA's nvbandwidth (carried in .nvbw/, as for
+#                `nvbandwidth`) on the same machine, one after the other, each as -j and as plain text
+#                (whole suite, default options): $OUT/gpubw-nvbandwidth-<tag>.{json,txt} and
+#                $OUT/nvbandwidth-v0.8-<tag>.{json,txt}, their exit codes and wall times; then the
+#                consumers' parsers (tests/nvbw_consumers.py: DCGM on the JSON, NHC and superbench
+#                on the text) over all four. Copy nvbandwidth-v0.8-<tag>.txt (tag naming the system,
+#                e.g. h200x2-2026-12-02) to benchmarks/results/ for tests/test_nvbw_consumers.py
 #   accept       gpubw --expect builtin: exit code (0 pass, 3 below expectation), the devices'
 #                PCIe/NVLink facts and any failed verdict:                $OUT/accept-<tag>.json
 #   safety       issue 13: -o /dev/stdout and -o /dev/null leave the device nodes as they are;
@@ -243,6 +250,25 @@ PY
       echo "ncu rc=$? lines=$(wc -l < "$OUT/ncu-$tag.csv")" ;;
     tune-kernels) python3 benchmarks/tune_copy.py kernels "${TUNE_OUT:-$OUT}/tune-kernels-$tag.json" "${TUNE_MIB:-4096}" "${TUNE_OPS:-}" 2>&1 | tail -60 ;;
     tune-*) python3 benchmarks/tune_copy.py "${step#tune-}" "${TUNE_OUT:-$OUT}/$step-$tag.json" 2>&1 | tail -14 ;;
+    nvbwcompat)  # issue 20: gpubw-nvbandwidth beside NVIDIA's nvbandwidth, both read by the consumers' parsers
+      gnvb=/tmp/site/bin/gpubw-nvbandwidth  # pip --target puts the console script there
+      [ -x "$gnvb" ] || gnvb="python3 -c 'import sys; from gpubw.cli.nvbandwidth import main; sys.exit(main())'"
+      files=()
+      for who in gpubw-nvbandwidth nvbandwidth-v0.8; do
+        if [ "$who" = gpubw-nvbandwidth ]; then cmd=$gnvb; else
+          [ -x .nvbw/nvbandwidth ] || { echo "no .nvbw/nvbandwidth: NVIDIA's side skipped"; continue; }
+          cmd=./.nvbw/nvbandwidth
+        fi
+        for form in json txt; do
+          flag=$([ $form = json ] && echo -j); out="$OUT/$who-$tag.$form"
+          s=$(date +%s.%N); timeout 900 bash -c "$cmd $flag" > "$out" 2>> "$OUT/log-$tag.txt"
+          echo "$who $form rc=$? wall=$(python3 -c "print(round($(date +%s.%N)-$s,1))")s" | tee -a "$OUT/times-$tag.txt"
+          files+=("$out")
+        done
+      done
+      json=(); text=(); for f in "${files[@]}"; do [[ $f == *.json ]] && json+=("$f") || text+=("$f"); done
+      python3 tests/nvbw_consumers.py --json "${json[@]}" --text "${text[@]}"; echo "consumers rc=$?"
+      tail -3 "$OUT/log-$tag.txt" ;;
     nvbandwidth|nvbandwidth1)  # the whole default suite of NVIDIA's nvbandwidth, if carried
       [ -x .nvbw/nvbandwidth ] || { echo "no .nvbw/nvbandwidth"; continue; }
       [ "$step" = nvbandwidth1 ] && export CUDA_VISIBLE_DEVICES=0

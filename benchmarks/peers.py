@@ -144,7 +144,7 @@ def cupy_rows(n: int, device: int, loops: int, samples: int) -> dict[str, dict[s
 
 def gpubw_figures(path: str, device: int) -> dict[str, dict[str, Any]]:
     """testcase key -> {GBps, samples, status} of device `device` from a gpubw JSON report."""
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         report = json.load(f)
     out = {}
     for t in report["testcases"]:
@@ -231,7 +231,7 @@ def main(argv: list[str]) -> int:
         "gpubw_report": args.gpubw,
         "devices": docs,
     }
-    with open(args.out, "w") as f:
+    with open(args.out, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
     for d in docs:
         nominal = d["nominal_bytes_per_s"]

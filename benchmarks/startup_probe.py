@@ -283,7 +283,9 @@ def _modules() -> None:
     )
     print("sys.flags.dont_write_bytecode:", sys.flags.dont_write_bytecode,
           "PYTHONDONTWRITEBYTECODE:", os.environ.get("PYTHONDONTWRITEBYTECODE"))  # fmt: skip
-    lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    lines = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, encoding="utf-8"
+    ).stdout
     missing = [ln for ln in lines.splitlines() if ln.startswith("no pyc:")]
     print(f"{len(missing)} modules imported without a .pyc beside them")
     for ln in missing[:60]:

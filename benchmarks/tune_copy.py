@@ -144,7 +144,7 @@ def main() -> int:
             r = subprocess.run(
                 [sys.executable, __file__, "--child", mode, name, str(grid)],
                 capture_output=True,
-                text=True,
+                encoding="utf-8",
                 timeout=150,
             )
         except subprocess.TimeoutExpired:
@@ -158,7 +158,7 @@ def main() -> int:
         rows.append({"mode": mode, "variant": name, "grid": grid, **res})
         print(f"{mode:5} {name:15} grid {grid or 'auto':>4}: {res}", flush=True)
     if len(sys.argv) > 2:
-        with open(sys.argv[2], "w") as f:
+        with open(sys.argv[2], "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
     return 0
 

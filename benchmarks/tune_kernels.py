@@ -310,7 +310,7 @@ def flat_main(argv: list[str]) -> int:
                 }
                 g = {"GPUBW_FLAT_UNROLL": str(u)}
                 rows.append(_try(bench, "gpubw_copy", {**v, "defines": g}, f"F{sz}M"))
-        with open(out_path, "w") as f:
+        with open(out_path, "w", encoding="utf-8") as f:
             json.dump({"loops": LOOPS, "samples": SAMPLES, "rows": rows}, f)
     return 0
 
@@ -377,7 +377,7 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
 
     def save() -> None:
-        with open(out_path, "w") as f:
+        with open(out_path, "w", encoding="utf-8") as f:
             doc = {"size_bytes": size, "loops": LOOPS, "samples": SAMPLES, "rows": rows}
             json.dump(doc, f)
 

@@ -38,7 +38,7 @@ from gpubw.testcases import multinode
 
 #: this rank (MPICH's hydra sets PMI_RANK, Open MPI OMPI_COMM_WORLD_RANK)
 RANK = int(os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
-queue = MemcpyOperation._queue_ranks
+queue = MemcpyOperation._queue
 original = multinode.MultinodeBidirectionalReadCE.run
 
 
@@ -117,11 +117,11 @@ if __name__ == "__main__":
             for name, position in CONTEXT_CALLS:
                 record(cls, name, position)
         code = cli.main(sys.argv[1:])
-        with open(f"touched-{RANK}", "w") as note:
+        with open(f"touched-{RANK}", "w", encoding="utf-8") as note:
             note.write(f"rank {RANK} touched {sorted(touched)}\n")
         sys.exit(code)
     if FAULT == "sm":
-        MemcpyOperation._queue_ranks = failing  # type: ignore[method-assign, assignment]
+        MemcpyOperation._queue = failing  # type: ignore[method-assign, assignment]
     if FAULT == "kill":
         multinode.MultinodeBidirectionalReadCE.run = die  # type: ignore[method-assign]
     if FAULT == "hang":

@@ -200,6 +200,25 @@ def test_check_and_expect_from(capsys, tmp_path):
     assert result["exit_code"] == 3 and {v["rule"] for v in result["verdicts"]} == {"floor"}
 
 
+def test_check_and_expect_from_read_nvbandwidth_json(capsys, tmp_path):
+    """check and expect-from judge a real nvbandwidth -j run; failed cells name the GPU."""
+    real = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+    run = str(real / "nvbandwidth-v0.8-h200x2-2026-12-01.json")
+    code, out, _ = run_cli(capsys, "check", run, "--expect", "builtin")
+    assert code == 0 and "PASS" in out
+    exp = tmp_path / "exp.json"
+    code, _, err = run_cli(capsys, "expect-from", run, "-o", str(exp))
+    assert code == 0, err
+    doc = json.loads(exp.read_text())
+    rule = next(r for r in doc["rules"] if r["testcase"] == H2D)
+    rule["min"] *= 1.2  # a floor above what the run measured
+    exp.write_text(json.dumps(doc))
+    code, out, _ = run_cli(capsys, "check", run, "--expect", str(exp), "--outlier-pct", "off")
+    assert code == 3
+    assert f"FAIL {H2D} host -> GPU 1 (00000000:00:07):" in out
+    assert "(GPU 0 (00000000:00:06); GPU 1 (00000000:00:07))" in out
+
+
 def test_check_without_expectations_uses_the_outlier_rule(capsys, tmp_path):
     """gpubw check REPORT alone judges by the peer-outlier and noise rules."""
     bad = tmp_path / "bad.json"

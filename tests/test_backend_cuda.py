@@ -1119,3 +1119,58 @@ def test_huge_pages_failing_mmap_and_none_free(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(UsageError, match="HugePages_Free"):
         backend.enable_host_huge_pages(4096)
     backend.close()
+
+
+# -- the driver line (issue 22 item 1) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("driver", "bindings", "said"),
+    [
+        (12080, "13.0.1", "install the CUDA 12 line, pip install 'gpubw[cu12]'"),
+        (12020, "13.5.0", "newer than this NVIDIA driver's CUDA 12.2"),
+        (11080, "12.9.0", "pip install 'gpubw[cu11]'"),
+        (13000, "13.0.1", None),
+        (13010, "12.9.4", None),  # an older line runs on a newer driver
+        (12080, None, None),
+        (12080, "unknown", None),
+    ],
+)
+def test_driver_line_problem(driver: int, bindings: str | None, said: str | None) -> None:
+    """Bindings for a newer CUDA major than the driver's: one line naming the extra."""
+    from gpubw.backend.cuda_support import driver_line_problem
+
+    problem = driver_line_problem(driver, bindings)
+    if said is None:
+        assert problem is None
+    else:
+        assert problem is not None and said in problem and "\n" not in problem
+
+
+def test_bindings_newer_than_the_driver_stop_before_cuinit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CUDA 12.8 driver under cuda-bindings 13 (a fake driver): CudaBackend raises one
+    line naming gpubw[cu12] before cuInit; the command prints it and exits 1."""
+    from gpubw.backend import cuda_support
+    from gpubw.cli import command as cli
+
+    driver = FakeDriver()
+    calls: list[str] = []
+    monkeypatch.setattr(driver, "cuDriverGetVersion", lambda: (R.CUDA_SUCCESS, 12080))
+    monkeypatch.setattr(driver, "cuInit", lambda flags: calls.append("cuInit") or (R.CUDA_SUCCESS,))
+    monkeypatch.setattr(cuda_backend, "cu", driver)
+    monkeypatch.setattr(cuda_backend, "bindings_version", lambda: "13.0.1")
+    with pytest.raises(GpubwError, match=r"pip install 'gpubw\[cu12\]'"):
+        CudaBackend()
+    assert calls == []
+    assert cli.main(["info"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cuda-bindings 13.0.1 is for CUDA 13" in err
+    assert cuda_support.bindings_version() == real_cu_version()
+
+
+def real_cu_version() -> str:
+    from importlib import metadata
+
+    return metadata.version("cuda-bindings")

@@ -254,7 +254,11 @@ def test_a_very_deep_working_folder_is_not_a_missing_folder(tmp_path):
         "    print(exc)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        encoding="utf-8",
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "does not exist" not in proc.stdout

@@ -16,6 +16,7 @@ import pytest
 
 from _plugin_fixtures import BROKEN, GOOD, copy_fixtures, installed, subprocess_env
 from gpubw.cli import command as cli
+from gpubw.model import schemas
 from gpubw.runner.registry import BUILTIN_ORDER, Writers
 from gpubw.writers import Writer
 
@@ -166,10 +167,14 @@ def test_list_has_nvbandwidths_layout(capsys):
 
 
 def test_list_json(capsys):
-    """-l -j prints a JSON list with index, key, description, plugin and load failure."""
+    """-l -j prints a versioned JSON document (gpubw/schemas/list-v1.schema.json) whose
+    testcases have index, key, description, plugin and load failure."""
     code, out, _ = run_cli(capsys, "-l", "-j")
     assert code == 0
-    items = json.loads(out)
+    doc = json.loads(out)
+    assert doc["schema_version"] == "1" and doc["tool"] == "gpubw"
+    assert schemas.errors(schemas.LIST, doc, closed=True) == []
+    items = doc["testcases"]
     assert [x["key"] for x in items[: len(BUILTIN_ORDER)]] == list(BUILTIN_ORDER)
     assert items[34] == {
         "index": 34,
@@ -192,7 +197,7 @@ def test_list_reports_broken_plugins(capsys, plugins):
                 "host_to_device_memcpy_ce", "fixture_shared"]:  # fmt: skip
         assert key in failures, key
     code, out, _ = run_cli(capsys, "-l", "-j")
-    items = {(x["key"], x["plugin"]): x for x in json.loads(out)}
+    items = {(x["key"], x["plugin"]): x for x in json.loads(out)["testcases"]}
     assert items[("fixture_import_raises", "gpubw-fixture-broken")]["load_failure"]
     assert items[("host_to_device_memcpy_ce", "gpubw-fixture-broken")]["index"] is None
 
@@ -219,6 +224,16 @@ def test_list_never_imports_cuda(tmp_path):
     cached), imports no cuda module, nor numpy or the modules only a run needs. Its time is
     measured on the device (benchmarks/README.md), not here, where a busy machine decides
     it; what a cache hit imports is pinned by test_listing's import-set tests."""
+    at_start = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sorted(m for m in sys.modules if m == 'cuda'))"],
+        capture_output=True,
+        encoding="utf-8",
+    )
+    if at_start.stdout.strip() != "[]":
+        pytest.skip(
+            "this interpreter imports the cuda package at start-up, before gpubw runs "
+            "(cuda-bindings 12.x installs _cuda_bindings_redirector.pth)"
+        )
     paths = copy_fixtures(tmp_path, GOOD, BROKEN)
     code = (
         "import sys; from gpubw.cli.command import main; rc = main(['-l']);"
@@ -227,7 +242,9 @@ def test_list_never_imports_cuda(tmp_path):
         "print('CUDA', bad, file=sys.stderr); sys.exit(rc or (1 if bad else 0))"
     )
     env = subprocess_env(paths)
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, encoding="utf-8"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "CUDA []" in proc.stderr
     assert "fixture_good" in proc.stdout
@@ -299,13 +316,13 @@ def test_list_writes_to_o(capsys, tmp_path):
     assert "34, device_local_copy:" in target.read_text()
     code, out, _ = run_cli(capsys, "-l", "-j", "-o", str(target))
     assert code == 0 and out == ""
-    assert json.loads(target.read_text())[34]["key"] == "device_local_copy"
+    assert json.loads(target.read_text())["testcases"][34]["key"] == "device_local_copy"
 
 
 def test_list_honours_format(capsys):
     """-l --format json is -l -j; --format text the default; any other format is refused."""
     code, out, _ = run_cli(capsys, "-l", "--format", "json")
-    assert code == 0 and json.loads(out)[0]["index"] == 0
+    assert code == 0 and json.loads(out)["testcases"][0]["index"] == 0
     code, out, _ = run_cli(capsys, "-l", "--format", "text")
     assert code == 0 and "Index, Name:" in out
     code, out, err = run_cli(capsys, "-l", "--format", "csv")
@@ -503,7 +520,7 @@ def test_signal_stops_a_run_with_valid_json(tmp_path, signum, code):
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
     )
     try:
         deadline = time.monotonic() + 30

@@ -83,7 +83,7 @@ def _cell(key: str, v: float | None, kind: str = "bandwidth", col: str = "0") ->
 
 
 def _write(path: Path, doc: dict[str, Any]) -> str:
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(doc), encoding="utf-8")
     return str(path)
 
 
@@ -202,12 +202,12 @@ def test_sweeps_compare_size_by_size(tmp_path: Path, capsys: pytest.CaptureFixtu
     behind the last size."""
     a = _write(tmp_path / "a.json", _sweep("h2d", {1 << 20: [20e9], GIB: [55e9]}))
     b = _write(tmp_path / "b.json", _sweep("h2d", {1 << 20: [30e9], GIB: [55e9]}))
-    assert main(["compare", a, b]) == 1
+    assert main(["compare", a, b]) == 3
     out = capsys.readouterr().out
     assert "1 MiB" in out and "LOW" in out
     assert main(["compare", a, b, "--size", "1GiB"]) == 0
     assert main(["compare", a, b, "--size", "1G"]) == 0
-    assert main(["compare", a, b, "--size", "1"]) == 1  # a plain number is MiB, as -b
+    assert main(["compare", a, b, "--size", "1"]) == 3  # a plain number is MiB, as -b
 
 
 def test_sweep_against_a_report_without_sizes_needs_size(
@@ -230,7 +230,8 @@ def test_sweep_against_a_report_without_sizes_needs_size(
 
 
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """gpubw compare exits 0 when all agree, 1 when a cell fails, 2 on bad input."""
+    """gpubw compare exits 0 when all agree, 3 when a cell fails (a regression, as check's
+    below expectation; it was 1), 2 on bad input."""
     a = tmp_path / "a.json"
     b = _write(tmp_path / "b.json", _nvbandwidth("host_to_device_memcpy_ce", ["27.5", "82.5"]))
     _write(a, _gpubw(host_to_device_memcpy_ce=[27.5e9, 82.5e9]))
@@ -238,7 +239,7 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "host_to_device_memcpy_ce" in capsys.readouterr().out
     assert main(["compare", str(a), b, "--threshold", "0"]) == 0
     _write(a, _gpubw(host_to_device_memcpy_ce=[27.5e9, 60e9]))
-    assert main(["compare", str(a), b]) == 1
+    assert main(["compare", str(a), b]) == 3
     assert main(["compare", str(tmp_path / "missing.json"), b]) == 2
     assert "cannot read report" in capsys.readouterr().err
     for bad in (["--threshold", "-1"], ["--fail-on", "sideways"]):
@@ -252,10 +253,10 @@ def test_json_format_and_output_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     a = _write(tmp_path / "a.json", _gpubw(devices=2, h2d=[40e9, 55e9]))
     b = _write(tmp_path / "b.json", _gpubw(devices=2, h2d=[55e9, 55e9]))
     out = tmp_path / "cmp.json"
-    assert main(["compare", a, b, "--format", "json", "-o", str(out)]) == 1
+    assert main(["compare", a, b, "--format", "json", "-o", str(out)]) == 3
     assert capsys.readouterr().out == ""
     doc = json.loads(out.read_text())
-    assert doc["failed"] == 1 and doc["exit_code"] == 1 and doc["fail_on"] == "low"
+    assert doc["failed"] == 1 and doc["exit_code"] == 3 and doc["fail_on"] == "low"
     first = doc["cells"][0]
     assert first["flag"] == "LOW" and first["fails"] and first["ratio"] == pytest.approx(40 / 55)
     assert first["destination_device"] == {
@@ -268,7 +269,7 @@ def test_json_format_and_output_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["compare", a, b, "-o", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
     text = tmp_path / "cmp.txt"
-    assert main(["compare", a, b, "-o", str(text)]) == 1
+    assert main(["compare", a, b, "-o", str(text)]) == 3
     assert "GPU 0: NVIDIA H200, 0000:1b:00.0" in text.read_text()
 
 
@@ -276,7 +277,7 @@ def test_one_slow_host_link_of_eight_is_flagged(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Simulated h200x8, GPU 3's host link at 80 %: compared per cell with the healthy run,
-    GPU 3's cells (and only they) fail with its PCI bus id, exit 1; the mean of each matrix
+    GPU 3's cells (and only they) fail with its PCI bus id, exit 3; the mean of each matrix
     (the old comparison) is within 3 % and would have passed."""
     link = {
         "h2d": {"ce": 55.5e9, "sm": 51.4e9},
@@ -304,7 +305,7 @@ def test_one_slow_host_link_of_eight_is_flagged(
     assert main(["--simulate", str(system), *tests, "-j", "-o", str(degraded)]) == 0
     capsys.readouterr()
 
-    assert main(["compare", str(degraded), str(healthy), "--format", "json"]) == 1
+    assert main(["compare", str(degraded), str(healthy), "--format", "json"]) == 3
     doc = json.loads(capsys.readouterr().out)
     failing = [c for c in doc["cells"] if c["fails"]]
     assert {(c["matrix"], c["source"], c["destination"]) for c in failing} == {
@@ -318,12 +319,12 @@ def test_one_slow_host_link_of_eight_is_flagged(
         bus in (c["destination_device"] or c["source_device"])["pci_bus_id"] for c in failing
     )
 
-    assert main(["compare", str(degraded), str(healthy)]) == 1
+    assert main(["compare", str(degraded), str(healthy)]) == 3
     text = capsys.readouterr().out
     assert f"GPU 3: NVIDIA H200, {bus}" in text and "host -> GPU 3" in text
 
     def means(path: Path) -> dict[str, float]:
-        rep = json.loads(path.read_text())
+        rep = json.loads(path.read_text(encoding="utf-8"))
         return {
             m["key"]: statistics.fmean(v for row in m["values"] for v in row if v is not None)
             for t in rep["testcases"]
@@ -332,6 +333,31 @@ def test_one_slow_host_link_of_eight_is_flagged(
 
     old, new = means(healthy), means(degraded)
     assert all(abs(new[k] / old[k] - 1) < 0.03 for k in old)  # the mean hides GPU 3
+
+
+def test_cells_are_named_the_way_their_bytes_move(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A slow GPU 3 is "host <-> GPU 3" in a bidirectional host matrix (once named
+    "host -> GPU 3") and "GPU 3 -> host" in a device-to-host one, in both lists."""
+    headers = {
+        "device_to_host_bidirectional_memcpy_ce": "memcpy CE CPU(row) <-> GPU(column) bandwidth "
+        "(GB/s)",
+        "device_to_host_memcpy_ce": "memcpy CE CPU(row) <- GPU(column) bandwidth (GB/s)",
+    }
+
+    def doc(row: list[float | None]) -> dict[str, Any]:
+        d = _gpubw(devices=4, **dict.fromkeys(headers, row))
+        for t in d["testcases"]:
+            t["matrices"][0]["description"] = headers[t["key"]]
+        return d
+
+    cand = _write(tmp_path / "c.json", doc([55e9, 55e9, 55e9, 40e9]))
+    assert main(["compare", cand, _write(tmp_path / "b.json", doc([55e9] * 4))]) == 1
+    out = capsys.readouterr().out
+    # each twice: the failing cell, then its matrix's worst cell
+    assert out.count("host <-> GPU 3") == 2 and out.count("GPU 3 -> host") == 2
+    assert "host -> GPU 3" not in out
 
 
 def test_bad_report_shapes_are_usage_errors(tmp_path: Path) -> None:
@@ -427,18 +453,18 @@ def test_bad_reports_are_one_line_usage_errors(
 def test_nan_zero_and_infinite_figures_are_flagged(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
-    """A NaN, infinite or zero cell on either side is INVALID and fails (exit 1), whatever
-    --fail-on says."""
+    """A NaN, infinite or zero cell on either side is INVALID and fails (exit 3, a failed
+    cell), whatever --fail-on says."""
     good = _write(tmp_path / "good.json", _gpubw(host_to_device_memcpy_ce=[27.5e9]))
     bad = tmp_path / "bad.json"
     bad.write_text(
         json.dumps(_gpubw(host_to_device_memcpy_ce=[1.0])).replace("[[1.0]]", f"[[{value}]]")
     )
-    assert main(["compare", str(bad), good]) == 1
+    assert main(["compare", str(bad), good]) == 3
     assert "INVALID (candidate is NaN, infinite or 0)" in capsys.readouterr().out
-    assert main(["compare", good, str(bad), "--fail-on", "high"]) == 1
+    assert main(["compare", good, str(bad), "--fail-on", "high"]) == 3
     assert "INVALID (baseline is NaN, infinite or 0)" in capsys.readouterr().out
-    assert main(["compare", str(bad), good, "--format", "json"]) == 1
+    assert main(["compare", str(bad), good, "--format", "json"]) == 3
     cell = json.loads(capsys.readouterr().out)["cells"][0]
     assert cell["flag"] == "INVALID" and cell["ratio"] is None
 

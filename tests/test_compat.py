@@ -41,5 +41,7 @@ def test_a_plugin_written_against_old_paths_still_works() -> None:
         "import gpubw; assert Testcase is gpubw.Testcase and Matrix is gpubw.Matrix;"
         "assert MemcpyOperation is gpubw.MemcpyOperation and CE is gpubw.CE; print('ok')"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, encoding="utf-8", timeout=60
+    )
     assert done.stdout == "ok\n", done.stderr

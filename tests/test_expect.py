@@ -13,7 +13,7 @@ import pytest
 from gpubw.acceptance import expect
 from gpubw.model.errors import UsageError
 from gpubw.model.report_io import load_report, report_from_dict
-from gpubw.model.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
+from gpubw.model.results import BANDWIDTH, LATENCY, Axes, Matrix, Report, Status, TestcaseResult
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -206,6 +206,40 @@ def test_cell_places_of_fan_local_and_latency_matrices():
     assert local.link == "device" and local.source == local.destination
     lat = expect.cell_places(by_key["host_device_latency_sm"], r.devices)[0]
     assert lat.link == "host" and lat.bidirectional
+
+
+def test_cell_places_read_the_axes_not_the_header():
+    """Where a cell is comes from the matrix's axes: host x GPU axes under a header that names
+    nothing make host links (GPU -> host for column->row); rank x rank axes make GPU pairs."""
+    d2h = attrs.evolve(
+        host_matrix([1.0, 2.0], header="my figures"), axes=Axes("host", "gpu", "column->row")
+    )
+    places = expect.cell_places(d2h, devices(2))
+    assert [(p.link, p.source.index, p.destination.kind) for p in places] == [
+        ("host", 0, "host"),
+        ("host", 1, "host"),
+    ]
+    ranks = attrs.evolve(
+        peer_matrix([[None, 1.0], [1.0, None]], header=""), axes=Axes("rank", "rank", "both")
+    )
+    places = expect.cell_places(ranks, devices(2))
+    assert [(p.link, p.source.index, p.destination.index) for p in places] == [
+        ("peer", 0, 1),
+        ("peer", 1, 0),
+    ]
+    assert all(p.bidirectional for p in places)
+    assert [p.link for p in expect.cell_places(host_matrix([1.0], header="my figures"))] == ["cell"]
+
+
+def test_nvbandwidth_multinode_cpu_row_header_is_read_as_gpu_pairs():
+    """nvbandwidth's multinode bidirectional header says CPU(row) over N rows: its cells are
+    GPU pairs both ways (a host is one row), not cells of no known place."""
+    header = "memcpy CE CPU(row) <-> GPU(column) Read1 bandwidth (GB/s)"
+    places = expect.cell_places(peer_matrix([[None, 1.0], [2.0, None]], header=header), devices(2))
+    assert [(p.link, p.source.index, p.destination.index) for p in places] == [
+        ("peer", 0, 1),
+        ("peer", 1, 0),
+    ]
 
 
 def test_diagonal_cells_are_local_and_not_compared_with_peers():
@@ -579,5 +613,7 @@ def test_the_run_path_does_not_import_jsonschema() -> None:
     import sys
 
     code = "import sys, gpubw.acceptance.node; print('jsonschema' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, encoding="utf-8", check=True
+    )
     assert out.stdout.strip() == "False"

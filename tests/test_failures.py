@@ -35,7 +35,7 @@ from gpubw.model.errors import UsageError
 from gpubw.model.report_io import load_report, validate
 from gpubw.model.results import Status
 from gpubw.runner import core as runner
-from gpubw.runner.registry import Entry, Registry
+from gpubw.runner.registry import Entry, Registry, Writers
 
 MIB = 1 << 20
 PRESET = "h200x2"
@@ -252,8 +252,9 @@ def test_unknown_writer(capsys, monkeypatch):
     """An unknown --format is a usage error listing the allowed formats, before anything runs."""
     must_not_run(monkeypatch)
     line = usage_error(capsys, "--simulate", PRESET, "--format", "yaml", "-t", "0")
-    allowed = "csv, json, openmetrics, text"
-    assert line == f"gpubw: error: unknown output format 'yaml'; allowed: {allowed}"
+    allowed = Writers.discover().names  # the built-ins and the installed plugins' writers
+    assert {"csv", "json", "nvbandwidth", "nvbandwidth-json", "openmetrics", "text"} <= set(allowed)
+    assert line == f"gpubw: error: unknown output format 'yaml'; allowed: {', '.join(allowed)}"
 
 
 @pytest.mark.parametrize("where", ["missing_dir", "is_dir", "proc"])
@@ -355,7 +356,7 @@ def test_no_traceback_in_a_real_process(argv, words):
     proc = subprocess.run(
         [sys.executable, "-m", "gpubw", *argv],
         capture_output=True,
-        text=True,
+        encoding="utf-8",
         timeout=60,
     )
     assert proc.returncode == 2, proc.stderr
@@ -508,7 +509,7 @@ def test_plugin_that_prints_cannot_corrupt_json_on_stdout(tmp_path):
         [sys.executable, "-m", "gpubw", *argv],
         env=subprocess_env(paths),
         capture_output=True,
-        text=True,
+        encoding="utf-8",
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
@@ -699,7 +700,7 @@ def start_slow_run(tmp_path: Path, target: Path) -> tuple[subprocess.Popen[str],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
     )
     deadline = time.monotonic() + 60
     while not marker.exists():
@@ -773,7 +774,7 @@ def start_run(
         env=subprocess_env(paths, **env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
     )
 
 
@@ -969,7 +970,7 @@ def _pinned_kib() -> int:
     """VmLck + VmPin of this process (kB), where /proc/self/status has them."""
     total = 0
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
             if line.startswith(("VmLck:", "VmPin:")):
                 total += int(line.split()[1])
     except OSError:

@@ -57,7 +57,7 @@ def _child(code: str, *args: str) -> subprocess.Popen[str]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
     )
 
 
@@ -162,7 +162,7 @@ def test_a_process_of_another_user_is_refused(memfd: int) -> None:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
         cwd="/",
     )
     with FdServer(memfd, {os.getpid(), child.pid}) as server:

@@ -19,6 +19,7 @@ from gpubw.measure.initiators import (
     SM,
     SM_TRUNCATION_THRESHOLD,
     SPLIT_WARP,
+    CopyJob,
     Initiator,
     copy_launch_shape,
     flat_copy_applies,
@@ -30,6 +31,29 @@ from gpubw.memory.system import System
 from gpubw.model.errors import VerificationError
 
 H200 = load_system("h200x1").devices[0]
+
+
+def _job(
+    system: System,
+    src: Any,
+    dst: Any,
+    stream: Any,
+    *,
+    checked: int | None = None,
+    device: Any = H200,
+) -> CopyJob:
+    """The job of a whole-buffer copy ``src`` -> ``dst`` on ``stream`` (all of it checked
+    unless told)."""
+    n = src.nbytes
+    return CopyJob(
+        system=system,
+        src=src,
+        dst=dst,
+        nbytes=n,
+        checked=n if checked is None else checked,
+        exec_device=device,
+        stream=stream,
+    )
 
 
 def test_sm_truncation_64mib_on_132_sms() -> None:
@@ -86,11 +110,10 @@ def test_enqueue_and_prepare_make_a_correct_copy(
     stream = backend.create_stream(0)
     try:
         init: Initiator = initiator  # type: ignore[assignment]
-        init.prepare(system, src, dst, checked=checked, stream=stream, exec_device=H200)
-        init.enqueue(system, src, dst, nbytes=4 * MIB, loops=2, stream=stream, exec_device=H200)
-        checks = init.enqueue_checks(
-            src, dst, checked=checked, stream=stream, exec_device=H200, first_slot=0
-        )
+        job = _job(system, src, dst, stream, checked=checked)
+        init.prepare(job)
+        init.enqueue(job, loops=2)
+        checks = init.enqueue_checks(job, first_slot=0)
         backend.synchronize(stream, 1.0)
         for slot, buf in checks:
             buf.check_verified(slot)
@@ -106,7 +129,7 @@ def test_prepare_fills_destination_with_other_pattern(sim_system: SimSystemFacto
     backend = system.backend
     src, dst = HostBuffer.allocate(system, 0, MIB), DeviceBuffer.allocate(system, 0, MIB)
     stream = backend.create_stream(0)
-    CE.prepare(system, src, dst, checked=MIB, stream=stream, exec_device=system.devices[0])
+    CE.prepare(_job(system, src, dst, stream, device=system.devices[0]))
     backend.synchronize(stream, 1.0)
     src.verify(SRC_SEED, MIB, stream=stream, exec_device=0)
     with pytest.raises(Exception, match="verification failed on Device 0"):
@@ -114,17 +137,22 @@ def test_prepare_fills_destination_with_other_pattern(sim_system: SimSystemFacto
     backend.destroy_stream(stream)
 
 
-def test_enqueue_arguments_are_keyword_only(sim_system: SimSystemFactory) -> None:
-    """enqueue, prepare and enqueue_checks refuse positional sizes, loops and devices (so no
-    call can swap them silently)."""
+def test_copy_job_and_the_loop_count_and_slot_are_keyword_only(
+    sim_system: SimSystemFactory,
+) -> None:
+    """A CopyJob's fields, enqueue's loop count and enqueue_checks' first slot refuse
+    positions (so no call can swap two sizes silently); a job is a frozen value."""
     system = sim_system("h200x1")
     src, dst = HostBuffer.allocate(system, 0, MIB), DeviceBuffer.allocate(system, 0, MIB)
     with pytest.raises(TypeError):
-        CE.enqueue(system, src, dst, MIB, 2, None, H200)  # type: ignore[misc]
+        CopyJob(system, src, dst, MIB, MIB, H200, None)  # type: ignore[call-arg]
+    job = _job(system, src, dst, None)
     with pytest.raises(TypeError):
-        CE.prepare(system, src, dst, MIB, None, H200)  # type: ignore[misc]
+        CE.enqueue(job, 2)  # type: ignore[call-arg]
     with pytest.raises(TypeError):
-        CE.enqueue_checks(src, dst, MIB, None, H200, 0)  # type: ignore[misc]
+        CE.enqueue_checks(job, 0)  # type: ignore[call-arg]
+    with pytest.raises(AttributeError):
+        job.checked = 16  # type: ignore[misc]
 
 
 # -- the flat device-local copy (gpubw_copy_flat) ---------------------------------------------
@@ -241,15 +269,14 @@ def flat_copy_catches_planted_words(system: System, seen: list[tuple[str, int, i
         assert flat_copy_applies(src, dst, elements, dev)
         for where, offset in cases:
             seen.clear()
-            SM.prepare(system, src, dst, checked=checked, stream=stream, exec_device=dev)
+            job = _job(system, src, dst, stream, checked=checked, device=dev)
+            SM.prepare(job)
             if where == "src" and offset is not None:
                 backend.memcpy_async(src.ptr + offset, junk.ptr, 4, stream)
-            SM.enqueue(system, src, dst, nbytes=nbytes, loops=3, stream=stream, exec_device=dev)
+            SM.enqueue(job, loops=3)
             if where == "dst" and offset is not None:
                 backend.memcpy_async(dst.ptr + offset, junk.ptr, 4, stream)
-            checks = SM.enqueue_checks(
-                src, dst, checked=checked, stream=stream, exec_device=dev, first_slot=0
-            )
+            checks = SM.enqueue_checks(job, first_slot=0)
             backend.synchronize(stream, 30.0)
             pieces = -(-elements // FLAT_COPY_BLOCK)
             assert ("gpubw_copy_flat", 3 * pieces, FLAT_COPY_BLOCK) in seen

@@ -132,7 +132,7 @@ def _check_folder(folder: Path, before: dict[str, tuple[int, int]]) -> None:
 def _check_report(path: Path, code: int, *, written: bool = False) -> None:
     """Either a complete schema-valid report with this exit code, or the previous content
     (``written``: the run ended with a report's code, so it must have written it)."""
-    if path.read_text() == PREVIOUS:
+    if path.read_text(encoding="utf-8") == PREVIOUS:
         assert not written, f"exit {code} but the report was never written"
         return
     doc = load_report(path)
@@ -289,7 +289,7 @@ def _start(argv: list[str]) -> subprocess.Popen[str]:
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
     )
 
 

@@ -54,7 +54,9 @@ def test_the_ring_needs_no_numpy() -> None:
         "import sys; from gpubw.measure.latency import ring_bytes; "
         "assert len(ring_bytes(0x1000)) == 2 << 20; print('numpy' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, encoding="utf-8", check=True
+    )
     assert out.stdout.strip() == "False"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpubw.world import detect_launch
-from gpubw.world.launch_env import devices_to_start
+from gpubw.world.launch_env import devices_to_start, world_rank
 
 
 @pytest.mark.parametrize(
@@ -59,3 +59,19 @@ def test_the_world_reads_the_same_launch(environ: dict[str, str], variable: str 
     launch = detect_launch(environ)
     assert (launch.variable if launch else None) == variable
     assert (devices_to_start(2, environ) == (0, 1)) == (launch is None or launch.size == 1)
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, 0),
+        ({"OMPI_COMM_WORLD_RANK": "3", "PMI_RANK": "1"}, 3),
+        ({"PMI_RANK": "1"}, 1),
+        ({"SLURM_PROCID": "5"}, 5),
+        ({"PMIX_RANK": "2"}, 2),
+        ({"PMI_RANK": "x"}, 0),
+    ],
+)
+def test_world_rank(environ: dict[str, str], expected: int) -> None:
+    """The rank a launcher's environment names, before MPI starts (0 outside a launch)."""
+    assert world_rank(environ) == expected

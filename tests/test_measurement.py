@@ -4,16 +4,36 @@ from __future__ import annotations
 
 import math
 import statistics
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from conftest import MIB, SimSystemFactory
 from gpubw.backend.sim import Faults, SimulatedBackend
+from gpubw.kernels.patterns import DST_SEED, SRC_SEED
 from gpubw.measure.initiators import CE, SM, SPLIT_WARP, Initiator
-from gpubw.measure.measurement import Copy, Kind, MemcpyOperation, Prefer, statistic
+from gpubw.measure.measurement import (
+    Copy,
+    Kind,
+    LocalSync,
+    MemcpyOperation,
+    Prefer,
+    RankSync,
+    statistic,
+)
 from gpubw.memory.buffers import DeviceBuffer, HostBuffer
+from gpubw.memory.shared import RemoteRankError
 from gpubw.memory.system import System
-from gpubw.model.errors import CudaError, GateTimeoutError, UsageError, VerificationError
+from gpubw.model.errors import (
+    CudaError,
+    GateTimeoutError,
+    GpubwError,
+    UsageError,
+    VerificationError,
+)
+from gpubw.model.options import WARMUP_ITERATIONS, RunOptions
+from gpubw.world.base import Agreement
 
 #: The loop count every measurement here is given (callers always pass it).
 LOOPS = 16
@@ -280,3 +300,165 @@ def test_failing_destroy_still_destroys_the_rest(
     assert calls["n"] == 3  # start, end and total-end events all destroyed
     assert backend.live_events() == 0
     assert backend.live_streams() == 0
+
+
+# -- the one protocol and its injected synchronisation ----------------------------------------
+def _trace(system: System, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the protocol's backend calls through ``system`` (a gate write as close/open,
+    a launch as its kernel)."""
+    calls: list[str] = []
+    backend = system.backend
+    names = "create_stream create_event destroy_event destroy_stream record_event wait_event"
+    names += " synchronize memcpy_async host_read elapsed_seconds launch host_write"
+
+    def spy(name: str) -> Any:
+        real = getattr(backend, name)
+
+        def call(*args: Any) -> Any:
+            if name == "launch":
+                calls.append(args[0])
+            elif name == "host_write":
+                calls.append("open" if args[1][:1] == b"\x01" else "close")
+            else:
+                calls.append(name)
+            return real(*args)
+
+        return call
+
+    for name in names.split():
+        monkeypatch.setattr(backend, name, spy(name))
+    return calls
+
+
+def test_a_sample_runs_the_numbered_protocol_in_order(
+    sim_system: SimSystemFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One process, two CE copies, TOTAL: fill and wait, close, hold + warm-up per stream,
+    start events, measured copies and end events, the total end, open, wait, rates, drain."""
+    system = sim_system("h200x2", samples=1, verify=False)
+    copies = [
+        _h2d(system, MIB),
+        Copy(DeviceBuffer.allocate(system, 1, MIB), HostBuffer.allocate(system, 1, MIB)),
+    ]
+    system.load_kernels()
+    for device in (0, 1):  # the fill patterns exist before (they are made on first use)
+        system.pool.pattern(device, SRC_SEED), system.pool.pattern(device, DST_SEED)
+    calls = _trace(system, monkeypatch)
+    MemcpyOperation(system, CE, kind=Kind.TOTAL, loops=2).measure(copies)
+    warm = ["gpubw_gate_wait", *["memcpy_async"] * WARMUP_ITERATIONS]
+    assert calls == [
+        *["create_stream"] * 2, *["create_event"] * 5,
+        *["gpubw_fill"] * 4, *["synchronize"] * 2,  # 2. fill and wait
+        "close", *warm, *warm,  # 3. close, hold + warm-up
+        "record_event", "wait_event", "record_event",  # 4. starts
+        "memcpy_async", "memcpy_async", "record_event",  # pair 0's copies, end
+        "memcpy_async", "memcpy_async", "record_event", "wait_event", "record_event",  # total
+        "open", "synchronize", "synchronize", "host_read",  # 5. release, wait, timed out?
+        *["elapsed_seconds"] * 3,  # 7. rates and the total
+        "open", "synchronize", "synchronize",  # cleanup: drain
+        *["destroy_event"] * 5, *["destroy_stream"] * 2,
+    ]  # fmt: skip
+
+
+def test_a_failing_sample_opens_the_gate_and_frees_everything(
+    sim_system: SimSystemFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error once the streams are held behind the gate: the error is raised, the gate
+    is open, and no stream or event is left."""
+    system = sim_system("h200x2", samples=2)
+    real = type(CE).enqueue
+
+    def enqueue(self: Any, job: Any, *, loops: int) -> None:
+        if loops == LOOPS:
+            raise GpubwError("injected after the hold")
+        real(self, job, loops=loops)
+
+    monkeypatch.setattr(type(CE), "enqueue", enqueue)
+    with pytest.raises(GpubwError, match="injected after the hold"):
+        MemcpyOperation(system, CE, loops=LOOPS).measure([_h2d(system), _h2d(system)])
+    backend = system.backend
+    assert isinstance(backend, SimulatedBackend)
+    assert backend.host_read(system.gate.page + system.gate.FLAG, 4) == b"\x01\0\0\0"
+    assert backend.live_streams() == 0 and backend.live_events() == 0
+
+
+class _Recorder:
+    """Records every call made on it as (name, args, keywords)."""
+
+    def __init__(self, **attributes: Any) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        vars(self).update(attributes)
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **k: self.calls.append((name, a, k))
+
+
+class _World:
+    """A stand-in world of rank ``rank`` whose every agreement is ``agreement``; each
+    agreement asked for is recorded as (error, timeout)."""
+
+    timeout_s = 5.0
+
+    def __init__(self, rank: int, agreement: Agreement) -> None:
+        self.rank = rank
+        self.agreement = agreement
+        self.calls: list[tuple[Any, float | None]] = []
+
+    def agree(self, error: Any = None, timeout_s: float | None = None) -> Agreement:
+        self.calls.append((error, timeout_s))
+        return self.agreement
+
+
+def _rank_system(rank: int, agreement: Agreement) -> Any:
+    """A stand-in System of rank ``rank``: a recording gate, a :class:`_World`."""
+    world = _World(rank, agreement)
+    return SimpleNamespace(gate=_Recorder(), world=world, options=RunOptions(gate_timeout_s=2.0))
+
+
+def test_rank_sync_relays_the_first_ranks_release() -> None:
+    """Across ranks: every rank closes its gate at the start, rank 0 also zeroes the flag;
+    the first rank's stream 0 relays, every other stream waits on the flag; only the first
+    rank opens its gate."""
+    flag = _Recorder(owner=0, flag_pointer=0x1000)
+    first = RankSync(_rank_system(1, Agreement(ok=True)), flag, first=True)  # type: ignore[arg-type]
+    other = RankSync(_rank_system(0, Agreement(ok=True)), flag, first=False)  # type: ignore[arg-type]
+    for sync in (first, other):
+        sync.begin()
+        sync.close()
+        sync.hold(0, "s0")
+        sync.hold(1, "s1")
+        sync.release()
+    assert first.system.gate.calls == [
+        ("close", (), {}),
+        ("enqueue_relay", ("s0", 0x1000, 2.0), {}),
+        ("enqueue_wait", ("s1", 2.0), {"flag": 0x1000}),
+        ("open", (), {}),
+    ]
+    assert other.system.gate.calls == [
+        ("close", (), {}),
+        ("enqueue_wait", ("s0", 2.0), {"flag": 0x1000}),
+        ("enqueue_wait", ("s1", 2.0), {"flag": 0x1000}),
+    ]
+    assert flag.calls == [("reset", (), {})]  # by rank 0, the flag's owner
+
+
+def test_a_steps_error_is_raised_at_once_on_one_process_and_agreed_across_ranks() -> None:
+    """LocalSync raises a step's error where it happens; RankSync hands it to the agreement
+    (waiting the step's bound plus the world's timeout) and raises what every rank agreed."""
+
+    def fail() -> None:
+        raise GpubwError("queue failed")
+
+    local = LocalSync(_rank_system(0, Agreement(ok=True)))
+    with pytest.raises(GpubwError, match="queue failed"):
+        local.step(fail, 2.0)
+    assert local.system.world.calls == []
+    ok = RankSync(_rank_system(1, Agreement(ok=True)), None, first=False)  # type: ignore[arg-type]
+    ok.step(fail, 2.0)
+    ok.step(lambda: None)
+    (message, timeout_s), (none, no_bound) = ok.system.world.calls
+    assert "queue failed" in message and timeout_s == 7.0 and (none, no_bound) == (None, None)
+    failed = Agreement(ok=False, failures=((1, "queue failed"),))
+    other = RankSync(_rank_system(0, failed), None, first=True)  # type: ignore[arg-type]
+    with pytest.raises(RemoteRankError, match="rank 1: queue failed"):
+        other.step(lambda: None, 2.0)

@@ -8,7 +8,6 @@ import os
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import attrs
@@ -26,7 +25,7 @@ from gpubw.memory.system import System
 from gpubw.model.errors import GpubwError, UsageError
 from gpubw.model.options import RunOptions
 from gpubw.model.report_io import dumps
-from gpubw.model.results import BANDWIDTH, Matrix, Report, Status
+from gpubw.model.results import BANDWIDTH, Axes, Matrix, Report, Status, axes_from_header
 from gpubw.runner.registry import Registry
 from gpubw.testcases import BUILTINS, MULTINODE
 from gpubw.testcases.multinode_shapes import ONE_RANK, bisect_labels
@@ -153,11 +152,13 @@ def test_first_sum_vector_from_values_that_differ_per_rank(
     VECTOR each pair's."""
     pairs_ranks = [2, 0, 1, 2]  # pair i is issued by rank pairs_ranks[i]
 
-    def local(self: MemcpyOperation, copies: Any, indexes: list[int], **_: Any) -> dict:
+    def own(self: MemcpyOperation, pairs: list[RankCopy], rank_gate: Any) -> tuple:
         rank = self.system.world.rank
-        return {i: (100, (1e9 * (rank + 1) + i, 3e9 * (rank + 1) + i)) for i in indexes}
+        indexes = [i for i, p in enumerate(pairs) if p.rank == rank]
+        samples = {i: (100, (1e9 * (rank + 1) + i, 3e9 * (rank + 1) + i)) for i in indexes}
+        return samples, {i: f"pair {i}" for i in indexes}
 
-    monkeypatch.setattr(MemcpyOperation, "_measure_local", local)
+    monkeypatch.setattr(MemcpyOperation, "_measure_own_pairs", own)
 
     class Fake:
         def __init__(self, world: Any) -> None:
@@ -167,20 +168,20 @@ def test_first_sum_vector_from_values_that_differ_per_rank(
     def body(world: Any) -> CellMeasurement:
         op = MemcpyOperation.__new__(MemcpyOperation)
         op.system, op.loops, op.kind = Fake(world), 2, measurement.Kind.VECTOR  # type: ignore[assignment]
-        end = SimpleNamespace(label=f"Multinode node {world.rank}")
-        copy = SimpleNamespace(src=end, dst=end)
-        pairs = [RankCopy(r, copy if r == world.rank else None) for r in pairs_ranks]  # type: ignore[arg-type]
+        pairs = [RankCopy(r, None) for r in pairs_ranks]  # (the buffers are not used)
         return op.measure_ranks(pairs, rank_gate=None)  # type: ignore[arg-type]
 
     outcomes = SimulatedCluster([3], timeout_s=10).run(body)
     cells = [o.value for o in outcomes]
     assert all(o.ok for o in outcomes) and cells[0] == cells[1] == cells[2]
     cell = cells[0]
+    assert cell is not None
     median = [2e9 * (r + 1) + i for i, r in enumerate(pairs_ranks)]
     assert cell.vector() == pytest.approx(median)
     assert cell.value(measurement.Kind.FIRST) == pytest.approx(2e9 * 3)
     assert cell.value(measurement.Kind.SUM) == pytest.approx(sum(median))
     assert cell.counted_bytes == (100,) * 4
+    assert cell.pair_labels == ("pair 0", "pair 1", "pair 2", "pair 3")
 
 
 # -- golden text -------------------------------------------------------------------------------
@@ -195,6 +196,39 @@ def test_two_ranks_on_h200x2_golden(monkeypatch: pytest.MonkeyPatch) -> None:
     assert doc["world"]["size"] == 2 and doc["world"]["rank_hosts"] == [0, 0]
     three = doc["testcases"][2]["matrices"]
     assert [m["key"][-6:] for m in three] == ["_read1", "_read2", "_total"]
+
+
+#: the axes (rows, columns, direction) of every multinode matrix, by the first of these
+#: words in its testcase's key
+RANKS = {
+    "bidirectional": ("rank", "rank", "both"),
+    "all_to_one": ("none", "rank", "row->column"),
+    "all_from_one": ("none", "rank", "row->column"),
+    "one_to_all": ("none", "rank", "row->column"),
+    "all_to_all": ("none", "none", "row->column"),
+    "bisect": ("none", "none", "row->column"),
+    "read": ("rank", "rank", "row->column"),
+    "write": ("rank", "rank", "column->row"),
+}
+
+
+def test_multinode_matrices_are_built_with_rank_axes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """N x N matrices are rank x rank (also where nvbandwidth's header says CPU(row)), the
+    1 x N totals one figure per rank; read back, their headers name the same, ranks as GPUs."""
+    monkeypatch.delenv("GPUBW_DISABLE_MULTICAST", raising=False)
+    report = ranked_report("h200x2", [2], SMALL, prefixes=["multinode"])
+    seen = 0
+    for t in report.testcases:
+        word = next(w for w in RANKS if f"_{w}_" in f"{t.key}_")
+        for m in t.matrices:
+            seen += 1
+            assert m._axes is not None and attrs.astuple(m.axes) == RANKS[word], m.key
+            gpus = {"rank": "gpu"}
+            read_back = [gpus.get(side, side) for side in (m.axes.rows, m.axes.columns)]
+            assert axes_from_header(m.description, len(m.row_labels)) == Axes(
+                *read_back, m.axes.direction
+            )
+    assert seen >= 13
 
 
 def test_cross_rank_figures_equal_the_single_node_ones(sim_system: Any) -> None:
@@ -302,6 +336,10 @@ def test_sample_pairs_on_a_72_gpu_rack_is_deterministic() -> None:
         class system:
             options = RunOptions(sample_pairs=0.1, seed=3)
 
+        @staticmethod
+        def selected(index: int) -> bool:  # no --devices: every GPU
+            return True
+
     cells, notes = sampled_cells(Fake, 72)  # type: ignore[arg-type]
     assert len(cells) == 512 and cells == sampled_cells(Fake, 72)[0]  # type: ignore[arg-type]
     assert dict(notes)["sampled"] == {"cells": 5112, "measured": 512, "seed": 3}
@@ -327,14 +365,14 @@ def test_one_rank_failing_a_testcase_fails_it_on_every_rank(
 ) -> None:
     """An error on rank 1 during the SM testcases' samples makes them Error on every rank
     with rank 1's message; the CE ones still pass; the run goes on."""
-    queue = MemcpyOperation._queue_ranks
+    queue = MemcpyOperation._queue
 
     def failing(self: MemcpyOperation, *args: Any) -> None:
         if self.system.world.rank == 1 and self.initiator.name == "SM":
             raise GpubwError("injected failure on rank 1")
         queue(self, *args)
 
-    monkeypatch.setattr(MemcpyOperation, "_queue_ranks", failing)
+    monkeypatch.setattr(MemcpyOperation, "_queue", failing)
     report = ranked_report("h200x2", [2], SMALL, testcases=[KEYS[0], KEYS[4], KEYS[1]])
     assert [t.status for t in report.testcases] == [Status.PASSED, Status.ERROR, Status.PASSED]
     assert report.testcases[1].message == "rank 1: injected failure on rank 1"
@@ -470,6 +508,37 @@ def test_single_node_testcases_run_once_per_host(monkeypatch: pytest.MonkeyPatch
     doc = json.loads(dumps(report))
     assert [h["host"] for h in doc["hosts"]] == ["simhost01"]
     assert doc["world"]["rank_hosts"] == [0, 0, 1, 1] and doc["host"] == "simhost00"
+
+
+def test_stop_on_error_stops_every_rank_at_the_same_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """stop_on_error: an Error on another host's first rank stops every rank at one step."""
+    from gpubw import api
+    from gpubw.runner import core as runner
+    from gpubw.runner.simulation import Simulation
+    from gpubw.writers.nvbandwidth import failure_message
+
+    h2d = entry("host_to_device_memcpy_ce").cls
+    original = h2d.run
+
+    def fails_on_rank_1(self: Any, size: int, loops: int) -> Any:
+        if self.system.world.rank == 1:
+            raise GpubwError("injected failure on rank 1")
+        return original(self, size, loops)
+
+    monkeypatch.setattr(h2d, "run", fails_on_rank_1)
+    selection, _ = api.select(["host_to_device_memcpy_ce", "device_to_host_memcpy_ce"], [])
+    system = model("gb200nvl72")
+    rack = Simulation(system.name, system, ranks=(1, 1))
+    report = runner.run(runner.RunSpec(selection, SMALL, simulation=rack, stop_on_error=True))
+    assert [(t.key, t.status) for t in report.testcases] == [
+        ("host_to_device_memcpy_ce", Status.PASSED)
+    ]
+    ((host, (other,)),) = report.hosts
+    assert other.status is Status.ERROR
+    assert (
+        failure_message(report)
+        == f"host {host}: host_to_device_memcpy_ce: injected failure on rank 1"
+    )
 
 
 def test_more_ranks_than_gpus_is_warned_once_per_host() -> None:

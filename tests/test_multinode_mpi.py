@@ -46,7 +46,7 @@ def mpirun(
         argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
         start_new_session=True,
         cwd=tmp_path,
         env=env,
@@ -61,7 +61,7 @@ def mpirun(
 
 
 def report(path: Path) -> dict[str, Any]:
-    doc = json.loads(path.read_text())
+    doc = json.loads(path.read_text(encoding="utf-8"))
     validate(doc)
     return doc
 
@@ -113,7 +113,9 @@ def test_the_command_itself_leaves_through_mpi_finalize(tmp_path: Path) -> None:
         "-o",
         "r.json",
     ]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    proc = subprocess.run(
+        argv, capture_output=True, encoding="utf-8", cwd=tmp_path, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("ATEXIT") == 2 and "FAST" not in proc.stderr, proc.stderr
     assert (
@@ -218,7 +220,7 @@ def test_ctrl_c_to_the_launcher_writes_the_interrupted_report(tmp_path: Path) ->
         [mpiexec, "-n", "2", sys.executable, str(RANK_SCRIPT), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
         start_new_session=True,
         cwd=tmp_path,
         env={**os.environ, "FAULT": "hang"},

@@ -60,7 +60,10 @@ def test_spec_example() -> None:
     assert doc["simulated"] is False
     assert doc["host"] == "gpu-node-17"
     assert doc["versions"] == {"cuda_driver": 12080, "driver": "570.124.06"}
-    assert doc["devices"][1] == {"ordinal": 1, "name": "NVIDIA H200", "pci_short": "00000000:43:00"}
+    pci = "00000000:43:00"
+    assert doc["devices"][1] == {
+        "ordinal": 1, "name": "NVIDIA H200", "pci_short": pci, "pci_bus_id": pci
+    }  # fmt: skip
     h2d, waived, bogus = doc["testcases"]
     assert h2d["status"] == "Passed"
     (m,) = h2d["matrices"]
@@ -220,3 +223,17 @@ def test_to_report_builds_a_gpubw_report() -> None:
     path = Path(__file__).parents[1] / "benchmarks/results/nvbandwidth-v0.8-h200x2-2026-11-29.json"
     full = nvj.to_report(path)
     assert len(full.testcases) == 35 and full.devices[1]["name"] == "NVIDIA H200"
+
+
+def test_to_report_matrices_read_their_axes_from_nvbandwidths_headers() -> None:
+    """nvbandwidth's JSON carries no axes: its headers give them (host links, GPU pairs, both
+    ways, an all-to-one's one row of peers)."""
+    from gpubw.model.results import Axes
+
+    path = Path(__file__).parents[1] / "benchmarks/results/nvbandwidth-v0.8-h200x2-2026-11-29.json"
+    axes = {m.key: m.axes for t in nvj.to_report(path).testcases for m in t.matrices}
+    assert axes["host_to_device_memcpy_ce"] == Axes("host", "gpu", "row->column")
+    assert axes["device_to_host_bidirectional_memcpy_ce"] == Axes("host", "gpu", "both")
+    assert axes["device_to_device_memcpy_write_ce"] == Axes("gpu", "gpu", "column->row")
+    assert axes["device_to_device_bidirectional_memcpy_read_ce_read1"] == Axes("gpu", "gpu", "both")
+    assert axes["all_to_one_write_ce"] == Axes("peers", "gpu", "column->row")

@@ -84,16 +84,26 @@ def test_plot_simulated_title(tmp_path: Path) -> None:
 
 
 def test_plot_testcase_filter_and_nothing_to_plot(tmp_path: Path) -> None:
-    """-t keeps matching testcases; a report with no results is a UsageError."""
+    """-t keeps testcases by key or index, -p by key prefix (as the main command's -t and
+    -p: -t was a prefix before); a report with no results is a UsageError."""
     pytest.importorskip("matplotlib")
     from gpubw.tools.plot import main
 
     path = _write(tmp_path, full_report())
     out = tmp_path / "one.png"
-    assert main([str(path), "-o", str(out), "-t", "device_to_device_latency"]) == 0
+    assert main([str(path), "-o", str(out), "-p", "device_to_device_latency"]) == 0
     assert out.exists()
+    out.unlink()
+    assert main([str(path), "-o", str(out), "-t", "device_to_device_latency_sm"]) == 0
+    assert out.exists()
+    index = full_report().testcases[0].index
+    assert main([str(path), "-o", str(tmp_path / "i.png"), "-t", str(index)]) == 0
     with pytest.raises(UsageError, match="no testcase"):
-        main([str(path), "-o", str(out), "-t", "zzz"])
+        main([str(path), "-o", str(out), "-t", "device_to_device_latency"])  # not a key
+    with pytest.raises(UsageError, match="no testcase"):
+        main([str(path), "-o", str(out), "-p", "zzz"])
+    with pytest.raises(UsageError, match="cannot be combined"):
+        main([str(path), "-o", str(out), "-t", "0", "-p", "d"])
     with pytest.raises(UsageError, match="nothing to plot"):
         main([str(_write(tmp_path, report([]))), "-o", str(out)])
     with pytest.raises(UsageError, match="required"):

@@ -6,7 +6,7 @@ import attrs
 import pytest
 
 from _writer_reports import report, sweep_results
-from gpubw.model.results import Matrix
+from gpubw.model.results import BANDWIDTH, Axes, Matrix
 
 
 @pytest.mark.parametrize(("mkey", "drawn"), [("device_local_copy", False), ("rw", True)])
@@ -99,3 +99,25 @@ def test_l2_line_sits_where_the_working_set_fills_l2() -> None:
         assert "working set 3 x buffer" in l2[0].get_label()
     finally:
         plt.close(fig)
+
+
+def test_line_and_axis_labels_follow_the_matrix_axes() -> None:
+    """A line is named by the column of a one-row matrix (GPU 3, rank 3) or row, arrow,
+    column with the matrix's own arrow; axis titles say what the labels number."""
+    from gpubw.tools.plot_panels import _cell_label, axis_title
+
+    def m(rows: int, axes: Axes | None = None, head: str = "") -> Matrix:
+        labels = [str(i) for i in range(4)]
+        return Matrix("k", head, BANDWIDTH, labels[:rows], labels, [[1.0] * 4] * rows, axes=axes)
+
+    assert _cell_label(m(1, head="memcpy CE CPU(row) -> GPU(column)"), 0, 3) == "GPU 3"
+    assert _cell_label(m(1, Axes("none", "rank")), 0, 3) == "rank 3"
+    assert _cell_label(m(1, Axes("none", "none")), 0, 3) == "3"
+    assert _cell_label(m(4, head="memcpy CE GPU(row) -> GPU(column)"), 1, 2) == "1→2"
+    assert _cell_label(m(4, Axes("gpu", "gpu", "column->row")), 1, 2) == "1←2"
+    assert _cell_label(m(4, Axes("rank", "rank", "both")), 1, 2) == "1↔2"
+    assert (axis_title("column", "gpu"), axis_title("row", "rank")) == (
+        "column (GPU)",
+        "row (rank)",
+    )
+    assert axis_title("row", "none") == "row"

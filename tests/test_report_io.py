@@ -18,10 +18,11 @@ from gpubw.model.report_io import (
     matrix_errors,
     matrix_from_dict,
     matrix_to_dict,
+    read_report,
     report_from_dict,
     report_to_dict,
 )
-from gpubw.model.results import BANDWIDTH, LATENCY, Matrix
+from gpubw.model.results import BANDWIDTH, LATENCY, Axes, Matrix
 
 
 def _matrix(values, samples=(), **kw) -> Matrix:
@@ -201,3 +202,32 @@ def test_large_and_small_matrices_catch_the_same_cells(bad) -> None:
         values[1][-1] = bad
         errors = matrix_errors(_matrix(values))
         assert errors and f"values[1][{cols - 1}]" in errors[0], (cols, errors)
+
+
+def test_axes_stay_out_of_the_json_and_come_back_from_the_header() -> None:
+    """A matrix's axes are not written (the report's JSON is unchanged by them); read back,
+    the matrix reads the same axes from its nvbandwidth header."""
+    header = "memcpy CE CPU(row) <-> GPU(column) bandwidth (GB/s)"
+    given = Axes("host", "gpu", "both")
+    m = attrs.evolve(_matrix([[1.0, 2.0]]), description=header, axes=given)
+    d = matrix_to_dict(m)
+    assert d == matrix_to_dict(attrs.evolve(m, axes=None))
+    assert "axes" not in json.dumps(d)
+    back = matrix_from_dict(json.loads(json.dumps(d)))
+    assert back.axes == given and back == attrs.evolve(m, axes=None)
+
+
+def test_read_report_reads_gpubw_and_nvbandwidth_json(tmp_path: Path) -> None:
+    """read_report: gpubw's report as is, nvbandwidth's -j converted, anything else refused."""
+    mine = tmp_path / "gpubw.json"
+    mine.write_text(dumps(full_report()))
+    assert read_report(mine) == report_from_dict(json.loads(mine.read_text()))
+    real = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+    theirs = read_report(real / "nvbandwidth-v0.8-h200x2-2026-12-01.json")
+    assert theirs.tool == "nvbandwidth" and len(theirs.testcases) == 35
+    assert theirs.devices[1]["pci_bus_id"] == "00000000:00:07"
+    assert theirs.testcases[0].matrices[0].values[0][0] == pytest.approx(55.5031e9)
+    junk = tmp_path / "junk.json"
+    junk.write_text("[1, 2")
+    with pytest.raises(UsageError, match="is not JSON"):
+        read_report(junk)

@@ -7,7 +7,16 @@ import signal
 import pytest
 
 from gpubw.model.options import Invocation, RunOptions, options_from_record, options_record
-from gpubw.model.results import BANDWIDTH, Matrix, Report, Status, TestcaseResult, exit_status
+from gpubw.model.results import (
+    BANDWIDTH,
+    Axes,
+    Matrix,
+    Report,
+    Status,
+    TestcaseResult,
+    axes_from_header,
+    exit_status,
+)
 
 MIB = 1 << 20
 
@@ -151,3 +160,53 @@ def test_cell_stats_sample_stdev_and_cv():
     assert Matrix("k", "h", BANDWIDTH, ["0"], ["0"], [[1.0]]).cell_stats() == ()
     zero = cell_stats([0.0, 0.0])
     assert zero is not None and zero.stdev == 0.0 and zero.cv is None
+
+
+# -- axes -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "n_rows", "axes"),
+    [
+        ("memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)", 1, ("host", "gpu", "row->column")),
+        ("memcpy SM CPU(row) <- GPU(column) bandwidth (GB/s)", 1, ("host", "gpu", "column->row")),
+        ("memory latency SM CPU(row) <-> GPU(column) (ns)", 1, ("host", "gpu", "both")),
+        ("memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)", 8, ("gpu", "gpu", "column->row")),
+        ("memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)", 1, ("peers", "gpu", "row->column")),
+        ("memcpy CE CPU(row) <-> GPU(column) Read1 bandwidth (GB/s)", 4, ("gpu", "gpu", "both")),
+        ("memcpy local GPU(column) bandwidth (GB/s)", 1, ("none", "gpu", "row->column")),
+        ("stream_triad a = b + 3·c (fp32) GPU(column) bandwidth (GB/s)", 1, ("none", "gpu")),
+        ("memcpy SM All Gpus <- GPU(column) total bandwidth (GB/s)", 1, ("none", "gpu")),
+        ("Bisect benchmarking, simultaneous write CE BW", 8, ("none", "none")),
+    ],
+)
+def test_axes_from_header_reads_nvbandwidth_headers(header, n_rows, axes):
+    """Host, GPU pairs, an all-to-one's peers (one GPU(row)), nvbandwidth's multinode CPU(row)
+    over several rows (GPUs), a GPU(column) of its own, and no recognised shape at all."""
+    assert axes_from_header(header, n_rows) == Axes(*axes)
+
+
+def _one_row(description: str, **kw) -> Matrix:
+    return Matrix("k", description, BANDWIDTH, ["0"], ["0", "1"], [[1.0, 2.0]], **kw)
+
+
+def test_matrix_axes_are_given_or_read_from_the_header():
+    """Axes given to a Matrix win over its header; without them the header's are read."""
+    header = "memcpy CE CPU(row) <- GPU(column) bandwidth (GB/s)"
+    assert _one_row(header).axes == Axes("host", "gpu", "column->row")
+    given = Axes("none", "rank")
+    assert _one_row(header, axes=given).axes is given
+    assert _one_row("my plugin's figures", axes=given).axes is given
+    assert _one_row("my plugin's figures").axes == Axes("none", "none")
+
+
+def test_axes_refuse_unknown_words():
+    """An axis or direction outside the documented words is refused when built."""
+    with pytest.raises(ValueError, match="'cpu'"):
+        Axes("cpu", "gpu")
+    with pytest.raises(ValueError, match="'->'"):
+        Axes("host", "gpu", "->")
+    with pytest.raises(TypeError):
+        _one_row("x", axes=("host", "gpu"))
+    assert Axes("host", "gpu", "both").arrow == "<->" and Axes("host", "gpu").arrow == "->"
+    assert Axes("gpu", "gpu", "both").bidirectional and not Axes("gpu", "gpu").bidirectional

@@ -340,6 +340,17 @@ def test_error_frees_leaked_buffers_and_keeps_going():
     assert f.backend.live == set() and f.backend.closed
 
 
+def test_stop_on_error_runs_nothing_after_an_error():
+    """stop_on_error: the Error is the last result; Not Found and Waived do not stop the run."""
+    sel = [entry(Sized, "before"), Unresolved("bogus", "Testcase bogus not found"),
+           entry(Waives, "waived"), entry(Leaks, "leaks"), entry(Sized, "after")]  # fmt: skip
+    f = Factory()
+    report = run(f, sel, sizes(MIB), stop_on_error=True)
+    assert [t.key for t in report.testcases] == ["before", "bogus", "waived", "leaks"]
+    assert report.testcases[-1].status is Status.ERROR and report.exit_code == 1
+    assert f.backend.live == set() and f.backend.closed
+
+
 def test_plugin_errors_from_fixture_distribution(tmp_path):
     """filter/run exceptions, garbage results and CudaErrors of real plugins become Errors."""
     with installed(tmp_path, GOOD, BROKEN):

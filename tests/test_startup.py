@@ -55,7 +55,7 @@ def test_what_is_not_a_gpu_run_is_not_guessed(args: list[str]) -> None:
 
 def test_the_subcommands_are_all_known() -> None:
     """Every subcommand the command dispatches on is one the guess leaves alone."""
-    assert set(_startup._SUBCOMMANDS) == {"plot", "compare", *cli._ACCEPT_COMMANDS}
+    assert set(_startup._SUBCOMMANDS) == {"plot", "compare", "completion", *cli._ACCEPT_COMMANDS}
 
 
 @pytest.mark.parametrize("short", ["--s", "--l", "--h", "--v"])
@@ -242,7 +242,9 @@ def test_importing_gpubw_has_no_side_effects() -> None:
         "assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == before;"
         "assert threading.active_count() == 1, threading.enumerate(); print('ok')"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, encoding="utf-8", timeout=60
+    )
     assert done.stdout == "ok\n", done.stderr
 
 
@@ -290,7 +292,7 @@ def test_a_signal_burst_during_the_start_leaves_no_traceback(
     done = subprocess.run(
         [sys.executable, "-m", "gpubw", *argv],
         capture_output=True,
-        text=True,
+        encoding="utf-8",
         env=env,
         timeout=120,
         cwd=tmp_path,

@@ -60,7 +60,7 @@ def _gpubw(tmp_path: Path, env: dict[str, str], *argv: str) -> subprocess.Comple
         env=env,
         cwd=tmp_path,
         capture_output=True,
-        text=True,
+        encoding="utf-8",
         timeout=TIMEOUT,
         preexec_fn=_limit_memory,
     )
@@ -76,7 +76,7 @@ def _python(tmp_path: Path, env: dict[str, str], code: str) -> str:
         env=env,
         cwd=tmp_path,
         capture_output=True,
-        text=True,
+        encoding="utf-8",
         timeout=TIMEOUT,
     )
     assert proc.returncode == 0, proc.stderr
@@ -399,7 +399,7 @@ def test_what_a_plugin_prints_at_import_is_captured(tmp_path, hostile):
     assert results[0]["output"] == "fixture: printed at import\nfixture: fd 1 at import\n"
     assert "output" not in results[1]
     listed = _gpubw(tmp_path, env, "-l", "-j")
-    assert any(e["key"] == "fixture_import_prints" for e in json.loads(listed.stdout))
+    assert any(e["key"] == "fixture_import_prints" for e in json.loads(listed.stdout)["testcases"])
     text = _gpubw(tmp_path, env, "-l").stdout
     for printed in ("fixture: printed at import", "fixture: fd 1 at import"):
         assert printed not in listed.stdout + text
@@ -485,7 +485,7 @@ def _marked_run(tmp_path: Path, env: dict[str, str], *argv: str) -> subprocess.P
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
     )
     marker = Path(env["GPUBW_FIXTURE_MARKER"])
     deadline = time.monotonic() + TIMEOUT
@@ -536,7 +536,7 @@ def test_kept_puts_the_process_state_back(tmp_path, capfd):
             os.chdir(tmp_path)
             os.umask(0o777)
             os.close(2)
-            sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+            sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
             signal.alarm(5)

@@ -24,6 +24,7 @@ from gpubw.backend.sim import SimSystem
 from gpubw.measure.initiators import sm_truncated_bytes
 from gpubw.measure.latency import NODE_BYTES, RING_BYTES, STRIDE_NODES, ring_bytes
 from gpubw.memory.buffers import BufferPool
+from gpubw.model.results import axes_from_header
 from gpubw.testcases import latency as latency_module
 
 MIB = 1 << 20
@@ -348,6 +349,30 @@ def test_device_local_copy(run: Callable[..., Ran], preset: str, key: str) -> No
     for v, p, nom in zip(read_write.values[0], percent, nominal):
         assert v is not None and p == pytest.approx(100 * v / nom)
     assert dict(once.notes)["percent_of_nominal_read_write"] == percent
+
+
+#: what each testcase's matrices' rows are (Matrix.axes); their columns are GPUs
+ROWS = {
+    **dict.fromkeys(HOST_1xN, "host"),
+    **dict.fromkeys([*PEER_NxN, *BIDIRECTIONAL, "device_to_device_latency_sm"], "gpu"),
+    **dict.fromkeys(FAN, "peers"),
+    **dict.fromkeys(LOCAL, "none"),
+    "host_device_latency_sm": "host",
+}
+
+
+@pytest.mark.parametrize("key", sorted(TESTCASES))
+def test_matrices_are_built_with_the_axes_their_header_names(
+    run: Callable[..., Ran], key: str
+) -> None:
+    """Every built-in matrix is built with its axes, and they are the ones its header names:
+    a report read back (its JSON has no axes) reads its cells the same."""
+    _, matrices, _ = run("h200x2", key, MIB)
+    assert matrices
+    for m in matrices:
+        assert m._axes is not None, f"{m.key} was built without axes"
+        assert (m.axes.rows, m.axes.columns) == (ROWS[key], "gpu")
+        assert m.axes == axes_from_header(m.description, len(m.row_labels))
 
 
 # -- the exact data flow of every cell ---------------------------------------------------------

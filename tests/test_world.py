@@ -431,7 +431,7 @@ def _python(code: str, env: dict[str, str] | None = None, timeout: float = 60):
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
-        text=True,
+        encoding="utf-8",
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )
@@ -473,7 +473,9 @@ def _mpi_unready() -> str | None:
         return "no mpiexec (pip install mpich)"
     if importlib.util.find_spec("mpi4py") is None:
         return "mpi4py is not installed (pip install 'gpubw[mpi]')"
-    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+    version = subprocess.run(
+        [mpiexec, "--version"], capture_output=True, encoding="utf-8", timeout=30
+    )
     if "HYDRA" not in version.stdout:
         return f"{mpiexec} is not MPICH's hydra (pip install mpich)"
     return None
@@ -513,7 +515,11 @@ def _run_mpi(
     argv = [_mpiexec(), *flags, "-n", str(ranks), sys.executable, str(script), str(timeout_s)]
     start = time.monotonic()
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        encoding="utf-8",
+        start_new_session=True,
     )
     try:
         _out, err = proc.communicate(timeout=90)
@@ -719,7 +725,11 @@ def test_mpi_ctrl_c_to_the_launcher_breaks_the_world_and_aborts_with_130(tmp_pat
     )
     argv = [_mpiexec(), "-n", "2", sys.executable, str(script), "30"]
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        encoding="utf-8",
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 60

@@ -23,7 +23,7 @@ from _writer_reports import (
 )
 from gpubw.model.errors import UsageError
 from gpubw.model.report_io import dumps, report_from_dict
-from gpubw.model.results import BANDWIDTH, Matrix, Status, TestcaseResult
+from gpubw.model.results import BANDWIDTH, Axes, Matrix, Status, TestcaseResult
 from gpubw.runner.registry import Writers, writer
 from gpubw.writers.csv import CsvWriter
 from gpubw.writers.text import TextWriter, matrix_lines
@@ -353,8 +353,9 @@ def test_csv_fleet_columns() -> None:
     assert waived["host"] == "gpu-node-17" and waived["row_device"] == ""
 
 
-def test_cell_devices_reads_the_header() -> None:
-    """A cell's row/column devices come from GPU(row)/GPU(column); host and pair labels: None."""
+def test_cell_devices_reads_the_axes() -> None:
+    """A cell's row/column devices are those of its GPU or rank axes (a matrix without axes:
+    its header's, GPU(row)/GPU(column)); the host, no end and pair labels: None."""
     from gpubw.writers import cell_devices
 
     devs = full_report().devices
@@ -362,6 +363,32 @@ def test_cell_devices_reads_the_header() -> None:
     assert cell_devices(n_by_n(), 1, 0, devs) == (devs[1], devs[0])
     m = Matrix("b", "Bisect GPU(row) -> GPU(column)", BANDWIDTH, ["0->1"], ["7"], [[1.0]])
     assert cell_devices(m, 0, 0, devs) == (None, None)
+    ranks = attrs.evolve(n_by_n(), description="ranks", axes=Axes("rank", "rank"))
+    assert cell_devices(ranks, 1, 0, devs) == (devs[1], devs[0])
+    to_host = attrs.evolve(n_by_n(), axes=Axes("gpu", "host"))
+    assert cell_devices(to_host, 1, 0, devs) == (devs[1], None)
+    local = attrs.evolve(one_by_n(), axes=Axes("none", "gpu"))
+    assert cell_devices(local, 0, 1, devs) == (None, devs[1])
+
+
+@pytest.mark.parametrize(
+    ("axes", "where"),
+    [
+        (None, "Host -> Device 1"),
+        (("host", "gpu", "column->row"), "Device 1 -> Host"),
+        (("host", "gpu", "both"), "Host <-> Device 1"),
+        (("none", "gpu"), "Device 1"),
+        (("none", "none"), "row 0, column 1"),
+    ],
+)
+def test_verbose_samples_name_the_cell_by_its_axes(axes: tuple | None, where: str) -> None:
+    """-v names each sample's cell from the matrix's axes, whatever its header says."""
+    from gpubw.writers.text import sample_lines
+
+    m = one_by_n(samples=True)
+    if axes is not None:
+        m = attrs.evolve(m, axes=Axes(*axes))
+    assert sample_lines(m)[3] == f"\tSample 0: {where}: 55.00 GB/s"
 
 
 def test_text_says_the_size_of_a_failed_sweep_step_streamed_or_whole() -> None:

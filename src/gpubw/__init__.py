@@ -7,6 +7,9 @@ Embedding gpubw in a tool (see README "Use it from Python"):
 
 =======================  ================================================================
 ``run``                  run testcases as the ``gpubw`` command does; returns a Report
+``Progress``             what ``run``'s ``progress`` callback receives at the start and
+                         the end of each testcase and size: ``phase``, ``done``,
+                         ``total``, ``key``, ``size``, ``result``, ``header``
 ``open_system``          open the real GPUs or a simulated system (a context manager)
 ``Report``               one run: ``testcases``, ``exit_code``, ``records()`` (one dict
                          per cell, for pandas), ``run_options``, ``signal``
@@ -15,6 +18,8 @@ Embedding gpubw in a tool (see README "Use it from Python"):
 ``TestcaseResult``       one testcase at one size: ``status``, ``message``, ``matrices``
 ``Status``               Passed, Waived, Error, Not Found, Interrupted
 ``Matrix``               one result matrix: labels, ``values`` and raw ``samples``
+``Axes``                 ``Matrix.axes``: what rows and columns are (host, gpu, rank,
+                         peers, none) and which way cells read (row->column, ...)
 ``RunOptions``           how a run measures: sizes, samples, loops, statistic, ...
 ``BANDWIDTH``            the unit of bandwidth matrices ("bytes/s")
 ``LATENCY``              the unit of latency matrices ("s")
@@ -36,10 +41,12 @@ Writing a testcase plugin (entry-point group ``gpubw.testcases``):
 ``HostBuffer``           pinned host memory
 ``MemcpyOperation``      times copies: gate, events, samples, statistic
 ``CellMeasurement``      what MemcpyOperation.measure returns for one cell
-``Copy``                 one copy: initiator, source, destination, bytes
+``Copy``                 one copy of a cell: source -> destination (``measure`` gets them)
 ``Kind``                 which bandwidth a cell reports (first, sum, total, ...)
 ``Prefer``               which buffer's context issues a copy
 ``Initiator``            base of the engines that move bytes (subclass for a kernel)
+``CopyJob``              one copy as an Initiator's ``prepare``, ``enqueue`` and
+                         ``enqueue_checks`` get it: buffers, sizes, device, stream
 ``CE``, ``SM``,          the built-in initiators: copy engine, SM copy kernel,
 ``SPLIT_WARP``           SM split-warp kernel
 ``device_labels``        nvbandwidth's row/column labels "0".."n-1" for n devices
@@ -57,7 +64,19 @@ Shipping CUDA kernels with a plugin:
                            make them
 =========================  ==============================================================
 
-Writing a writer plugin (entry-point group ``gpubw.writers``): ``Writer``.
+Writing a writer plugin (entry-point group ``gpubw.writers``):
+
+=======================  ================================================================
+``ReportWriter``         the protocol of a writer that writes a whole Report: ``write``
+``StreamingWriter``      the protocol of one that writes as the run goes: ``begin``,
+                         ``testcase`` (a TestcaseResult), ``end``
+``Writer``               base class of the built-in (whole-report) writers
+``WriterOption``         a command-line option a writer declares (its ``options``)
+``Verdict``              the judgement of one cell (``result.verdicts``, ``Report.verdicts``)
+``Endpoint``             one end of a verdict's cell: the host or a GPU
+=======================  ================================================================
+
+Testing a plugin without a GPU: :mod:`gpubw.testing` (a pytest plugin too).
 
 Errors: ``GpubwError`` is the base; ``UsageError`` (bad input), ``CudaError``,
 ``NoDriverError`` (no NVIDIA driver), ``PluginError``, ``VerificationError`` (a copy's
@@ -83,7 +102,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (__getattr__)
     from gpubw.backend.base import DeviceInfo, KernelArg, i32, ptr, u32, u64
     from gpubw.kernels import KernelSpec
     from gpubw.kernels.modules import KernelModule, SimulatedLaunch, register_kernel_module
-    from gpubw.measure.initiators import CE, SM, SPLIT_WARP, Initiator
+    from gpubw.measure.initiators import CE, SM, SPLIT_WARP, CopyJob, Initiator
     from gpubw.measure.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
     from gpubw.memory.buffers import Buffer, DeviceBuffer, HostBuffer
     from gpubw.memory.system import System
@@ -104,15 +123,18 @@ if TYPE_CHECKING:  # the names below are imported on first use (__getattr__)
         KIND_BANDWIDTH,
         KIND_LATENCY,
         LATENCY,
+        Axes,
         Matrix,
         Report,
         Status,
         TestcaseResult,
     )
     from gpubw.model.sizes import format_size
+    from gpubw.model.verdicts import Endpoint, Verdict
+    from gpubw.runner.core import Progress
     from gpubw.testcases.base import Testcase
     from gpubw.testcases.shapes import labels as device_labels
-    from gpubw.writers import Writer
+    from gpubw.writers import ReportWriter, StreamingWriter, Writer, WriterOption
 
 #: Public name -> (module, name in it). Imported on first use, so that ``gpubw -l`` and
 #: ``gpubw --version`` load only the modules they need (issue 11: start-up time); every name
@@ -141,6 +163,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "SM": ("gpubw.measure.initiators", "SM"),
     "SPLIT_WARP": ("gpubw.measure.initiators", "SPLIT_WARP"),
     "Initiator": ("gpubw.measure.initiators", "Initiator"),
+    "CopyJob": ("gpubw.measure.initiators", "CopyJob"),
     "KernelSpec": ("gpubw.kernels", "KernelSpec"),
     "KernelModule": ("gpubw.kernels.modules", "KernelModule"),
     "SimulatedLaunch": ("gpubw.kernels.modules", "SimulatedLaunch"),
@@ -158,6 +181,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "KIND_BANDWIDTH": ("gpubw.model.results", "KIND_BANDWIDTH"),
     "KIND_LATENCY": ("gpubw.model.results", "KIND_LATENCY"),
     "LATENCY": ("gpubw.model.results", "LATENCY"),
+    "Axes": ("gpubw.model.results", "Axes"),
     "Matrix": ("gpubw.model.results", "Matrix"),
     "Report": ("gpubw.model.results", "Report"),
     "Status": ("gpubw.model.results", "Status"),
@@ -167,6 +191,12 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Testcase": ("gpubw.testcases.base", "Testcase"),
     "device_labels": ("gpubw.testcases.shapes", "labels"),
     "Writer": ("gpubw.writers", "Writer"),
+    "ReportWriter": ("gpubw.writers", "ReportWriter"),
+    "StreamingWriter": ("gpubw.writers", "StreamingWriter"),
+    "WriterOption": ("gpubw.writers", "WriterOption"),
+    "Progress": ("gpubw.runner.core", "Progress"),
+    "Verdict": ("gpubw.model.verdicts", "Verdict"),
+    "Endpoint": ("gpubw.model.verdicts", "Endpoint"),
 }
 
 
@@ -207,12 +237,15 @@ __all__ = [
     "LATENCY",
     "SM",
     "SPLIT_WARP",
+    "Axes",
     "Buffer",
     "CellMeasurement",
     "Copy",
+    "CopyJob",
     "CudaError",
     "DeviceBuffer",
     "DeviceInfo",
+    "Endpoint",
     "GpubwError",
     "HostBuffer",
     "Initiator",
@@ -225,16 +258,21 @@ __all__ = [
     "NoDriverError",
     "PluginError",
     "Prefer",
+    "Progress",
     "Report",
+    "ReportWriter",
     "RunOptions",
     "SimulatedLaunch",
     "Status",
+    "StreamingWriter",
     "System",
     "Testcase",
     "TestcaseResult",
     "UsageError",
+    "Verdict",
     "VerificationError",
     "Writer",
+    "WriterOption",
     "__version__",
     "device_labels",
     "format_size",

@@ -166,7 +166,7 @@ def _check_run_arguments(simulate: Any, options: Any, progress: Any, handle_sign
         raise UsageError(f"options must be a RunOptions or None, got {type(options).__name__}")
     if progress is not None and not callable(progress):
         raise UsageError(
-            "progress must be a function taking a gpubw.runner.core.Progress, or None; got "
+            "progress must be a function taking a gpubw.Progress, or None; got "
             f"{type(progress).__name__} {progress!r}"
         )
     if not isinstance(handle_signals, bool):
@@ -194,7 +194,7 @@ def run(
     ``overrides`` replace its fields (``samples=5``, ``loops``, ``statistic``, ``verify``,
     ``affinity``, ``gate_timeout_s``, ...). ``simulate`` None runs on this machine's GPUs,
     else on a simulated preset or system file. ``progress`` receives a
-    :class:`gpubw.runner.core.Progress` per step start and end.
+    :class:`gpubw.Progress` per step start and end.
 
     Testcase failures are in the Report (``report.exit_code`` is gpubw's exit code for it);
     the run itself raises :class:`UsageError` for bad arguments (naming the argument and

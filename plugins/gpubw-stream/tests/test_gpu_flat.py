@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from gpubw import RunOptions, System, VerificationError
+from gpubw import CopyJob, RunOptions, System, VerificationError
 
 from gpubw_stream.initiators import CopyKernel, StreamKernel, TriadKernel, WriteKernel
 from gpubw_stream.kernels import FLAT
@@ -40,31 +40,12 @@ def planted(base: type[StreamKernel]) -> type[StreamKernel]:
     """``base`` whose measured passes are followed by a 4-byte write of junk into the checked
     array (on the same stream, so before the verification kernel)."""
 
-    def enqueue(
-        self: Any,
-        system: System,
-        src: Any,
-        dst: Any,
-        *,
-        nbytes: int,
-        loops: int,
-        stream: Any,
-        exec_device: Any,
-    ) -> None:
-        base.enqueue(
-            self,
-            system,
-            src,
-            dst,
-            nbytes=nbytes,
-            loops=loops,
-            stream=stream,
-            exec_device=exec_device,
-        )
-        junk = system.pool.host_scratch("planted junk", 4096)
+    def enqueue(self: Any, job: CopyJob, *, loops: int) -> None:
+        base.enqueue(self, job, loops=loops)
+        junk = job.system.pool.host_scratch("planted junk", 4096)
         junk.write(b"\x13\x37\x13\x37")
         buf = self.arrays[self.checked_array]
-        system.backend.memcpy_async(buf.ptr + 4 * BAD_WORD, junk.ptr, 4, stream)
+        job.system.backend.memcpy_async(buf.ptr + 4 * BAD_WORD, junk.ptr, 4, job.stream)
 
     return type(f"Planted{base.__name__}", (base,), {"enqueue": enqueue})
 

@@ -12,13 +12,15 @@ Three rules judge the cells of a :class:`~gpubw.model.results.Report` (only test
   mean) exceeds ``cv_threshold`` (default 10 %) is a warning: the figure is not to be trusted.
 
 **Comparable cells.** Two cells of one matrix are comparable when they have the same *link
-type*, read from the matrix's shape and its header (``CPU(row) -> GPU(column)``, ...):
+type*, read from the matrix's shape and its axes (:class:`~gpubw.model.results.Axes`: given by
+the testcase, else read from its header, ``CPU(row) -> GPU(column)``, ...; a rank is read as
+its GPU):
 
-* ``host`` -- a one-row matrix whose row is the CPU: each column is one GPU's host link (all
+* ``host`` -- a one-row matrix whose row is the host: each column is one GPU's host link (all
   host links of a node are compared with each other; gpubw puts each GPU's host buffer on that
   GPU's NUMA node, so they should match);
-* ``device`` -- a one-row matrix whose row is not the CPU: one figure per GPU (device-local
-  copies, all-to-one and one-to-all totals, a plugin's ``GPU(column)`` figures);
+* ``device`` -- a one-row matrix whose row is no end or the column's peers: one figure per GPU
+  (device-local copies, all-to-one and one-to-all totals, a plugin's ``GPU(column)`` figures);
 * ``peer`` -- an off-diagonal cell of an N x N GPU matrix (N > 1): one GPU pair; with
   ``peer_links`` (e.g. from :func:`gpubw.hw.nvml.peer_link_types`) pairs over NVLink and pairs
   over PCIe are two separate groups, since a mixed topology would otherwise flag every PCIe
@@ -57,6 +59,7 @@ from gpubw.acceptance.expectations import (
     load_expectations,
     schema,
 )
+from gpubw.model import schemas
 from gpubw.model.errors import UsageError
 from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT, EXIT_BELOW_EXPECTATION
 from gpubw.model.results import BANDWIDTH, LATENCY, Matrix, Report, Status
@@ -291,6 +294,7 @@ def expect_from(
     when = f" on {report.started}" if report.started else ""
     doc: dict[str, Any] = {
         "format": FORMAT,
+        "schema_version": schemas.VERSIONS[schemas.EXPECT],
         "name": f"from {report.host or 'a run'}{when}",
         "description": (
             f"made by gpubw expect-from from a run of {report.tool} {report.tool_version}"

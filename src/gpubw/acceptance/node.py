@@ -37,6 +37,7 @@ from gpubw.acceptance.expect import (
 from gpubw.acceptance.processes import POLL_S, ProcessSampler, wait_idle
 from gpubw.acceptance.soak import SoakRecorder, soak_verdicts
 from gpubw.hw.nvml import NodeFacts, counter_suspects, device_facts, match_devices, suspects
+from gpubw.model import schemas
 from gpubw.model.errors import UsageError
 from gpubw.model.events import Finished, RunListener, Step
 from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT
@@ -484,6 +485,7 @@ def info_to_dict(node: NodeInfo) -> dict[str, Any]:
     n = len(node.devices)
     return json_safe(
         {
+            "schema_version": schemas.VERSIONS[schemas.INFO],
             "tool": "gpubw",
             "simulated": node.simulated,
             "system_name": node.system_name,

@@ -32,6 +32,8 @@ from gpubw.backend.cuda_support import (
     NO_DEVICE_MESSAGE,
     NO_DRIVER_MESSAGE,
     PLAIN_MMAP_FLAGS,
+    bindings_version,
+    driver_line_problem,
     map_anonymous,
     read_pci_device_id,
     registered_modules,
@@ -79,6 +81,20 @@ def _check(call: str, result: tuple[Any, ...]) -> Any:
     return result[1:]
 
 
+def _check_driver_line() -> None:
+    """GpubwError (one line naming the extra to install) when cuda-bindings is for a newer
+    CUDA major than the driver; nothing when they fit or the driver cannot say (no libcuda:
+    cuInit reports that)."""
+    try:
+        status, version = cu.cuDriverGetVersion()  # needs no cuInit
+    except Exception:
+        return
+    if status == cu.CUresult.CUDA_SUCCESS:
+        problem = driver_line_problem(int(version), bindings_version())
+        if problem:
+            raise GpubwError(problem)
+
+
 @attrs.define(eq=False)
 class _Stream:
     handle: Any
@@ -107,6 +123,7 @@ class CudaBackend(CudaSharingMixin, Backend):
     def __init__(self) -> None:
         if cu is None:  # pragma: no cover
             raise NoDriverError(NO_DRIVER_MESSAGE)
+        _check_driver_line()
         try:
             result = cu.cuInit(0)
         except (RuntimeError, OSError) as exc:  # dlopen of libcuda failed

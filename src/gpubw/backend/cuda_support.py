@@ -128,7 +128,7 @@ def read_pci_device_id(pci_bus_id: str, root: Path = _SYSFS_PCI) -> int | None:
 def driver_version_string(path: Path = _DRIVER_VERSION_FILE) -> str | None:
     """The kernel driver's version ("580.65.06") from /proc, or None where unknown."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError:
         return None
     match = re.search(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)?)\s", text)
@@ -144,6 +144,39 @@ NO_DEVICE_MESSAGE = (
     "no CUDA device is visible (the NVIDIA driver loaded but reports no device; check "
     "CUDA_VISIBLE_DEVICES); run on a modelled system instead with --simulate h200x2"
 )
+#: the extra that pins cuda-bindings and NVRTC to a driver line, by CUDA major
+DRIVER_LINE_EXTRAS = {12: "gpubw[cu12]", 13: "gpubw[cu13]"}
+
+
+def bindings_version() -> str | None:
+    """The installed cuda-bindings' version (``13.0.1``), None if it cannot be read."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("cuda-bindings")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def driver_line_problem(driver_version: int, bindings: str | None) -> str | None:
+    """One line saying what to install when cuda-bindings (version ``bindings``) is for a
+    newer CUDA major than the driver's (``driver_version``: cuDriverGetVersion, 12080 for
+    12.8); None when they fit (an older line runs on a newer driver) or either is unknown."""
+    try:
+        major = int(str(bindings).split(".")[0])
+    except ValueError:
+        return None
+    driver_major, driver_minor = driver_version // 1000, driver_version % 1000 // 10
+    if driver_version <= 0 or major <= driver_major:
+        return None
+    extra = DRIVER_LINE_EXTRAS.get(driver_major, f"gpubw[cu{driver_major}]")
+    return (
+        f"cuda-bindings {bindings} is for CUDA {major}, newer than this NVIDIA driver's CUDA "
+        f"{driver_major}.{driver_minor}: install the CUDA {driver_major} line, pip install "
+        f"'{extra}' (or a driver for CUDA {major})"
+    )
+
+
 #: mmap flags of a huge-page host buffer: MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB (Linux)
 HUGE_MMAP_FLAGS = 0x02 | 0x20 | 0x40000
 #: mmap flags of plain anonymous host memory: MAP_PRIVATE | MAP_ANONYMOUS

@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 SIGINT, SIGTERM = _signal.SIGINT, _signal.SIGTERM
 HANDLED = (SIGINT, SIGTERM)
 _previous: dict[int, Any] = {}
-_SCRIPT_NAMES = ("gpubw", "gpubw.exe", "gpubw-script.py")
+#: the command's script names: gpubw's, and gpubw-nvbandwidth's (or a link named nvbandwidth to
+#: it, standing in for NVIDIA's binary)
+_SCRIPT_NAMES = ("gpubw", "gpubw.exe", "gpubw-script.py", "gpubw-nvbandwidth", "nvbandwidth")
 #: the first signal :func:`defer`'s (or an MPI rank's recording) handler saw (None: none yet)
 _deferred_signal: int | None = None
 #: True in an MPI rank of several: signals before its run are recorded, not acted on
@@ -165,7 +167,7 @@ _NOT_A_RUN = ("--simulate", "--list", "--help", "--version")
 #: short options, alone or in a cluster (-jl), that mean the same
 _NOT_A_RUN_SHORT = frozenset("lhV")
 #: first words that are other commands than a run
-_SUBCOMMANDS = ("plot", "compare", "check", "expect-from", "info")
+_SUBCOMMANDS = ("plot", "compare", "check", "expect-from", "info", "completion")
 
 
 def looks_like_gpu_run(args: list[str]) -> bool:

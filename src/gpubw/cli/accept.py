@@ -19,12 +19,14 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Any, NoReturn
+from typing import IO, Any
 
+from gpubw.cli.parsing import Parser
 from gpubw.model.errors import UsageError
 from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT
 
 OFF = "off"
+
 #: the default of --outlier-pct and --cv-threshold when not given (told apart from "off")
 UNSET: Any = object()
 JUDGE_HELP = """\
@@ -34,11 +36,6 @@ node acceptance (see README, "Is this node healthy?"):
   gpubw expect-from good.json --tolerance 5% -o FILE   expectations from a known-good run
   gpubw info                             devices, PCIe/NVLink/ECC/clock facts, peer links
 """
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} -h)")
 
 
 def outlier_pct(text: str) -> float | None:
@@ -155,11 +152,12 @@ def _out(path: str | None) -> Iterator[IO[str]]:
 
 
 def _report(path: str) -> Any:
+    """The Report in ``path``: gpubw's JSON report or nvbandwidth's own ``-j`` output."""
     from gpubw.model.errors import GpubwError
-    from gpubw.model.report_io import load_report, report_from_dict
+    from gpubw.model.report_io import read_report
 
     try:
-        return report_from_dict(load_report(path))
+        return read_report(path)
     except UsageError:
         raise
     except GpubwError as exc:  # not a gpubw report: the user named the wrong file
@@ -167,24 +165,33 @@ def _report(path: str) -> Any:
 
 
 # -- gpubw check -----------------------------------------------------------------------------
+def check_parser() -> argparse.ArgumentParser:
+    """``gpubw check``'s parser."""
+    p = Parser(
+        prog="gpubw check",
+        description="Judge a saved gpubw JSON report (or nvbandwidth's -j output): "
+        "floors/ceilings from --expect, the "
+        "peer-outlier rule and the noise rule. Exit 0: every cell as expected; 3: below "
+        "expectation; 1: the report itself is not a complete, passing run (incomplete, "
+        "interrupted, a testcase that did not pass: it beats 3); 2: a usage error (bad "
+        "report or expectations file).",
+    )
+    p.add_argument(
+        "report", help="a gpubw JSON report (gpubw -j -o FILE) or nvbandwidth's -j output"
+    )
+    add_judge_options(p, run=False)
+    p.add_argument("-j", "--json", action="store_true", help="the verdicts as JSON")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically)")
+    return p
+
+
 def check_main(argv: list[str]) -> int:
     from gpubw.acceptance import node as acceptance
     from gpubw.acceptance.expect import failed
     from gpubw.model.console import printable_lines
     from gpubw.writers.text import verdict_summary
 
-    p = _Parser(
-        prog="gpubw check",
-        description="Judge a saved gpubw JSON report: floors/ceilings from --expect, the "
-        "peer-outlier rule and the noise rule. Exit 0: every cell as expected; 3: below "
-        "expectation; 1: the report itself is not a complete, passing run (incomplete, "
-        "interrupted, a testcase that did not pass: it beats 3); 2: a usage error (bad "
-        "report or expectations file).",
-    )
-    p.add_argument("report", help="a gpubw JSON report (gpubw -j -o FILE)")
-    add_judge_options(p, run=False)
-    p.add_argument("-j", "--json", action="store_true", help="the verdicts as JSON")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically)")
+    p = check_parser()
     a = p.parse_args(argv)
     judging(a)
     report = _report(a.report)
@@ -194,9 +201,11 @@ def check_main(argv: list[str]) -> int:
     code = 1 if problem else 3 if failed(judged.verdicts) else 0
     with _out(a.output) as f:
         if a.json:
+            from gpubw.model import schemas
             from gpubw.model.report_io import json_safe
 
             doc = {
+                "schema_version": schemas.VERSIONS[schemas.CHECK],
                 "report": a.report,
                 "simulated": judged.simulated,
                 "expectations": judged.expectations,
@@ -232,18 +241,20 @@ def report_problem(report: Any) -> str:
 
 
 # -- gpubw expect-from -----------------------------------------------------------------------
-def expect_from_main(argv: list[str]) -> int:
-    from gpubw.acceptance.expect import expect_from_reports
-    from gpubw.acceptance.node import peer_links
-
-    p = _Parser(
+def expect_from_parser() -> argparse.ArgumentParser:
+    """``gpubw expect-from``'s parser."""
+    p = Parser(
         prog="gpubw expect-from",
         description="Make an expectations file (gpubw-expect-v1) from known-good reports: "
         "per testcase, matrix, size and link type, a floor at the worst cell of the run "
         "(a ceiling for latency), widened by --tolerance. Given several reports (a fleet's "
         "good runs of one kind of node), each limit is the median of the runs' limits.",
     )
-    p.add_argument("report", nargs="+", help="gpubw JSON reports of known-good runs (one or more)")
+    p.add_argument(
+        "report",
+        nargs="+",
+        help="gpubw JSON reports of known-good runs, or nvbandwidth's -j output (one or more)",
+    )
     p.add_argument(
         "--tolerance",
         type=tolerance,
@@ -252,6 +263,14 @@ def expect_from_main(argv: list[str]) -> int:
         help="how far below the known-good figures a cell may be, e.g. 5%% or 0.05 (default 5%%)",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically)")
+    return p
+
+
+def expect_from_main(argv: list[str]) -> int:
+    from gpubw.acceptance.expect import expect_from_reports
+    from gpubw.acceptance.node import peer_links
+
+    p = expect_from_parser()
     a = p.parse_args(argv)
     reports = [_report(path) for path in a.report]
     doc = expect_from_reports(reports, a.tolerance, peer_links=[peer_links(r) for r in reports])
@@ -264,12 +283,9 @@ def expect_from_main(argv: list[str]) -> int:
 
 
 # -- gpubw info ------------------------------------------------------------------------------
-def info_main(argv: list[str]) -> int:
-    from gpubw.acceptance import node as acceptance
-    from gpubw.api import system_opener
-    from gpubw.model.options import RunOptions
-
-    p = _Parser(
+def info_parser() -> argparse.ArgumentParser:
+    """``gpubw info``'s parser."""
+    p = Parser(
         prog="gpubw info",
         description="Devices, PCI bus ids, NVML facts (PCIe generation and width, NVLink, "
         "ECC, persistence, MIG, clocks and their reasons, processes) and the peer-access / "
@@ -278,6 +294,15 @@ def info_main(argv: list[str]) -> int:
     p.add_argument("--simulate", metavar="NAME|FILE", help="a simulated system")
     p.add_argument("-j", "--json", action="store_true", help="JSON output")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically)")
+    return p
+
+
+def info_main(argv: list[str]) -> int:
+    from gpubw.acceptance import node as acceptance
+    from gpubw.api import system_opener
+    from gpubw.model.options import RunOptions
+
+    p = info_parser()
     a = p.parse_args(argv)
     try:
         opener = system_opener(a.simulate)

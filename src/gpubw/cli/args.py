@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import re
+import textwrap
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 from gpubw.cli.accept import JUDGE_HELP, add_run_options
+from gpubw.cli.parsing import Parser
 from gpubw.model.argtypes import gate_timeout_seconds, loops_int, samples_int, seconds
 from gpubw.model.errors import UsageError
 from gpubw.model.options import (
@@ -38,24 +40,27 @@ exit codes:
   1    a testcase Error or Not Found, a prefix that matched nothing, no NVIDIA driver
   2    usage error (bad option value, -t with -p, unknown format, unwritable -o, bad --simulate,
        bad expectations file)
-  3    ran fine, below expectation: a cell failed --expect / --outlier-pct (gpubw check too)
+  3    ran fine, below expectation: a cell failed --expect / --outlier-pct (gpubw check and
+       gpubw compare too: a cell slower than the baseline)
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
   141  standard output's reader left (gpubw | head): stopped quietly, as SIGPIPE would
 
-Plot a report (gpubw JSON or nvbandwidth -j), a figure per testcase, a second one overlaid:
-  gpubw plot REPORT.json [OTHER.json] -o FILE.pdf   (needs: pip install 'gpubw[plot]')
-Compare two reports cell by cell (gpubw JSON, nvbandwidth -j or reference figures):
-  gpubw compare CANDIDATE BASELINE [--size 1GiB] [--fail-on low|high|both] [--format json]
+commands (gpubw COMMAND -h for each):
+  check        judge a saved report against expectations (exit 3: below expectation)
+  expect-from  an expectations file from a known-good report
+  info         devices, PCIe/NVLink/ECC/clock facts, peer links
+  compare      two reports cell by cell: gpubw compare CANDIDATE BASELINE [--size 1GiB]
+               [--fail-on low|high|both] [--format json] (exit 3: a cell regressed)
+  plot         figures of a report, a second one overlaid: gpubw plot REPORT.json
+               [OTHER.json] -o FILE.pdf (needs: pip install 'gpubw[plot]')
+  completion   a shell completion script: gpubw completion bash|zsh|fish
 """
 EXIT_CODES += "\n" + JUDGE_HELP
 
 
 # -- argument parsing ----------------------------------------------------------------------
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of printing usage and exiting."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see gpubw -h)")
+#: the sub-commands, in the order the usage line names them (gpubw.cli.command runs them)
+SUBCOMMANDS = ("check", "expect-from", "info", "compare", "plot", "completion")
 
 
 #: the namespace attribute where :class:`_Once` notes the options given (see given_flags)
@@ -123,8 +128,59 @@ def attach_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+class _MainParser(Parser):
+    """The main command's parser: its help ends with the options installed writers declare."""
+
+    def format_help(self) -> str:
+        return super().format_help() + "".join(f"{line}\n" for line in writer_options_help())
+
+
+def writer_options_help() -> list[str]:
+    """``gpubw -h``'s lines on the options writers declare (every writer is loaded)."""
+    from gpubw.runner.registry import Writers
+    from gpubw.writers import writer_options
+
+    writers = Writers.discover()
+    lines: list[str] = []
+    for name in writers.names:
+        for o in writer_options(writers.get(name)):
+            value = o.metavar or ("|".join(o.choices) if o.choices else "VALUE")
+            text = f"{o.flag} {value}  (--format {name}) {o.help}"
+            lines += textwrap.wrap(text, 96, initial_indent="  ", subsequent_indent="      ")
+    return ["", "options of output formats:", *lines] if lines else []
+
+
+def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The main command line parsed, and what it leaves for the options of the writer
+    ``--format`` names (:func:`writer_settings`)."""
+    return build_parser().parse_known_args(attach_negative_values(argv))
+
+
+def writer_settings(cls: Any, rest: list[str]) -> dict[str, str | None]:
+    """The values of the options writer class ``cls`` declares, read from ``rest`` (what
+    the main parser left); anything else there is a usage error, worded as argparse's."""
+    from gpubw.writers import writer_options
+
+    options = writer_options(cls)
+    p = Parser(prog=PROG, add_help=False)
+    for o in options:
+        p.add_argument(
+            o.flag,
+            dest=o.dest,
+            choices=o.choices or None,
+            default=o.default,
+            metavar=o.metavar,
+            action=_Once,
+        )
+    ns, unknown = p.parse_known_args(rest)
+    if unknown:
+        p.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return {o.dest: getattr(ns, o.dest) for o in options}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    """The main command's parser; its usage line names the sub-commands too."""
+    p = _MainParser(
         prog=PROG,
         description=(
             "Measure how fast bytes move on NVIDIA GPU systems (host<->device, "
@@ -140,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_options(p)
     _add_rank_options(add)
     _add_last(add)
+    options = p.format_usage().removeprefix("usage: ").rstrip()
+    commands = f"{PROG} {{{','.join(SUBCOMMANDS)}}} ...   ({PROG} COMMAND -h)"
+    p.usage = f"{options}\n       {commands}"
     return p
 
 

@@ -35,7 +35,7 @@ from gpubw.model.errors import GpubwError, InterruptedRun, NoDriverError, Plugin
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any
 
     from gpubw.cli.args import (
@@ -77,20 +77,23 @@ __all__ = [
     "DEFAULT_FORMAT",
     "DEFAULT_GATE_TIMEOUT_S",
     "EXIT_CODES",
+    "GPUBW",
     "LIST_FORMATS",
     "PARAM_FLAGS",
     "PROG",
     "SUGGESTED_PRESET",
+    "Flavour",
     "build_parser",
     "main",
     "preset_names",
+    "run_command",
     "usage_message",
 ]
 
 
 # -- output --------------------------------------------------------------------------------
-def _error(message: str) -> None:
-    to_stderr(f"{PROG}: error: {message}")
+def _error(message: str, prog: str = PROG) -> None:
+    to_stderr(f"{prog}: error: {message}")
 
 
 #: the exit code when standard output is a pipe whose reader left: 128 + SIGPIPE, as the
@@ -128,6 +131,40 @@ def _pipe_closed() -> int:
             os.dup2(null, fd)
         os.close(null)
     return EXIT_PIPE_CLOSED
+
+
+class Flavour:
+    """How the run command speaks: gpubw's own way (:data:`GPUBW`), or another command's
+    that runs gpubw underneath (``gpubw-nvbandwidth``: :mod:`gpubw.cli.nvbandwidth`). The
+    command line it is given is always gpubw's own; the flavour decides only how the run
+    ends: the name on error lines, the exit code of a usage error, the exit code of a run
+    (``exit_code(report)``) and the error line it prints after one (``failure(report)``, ""
+    for none), whether a testcase Error stops the run, extra warnings for the report, and
+    how to suggest a simulated system when there is no driver."""
+
+    __slots__ = ("exit_code", "failure", "prog", "simulate_hint", "stop_on_error",
+                 "usage_exit", "warnings")  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        prog: str = PROG,
+        usage_exit: int = 2,
+        exit_code: Callable[[Any], int] | None = None,
+        failure: Callable[[Any], str] | None = None,
+        stop_on_error: bool = False,
+        warnings: tuple[str, ...] = (),
+        simulate_hint: str = "",
+    ) -> None:
+        self.prog, self.usage_exit, self.stop_on_error = prog, usage_exit, stop_on_error
+        self.exit_code = exit_code or (lambda report: int(report.exit_code))
+        self.failure = failure or (lambda report: str(report.error))
+        self.warnings = warnings
+        self.simulate_hint = simulate_hint or f"{PROG} --simulate NAME"
+
+
+#: the gpubw command's own flavour
+GPUBW = Flavour()
 
 
 # -- -l ------------------------------------------------------------------------------------
@@ -202,12 +239,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code. As the ``gpubw`` command itself (no
     ``argv``), a signal never ends it with a traceback (:mod:`gpubw.cli._startup`), and it ends
     the process once all is written (:func:`gpubw.cli._startup.exit_now`)."""
-    command = argv is None
+    return run_command(list(sys.argv[1:] if argv is None else argv), argv is None, GPUBW)
+
+
+def run_command(args: list[str], command: bool, flavour: Flavour) -> int:
+    """:func:`main`'s work for the gpubw command line ``args`` in ``flavour``; ``command``:
+    this process is the command itself (not a call from Python)."""
     if command:
         _startup.defer()  # the first signal raises InterruptedRun once; later ones absorbed
-    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        code = _dispatch(args, command=command)
+        code = _dispatch(args, command, flavour)
     except InterruptedRun as exc:  # the signal came while an error was being reported
         code = 128 + exc.signum  # (options.exit_status's rule, without importing attrs now)
     finally:
@@ -226,7 +267,7 @@ def _plugin_code_ran() -> bool:
     return registry is not None and bool(registry.plugins_imported())
 
 
-def _dispatch(args: list[str], command: bool) -> int:
+def _dispatch(args: list[str], command: bool, flavour: Flavour) -> int:
     """The command line's work, its errors printed and turned into the exit code."""
     from gpubw.cli import _startup
 
@@ -237,16 +278,18 @@ def _dispatch(args: list[str], command: bool) -> int:
             from gpubw.backend.cuda_start import prestart
 
             prestart()
+        if flavour is not GPUBW:  # another command's run: never -l or a sub-command
+            return _main(args, command, flavour)
         return _subcommand(args, command)
     except SystemExit as exc:  # -h, --version, and plot's own argparse
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except UsageError as exc:
         from gpubw.cli.args import usage_message
 
-        _error(usage_message(exc))
-        return 2
+        _error(usage_message(exc), flavour.prog)
+        return flavour.usage_exit
     except NoDriverError as exc:
-        _no_driver(exc)
+        _no_driver(exc, flavour)
         return 1
     except InterruptedRun as exc:
         from gpubw.model.options import exit_status
@@ -259,13 +302,13 @@ def _dispatch(args: list[str], command: bool) -> int:
     except BrokenPipeError as exc:  # e.g. gpubw | head: the reader left; say nothing more
         if _stdout_gone():
             return _pipe_closed()
-        _error(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}")
+        _error(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}", flavour.prog)
         return 1
     except GpubwError as exc:
-        _error(str(exc))
+        _error(str(exc), flavour.prog)
         return 1
     except OSError as exc:
-        _error(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}")
+        _error(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}", flavour.prog)
         return 1
     finally:
         start = sys.modules.get("gpubw.backend.cuda_start")
@@ -279,6 +322,10 @@ def _subcommand(args: list[str], command: bool) -> int:
     plain_list = _plain_list(args)
     if plain_list is not None:  # gpubw -l without the parser (see gpubw.cli.listing)
         return _list_plainly(*plain_list)
+    if args and args[0] == "completion":
+        from gpubw.cli.completion import completion_main
+
+        return completion_main(args[1:])
     if args and args[0] == "plot":
         return _plot(args[1:])
     if args and args[0] == "compare":
@@ -288,22 +335,21 @@ def _subcommand(args: list[str], command: bool) -> int:
     return _main(args, command=command)
 
 
-def _no_driver(exc: NoDriverError) -> None:
+def _no_driver(exc: NoDriverError, flavour: Flavour = GPUBW) -> None:
     """No NVIDIA driver: the error, and how to try gpubw without a GPU."""
     from gpubw.cli.args import SUGGESTED_PRESET
 
-    _error(str(exc))
-    if "--simulate" not in str(exc):
-        to_stderr(
-            f"{PROG}: to try gpubw without a GPU, simulate a system: "
-            f"{PROG} --simulate {SUGGESTED_PRESET}"
-        )
+    prog = flavour.prog
+    _error(str(exc), prog)
+    if flavour is not GPUBW or "--simulate" not in str(exc):
+        how = flavour.simulate_hint.replace("NAME", SUGGESTED_PRESET)
+        to_stderr(f"{prog}: to try gpubw without a GPU, simulate a system: {how}")
     names = preset_names()
     if names:
-        to_stderr(f"{PROG}: simulated systems: {', '.join(names)}")
+        to_stderr(f"{prog}: simulated systems: {', '.join(names)}")
 
 
-def _main(argv: list[str], command: bool = False) -> int:
+def _main(argv: list[str], command: bool = False, flavour: Flavour = GPUBW) -> int:
     """The run command, under a :class:`gpubw.runner.interrupts.SignalGuard` from start to exit: a
     signal at any moment after this gives a valid report (see docs/failures.md). In the
     gpubw process itself (``command``), once the report is written and the exit code
@@ -318,7 +364,7 @@ def _main(argv: list[str], command: bool = False) -> int:
     if recorded is not None:
         guard.adopt(recorded)
     try:
-        code = _run_command(argv, guard)
+        code = _run_command(argv, guard, flavour)
     finally:
         guard.uninstall(signal.SIG_IGN if command else None)
     if guard.signum is None or guard.report_final:
@@ -362,7 +408,7 @@ def _list_plainly(fmt: str, output: str | None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if old is None else old)
 
 
-def _run_command(argv: list[str], guard: Any) -> int:
+def _run_command(argv: list[str], guard: Any, flavour: Flavour = GPUBW) -> int:
     """The run: its spec from the command line, the run, its report written by the
     listeners (:func:`_listeners`); returns the exit code (rank 0's, on every rank). Under
     an MPI launcher the ranks start together or not at all (:mod:`gpubw.cli.together`)."""
@@ -374,7 +420,7 @@ def _run_command(argv: list[str], guard: Any) -> int:
     except UsageError as exc:
         if not ranks:
             raise
-        return _refused_with_ranks(exc)
+        return _refused_with_ranks(exc, flavour)
     if ns is None:  # -l
         return int(setup)
     import attrs
@@ -388,11 +434,11 @@ def _run_command(argv: list[str], guard: Any) -> int:
     world = world_from_environment(timeout_s=options.world_timeout_s)
     code = 1
     try:
-        spec, judging, start = _agreed_spec(ns, argv, setup, world, guard)
+        spec, judging, start = _agreed_spec(ns, argv, setup, world, guard, flavour)
         if start.refusal is not None:  # a rank's usage error, or ranks asked for different runs
-            code = 2
+            code = flavour.usage_exit
             if world.rank == 0:
-                _error(start.refusal)
+                _error(start.refusal, flavour.prog)
             return code
         if start.signum is not None and guard.signum is None:
             guard.adopt(start.signum)  # another rank was signalled: every rank stops now
@@ -400,9 +446,10 @@ def _run_command(argv: list[str], guard: Any) -> int:
         listeners, live = _listeners(ns, spec, judging, output, world)
         with live:
             report = runner.run(attrs.evolve(spec, listeners=listeners), world)
-        code = report.exit_code
-        if report.error and (world.rank == 0 or world.size > 1):
-            _error(rank_prefix(world) + report.error)
+        code = flavour.exit_code(report)
+        failure = flavour.failure(report)
+        if failure and (world.rank == 0 or world.size > 1):
+            _error(rank_prefix(world) + failure, flavour.prog)
     finally:
         capture.release_stdout()
         code = finish(world, code)
@@ -412,24 +459,31 @@ def _run_command(argv: list[str], guard: Any) -> int:
 def _setup(argv: list[str]) -> tuple[Any, Any]:
     """The command line parsed, and what needs no world: ``(ns, (options, format,
     output))``; for ``-l``, ``(None, its exit code)``. Usage errors are raised."""
-    from gpubw.cli.args import attach_negative_values, build_parser
+    from gpubw.cli.args import parse_command_line, writer_settings
     from gpubw.cli.live import Output
 
-    ns = build_parser().parse_args(attach_negative_values(argv))
+    ns, rest = parse_command_line(argv)
     if ns.list:
+        writer_settings(None, rest)  # anything left is unrecognized
         return None, _list_command(ns)
+    fmt = _format(ns)
+    ns.writer_settings = _writer_settings(fmt, rest)
     if ns.simulate is None:  # the real GPUs: start CUDA while the rest of the run is set up
         from gpubw.backend.cuda_start import prestart
 
         prestart()
     sizes = _sizes(ns)
-    fmt = _format(ns)
     options = _run_options(ns, sizes)
     return ns, (options, fmt, Output(ns.output))
 
 
 def _agreed_spec(
-    ns: argparse.Namespace, argv: list[str], setup: Any, world: Any, guard: Any
+    ns: argparse.Namespace,
+    argv: list[str],
+    setup: Any,
+    world: Any,
+    guard: Any,
+    flavour: Flavour = GPUBW,
 ) -> Any:
     """``(spec, judging, start)``: the run, how it is judged, and, under MPI, what the ranks
     agreed before it (:class:`gpubw.cli.together.Start`). One process raises its usage
@@ -442,7 +496,7 @@ def _agreed_spec(
     try:
         # -o may not be a file the run reads: the report would replace its own input
         refuse_input_as_output(ns.output, {"--simulate": ns.simulate, "--expect": ns.expect})
-        spec = _run_spec(ns, argv, options, fmt)
+        spec = _run_spec(ns, argv, options, fmt, flavour)
         judging = _judging(ns)  # a bad expectations file: exit 2 before the run
     except UsageError as exc:
         if world.size == 1:
@@ -454,7 +508,7 @@ def _agreed_spec(
     return spec, judging, start_together(world, error, mine, guard.signum)
 
 
-def _refused_with_ranks(error: UsageError) -> int:
+def _refused_with_ranks(error: UsageError, flavour: Flavour = GPUBW) -> int:
     """This MPI rank's command line is unusable: it still joins the world (the others would
     otherwise wait in MPI_Init for ever), so that every rank ends with exit 2 at once."""
     from gpubw.cli.together import start_together
@@ -464,8 +518,8 @@ def _refused_with_ranks(error: UsageError) -> int:
     world = world_from_environment()
     start = start_together(world, error, None, None)
     if world.rank == 0:
-        _error(start.refusal or str(error))
-    return finish(world, 2)
+        _error(start.refusal or str(error), flavour.prog)
+    return finish(world, flavour.usage_exit)
 
 
 def _sizes(ns: argparse.Namespace) -> list[int]:
@@ -487,6 +541,14 @@ def _format(ns: argparse.Namespace) -> str:
         )
     Writers.discover().get(fmt)
     return fmt
+
+
+def _writer_settings(fmt: str, rest: list[str]) -> dict[str, str | None]:
+    """The options writer ``fmt`` declares, from what the main parser left (``rest``)."""
+    from gpubw.cli.args import writer_settings
+    from gpubw.runner.registry import Writers
+
+    return writer_settings(Writers.discover().get(fmt), rest)
 
 
 def _run_options(ns: argparse.Namespace, sizes: list[int]) -> RunOptions:
@@ -512,7 +574,9 @@ def _run_options(ns: argparse.Namespace, sizes: list[int]) -> RunOptions:
     )
 
 
-def _run_spec(ns: argparse.Namespace, argv: list[str], options: RunOptions, fmt: str) -> Any:
+def _run_spec(
+    ns: argparse.Namespace, argv: list[str], options: RunOptions, fmt: str, flavour: Flavour
+) -> Any:
     """The run the command line asks for (its listeners come per rank: :func:`_listeners`)."""
     from gpubw import api
     from gpubw.model.options import Invocation
@@ -534,8 +598,9 @@ def _run_spec(ns: argparse.Namespace, argv: list[str], options: RunOptions, fmt:
         options,
         simulation=simulation,
         invocation=invocation,
-        warnings=warnings,
+        warnings=[*warnings, *flavour.warnings],
         handle_signals=True,
+        stop_on_error=flavour.stop_on_error,
     )
 
 
@@ -590,7 +655,9 @@ def _make_writer(cls: Any, name: str, ns: argparse.Namespace) -> Any:
     from gpubw.writers import make_writer
 
     try:
-        return make_writer(cls, verbose=ns.verbose, perf=ns.perf_formatter)
+        return make_writer(
+            cls, verbose=ns.verbose, perf=ns.perf_formatter, settings=ns.writer_settings
+        )
     except (GpubwError, OSError):
         raise
     except BaseException as exc:
@@ -618,14 +685,15 @@ def _accept_command(name: str, argv: list[str]) -> int:
 
 
 def _compare(argv: list[str]) -> int:
-    """``gpubw compare CANDIDATE BASELINE``: 1 if any cell fails, else 0 (nothing printed
-    when the result went to a file with -o)."""
+    """``gpubw compare CANDIDATE BASELINE``: 3 if any cell fails (a regression, as check's
+    below expectation), else 0 (nothing printed when the result went to a file with -o)."""
     from gpubw.cli.compare import compare_files
+    from gpubw.model.options import EXIT_BELOW_EXPECTATION
 
     lines, failed = compare_files(argv)
     if lines:
         print("\n".join(lines))
-    return 1 if failed else 0
+    return EXIT_BELOW_EXPECTATION if failed else 0
 
 
 def _plot(argv: list[str]) -> int:

@@ -10,10 +10,13 @@ import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
+from gpubw.cli.parsing import Parser
+from gpubw.model import schemas
 from gpubw.model.argtypes import finite_float
-from gpubw.model.errors import UsageError
+from gpubw.model.errors import GpubwError, UsageError
+from gpubw.model.options import EXIT_BELOW_EXPECTATION
 from gpubw.model.sizes import format_size, parse_size
 from gpubw.tools.compare import (
     ANY,
@@ -84,7 +87,7 @@ def _where(x: Comparison) -> str:
     if x.row == ANY:
         return "(whole matrix)"
     if x.source and x.destination and x.source != x.destination:
-        return f"{x.source} -> {x.destination}"
+        return f"{x.source} {'<->' if x.bidirectional else '->'} {x.destination}"
     return x.source or f"[{x.row}][{x.column}]"
 
 
@@ -214,6 +217,7 @@ def json_doc(
 
     failed = sum(x.fails for x in rows)
     return {
+        "schema_version": schemas.VERSIONS[schemas.COMPARE],
         "tool": "gpubw compare",
         "candidate": {"path": cand.path, "label": cand.label},
         "baseline": {"path": base.path, "label": base.label},
@@ -222,7 +226,7 @@ def json_doc(
         "size_bytes": size,
         "compared": len(rows),
         "failed": failed,
-        "exit_code": 1 if failed else 0,
+        "exit_code": EXIT_BELOW_EXPECTATION if failed else 0,
         "warnings": list(warnings),
         "cells": [cell(x) for x in rows],
         "extra": [
@@ -239,20 +243,16 @@ def _finite(x: float | None) -> float | None:
 # -- the command -----------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError (one line, exit 2) instead of printing usage."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"gpubw compare: {message} (see gpubw compare -h)")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(
+def compare_parser() -> argparse.ArgumentParser:
+    """``gpubw compare``'s parser."""
+    p = Parser(
         prog="gpubw compare",
         description="Compare two bandwidth reports cell by cell (per GPU, per pair, per size).",
         epilog=(
             "Each file may be a gpubw JSON report, nvbandwidth -j output or a reference-figures "
-            "file. Exit status: 1 if a cell fails, 0 if none does, 2 on bad input."
+            "file. Exit status: 0 if no cell fails; 3 if a cell fails (a regression, as gpubw "
+            "check's below expectation); 1 on an error (-o cannot be written); 2 on bad input. "
+            "Changed: a failed cell used to exit 1."
         ),
     )
     p.add_argument("candidate", help="gpubw JSON report, nvbandwidth -j output or reference")
@@ -283,7 +283,7 @@ def compare_files(argv: Sequence[str]) -> tuple[list[str], int]:
     the number of failing cells."""
     from gpubw.model.outfile import OutputTarget
 
-    a = _parser().parse_args(list(argv))
+    a = compare_parser().parse_args(list(argv))
     if a.threshold < 0:
         raise UsageError(f"--threshold must be >= 0 percent, got {a.threshold:g}")
     size = None
@@ -315,6 +315,6 @@ def compare_files(argv: Sequence[str]) -> tuple[list[str], int]:
             with target.open("w") as f:
                 f.write("\n".join(lines) + "\n")
         except OSError as exc:
-            raise UsageError(f"gpubw compare: -o {a.output}: {exc.strerror or exc}") from None
+            raise GpubwError(f"gpubw compare: -o {a.output}: {exc.strerror or exc}") from None
         return [], failed
     return lines, failed

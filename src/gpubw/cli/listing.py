@@ -68,6 +68,8 @@ def render(registry: object, as_json: bool) -> str:
     prints it."""
     import json
 
+    from gpubw.model.schemas import LIST_VERSION  # (a list from the cache imports nothing)
+
     entries = registry.entries  # type: ignore[attr-defined]
     if as_json:
         items: list[dict[str, object]] = [
@@ -92,7 +94,13 @@ def render(registry: object, as_json: bool) -> str:
             }
             for f in registry.unlisted_failures  # type: ignore[attr-defined]
         ]
-        return printable(json.dumps(items, indent=2) + "\n")
+        doc = {
+            "schema_version": LIST_VERSION,
+            "tool": PROG,
+            "tool_version": __version__,
+            "testcases": items,
+        }
+        return printable(json.dumps(doc, indent=2) + "\n")
     lines = [f"{PROG} Version: {__version__}", "", "Index, Name:", "\tDescription"]
     lines.append("=" * 23)
     for e in entries:

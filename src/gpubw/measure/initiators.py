@@ -2,13 +2,17 @@
 
 An initiator knows how many bytes one copy call moves (``counted_bytes``, the figure that
 bandwidth is computed from), how many bytes are filled and checked (``checked_bytes``), how to
-enqueue ``loops`` copies on a stream, and how to prepare and check the buffers.
+enqueue ``loops`` copies on a stream, and how to prepare and check the buffers. What it
+prepares, enqueues and checks is one :class:`CopyJob`: the pair, its sizes, the executing
+device and the stream.
 """
 
 from __future__ import annotations
 
 import abc
 from typing import Any
+
+import attrs
 
 from gpubw.backend.base import MAX_GRID, DeviceInfo, ptr, u32, u64
 from gpubw.kernels import ELEMENT_BYTES
@@ -33,6 +37,25 @@ def sm_truncated_bytes(nbytes: int, sm_count: int) -> int:
     return ELEMENT_BYTES * threads * (elements // threads)
 
 
+@attrs.frozen(kw_only=True)
+class CopyJob:
+    """One copy as an initiator sees it: ``src`` -> ``dst`` (``nbytes`` each), issued by
+    ``exec_device`` on ``stream`` (a stream of that device's context); the first ``checked``
+    bytes are filled before the copies and compared after them. ``system`` is the run's (its
+    backend launches, its pool lends scratch). Fields are keyword-only, so that no call swaps
+    the two sizes silently."""
+
+    system: System
+    src: Buffer
+    dst: Buffer
+    #: bytes one copy call moves (the buffers' size)
+    nbytes: int
+    #: bytes filled with the pattern and compared after the copy
+    checked: int
+    exec_device: DeviceInfo
+    stream: Any
+
+
 class Initiator(abc.ABC):
     """How a copy is made."""
 
@@ -48,48 +71,23 @@ class Initiator(abc.ABC):
         return nbytes
 
     @abc.abstractmethod
-    def enqueue(
-        self,
-        system: System,
-        src: Buffer,
-        dst: Buffer,
-        *,
-        nbytes: int,
-        loops: int,
-        stream: Any,
-        exec_device: DeviceInfo,
-    ) -> None:
-        """Queue ``loops`` copies of the pair on ``stream``."""
+    def enqueue(self, job: CopyJob, *, loops: int) -> None:
+        """Queue ``loops`` copies of the job's pair on its stream."""
 
-    def prepare(
-        self,
-        system: System,
-        src: Buffer,
-        dst: Buffer,
-        *,
-        checked: int,
-        stream: Any,
-        exec_device: DeviceInfo,
-    ) -> None:
+    def prepare(self, job: CopyJob) -> None:
         """Fill the destination with one pattern and the source with the expected one."""
-        dst.fill(DST_SEED, checked, stream=stream, exec_device=exec_device.ordinal)
-        src.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal)
+        stream, device = job.stream, job.exec_device.ordinal
+        job.dst.fill(DST_SEED, job.checked, stream=stream, exec_device=device)
+        job.src.fill(SRC_SEED, job.checked, stream=stream, exec_device=device)
 
-    def enqueue_checks(
-        self,
-        src: Buffer,
-        dst: Buffer,
-        *,
-        checked: int,
-        stream: Any,
-        exec_device: DeviceInfo,
-        first_slot: int,
-    ) -> list[tuple[int, Buffer]]:
-        """Queue the compares; return (slot, buffer) for each, to be checked after a sync."""
-        dst.enqueue_verify(
-            SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal, slot=first_slot
+    def enqueue_checks(self, job: CopyJob, *, first_slot: int) -> list[tuple[int, Buffer]]:
+        """Queue the compares on the job's stream, the first in result slot ``first_slot``;
+        return (slot, buffer) for each, to be checked after a sync."""
+        stream, device = job.stream, job.exec_device.ordinal
+        job.dst.enqueue_verify(
+            SRC_SEED, job.checked, stream=stream, exec_device=device, slot=first_slot
         )
-        return [(first_slot, dst)]
+        return [(first_slot, job.dst)]
 
 
 class CopyEngine(Initiator):
@@ -100,19 +98,10 @@ class CopyEngine(Initiator):
     def counted_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
         return nbytes
 
-    def enqueue(
-        self,
-        system: System,
-        src: Buffer,
-        dst: Buffer,
-        *,
-        nbytes: int,
-        loops: int,
-        stream: Any,
-        exec_device: DeviceInfo,
-    ) -> None:
+    def enqueue(self, job: CopyJob, *, loops: int) -> None:
+        memcpy_async = job.system.backend.memcpy_async
         for _ in range(loops):
-            system.backend.memcpy_async(dst.ptr, src.ptr, nbytes, stream)
+            memcpy_async(job.dst.ptr, job.src.ptr, job.nbytes, job.stream)
 
 
 #: Threads per block of the copy kernels (at most GPUBW_COPY_BLOCK in kernels/gpubw.cu).
@@ -199,35 +188,18 @@ class KernelCopy(Initiator):
     def copied_elements(self, nbytes: int, exec_device: DeviceInfo) -> int:
         return sm_truncated_bytes(nbytes, exec_device.sm_count) // ELEMENT_BYTES
 
-    def enqueue(
-        self,
-        system: System,
-        src: Buffer,
-        dst: Buffer,
-        *,
-        nbytes: int,
-        loops: int,
-        stream: Any,
-        exec_device: DeviceInfo,
-    ) -> None:
-        elements = self.copied_elements(nbytes, exec_device)
+    def enqueue(self, job: CopyJob, *, loops: int) -> None:
+        device, launch = job.exec_device, job.system.backend.launch
+        elements = self.copied_elements(job.nbytes, device)
         if elements == 0:
             return
-        if self.kernel == "gpubw_copy" and flat_copy_applies(src, dst, elements, exec_device):
-            args = (ptr(dst.ptr), ptr(src.ptr), u64(elements))
+        args = (ptr(job.dst.ptr), ptr(job.src.ptr), u64(elements))
+        if self.kernel == "gpubw_copy" and flat_copy_applies(job.src, job.dst, elements, device):
             for grid, passes in flat_copy_launches(elements, loops):
-                system.backend.launch(
-                    "gpubw_copy_flat", grid, FLAT_COPY_BLOCK, (*args, u32(passes)), stream
-                )
+                launch("gpubw_copy_flat", grid, FLAT_COPY_BLOCK, (*args, u32(passes)), job.stream)
             return
-        grid, block = self.launch_shape(exec_device, elements)
-        system.backend.launch(
-            self.kernel,
-            grid,
-            block,
-            (ptr(dst.ptr), ptr(src.ptr), u64(elements), u32(loops)),
-            stream,
-        )
+        grid, block = self.launch_shape(device, elements)
+        launch(self.kernel, grid, block, (*args, u32(loops)), job.stream)
 
 
 class SplitWarpCopy(KernelCopy):
@@ -252,38 +224,22 @@ class SplitWarpCopy(KernelCopy):
     def checked_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
         return (nbytes // ELEMENT_BYTES) * ELEMENT_BYTES
 
-    def prepare(
-        self,
-        system: System,
-        src: Buffer,
-        dst: Buffer,
-        *,
-        checked: int,
-        stream: Any,
-        exec_device: DeviceInfo,
-    ) -> None:
-        dst.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal)
-        src.fill(SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal)
-        dst.clear_warp_parity(checked, 1, stream=stream)
-        src.clear_warp_parity(checked, 0, stream=stream)
+    def prepare(self, job: CopyJob) -> None:
+        stream, device = job.stream, job.exec_device.ordinal
+        job.dst.fill(SRC_SEED, job.checked, stream=stream, exec_device=device)
+        job.src.fill(SRC_SEED, job.checked, stream=stream, exec_device=device)
+        job.dst.clear_warp_parity(job.checked, 1, stream=stream)
+        job.src.clear_warp_parity(job.checked, 0, stream=stream)
 
-    def enqueue_checks(
-        self,
-        src: Buffer,
-        dst: Buffer,
-        *,
-        checked: int,
-        stream: Any,
-        exec_device: DeviceInfo,
-        first_slot: int,
-    ) -> list[tuple[int, Buffer]]:
-        dst.enqueue_verify(
-            SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal, slot=first_slot
+    def enqueue_checks(self, job: CopyJob, *, first_slot: int) -> list[tuple[int, Buffer]]:
+        stream, device = job.stream, job.exec_device.ordinal
+        job.dst.enqueue_verify(
+            SRC_SEED, job.checked, stream=stream, exec_device=device, slot=first_slot
         )
-        src.enqueue_verify(
-            SRC_SEED, checked, stream=stream, exec_device=exec_device.ordinal, slot=first_slot + 1
+        job.src.enqueue_verify(
+            SRC_SEED, job.checked, stream=stream, exec_device=device, slot=first_slot + 1
         )
-        return [(first_slot, dst), (first_slot + 1, src)]
+        return [(first_slot, job.dst), (first_slot + 1, job.src)]
 
 
 CE = CopyEngine()

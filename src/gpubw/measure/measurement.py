@@ -2,21 +2,45 @@
 
 For one matrix cell a testcase hands :meth:`MemcpyOperation.measure` a list of copies (source,
 destination); they all run at once, each on its own stream in the context of its executing
-device. Each sample: fill the buffers (outside the timing), hold every stream behind the spin
-gate, queue a warm-up, record start events (streams >= 1 wait on stream 0's start), queue
-``loops`` measured copies, record end events, release the gate, synchronise (bounded), verify.
-Bandwidth per pair per sample = counted bytes x loops / (end - start).
+device. Across the ranks of a world (:meth:`MemcpyOperation.measure_ranks`, the multinode
+testcases) every rank runs the same protocol for its own pairs of the cell, also a rank that
+has none.
 
-Across the ranks of a world (:meth:`MemcpyOperation.measure_ranks`, the multinode testcases)
-the same protocol runs on every rank for the rank's own pairs, with three agreement points
-per sample (:func:`gpubw.memory.shared.agreed`) and a device flag that carries the first rank's gate
-release to the others (:class:`gpubw.measure.rank_gate.RankGate`); the ranks' per-pair samples are
-then gathered in one collective, so every rank holds the whole cell and FIRST/SUM/VECTOR are
-formed exactly as on one node.
+One sequence serves both (:meth:`MemcpyOperation._sample`); what differs is injected as a
+:class:`Sync`. :class:`LocalSync` is one process's: the spin gate, opened by gpubw, nothing to
+agree on. :class:`RankSync` is a rank's: the spin gate plus the device flag of a
+:class:`gpubw.measure.rank_gate.RankGate`, which carries the first rank's release to the
+others, and an agreement point (:func:`gpubw.memory.shared.agreed`) at the end of steps 1, 4
+and 7, so that an error on one rank is raised on every rank at the same point. Each sample:
+
+1. Across ranks: close the host gate, and rank 0 zeroes the device flag; agree.
+2. Fill every copy's buffers (outside the timing) and wait for it, so that no fill overlaps a
+   timed copy.
+3. Close the gate (one process; across ranks it closed in step 1); hold every stream behind it
+   (across ranks the first rank's stream 0 relays its host gate to the device flag and every
+   other stream waits on that flag) and queue a warm-up behind the hold.
+4. Record start events (streams >= 1 wait on stream 0's start), queue ``loops`` measured
+   copies, record end events; for a TOTAL figure stream 0 also waits for every end and records
+   the last one. Across ranks: agree (every rank's copies are queued before a gate opens).
+5. Release the gate (across ranks: the first rank) and wait for every stream (bounded); if a
+   gate kernel gave up waiting before the release, the sample is discarded (an error).
+6. Verify (unless verification is off).
+7. Rates: bandwidth per pair = counted bytes x loops / (end - start); TOTAL: all pairs' bytes x
+   loops / (stream 0's start -> the last end). Across ranks: agree.
+
+After the last sample: across ranks every rank's error is agreed on once more and the ranks'
+per-pair samples are gathered in one collective, so every rank holds the whole cell. The
+statistic (median or mean) of each pair's samples, and of the TOTAL samples, gives the cell's
+FIRST, SUM, VECTOR or TOTAL figure (:class:`CellMeasurement`; across ranks no TOTAL).
+
+Cleanup: each stream and event is owned as soon as it exists; whatever fails (a create, a
+sample, Ctrl-C), the gate is opened (across ranks the device flag set too), the streams are
+drained (bounded) and every handle is destroyed, each step tried; the first error is raised.
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import enum
 import math
@@ -27,9 +51,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from gpubw.backend.base import DeviceInfo
-from gpubw.measure.initiators import Initiator
+from gpubw.measure.initiators import CopyJob, Initiator
 from gpubw.memory.buffers import MAX_VERIFY_SLOTS, Buffer
-from gpubw.memory.gate import Gate
 from gpubw.memory.shared import RemoteRankError, agreed
 from gpubw.memory.system import System
 from gpubw.model.errors import GateTimeoutError, GpubwError, UsageError, VerificationError
@@ -136,6 +159,146 @@ class CellMeasurement:
         return tuple(sum(col) for col in zip(*self.pair_samples))
 
 
+# -- the synchronisation injected into the protocol -----------------------------------------
+class Sync(abc.ABC):
+    """What the streams of a sample wait on and where the processes agree: the part of the
+    protocol (the module's docstring) that differs between one process and the ranks."""
+
+    #: who opens the gate (named when a gate kernel gave up waiting before)
+    releaser: str = ""
+    #: whether the cell makes a TOTAL end event (one process: always, whatever the kind, so
+    #: that its driver calls do not depend on the kind; across ranks TOTAL is refused)
+    total_event: bool = False
+
+    def __init__(self, system: System) -> None:
+        self.system = system
+
+    @abc.abstractmethod
+    def step(self, work: Callable[[], None], bound_s: float | None = None) -> None:
+        """Run one step of a sample; ``bound_s`` is how long the step itself may take."""
+
+    @abc.abstractmethod
+    def begin(self) -> None:
+        """Step 1, before the fill."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Step 3, after the fill, before any stream is held."""
+
+    @abc.abstractmethod
+    def hold(self, k: int, stream: Any) -> None:
+        """Step 3: hold the ``k``-th stream of the cell until the release."""
+
+    @abc.abstractmethod
+    def release(self) -> None:
+        """Step 5: release the held streams."""
+
+    def drain(self, streams: Sequence[Any]) -> None:
+        """Cleanup: open the gate (never leave a stream held by it) and wait for the streams
+        (bounded), each step tried even if another failed, before the streams are destroyed."""
+        system = self.system
+        with contextlib.suppress(GpubwError):
+            system.gate.open()
+        for s in streams:
+            with contextlib.suppress(GpubwError):
+                system.backend.synchronize(s, system.options.sync_timeout_s)
+
+
+class LocalSync(Sync):
+    """One process: the spin gate holds the streams and gpubw opens it; no other process
+    takes part, so an error is raised where it happens."""
+
+    releaser = "gpubw"
+    total_event = True
+
+    def step(self, work: Callable[[], None], bound_s: float | None = None) -> None:
+        work()
+
+    def begin(self) -> None:
+        """Nothing: the gate closes after the fill."""
+
+    def close(self) -> None:
+        self.system.gate.close()
+
+    def hold(self, k: int, stream: Any) -> None:
+        self.system.gate.enqueue_wait(stream, self.system.options.gate_timeout_s)
+
+    def release(self) -> None:
+        self.system.gate.open()
+
+
+class RankSync(Sync):
+    """One rank of a cross-rank cell: the host gate plus the rank gate's device flag, which
+    carries the release of the rank that issues the cell's first pair (``first``) to every
+    other rank's streams; each step ends at an agreement point."""
+
+    releaser = "the first rank"
+
+    def __init__(self, system: System, rank_gate: RankGate, *, first: bool) -> None:
+        super().__init__(system)
+        self.rank_gate = rank_gate
+        self.first = first
+
+    def step(self, work: Callable[[], None], bound_s: float | None = None) -> None:
+        """Run the step, then agree: if any rank failed, every rank raises the same
+        :class:`RemoteRankError`. The agreement waits ``bound_s`` plus the world's timeout."""
+        error: BaseException | None = None
+        try:
+            work()
+        except GpubwError as exc:
+            error = exc
+        world = self.system.world
+        agreed(world, error, None if bound_s is None else bound_s + world.timeout_s)
+
+    def begin(self) -> None:
+        """Close the host gate and (rank 0) zero the device flag: on every rank before any
+        rank holds a stream (the agreement that ends step 1)."""
+        self.system.gate.close()
+        if self.system.world.rank == self.rank_gate.owner:
+            self.rank_gate.reset()
+
+    def close(self) -> None:
+        """Nothing: both gates closed in step 1."""
+
+    def hold(self, k: int, stream: Any) -> None:
+        gate, timeout_s = self.system.gate, self.system.options.gate_timeout_s
+        flag = self.rank_gate.flag_pointer
+        if self.first and k == 0:
+            gate.enqueue_relay(stream, flag, timeout_s)
+        else:
+            gate.enqueue_wait(stream, timeout_s, flag=flag)
+
+    def release(self) -> None:
+        if self.first:
+            self.system.gate.open()
+
+    def drain(self, streams: Sequence[Any]) -> None:
+        """Also set the device flag (any rank may), so that no rank's streams stay held when
+        the first rank failed before its relay ran."""
+        with contextlib.suppress(GpubwError):
+            self.rank_gate.release()
+        super().drain(streams)
+
+
+@attrs.define
+class _Cell:
+    """One cell's work on this process for all its samples: a job per copy (each on its own
+    stream), the bytes one copy call is counted as moving, the events that time them (no
+    ``total_end`` where the sync makes none), and the samples so far."""
+
+    jobs: list[CopyJob]
+    counted: tuple[int, ...]
+    starts: list[Any]
+    ends: list[Any]
+    total_end: Any
+    pair_samples: list[list[float]]
+    total_samples: list[float] = attrs.Factory(list)
+
+
+def _pair_label(copy: Copy) -> str:
+    return f"{copy.src.label} -> {copy.dst.label}"
+
+
 class MemcpyOperation:
     """One way of measuring: initiator, context preference, bandwidth kind, loop count."""
 
@@ -171,6 +334,81 @@ class MemcpyOperation:
             return copy.src.context_device
         raise UsageError("a copy between two host buffers has no device to issue it")
 
+    def exec_rank(self, src_owner: int, dst_owner: int) -> int:
+        """The rank that issues a copy between buffers owned by ``src_owner`` and
+        ``dst_owner`` (nvbandwidth: the owner of the preferred side)."""
+        return src_owner if self.prefer is Prefer.SRC else dst_owner
+
+    def measure(self, copies: Sequence[Copy]) -> CellMeasurement:
+        """Run all ``copies`` simultaneously for ``samples`` samples."""
+        if not copies:
+            raise UsageError("measure() needs at least one copy")
+        cell = self._run(copies, LocalSync(self.system))
+        return CellMeasurement(
+            counted_bytes=cell.counted,
+            loops=self.loops,
+            pair_samples=tuple(tuple(s) for s in cell.pair_samples),
+            total_samples=tuple(cell.total_samples),
+            statistic=self.system.options.statistic,
+            pair_labels=tuple(_pair_label(c) for c in copies),
+        )
+
+    def measure_ranks(self, pairs: Sequence[RankCopy], rank_gate: RankGate) -> CellMeasurement:
+        """Run every rank's pairs of one cell simultaneously for ``samples`` samples. Every
+        rank calls this with the same global pair list (``RankCopy.copy`` set where the rank
+        issues it), also a rank with no pairs of its own. Returns the whole cell, every
+        pair's samples, on every rank."""
+        world = self.world
+        if not pairs:
+            raise UsageError("measure_ranks() needs at least one pair")
+        if self.kind is Kind.TOTAL:
+            # the same on every rank, so every rank raises it here without a collective
+            raise UsageError(
+                "a TOTAL figure is not measured across ranks; allowed: FIRST, SUM, VECTOR"
+            )
+        error: BaseException | None = None
+        mine: tuple[dict[int, tuple[int, tuple[float, ...]]], dict[int, str]] = ({}, {})
+        try:
+            mine = self._measure_own_pairs(pairs, rank_gate)
+        except RemoteRankError:
+            raise  # every rank raised it at the same agreement point already
+        except GpubwError as exc:
+            error = exc
+        # after the last sample: every rank's error, if any, is everyone's
+        agreed(world, error)
+        merged: dict[int, tuple[int, tuple[float, ...]]] = {}
+        names: dict[int, str] = {}
+        for part, part_labels in world.allgather(mine):
+            merged.update(part)
+            names.update(part_labels)
+        order = range(len(pairs))
+        return CellMeasurement(
+            counted_bytes=tuple(merged[i][0] for i in order),
+            loops=self.loops,
+            pair_samples=tuple(merged[i][1] for i in order),
+            total_samples=(),
+            statistic=self.system.options.statistic,
+            pair_labels=tuple(names[i] for i in order),
+        )
+
+    def _measure_own_pairs(
+        self, pairs: Sequence[RankCopy], rank_gate: RankGate
+    ) -> tuple[dict[int, tuple[int, tuple[float, ...]]], dict[int, str]]:
+        """This rank's part of :meth:`measure_ranks`, {pair index: (counted, samples)} and
+        {pair index: label}: the protocol with a :class:`RankSync`, so every sample has its
+        agreement points also on a rank without pairs."""
+        me = self.world.rank
+        indexes = [i for i, p in enumerate(pairs) if p.rank == me]
+        copies = [c for c in (pairs[i].copy for i in indexes) if c is not None]
+        if len(copies) < len(indexes):
+            raise UsageError(f"rank {me} issues a pair of the cell but has no buffers for it")
+        cell = self._run(copies, RankSync(self.system, rank_gate, first=pairs[0].rank == me))
+        return (
+            {i: (cell.counted[k], tuple(cell.pair_samples[k])) for k, i in enumerate(indexes)},
+            {i: _pair_label(c) for i, c in zip(indexes, copies)},
+        )
+
+    # -- the protocol ---------------------------------------------------------------------
     def _plan(
         self, system: System, copies: Sequence[Copy]
     ) -> tuple[list[int], list[DeviceInfo], tuple[int, ...], list[int]]:
@@ -189,255 +427,114 @@ class MemcpyOperation:
         system.gate.page  # noqa: B018 - the page exists before any stream is held by it
         return execs, infos, counted, checked
 
-    def measure(self, copies: Sequence[Copy]) -> CellMeasurement:
-        """Run all ``copies`` simultaneously for ``samples`` samples."""
-        if not copies:
-            raise UsageError("measure() needs at least one copy")
+    def _run(self, copies: Sequence[Copy], sync: Sync) -> _Cell:
+        """Every sample of one cell on this process, synchronised by ``sync``: the copies
+        checked and planned, a stream per copy and its events made, then the samples (the
+        module's protocol). Each stream and event is owned as soon as it exists; on any
+        error ``sync.drain`` runs before they are destroyed (each tried, the first error
+        raised)."""
         check_copies(copies)
         system = self.system
         backend = system.backend
-        options = system.options
         execs, infos, counted, checked = self._plan(system, copies)
-        gate = system.gate
-        pair_samples: list[list[float]] = [[] for _ in copies]
-        total_samples: list[float] = []
-        # Each stream and event is owned as soon as it exists: whatever fails (a create, a
-        # sample, Ctrl-C), the gate is opened, the streams drained (bounded) and every handle
-        # destroyed, each tried; the first error is the one raised.
         with contextlib.ExitStack() as stack:
             streams = [stack.enter_context(backend.stream(e)) for e in execs]
-            events = [stack.enter_context(backend.event(e)) for e in [*execs, *execs, execs[0]]]
-            stack.callback(self._drain, gate, streams)
-            starts, ends, total_end = events[: len(execs)], events[len(execs) : -1], events[-1]
-            for _ in range(options.samples):
-                self._one_sample(
-                    copies,
-                    infos,
-                    counted,
-                    checked,
-                    streams,
-                    starts,
-                    ends,
-                    total_end,
-                    pair_samples,
-                    total_samples,
-                )
-        return CellMeasurement(
-            counted_bytes=counted,
-            loops=self.loops,
-            pair_samples=tuple(tuple(s) for s in pair_samples),
-            total_samples=tuple(total_samples),
-            statistic=options.statistic,
-            pair_labels=tuple(f"{c.src.label} -> {c.dst.label}" for c in copies),
-        )
-
-    # -- across ranks ---------------------------------------------------------------------
-    def exec_rank(self, src_owner: int, dst_owner: int) -> int:
-        """The rank that issues a copy between buffers owned by ``src_owner`` and
-        ``dst_owner`` (nvbandwidth: the owner of the preferred side)."""
-        return src_owner if self.prefer is Prefer.SRC else dst_owner
-
-    def measure_ranks(self, pairs: Sequence[RankCopy], rank_gate: RankGate) -> CellMeasurement:
-        """Run every rank's pairs of one cell simultaneously for ``samples`` samples. Every
-        rank calls this with the same global pair list (``RankCopy.copy`` set where the rank
-        issues it), also a rank with no pairs of its own. Returns the whole cell, every
-        pair's samples, on every rank."""
-        world = self.world
-        if not pairs:
-            raise UsageError("measure_ranks() needs at least one pair")
-        if self.kind is Kind.TOTAL:
-            # the same on every rank, so every rank raises it here without a collective
-            raise UsageError(
-                "a TOTAL figure is not measured across ranks; allowed: FIRST, SUM, VECTOR"
+            owners = [*execs, *execs, *execs[:1]] if sync.total_event else [*execs, *execs]
+            events = [stack.enter_context(backend.event(e)) for e in owners]
+            stack.callback(sync.drain, streams)
+            n = len(execs)
+            cell = _Cell(
+                jobs=self._jobs(copies, infos, checked, streams),
+                counted=counted,
+                starts=events[:n],
+                ends=events[n : 2 * n],
+                total_end=events[2 * n] if sync.total_event else None,
+                pair_samples=[[] for _ in copies],
             )
-        me = world.rank
-        mine = [(i, p.copy) for i, p in enumerate(pairs) if p.rank == me]
-        error: BaseException | None = None
-        local: dict[int, tuple[int, tuple[float, ...]]] = {}
-        labels: dict[int, str] = {}
-        try:
-            if any(c is None for _, c in mine):
-                raise UsageError(f"rank {me} issues a pair of the cell but has no buffers for it")
-            local = self._measure_local(
-                [c for _, c in mine if c is not None],
-                [i for i, _ in mine],
-                first=pairs[0].rank == me,
-                rank_gate=rank_gate,
-            )
-            labels = {i: f"{c.src.label} -> {c.dst.label}" for i, c in mine if c is not None}
-        except RemoteRankError:
-            raise  # every rank raised it at the same agreement point already
-        except GpubwError as exc:
-            error = exc
-        # after the last sample: every rank's error, if any, is everyone's
-        agreed(world, error)
-        merged: dict[int, tuple[int, tuple[float, ...]]] = {}
-        names: dict[int, str] = {}
-        for part, part_labels in world.allgather((local, labels)):
-            merged.update(part)
-            names.update(part_labels)
-        order = range(len(pairs))
-        return CellMeasurement(
-            counted_bytes=tuple(merged[i][0] for i in order),
-            loops=self.loops,
-            pair_samples=tuple(merged[i][1] for i in order),
-            total_samples=(),
-            statistic=self.system.options.statistic,
-            pair_labels=tuple(names[i] for i in order),
-        )
+            for _ in range(system.options.samples):
+                self._sample(cell, sync)
+        return cell
 
-    def _measure_local(
-        self, copies: list[Copy], indexes: list[int], *, first: bool, rank_gate: RankGate
-    ) -> dict[int, tuple[int, tuple[float, ...]]]:
-        """This rank's part of :meth:`measure_ranks`: {pair index: (counted, samples)}. Every
-        sample has the agreement points of the protocol, also on a rank without copies;
-        errors of a sample are raised on every rank (see :func:`agreed`)."""
-        system = self.system
-        backend = system.backend
-        options = system.options
-        world = self.world
-        check_copies(copies)
-        execs, infos, counted, checked = self._plan(system, copies)
-        gate = system.gate
-        samples: list[list[float]] = [[] for _ in copies]
-        with contextlib.ExitStack() as stack:
-            streams = [stack.enter_context(backend.stream(e)) for e in execs]
-            events = [stack.enter_context(backend.event(e)) for e in [*execs, *execs]]
-            stack.callback(self._drain_ranks, gate, rank_gate, streams)
-            starts, ends = events[: len(execs)], events[len(execs) :]
-            bound = options.gate_timeout_s + options.sync_timeout_s
-            for _ in range(options.samples):
-                # 1. close both gates (rank 0 zeroes the device flag); all ranks agree
-                error: BaseException | None = None
-                try:
-                    gate.close()
-                    if world.rank == rank_gate.owner:
-                        rank_gate.reset()
-                except GpubwError as exc:
-                    error = exc
-                agreed(world, error)
-                # 2.-3. fill, hold the streams behind the gates, queue everything
-                try:
-                    self._queue_ranks(
-                        copies, infos, checked, streams, starts, ends, first, rank_gate
-                    )
-                except GpubwError as exc:
-                    error = exc
-                # 4. every rank's copies are queued before the gate opens
-                agreed(world, error, options.gate_timeout_s + world.timeout_s)
-                # 5. release (first rank), wait, verify, arithmetic; all ranks agree
-                try:
-                    if first:
-                        gate.open()
-                    self._wait_released(streams, "the first rank")
-                    if options.verify and copies:
-                        self._verify(copies, infos, checked, streams)
-                    for k, rate in enumerate(self._rates(counted, starts, ends)):
-                        samples[k].append(rate)
-                except GpubwError as exc:
-                    error = exc
-                agreed(world, error, bound + world.timeout_s)
-        return {i: (counted[k], tuple(samples[k])) for k, i in enumerate(indexes)}
-
-    def _queue_ranks(
-        self,
-        copies: list[Copy],
-        infos: list[DeviceInfo],
-        checked: list[int],
-        streams: list[Any],
-        starts: list[Any],
-        ends: list[Any],
-        first: bool,
-        rank_gate: RankGate,
-    ) -> None:
-        """Steps 1-4 of a sample on this rank: the first rank's first stream relays its host
-        gate to the device flag, every other stream waits on that flag."""
-        gate = self.system.gate
-        timeout_s = self.system.options.gate_timeout_s
-        flag = rank_gate.flag_pointer
-
-        def hold(k: int, stream: Any) -> None:
-            if first and k == 0:
-                gate.enqueue_relay(stream, flag, timeout_s)
-            else:
-                gate.enqueue_wait(stream, timeout_s, flag=flag)
-
-        self._fill(copies, infos, checked, streams)
-        self._enqueue_timed(copies, infos, streams, starts, ends, hold)
-
-    def _drain_ranks(self, gate: Gate, rank_gate: RankGate, streams: list[Any]) -> None:
-        """:meth:`_drain` across ranks: also set the device flag (any rank may), so no
-        rank's streams stay held when the first rank failed before its relay ran."""
-        with contextlib.suppress(GpubwError):
-            rank_gate.release()
-        self._drain(gate, streams)
-
-    def _drain(self, gate: Gate, streams: list[Any]) -> None:
-        """Open the gate (never leave a stream held by it) and wait for the streams (bounded),
-        each step tried even if another failed, before the streams are destroyed."""
-        with contextlib.suppress(GpubwError):
-            gate.open()
-        for s in streams:
-            with contextlib.suppress(GpubwError):
-                self.system.backend.synchronize(s, self.system.options.sync_timeout_s)
-
-    # -- the steps of a sample, shared by one node and the ranks ---------------------------
-    def _fill(
+    def _jobs(
         self,
         copies: Sequence[Copy],
         infos: list[DeviceInfo],
         checked: list[int],
         streams: list[Any],
-    ) -> None:
+    ) -> list[CopyJob]:
+        """Each copy as the initiator gets it, on its own stream."""
+        return [
+            CopyJob(
+                system=self.system,
+                src=c.src,
+                dst=c.dst,
+                nbytes=c.nbytes,
+                checked=n,
+                exec_device=info,
+                stream=s,
+            )
+            for c, info, n, s in zip(copies, infos, checked, streams)
+        ]
+
+    def _sample(self, cell: _Cell, sync: Sync) -> None:
+        """One sample: steps 1-7 of the module's protocol, in three steps of ``sync`` (each
+        an agreement point across ranks)."""
+        options = self.system.options
+        sync.step(sync.begin)
+        sync.step(lambda: self._queue(cell, sync), options.gate_timeout_s)
+        sync.step(lambda: self._finish(cell, sync), options.gate_timeout_s + options.sync_timeout_s)
+
+    def _queue(self, cell: _Cell, sync: Sync) -> None:
+        """Steps 2-4: fill and wait; close the gate; hold every stream with its warm-up;
+        start events, the measured copies, end events."""
+        self._fill(cell.jobs)
+        sync.close()
+        self._enqueue_timed(cell, sync.hold)
+
+    def _finish(self, cell: _Cell, sync: Sync) -> None:
+        """Steps 5-7: release and wait (bounded), verify, and this sample's rates."""
+        sync.release()
+        self._wait_released([j.stream for j in cell.jobs], sync.releaser)
+        if self.system.options.verify:
+            self._verify(cell.jobs)
+        for samples, rate in zip(cell.pair_samples, self._rates(cell)):
+            samples.append(rate)
+        if self.kind is Kind.TOTAL and cell.total_end is not None:
+            seconds = self.system.backend.elapsed_seconds(cell.starts[0], cell.total_end)
+            cell.total_samples.append(_rate(sum(cell.counted) * self.loops, seconds))
+
+    def _fill(self, jobs: list[CopyJob]) -> None:
         """Fill every copy's buffers (outside the timing) and wait for it, so no fill
         overlaps a timed copy."""
         system = self.system
-        for c, info, n, s in zip(copies, infos, checked, streams):
-            self.initiator.prepare(system, c.src, c.dst, checked=n, stream=s, exec_device=info)
-        for s in streams:
-            system.backend.synchronize(s, system.options.sync_timeout_s)
+        for job in jobs:
+            self.initiator.prepare(job)
+        for job in jobs:
+            system.backend.synchronize(job.stream, system.options.sync_timeout_s)
 
-    def _enqueue_timed(
-        self,
-        copies: Sequence[Copy],
-        infos: list[DeviceInfo],
-        streams: list[Any],
-        starts: list[Any],
-        ends: list[Any],
-        hold: Callable[[int, Any], None],
-        total_end: Any = None,
-    ) -> None:
+    def _enqueue_timed(self, cell: _Cell, hold: Callable[[int, Any], None]) -> None:
         """Hold every stream (``hold(k, stream)``) and queue its warm-up behind the hold;
         start events (every stream starts once stream 0 has started); the measured copies
-        and end events; with ``total_end``, stream 0 also waits for every end and records it."""
-        system = self.system
-        backend = system.backend
+        and end events; for TOTAL, stream 0 also waits for every end and records the last."""
+        backend = self.system.backend
         init = self.initiator
-        for k, (c, info, s) in enumerate(zip(copies, infos, streams)):
-            hold(k, s)
-            init.enqueue(
-                system,
-                c.src,
-                c.dst,
-                nbytes=c.nbytes,
-                loops=WARMUP_ITERATIONS,
-                stream=s,
-                exec_device=info,
-            )
-        if copies:
-            backend.record_event(starts[0], streams[0])
-        for i in range(1, len(copies)):
-            backend.wait_event(streams[i], starts[0])
-            backend.record_event(starts[i], streams[i])
-        for i, (c, info, s) in enumerate(zip(copies, infos, streams)):
-            init.enqueue(
-                system, c.src, c.dst, nbytes=c.nbytes, loops=self.loops, stream=s, exec_device=info
-            )
-            backend.record_event(ends[i], s)
+        jobs, starts, ends = cell.jobs, cell.starts, cell.ends
+        total_end = cell.total_end if self.kind is Kind.TOTAL else None
+        for k, job in enumerate(jobs):
+            hold(k, job.stream)
+            init.enqueue(job, loops=WARMUP_ITERATIONS)
+        if jobs:
+            backend.record_event(starts[0], jobs[0].stream)
+        for i in range(1, len(jobs)):
+            backend.wait_event(jobs[i].stream, starts[0])
+            backend.record_event(starts[i], jobs[i].stream)
+        for i, job in enumerate(jobs):
+            init.enqueue(job, loops=self.loops)
+            backend.record_event(ends[i], job.stream)
             if total_end is not None and i >= 1:
-                backend.wait_event(streams[0], ends[i])
+                backend.wait_event(jobs[0].stream, ends[i])
         if total_end is not None:
-            backend.record_event(total_end, streams[0])
+            backend.record_event(total_end, jobs[0].stream)
 
     def _wait_released(self, streams: list[Any], releaser: str) -> None:
         """Wait for every stream (bounded by the gate's and the sync timeout), then refuse
@@ -453,86 +550,35 @@ class MemcpyOperation:
                 "have started early, so it is discarded"
             )
 
-    def _rates(self, counted: tuple[int, ...], starts: list[Any], ends: list[Any]) -> list[float]:
+    def _rates(self, cell: _Cell) -> list[float]:
         """Each pair's bandwidth of this sample: counted bytes x loops / (end - start)."""
         elapsed = self.system.backend.elapsed_seconds
         return [
             _rate(n * self.loops, elapsed(start, end))
-            for n, start, end in zip(counted, starts, ends)
+            for n, start, end in zip(cell.counted, cell.starts, cell.ends)
         ]
 
-    def _one_sample(
-        self,
-        copies: Sequence[Copy],
-        infos: list[DeviceInfo],
-        counted: tuple[int, ...],
-        checked: list[int],
-        streams: list[Any],
-        starts: list[Any],
-        ends: list[Any],
-        total_end: Any,
-        pair_samples: list[list[float]],
-        total_samples: list[float],
-    ) -> None:
-        system = self.system
-        gate = system.gate
-        timeout_s = system.options.gate_timeout_s
-        total = self.kind is Kind.TOTAL
-        # 1. Fill (outside the timing), and wait for it, so no fill overlaps a timed copy.
-        self._fill(copies, infos, checked, streams)
-        # 2.-4. Close the gate; hold every stream behind it with its warm-up; start events
-        #    (every stream starts once stream 0 has); measured copies and end events.
-        gate.close()
-        self._enqueue_timed(
-            copies,
-            infos,
-            streams,
-            starts,
-            ends,
-            lambda _k, s: gate.enqueue_wait(s, timeout_s),
-            total_end if total else None,
-        )
-        # 5. Release and wait (bounded).
-        gate.open()
-        self._wait_released(streams, "gpubw")
-        # 6. Verify.
-        if system.options.verify:
-            self._verify(copies, infos, checked, streams)
-        # 7. Arithmetic.
-        for samples, rate in zip(pair_samples, self._rates(counted, starts, ends)):
-            samples.append(rate)
-        if total:
-            seconds = system.backend.elapsed_seconds(starts[0], total_end)
-            total_samples.append(_rate(sum(counted) * self.loops, seconds))
-
-    def _verify(
-        self,
-        copies: Sequence[Copy],
-        infos: list[DeviceInfo],
-        checked: list[int],
-        streams: list[Any],
-    ) -> None:
+    def _verify(self, jobs: list[CopyJob]) -> None:
+        """Queue every job's compares (two result slots each, as many jobs as the gate
+        page's slots hold), wait, and raise the first mismatch, naming the copy."""
         backend = self.system.backend
-        pending: list[tuple[int, Buffer, Copy, int]] = []
+        pending: list[tuple[int, Buffer, CopyJob]] = []
         slot = 0
-        for c, info, n, s in zip(copies, infos, checked, streams):
+        for job in jobs:
             if slot + 2 > MAX_VERIFY_SLOTS:
                 break
-            checks = self.initiator.enqueue_checks(
-                c.src, c.dst, checked=n, stream=s, exec_device=info, first_slot=slot
-            )
-            for sl, buf in checks:
-                pending.append((sl, buf, c, info.ordinal))
+            for sl, buf in self.initiator.enqueue_checks(job, first_slot=slot):
+                pending.append((sl, buf, job))
             slot += 2
-        for s in streams:
-            backend.synchronize(s, self.system.options.sync_timeout_s)
-        for sl, buf, c, e in pending:
+        for job in jobs:
+            backend.synchronize(job.stream, self.system.options.sync_timeout_s)
+        for sl, buf, job in pending:
             try:
                 buf.check_verified(sl)
             except VerificationError as exc:
                 raise VerificationError(
-                    f"{buf.label} after the copy {c.src.label} -> {c.dst.label} "
-                    f"issued by device {e}",
+                    f"{buf.label} after the copy {job.src.label} -> {job.dst.label} "
+                    f"issued by device {job.exec_device.ordinal}",
                     exc.offset,
                 ) from None
 

@@ -6,7 +6,8 @@ bidirectional device-to-device test into one ``bandwidth_matrix`` of 3N rows. Th
 turns it into gpubw's report-like shape, in gpubw's base units (bytes/s, seconds)::
 
     {"tool": "nvbandwidth", "tool_version": "v0.8", "simulated": False,
-     "versions": {"cuda_driver": 12080, "driver": "570.124.06"}, "devices": [...],
+     "versions": {"cuda_driver": 12080, "driver": "570.124.06"},
+     "devices": [{"ordinal", "name", "pci_short", "pci_bus_id"}, ...],
      "host": "gpu-node-17", "warnings": [...], "error": "",
      "testcases": [{"key", "status", "message",
                     "matrices": [{"key", "description", "unit", "kind",
@@ -172,9 +173,11 @@ def _device(text: str, ordinal: int) -> tuple[dict[str, Any], str]:
     m = _DEVICE.match(text)
     if not m:
         return {"ordinal": ordinal, "name": text}, ""
-    return {"ordinal": int(m.group(1)), "name": m.group(2), "pci_short": m.group(3)}, (
-        m.group(4) or ""
-    )
+    pci = m.group(3)
+    # nvbandwidth's address (domain:bus:device, no function) is the device's PCI bus id
+    # here too, so that verdicts and comparisons name the GPU as nvbandwidth printed it
+    record = {"ordinal": int(m.group(1)), "name": m.group(2), "pci_short": pci, "pci_bus_id": pci}
+    return record, m.group(4) or ""
 
 
 def parse(doc: Mapping[str, Any]) -> dict[str, Any]:

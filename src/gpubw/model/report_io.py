@@ -20,19 +20,18 @@ before it is written (:func:`validate`).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import math
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from gpubw.model import schemas
 from gpubw.model.errors import GpubwError, UsageError
 from gpubw.model.infile import read_input
 from gpubw.model.options import options_from_record
@@ -49,8 +48,8 @@ from gpubw.model.results import (
 if TYPE_CHECKING:
     from gpubw.model.devices import DeviceInfo
 
-SCHEMA_VERSION = "1"
-SCHEMA_FILE = "report-v1.schema.json"
+SCHEMA_VERSION = schemas.VERSIONS[schemas.REPORT]
+SCHEMA_FILE = schemas.schema_file(schemas.REPORT)
 #: how many violations a validation error lists
 MAX_ERRORS = 5
 
@@ -108,43 +107,29 @@ def device_record(info: DeviceInfo) -> dict[str, Any]:
 # -- the schema --------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
     """The report schema, from the installed package."""
-    text = resources.files("gpubw").joinpath("schemas").joinpath(SCHEMA_FILE).read_text("utf-8")
-    doc: dict[str, Any] = json.loads(text)
-    return doc
+    return schemas.schema(schemas.REPORT)
 
 
-@functools.lru_cache(maxsize=1)
-def _validator() -> Any:
-    import jsonschema
-
-    return jsonschema.Draft202012Validator(schema())
-
-
-@functools.lru_cache(maxsize=1)
 def _matrix_validator() -> Any:
-    import jsonschema
-
-    sub = {"$defs": schema()["$defs"], "$ref": "#/$defs/matrix"}
-    return jsonschema.Draft202012Validator(sub)
+    return schemas.validator(schemas.REPORT, closed_objects=True, ref="matrix")
 
 
-def _where(path: Sequence[Any], root: str = "$") -> str:
-    return root + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+_where = schemas.where
 
 
-def validation_errors(doc: Any) -> list[str]:
-    """Readable violations of the schema (``$.path: message``), most relevant first."""
-    errors = sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
-    return [f"{_where(e.path)}: {e.message}" for e in errors]
+def validation_errors(doc: Any, *, closed: bool = True) -> list[str]:
+    """Readable violations of the schema (``$.path: message``), most relevant first;
+    ``closed`` (gpubw's own output): no member the schema does not describe (a reader
+    ignores unknown members: docs/compatibility.md)."""
+    return schemas.errors(schemas.REPORT, doc, closed=closed)
 
 
-def validate(doc: Any, what: str = "report") -> None:
+def validate(doc: Any, what: str = "report", *, closed: bool = True) -> None:
     """Raise :class:`GpubwError` listing the first violations if ``doc`` is not a valid
-    gpubw report."""
-    errors = validation_errors(doc)
+    gpubw report (``closed``: as gpubw writes one; a report read is checked open)."""
+    errors = validation_errors(doc, closed=closed)
     if errors:
         shown = "\n  ".join(errors[:MAX_ERRORS])
         more = f"\n  ... and {len(errors) - MAX_ERRORS} more" if len(errors) > MAX_ERRORS else ""
@@ -413,10 +398,9 @@ def dumps(report: Report) -> str:
 # -- dict -> Report ----------------------------------------------------------------------
 
 
-def load_report(path: str | Path) -> dict[str, Any]:
-    """Read a gpubw JSON report and validate it; UsageError if unreadable, GpubwError if it
-    does not match the schema."""
-    p = Path(path)
+def _read_json(p: Path) -> Any:
+    """The JSON document in the report file ``p``; UsageError if it cannot be read or is not
+    JSON."""
     try:
         text = read_input(p, "report")
     except OSError as exc:
@@ -424,15 +408,37 @@ def load_report(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise UsageError(f"{p} is not UTF-8 text: {exc}") from exc
     try:
-        doc = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{p} is not JSON: {exc}") from exc
+
+
+def read_report(path: str | Path) -> Report:
+    """The Report in ``path``: a gpubw JSON report (validated), or nvbandwidth's own ``-j``
+    output (converted by :func:`gpubw.model.nvbandwidth_json.to_report`: figures in base units,
+    each device with nvbandwidth's PCI address). UsageError if it is neither; GpubwError if a
+    gpubw report does not match the schema."""
+    p = Path(path)
+    doc = _read_json(p)
+    if isinstance(doc, Mapping) and "nvbandwidth" in doc:
+        from gpubw.model.nvbandwidth_json import to_report
+
+        return to_report(doc)
+    validate(doc, what=str(p))
+    return report_from_dict(doc)
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """Read a gpubw JSON report and validate it; UsageError if unreadable, GpubwError if it
+    does not match the schema."""
+    p = Path(path)
+    doc = _read_json(p)
     if isinstance(doc, Mapping) and "nvbandwidth" in doc:
         raise UsageError(
             f"{p} is nvbandwidth's own JSON, not a gpubw report "
             "(gpubw.model.nvbandwidth_json reads that format)"
         )
-    validate(doc, what=str(p))
+    validate(doc, what=str(p), closed=False)  # a newer gpubw's added members are ignored
     result: dict[str, Any] = dict(doc)
     return result
 

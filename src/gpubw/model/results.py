@@ -6,7 +6,9 @@ Values are in base units: bytes/s for bandwidth, seconds for latency, bytes for 
 from __future__ import annotations
 
 import enum
+import functools
 import math
+import re
 import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -31,6 +33,23 @@ COUNTED_READ_WRITE = "read+write"
 COUNTED_NONE = "none"
 BYTES_COUNTINGS = (COUNTED_ONCE, COUNTED_READ_WRITE, COUNTED_NONE)
 
+#: What a Matrix's rows, or its columns, stand for (``Axes.rows``, ``Axes.columns``).
+AXIS_HOST = "host"  # the host: the one row of a host <-> GPU matrix
+AXIS_GPU = "gpu"  # a GPU of the node; its label is the device ordinal
+AXIS_RANK = "rank"  # a rank of a multi-rank run; its label is the rank, read as that rank's GPU
+AXIS_PEERS = "peers"  # every peer of the column's GPU at once: the one row of an all-to-one
+AXIS_NONE = "none"  # no end of the traffic: the one row (or column) that only holds figures
+AXIS_KINDS = (AXIS_HOST, AXIS_GPU, AXIS_RANK, AXIS_PEERS, AXIS_NONE)
+#: the sides whose labels name a GPU (a device ordinal, or a rank read as its GPU)
+GPU_AXES = frozenset({AXIS_GPU, AXIS_RANK})
+#: Which way a cell reads (``Axes.direction``): the arrow of nvbandwidth's header between
+#: the row and the column (``->``, ``<-``, ``<->``).
+ROW_TO_COLUMN = "row->column"
+COLUMN_TO_ROW = "column->row"
+BOTH_WAYS = "both"
+DIRECTIONS = (ROW_TO_COLUMN, COLUMN_TO_ROW, BOTH_WAYS)
+_ARROWS = {ROW_TO_COLUMN: "->", COLUMN_TO_ROW: "<-", BOTH_WAYS: "<->"}
+
 
 def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
     """``tuple`` as a typed converter (mypy cannot infer attrs' ``converter=tuple``)."""
@@ -51,6 +70,56 @@ def _samples(rows: Sequence[Sequence[Any]]) -> tuple[tuple[Any, ...], ...]:
     return tuple(
         tuple(tuple(c.tolist()) if hasattr(c, "tolist") else c for c in row) for row in rows
     )
+
+
+@attrs.frozen
+class Axes:
+    """What a Matrix's rows and columns stand for, and which way its cells read.
+
+    ``rows`` and ``columns`` are each ``"host"``, ``"gpu"`` (the label is a device ordinal),
+    ``"rank"`` (the label is a rank of a multi-rank run, standing for its GPU), ``"peers"``
+    (the one row of an all-to-one or one-to-all matrix: every peer of the column's GPU) or
+    ``"none"`` (a row or column that names no end, e.g. the one row of device-local copies).
+    ``direction`` is the arrow of nvbandwidth's header between them: ``"row->column"``
+    (``->``), ``"column->row"`` (``<-``) or ``"both"`` (``<->``, bidirectional). A testcase
+    gives a Matrix its axes; a Matrix without them gets :func:`axes_from_header`'s.
+    """
+
+    rows: str = attrs.field(validator=attrs.validators.in_(AXIS_KINDS))
+    columns: str = attrs.field(validator=attrs.validators.in_(AXIS_KINDS))
+    direction: str = attrs.field(default=ROW_TO_COLUMN, validator=attrs.validators.in_(DIRECTIONS))
+
+    @property
+    def arrow(self) -> str:
+        """The direction as nvbandwidth's header writes it: ``->``, ``<-`` or ``<->``."""
+        return _ARROWS[self.direction]
+
+    @property
+    def bidirectional(self) -> bool:
+        return self.direction == BOTH_WAYS
+
+
+_ENDS = re.compile(r"(CPU|GPU)\(row\)\s*(<->|->|<-)\s*(CPU|GPU)\(column\)")
+_BY_ARROW = {arrow: direction for direction, arrow in _ARROWS.items()}
+
+
+@functools.lru_cache(maxsize=256)
+def axes_from_header(description: str, n_rows: int = 1) -> Axes:
+    """The axes an nvbandwidth-style header names, for a Matrix built without axes (a
+    plugin's, one read back from a report, nvbandwidth's own JSON): the one place that reads
+    a header for meaning. ``CPU(row) -> GPU(column)`` is host x gpu; ``GPU(row) <-
+    GPU(column)`` gpu x gpu, or peers x gpu over one row (nvbandwidth's all-to-one and
+    one-to-all); ``CPU(row)`` over several rows is gpu (nvbandwidth's multinode bidirectional
+    headers say CPU); ``GPU(column)`` alone is none x gpu; anything else none x none. The
+    arrow gives the direction; without one, row->column."""
+    found = _ENDS.search(description)
+    if found is None:
+        columns = AXIS_GPU if "GPU(column)" in description else AXIS_NONE
+        return Axes(AXIS_NONE, columns)
+    row, arrow, column = found.groups()
+    one_row = AXIS_HOST if row == "CPU" else AXIS_PEERS
+    rows = AXIS_GPU if n_rows > 1 else one_row
+    return Axes(rows, AXIS_HOST if column == "CPU" else AXIS_GPU, _BY_ARROW[arrow])
 
 
 def _default_kind(m: Matrix) -> str:
@@ -104,6 +173,11 @@ class Matrix:
     #: COUNTED_ONCE, COUNTED_READ_WRITE or COUNTED_NONE (latency); None: inferred (see
     #: ``_default_counting``). Read it through ``bytes_counting``.
     _bytes_counting: str | None = None
+    #: what the rows and columns stand for (:class:`Axes`); None: read from the header
+    #: (:func:`axes_from_header`). Read it through ``axes``. Not written to the JSON report.
+    _axes: Axes | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Axes))
+    )
 
     @property
     def kind(self) -> str:
@@ -118,6 +192,14 @@ class Matrix:
         if self._bytes_counting is not None:
             return self._bytes_counting
         return _default_counting(self)
+
+    @property
+    def axes(self) -> Axes:
+        """What the rows and columns stand for: the axes the matrix was built with, else
+        those its header names (:func:`axes_from_header`)."""
+        if self._axes is not None:
+            return self._axes
+        return axes_from_header(self.description, len(self.row_labels))
 
     def __attrs_post_init__(self) -> None:
         if len(self.values) != len(self.row_labels):

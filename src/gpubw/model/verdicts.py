@@ -6,14 +6,23 @@ verdicts (:mod:`gpubw.model.report_io`) and writers print them (:func:`format_ve
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from gpubw.model.results import BANDWIDTH, LATENCY, Matrix
+from gpubw.model.results import (
+    AXIS_HOST,
+    AXIS_NONE,
+    AXIS_PEERS,
+    BANDWIDTH,
+    BOTH_WAYS,
+    COLUMN_TO_ROW,
+    GPU_AXES,
+    LATENCY,
+    Matrix,
+)
 from gpubw.model.sizes import format_size
 
 HOST, PEER, LOCAL, DEVICE, CELL = "host", "peer", "local", "device", "cell"
@@ -23,7 +32,6 @@ SOAK_DROP = "soak_drop"
 FAIL, WARN, PASS = "fail", "warn", "pass"
 
 _DISPLAY = {BANDWIDTH: "GB/s", LATENCY: "us"}
-_HEADER = re.compile(r"(CPU|GPU)\(row\)\s*(<->|->|<-)\s*(CPU|GPU)\(column\)")
 
 
 # -- where a cell is ------------------------------------------------------------------------
@@ -97,38 +105,47 @@ class CellPlace:
     bidirectional: bool
 
 
+def _link_and_ends(
+    m: Matrix, r: int, c: int, devices: Sequence[Mapping[str, Any]]
+) -> tuple[str, Endpoint, Endpoint]:
+    """A cell's link type and its two ends as the row -> column arrow names them."""
+    axes, n_rows = m.axes, len(m.row_labels)
+    if axes.columns not in GPU_AXES:
+        return CELL, Endpoint("unknown"), Endpoint("unknown")
+    col = _gpu(devices, m.column_labels[c])
+    if n_rows == 1 and axes.rows == AXIS_HOST:
+        return HOST, Endpoint("host"), col
+    if n_rows == 1 and axes.rows in (AXIS_NONE, AXIS_PEERS):
+        # a figure of the column's GPU: alone, or with its peers (nvbandwidth's -> names
+        # the GPU's traffic out to them)
+        return DEVICE, col, (col if axes.rows == AXIS_NONE else Endpoint("peers"))
+    if n_rows > 1 and n_rows == len(m.column_labels) and axes.rows in GPU_AXES:
+        link = LOCAL if m.row_labels[r] == m.column_labels[c] else PEER
+        return link, _gpu(devices, m.row_labels[r]), col
+    return CELL, Endpoint("unknown"), Endpoint("unknown")
+
+
 def cell_places(
     m: Matrix,
     devices: Sequence[Mapping[str, Any]] = (),
     peer_links: Mapping[tuple[int, int], str] | None = None,
 ) -> list[CellPlace]:
-    """Every applicable cell of ``m`` with its link type and its two ends."""
-    hdr = _HEADER.search(m.description)
-    row_role, arrow = (hdr[1], hdr[2]) if hdr else ("", "->")
-    n_rows, n_cols = len(m.row_labels), len(m.column_labels)
+    """Every applicable cell of ``m`` with its link type and its two ends, read from the
+    matrix's :class:`~gpubw.model.results.Axes` (a rank is read as its GPU)."""
+    direction = m.axes.direction
     out = []
     for r, values in enumerate(m.values):
         for c, v in enumerate(values):
             if v is None:
                 continue
-            bidir = arrow == "<->"
-            col = _gpu(devices, m.column_labels[c])
-            if n_rows == 1 and row_role == "CPU":
-                link, a, b = HOST, Endpoint("host"), col
-            elif n_rows == 1 and "GPU(column)" in m.description:
-                link, a, b = DEVICE, col, (col if row_role == "" else Endpoint("peers"))
-            elif n_rows > 1 and n_rows == n_cols and row_role == "GPU":
-                a, b = _gpu(devices, m.row_labels[r]), col
-                link = LOCAL if m.row_labels[r] == m.column_labels[c] else PEER
-            else:
-                link, a, b = CELL, Endpoint("unknown"), Endpoint("unknown")
-            if arrow == "<-":
+            link, a, b = _link_and_ends(m, r, c, devices)
+            if direction == COLUMN_TO_ROW:
                 a, b = b, a
             group = link
             if link == PEER and peer_links is not None and a.index is not None:
                 pair = (a.index, b.index if b.index is not None else -1)
                 group = f"peer/{peer_links.get(pair) or peer_links.get(pair[::-1], '?')}"
-            out.append(CellPlace(r, c, link, group, a, b, bidir))
+            out.append(CellPlace(r, c, link, group, a, b, direction == BOTH_WAYS))
     return out
 
 

@@ -132,7 +132,8 @@ class RunSpec:
     warnings found while selecting, and who follows the run (``listeners``, in order: see
     :mod:`gpubw.model.events`). ``handle_signals``: SIGINT/SIGTERM stop the run (the
     command's, or a guard installed for it); ``capture_output``: what plugin code prints to
-    standard output goes into its result's ``output``."""
+    standard output goes into its result's ``output``; ``stop_on_error``: nothing runs after
+    a testcase that ended in Error (nvbandwidth's way: its process ends there)."""
 
     selection: tuple[Selected, ...] = attrs.field(converter=_selection)
     options: RunOptions = attrs.field(factory=RunOptions)
@@ -144,6 +145,7 @@ class RunSpec:
     listeners: tuple[RunListener, ...] = attrs.field(default=(), converter=_listeners)
     handle_signals: bool = False
     capture_output: bool = True
+    stop_on_error: bool = False
 
     @property
     def name(self) -> str:
@@ -602,9 +604,11 @@ class _Steps:
 
 def _run_all(run: _Steps) -> None:
     """Every step in order, appending to the state's results; stops once a signal arrived
-    (or once the world of ranks broke). With ``--soak`` the whole selection repeats until
-    its time (on the backend's clock: the simulated one's is modelled time) is up; the last
-    repetition begun runs to its end, so every repetition has every cell."""
+    (or once the world of ranks broke, or after an Error with ``stop_on_error``: the ranks
+    agree on every status, so they all stop at the same step). With ``--soak`` the whole
+    selection repeats until its time (on the backend's clock: the simulated one's is
+    modelled time) is up; the last repetition begun runs to its end, so every repetition has
+    every cell."""
     sizes = run.system.options.buffer_sizes
     per_repetition = sum(len(_steps(item, sizes)) for item in run.spec.selection)
     soak = run.system.options.soak_s
@@ -644,9 +648,23 @@ def _run_selection(run: _Steps, per_repetition: int, repetition: int | None) -> 
             run.state.current = None
             done += 1
             run.events.testcase_finished(Finished(step, result), run.state.so_far(total))
-            if run.ranks.stopped:
+            if run.ranks.stopped or (run.spec.stop_on_error and _failed_anywhere(run, result)):
                 return False
     return True
+
+
+def _failed_anywhere(run: _Steps, result: TestcaseResult) -> bool:
+    """Whether this step ended in Error on any rank (``stop_on_error``). A single-node
+    testcase's status is not agreed between the ranks (each host's first rank runs it), so
+    the ranks agree on it here: every rank stops at the same step or none does."""
+    failed = result.status is Status.ERROR
+    world = run.system.world
+    if world.size == 1:
+        return failed
+    try:
+        return not world.agree(result.message if failed else None).ok
+    except WorldError:
+        return True
 
 
 def _step(item: Selected, system: System, size: int | None, run: _Steps) -> TestcaseResult:

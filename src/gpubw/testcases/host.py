@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpubw.measure.initiators import CE, SM, SPLIT_WARP
-from gpubw.model.results import Matrix
+from gpubw.model.results import BOTH_WAYS, COLUMN_TO_ROW, ROW_TO_COLUMN, Matrix
 from gpubw.testcases.base import Testcase
 from gpubw.testcases.shapes import D2H, H2D, host_traffic
 
@@ -18,6 +18,8 @@ BIDIR_CE = "memcpy CE CPU(row) <-> GPU(column) bandwidth (GB/s)"
 H2D_SM = "memcpy SM CPU(row) -> GPU(column) bandwidth (GB/s)"
 D2H_SM = "memcpy SM CPU(row) <- GPU(column) bandwidth (GB/s)"
 BIDIR_SM = "memcpy SM CPU(row) <-> GPU(column) bandwidth (GB/s)"
+#: the headers' arrows between the host (the row) and the GPUs (the columns)
+TO_GPU, TO_HOST = ROW_TO_COLUMN, COLUMN_TO_ROW
 
 
 class HostToDeviceCE(Testcase):
@@ -25,7 +27,7 @@ class HostToDeviceCE(Testcase):
     Reports each device's host to device bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, CE, H2D_CE, H2D)
+        return host_traffic(self, size, loops, CE, H2D_CE, H2D, direction=TO_GPU)
 
 
 class DeviceToHostCE(Testcase):
@@ -33,7 +35,7 @@ class DeviceToHostCE(Testcase):
     Reports each device's device to host bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, CE, D2H_CE, D2H)
+        return host_traffic(self, size, loops, CE, D2H_CE, D2H, direction=TO_HOST)
 
 
 class HostToDeviceBidirectionalCE(Testcase):
@@ -43,7 +45,15 @@ class HostToDeviceBidirectionalCE(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self, size, loops, CE, BIDIR_CE, H2D, same_device=[D2H], interference_size=2 * size
+            self,
+            size,
+            loops,
+            CE,
+            BIDIR_CE,
+            H2D,
+            direction=BOTH_WAYS,
+            same_device=[D2H],
+            interference_size=2 * size,
         )
 
 
@@ -54,7 +64,15 @@ class DeviceToHostBidirectionalCE(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self, size, loops, CE, BIDIR_CE, D2H, same_device=[H2D], interference_size=2 * size
+            self,
+            size,
+            loops,
+            CE,
+            BIDIR_CE,
+            D2H,
+            direction=BOTH_WAYS,
+            same_device=[H2D],
+            interference_size=2 * size,
         )
 
 
@@ -63,7 +81,7 @@ class HostToDeviceSM(Testcase):
     Reports each device's host to device bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, SM, H2D_SM, H2D)
+        return host_traffic(self, size, loops, SM, H2D_SM, H2D, direction=TO_GPU)
 
 
 class DeviceToHostSM(Testcase):
@@ -71,7 +89,7 @@ class DeviceToHostSM(Testcase):
     Reports each device's device to host bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, SM, D2H_SM, D2H)
+        return host_traffic(self, size, loops, SM, D2H_SM, D2H, direction=TO_HOST)
 
 
 class HostToDeviceBidirectionalSM(Testcase):
@@ -80,7 +98,7 @@ class HostToDeviceBidirectionalSM(Testcase):
     Reports the bandwidth of one direction (bytes moved / time, halved)."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, H2D)
+        return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, H2D, direction=BOTH_WAYS)
 
 
 class DeviceToHostBidirectionalSM(Testcase):
@@ -89,4 +107,4 @@ class DeviceToHostBidirectionalSM(Testcase):
     host_to_device_bidirectional_memcpy_sm, as in nvbandwidth). Reports one direction."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, H2D)
+        return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, H2D, direction=BOTH_WAYS)

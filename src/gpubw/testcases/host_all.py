@@ -11,9 +11,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpubw.measure.initiators import CE, SM, SPLIT_WARP
-from gpubw.model.results import Matrix
+from gpubw.model.results import BOTH_WAYS, Matrix
 from gpubw.testcases.base import Testcase
-from gpubw.testcases.host import BIDIR_CE, BIDIR_SM, D2H_CE, D2H_SM, H2D_CE, H2D_SM
+from gpubw.testcases.host import (
+    BIDIR_CE,
+    BIDIR_SM,
+    D2H_CE,
+    D2H_SM,
+    H2D_CE,
+    H2D_SM,
+    TO_GPU,
+    TO_HOST,
+)
 from gpubw.testcases.shapes import D2H, H2D, host_traffic
 
 
@@ -24,7 +33,15 @@ class AllToHostCE(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self, size, loops, CE, D2H_CE, D2H, other_devices=[D2H], interference_size=2 * size
+            self,
+            size,
+            loops,
+            CE,
+            D2H_CE,
+            D2H,
+            direction=TO_HOST,
+            other_devices=[D2H],
+            interference_size=2 * size,
         )
 
 
@@ -41,6 +58,7 @@ class AllToHostBidirectionalCE(Testcase):
             CE,
             BIDIR_CE,
             D2H,
+            direction=BOTH_WAYS,
             same_device=[H2D],
             other_devices=[D2H, H2D],
             interference_size=2 * size,
@@ -54,7 +72,15 @@ class HostToAllCE(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self, size, loops, CE, H2D_CE, H2D, other_devices=[H2D], interference_size=2 * size
+            self,
+            size,
+            loops,
+            CE,
+            H2D_CE,
+            H2D,
+            direction=TO_GPU,
+            other_devices=[H2D],
+            interference_size=2 * size,
         )
 
 
@@ -71,6 +97,7 @@ class HostToAllBidirectionalCE(Testcase):
             CE,
             BIDIR_CE,
             H2D,
+            direction=BOTH_WAYS,
             same_device=[D2H],
             other_devices=[H2D, D2H],
             interference_size=2 * size,
@@ -83,7 +110,9 @@ class AllToHostSM(Testcase):
     Only the measured device's bandwidth is reported."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, SM, D2H_SM, D2H, other_devices=[D2H])
+        return host_traffic(
+            self, size, loops, SM, D2H_SM, D2H, direction=TO_HOST, other_devices=[D2H]
+        )
 
 
 class AllToHostBidirectionalSM(Testcase):
@@ -92,7 +121,9 @@ class AllToHostBidirectionalSM(Testcase):
     Only the measured device's one-direction bandwidth is reported."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, D2H, other_devices=[D2H])
+        return host_traffic(
+            self, size, loops, SPLIT_WARP, BIDIR_SM, D2H, direction=BOTH_WAYS, other_devices=[D2H]
+        )
 
 
 class HostToAllSM(Testcase):
@@ -101,7 +132,9 @@ class HostToAllSM(Testcase):
     Only the measured device's bandwidth is reported."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, SM, H2D_SM, H2D, other_devices=[H2D])
+        return host_traffic(
+            self, size, loops, SM, H2D_SM, H2D, direction=TO_GPU, other_devices=[H2D]
+        )
 
 
 class HostToAllBidirectionalSM(Testcase):
@@ -110,4 +143,6 @@ class HostToAllBidirectionalSM(Testcase):
     Only the measured device's one-direction bandwidth is reported."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, H2D, other_devices=[D2H])
+        return host_traffic(
+            self, size, loops, SPLIT_WARP, BIDIR_SM, H2D, direction=BOTH_WAYS, other_devices=[D2H]
+        )

@@ -19,13 +19,13 @@ from gpubw.measure.latency import (
     write_host_ring,
 )
 from gpubw.memory.buffers import DeviceBuffer, HostBuffer
-from gpubw.model.results import LATENCY, Matrix
+from gpubw.model.results import AXIS_GPU, AXIS_HOST, BOTH_WAYS, LATENCY, Axes, Matrix
 from gpubw.testcases.base import Testcase
 from gpubw.testcases.shapes import PeerTestcase, labels
 
 
 def latency_matrix(
-    testcase: Testcase, header: str, grid: list[list[LatencyMeasurement | None]]
+    testcase: Testcase, header: str, grid: list[list[LatencyMeasurement | None]], axes: Axes
 ) -> Matrix:
     """A latency matrix (seconds per access); samples are the per-launch latencies."""
     found = next((m for row in grid for m in row if m is not None), None)
@@ -53,6 +53,7 @@ def latency_matrix(
         bandwidth_kind="latency",
         bytes_per_copy=None,
         notes=notes,
+        axes=axes,
     )
 
 
@@ -74,7 +75,7 @@ class HostDeviceLatencySM(Testcase):
                 write_host_ring(ring)
                 row.append(pointer_chase(self.system, g, ring))
         header = "memory latency SM CPU(row) <-> GPU(column) (ns)"
-        return [latency_matrix(self, header, [row])]
+        return [latency_matrix(self, header, [row], Axes(AXIS_HOST, AXIS_GPU, BOTH_WAYS))]
 
 
 class DeviceToDeviceLatencySM(PeerTestcase):
@@ -102,4 +103,4 @@ class DeviceToDeviceLatencySM(PeerTestcase):
                         if reader.enable_peer_access(ring):
                             grid[r][c] = pointer_chase(self.system, r, ring)
         header = "Device to Device Latency SM GPU(row) <-> GPU(column) (ns)"
-        return [latency_matrix(self, header, grid)]
+        return [latency_matrix(self, header, grid, Axes(AXIS_GPU, AXIS_GPU, BOTH_WAYS))]

@@ -14,7 +14,7 @@ import attrs
 
 from gpubw.measure.initiators import CE, SM, Initiator
 from gpubw.measure.measurement import Copy
-from gpubw.model.results import Matrix
+from gpubw.model.results import AXIS_GPU, AXIS_NONE, Axes, Matrix
 from gpubw.testcases.base import Testcase
 from gpubw.testcases.shapes import Cell, one_by_n
 
@@ -29,7 +29,9 @@ def local_copy(
 ) -> list[Matrix]:
     """The counted-once matrix (nvbandwidth's) and the read + write one, with the nominal
     memory bandwidth and the percent of it in both matrices' notes."""
-    (once,) = one_by_n(testcase, size, loops, initiator, header, within_device)
+    # the one row names no end: each figure is the column's GPU with itself
+    axes = Axes(AXIS_NONE, AXIS_GPU)
+    (once,) = one_by_n(testcase, size, loops, initiator, header, within_device, axes=axes)
     nominal = tuple(d.nominal_memory_bandwidth for d in testcase.system.devices)
     twice = [[None if v is None else 2 * v for v in row] for row in once.values]
 

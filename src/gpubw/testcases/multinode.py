@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from gpubw.measure.initiators import CE, SM
 from gpubw.measure.measurement import Prefer
-from gpubw.model.results import Matrix
+from gpubw.model.results import COLUMN_TO_ROW, ROW_TO_COLUMN, Matrix
 from gpubw.testcases.multinode_shapes import (
     MultinodeTestcase,
     bidirectional,
@@ -36,7 +36,9 @@ class MultinodeReadCE(MultinodeTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"
-        return n_by_n(self, size, loops, CE, header, read, prefer=Prefer.DST)
+        return n_by_n(
+            self, size, loops, CE, header, read, prefer=Prefer.DST, direction=ROW_TO_COLUMN
+        )
 
 
 class MultinodeWriteCE(MultinodeTestcase):
@@ -45,7 +47,9 @@ class MultinodeWriteCE(MultinodeTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)"
-        return n_by_n(self, size, loops, CE, header, write, prefer=Prefer.SRC)
+        return n_by_n(
+            self, size, loops, CE, header, write, prefer=Prefer.SRC, direction=COLUMN_TO_ROW
+        )
 
 
 class MultinodeBidirectionalReadCE(MultinodeTestcase):
@@ -74,7 +78,9 @@ class MultinodeReadSM(MultinodeTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"
-        return n_by_n(self, size, loops, SM, header, read, prefer=Prefer.DST)
+        return n_by_n(
+            self, size, loops, SM, header, read, prefer=Prefer.DST, direction=ROW_TO_COLUMN
+        )
 
 
 class MultinodeWriteSM(MultinodeTestcase):
@@ -83,7 +89,9 @@ class MultinodeWriteSM(MultinodeTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM GPU(row) <- GPU(column) bandwidth (GB/s)"
-        return n_by_n(self, size, loops, SM, header, write, prefer=Prefer.SRC)
+        return n_by_n(
+            self, size, loops, SM, header, write, prefer=Prefer.SRC, direction=COLUMN_TO_ROW
+        )
 
 
 class MultinodeBidirectionalReadSM(MultinodeTestcase):

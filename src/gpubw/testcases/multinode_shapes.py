@@ -30,7 +30,14 @@ from gpubw.measure.measurement import (
 from gpubw.measure.rank_gate import RankGate
 from gpubw.memory.buffers import Buffer, DeviceBuffer
 from gpubw.memory.shared import MulticastBuffer, SharedBuffer
-from gpubw.model.results import Matrix
+from gpubw.model.results import (
+    AXIS_NONE,
+    AXIS_RANK,
+    BOTH_WAYS,
+    ROW_TO_COLUMN,
+    Axes,
+    Matrix,
+)
 from gpubw.testcases.base import Testcase
 from gpubw.testcases.shapes import (
     Grid,
@@ -44,6 +51,10 @@ from gpubw.testcases.shapes import (
 
 #: the reason every multinode testcase is waived in a run of one rank
 ONE_RANK = "needs an MPI run of 2 or more ranks (world size is 1)"
+#: the axes of a 1 x N figure per rank (the one row names no end: its figure is the column
+#: rank's, into, out of or multicast from its GPU), and of figures of the whole world at once
+PER_RANK = Axes(AXIS_NONE, AXIS_RANK, ROW_TO_COLUMN)
+WHOLE_WORLD = Axes(AXIS_NONE, AXIS_NONE, ROW_TO_COLUMN)
 
 
 class MultinodeTestcase(Testcase):
@@ -209,11 +220,14 @@ def n_by_n(
     flow: GridFlow,
     *,
     prefer: Prefer,
+    direction: str,
 ) -> list[Matrix]:
-    """Row r, column c: ``flow``'s one copy between r's and c's shared buffers (FIRST)."""
+    """Row r, column c: ``flow``'s one copy between r's and c's shared buffers (FIRST);
+    ``direction``: the header's arrow between the row and the column rank."""
     op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.FIRST, loops=loops)
     grid, notes = _grid(testcase, size, op, flow, 1)
-    return first_copy_matrices(testcase, size, loops, initiator, header, grid, notes)
+    axes = Axes(AXIS_RANK, AXIS_RANK, direction)
+    return first_copy_matrices(testcase, size, loops, initiator, header, grid, notes, axes=axes)
 
 
 def bidirectional(
@@ -244,8 +258,20 @@ def bidirectional(
         "copy 1 (issued by the row rank)",
         "copy 2 (the reverse direction, issued by the column rank)",
     )
+    # rank x rank both ways, where nvbandwidth's header says CPU(row)
+    axes = Axes(AXIS_RANK, AXIS_RANK, BOTH_WAYS)
     return bidirectional_matrices(
-        testcase, size, loops, initiator, header, word, grid, what, key_word=key_word, notes=notes
+        testcase,
+        size,
+        loops,
+        initiator,
+        header,
+        word,
+        grid,
+        what,
+        axes=axes,
+        key_word=key_word,
+        notes=notes,
     )
 
 
@@ -297,7 +323,10 @@ def fan(
         f"({copy_text(initiator, size, counted_bytes_of(row, None), loops)}), "
         "each rank's figure summed"
     )
-    return [bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.SUM, [row], text)]
+    m = bandwidth_matrix(
+        testcase, testcase.key, header, initiator, Kind.SUM, [row], text, axes=PER_RANK
+    )
+    return [m]
 
 
 def broadcast(
@@ -336,7 +365,12 @@ def broadcast(
         f"({copy_text(initiator, nbytes, counted_bytes_of(row, None), loops)}), "
         "counted once, summed over ranks"
     )
-    return [bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.SUM, [row], text)]
+    axes = WHOLE_WORLD if all_at_once else PER_RANK
+    return [
+        bandwidth_matrix(
+            testcase, testcase.key, header, initiator, Kind.SUM, [row], text, axes=axes
+        )
+    ]
 
 
 def bisect_labels(n: int) -> tuple[str, ...]:
@@ -376,7 +410,10 @@ def bisect(
         f"({copy_text(initiator, size, counted_bytes_of([m], None), loops)}), "
         "counted once; every rank's copy runs at the same time"
     )
-    matrix = bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.VECTOR, grid, text)
+    # the pair labels (i->p) name both ends themselves: no axis gpubw looks a device up in
+    matrix = bandwidth_matrix(
+        testcase, testcase.key, header, initiator, Kind.VECTOR, grid, text, axes=WHOLE_WORLD
+    )
     where = {i: k for k, i in enumerate(rows)}
     values = [[None if m is None or i not in where else m.pair_value(where[i])] for i in range(n)]
     samples = [

@@ -18,7 +18,7 @@ from gpubw.measure.initiators import CE
 from gpubw.measure.measurement import CellMeasurement, Kind
 from gpubw.measure.pageable import measure_pageable
 from gpubw.memory.buffers import DeviceBuffer, PageableHostBuffer
-from gpubw.model.results import Matrix
+from gpubw.model.results import AXIS_GPU, AXIS_HOST, COLUMN_TO_ROW, ROW_TO_COLUMN, Axes, Matrix
 from gpubw.testcases.base import Testcase
 from gpubw.testcases.shapes import bandwidth_matrix, copy_text, counted_bytes_of
 
@@ -52,9 +52,10 @@ def pageable_traffic(
         "driver, timed without the spin gate"
     )
     notes = (("host_numa_nodes", tuple(nodes)),)
+    axes = Axes(AXIS_HOST, AXIS_GPU, ROW_TO_COLUMN if to_device else COLUMN_TO_ROW)
     return [
         bandwidth_matrix(
-            testcase, testcase.key, header, CE, Kind.FIRST, [row], counted, notes=notes
+            testcase, testcase.key, header, CE, Kind.FIRST, [row], counted, axes=axes, notes=notes
         )
     ]
 

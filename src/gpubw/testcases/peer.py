@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from gpubw.measure.initiators import CE, SM
 from gpubw.measure.measurement import Copy, Prefer
 from gpubw.memory.buffers import DeviceBuffer
-from gpubw.model.results import Matrix
+from gpubw.model.results import COLUMN_TO_ROW, ROW_TO_COLUMN, Matrix
 from gpubw.testcases.shapes import Cell, PeerTestcase, bidirectional, n_by_n
 
 
@@ -33,7 +33,9 @@ class DeviceToDeviceReadCE(PeerTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"
-        return n_by_n(self, size, loops, CE, header, from_peer, prefer=Prefer.DST)
+        return n_by_n(
+            self, size, loops, CE, header, from_peer, prefer=Prefer.DST, direction=ROW_TO_COLUMN
+        )
 
 
 class DeviceToDeviceWriteCE(PeerTestcase):
@@ -43,7 +45,9 @@ class DeviceToDeviceWriteCE(PeerTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)"
-        return n_by_n(self, size, loops, CE, header, to_peer, prefer=Prefer.SRC)
+        return n_by_n(
+            self, size, loops, CE, header, to_peer, prefer=Prefer.SRC, direction=COLUMN_TO_ROW
+        )
 
 
 class DeviceToDeviceBidirectionalReadCE(PeerTestcase):
@@ -73,7 +77,9 @@ class DeviceToDeviceReadSM(PeerTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM GPU(row) -> GPU(column) bandwidth (GB/s)"
-        return n_by_n(self, size, loops, SM, header, from_peer, prefer=Prefer.DST)
+        return n_by_n(
+            self, size, loops, SM, header, from_peer, prefer=Prefer.DST, direction=ROW_TO_COLUMN
+        )
 
 
 class DeviceToDeviceWriteSM(PeerTestcase):
@@ -83,7 +89,9 @@ class DeviceToDeviceWriteSM(PeerTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM GPU(row) <- GPU(column) bandwidth (GB/s)"
-        return n_by_n(self, size, loops, SM, header, to_peer, prefer=Prefer.SRC)
+        return n_by_n(
+            self, size, loops, SM, header, to_peer, prefer=Prefer.SRC, direction=COLUMN_TO_ROW
+        )
 
 
 class DeviceToDeviceBidirectionalReadSM(PeerTestcase):

@@ -30,7 +30,17 @@ from gpubw.measure.measurement import CellMeasurement, Copy, Kind, MemcpyOperati
 from gpubw.memory.buffers import DeviceBuffer, HostBuffer
 from gpubw.model.errors import UsageError
 from gpubw.model.options import MIB
-from gpubw.model.results import BANDWIDTH, Matrix
+from gpubw.model.results import (
+    AXIS_GPU,
+    AXIS_HOST,
+    AXIS_PEERS,
+    BANDWIDTH,
+    BOTH_WAYS,
+    COLUMN_TO_ROW,
+    ROW_TO_COLUMN,
+    Axes,
+    Matrix,
+)
 from gpubw.model.sizes import format_size
 from gpubw.testcases.base import Testcase
 
@@ -213,11 +223,12 @@ def bandwidth_matrix(
     grid: Grid,
     bytes_counted: str,
     *,
+    axes: Axes,
     pair: int = 0,
     notes: tuple[tuple[str, Any], ...] = (),
 ) -> Matrix:
     """A bandwidth matrix (bytes/s) from measured cells: FIRST/TOTAL/SUM take the cell's value
-    of that kind; VECTOR takes pair ``pair``'s."""
+    of that kind; VECTOR takes pair ``pair``'s. ``axes``: what its rows and columns are."""
 
     def value(m: CellMeasurement | None) -> float | None:
         if m is None:
@@ -243,6 +254,7 @@ def bandwidth_matrix(
         bandwidth_kind=kind.value,
         bytes_per_copy=counted_bytes_of(cells, counted_pair),
         notes=notes,
+        axes=axes,
     )
 
 
@@ -257,11 +269,13 @@ def one_by_n(
     header: str,
     flow: Callable[[Cell, int], Sequence[Copy] | None],
     *,
+    axes: Axes,
     prefer: Prefer = Prefer.SRC,
     interference: str = "",
 ) -> list[Matrix]:
-    """One row; column g measures ``flow(cell, g)`` (its first copy is reported, the others
-    are interference described by ``interference``); None or [] from the flow gives N/A."""
+    """One row (``axes.rows``: the host, or none); column g measures ``flow(cell, g)`` (its
+    first copy is reported, the others are interference described by ``interference``); None
+    or [] from the flow gives N/A."""
     op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.FIRST, loops=loops)
     row, nodes = _measure_row(testcase, size, op, flow)
     grid = [row]
@@ -272,11 +286,11 @@ def one_by_n(
         counted = f"bytes of the copy ({copy}), counted once"
     # where each column's measured host buffer lives (the host testcases; --host-numa)
     notes = (("host_numa_nodes", tuple(nodes)),) if any(n is not None for n in nodes) else ()
-    return [
-        bandwidth_matrix(
-            testcase, testcase.key, header, initiator, Kind.FIRST, grid, counted, notes=notes
-        )
-    ]
+    m = bandwidth_matrix(
+        testcase, testcase.key, header, initiator, Kind.FIRST, grid, counted, axes=axes,
+        notes=notes,
+    )  # fmt: skip
+    return [m]
 
 
 class Direction(enum.Enum):
@@ -302,6 +316,7 @@ def host_traffic(
     header: str,
     measured: Direction,
     *,
+    direction: str,
     same_device: Sequence[Direction] = (),
     other_devices: Sequence[Direction] = (),
     interference_size: int | None = None,
@@ -309,7 +324,8 @@ def host_traffic(
     """Column g: the ``measured`` copy between H(g) and D(g) (size bytes), run at the same time
     as the ``same_device`` copies on g and the ``other_devices`` copies on every other device
     j (between H(j) and D(j)), all of ``interference_size`` bytes (nvbandwidth uses 2 x size
-    in its CE host tests so that the interference outlasts the measured copy)."""
+    in its CE host tests so that the interference outlasts the measured copy). ``direction``:
+    the header's arrow between the host (row) and the GPUs (columns)."""
     extra = interference_size or size
 
     def flow(cell: Cell, g: int) -> list[Copy]:
@@ -332,7 +348,10 @@ def host_traffic(
             f"the simultaneous interference copies ({'; '.join(parts)}; "
             f"{format_size(extra)} each{twice}) not counted"
         )
-    return one_by_n(testcase, size, loops, initiator, header, flow, interference=interference)
+    axes = Axes(AXIS_HOST, AXIS_GPU, direction)
+    return one_by_n(
+        testcase, size, loops, initiator, header, flow, axes=axes, interference=interference
+    )
 
 
 # -- N x N ------------------------------------------------------------------------------------
@@ -346,14 +365,16 @@ def n_by_n(
     header: str,
     flow: Callable[[Cell, DeviceBuffer, DeviceBuffer], Sequence[Copy]],
     *,
+    direction: str,
     prefer: Prefer = Prefer.SRC,
 ) -> list[Matrix]:
     """Row r, column c: ``flow(cell, D(r), D(c))``'s first copy; N/A on the diagonal and where
-    r cannot access c."""
+    r cannot access c. ``direction``: the header's arrow between the row and column GPU."""
     op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.FIRST, loops=loops)
     grid = _measure_grid(testcase, size, op, flow)
     notes = sampled_cells(testcase, testcase.device_count)[1]
-    return first_copy_matrices(testcase, size, loops, initiator, header, grid, notes)
+    axes = Axes(AXIS_GPU, AXIS_GPU, direction)
+    return first_copy_matrices(testcase, size, loops, initiator, header, grid, notes, axes=axes)
 
 
 def first_copy_matrices(
@@ -364,6 +385,8 @@ def first_copy_matrices(
     header: str,
     grid: Grid,
     notes: tuple[tuple[str, Any], ...],
+    *,
+    axes: Axes,
 ) -> list[Matrix]:
     """The one FIRST matrix of an N x N testcase whose cells each measured one copy (also
     across ranks: :func:`gpubw.testcases.multinode_shapes.n_by_n`)."""
@@ -371,7 +394,15 @@ def first_copy_matrices(
     counted = f"bytes of the copy ({copy}), counted once"
     return [
         bandwidth_matrix(
-            testcase, testcase.key, header, initiator, Kind.FIRST, grid, counted, notes=notes
+            testcase,
+            testcase.key,
+            header,
+            initiator,
+            Kind.FIRST,
+            grid,
+            counted,
+            axes=axes,
+            notes=notes,
         )
     ]
 
@@ -404,8 +435,9 @@ def bidirectional(
         "device)",
     )
     notes = sampled_cells(testcase, testcase.device_count)[1]
+    axes = Axes(AXIS_GPU, AXIS_GPU, BOTH_WAYS)
     return bidirectional_matrices(
-        testcase, size, loops, initiator, header, word, grid, what, notes=notes
+        testcase, size, loops, initiator, header, word, grid, what, axes=axes, notes=notes
     )
 
 
@@ -419,6 +451,7 @@ def bidirectional_matrices(
     grid: Grid,
     what: tuple[str, str],
     *,
+    axes: Axes,
     key_word: str | None = None,
     notes: tuple[tuple[str, Any], ...] = (),
 ) -> list[Matrix]:
@@ -445,6 +478,7 @@ def bidirectional_matrices(
                 Kind.VECTOR,
                 grid,
                 counted,
+                axes=axes,
                 pair=i,
                 notes=notes,
             )
@@ -476,6 +510,7 @@ def bidirectional_matrices(
             bandwidth_kind=Kind.VECTOR.value,
             bytes_per_copy=counted_bytes_of(cells, None),
             notes=notes,
+            axes=axes,
         )
     )
     return matrices
@@ -495,7 +530,8 @@ def _fan(
     prefer: Prefer,
 ) -> list[Matrix]:
     """Column g: at once, one copy per peer j that g can access, between the shared D(j) and a
-    fresh D'(g): D(j) -> D'(g) if ``into`` else D'(g) -> D(j). TOTAL kind."""
+    fresh D'(g): D(j) -> D'(g) if ``into`` else D'(g) -> D(j). TOTAL kind. The one row is
+    g's peers; the arrow is nvbandwidth's (``<-`` into g, ``->`` out of it)."""
     system = testcase.system
     n = testcase.device_count
     op = MemcpyOperation(system, initiator, prefer=prefer, kind=Kind.TOTAL, loops=loops)
@@ -526,7 +562,11 @@ def _fan(
         f"bytes of every simultaneous copy {direction} the device, one per accessible peer "
         f"({copy}), over the time from the first copy's start to the last copy's end"
     )
-    return [bandwidth_matrix(testcase, testcase.key, header, initiator, Kind.TOTAL, grid, counted)]
+    axes = Axes(AXIS_PEERS, AXIS_GPU, COLUMN_TO_ROW if into else ROW_TO_COLUMN)
+    m = bandwidth_matrix(
+        testcase, testcase.key, header, initiator, Kind.TOTAL, grid, counted, axes=axes
+    )
+    return [m]
 
 
 def all_to_one(

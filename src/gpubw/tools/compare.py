@@ -74,6 +74,7 @@ class Cell:
     kind: str  # KIND_BANDWIDTH or KIND_LATENCY
     source: str = ""  # "host", "GPU 3", ...
     destination: str = ""
+    bidirectional: bool = False  # source <-> destination: both ways at once
 
 
 @attrs.frozen
@@ -104,6 +105,7 @@ class Comparison:
     baseline_high: float | None
     flag: str  # LOW, HIGH, SLOWER, FASTER, MISSING or ""
     fails: bool
+    bidirectional: bool = False  # source <-> destination: both ways at once
 
     @property
     def ratio(self) -> float | None:
@@ -142,8 +144,8 @@ def _label_name(label: str) -> str:
 
 
 def _ends(m: Mapping[str, Any], rows: list[str], cols: list[str]) -> Any:
-    """Source and destination of each cell, from the matrix's header
-    (gpubw.acceptance.expect's rules); falls back to row/column labels."""
+    """Source, destination and whether both ways, of each cell, from the matrix's axes (a
+    report carries none: those its header names) by gpubw.acceptance.expect's rules."""
     from gpubw.model.verdicts import cell_places
 
     try:
@@ -170,7 +172,8 @@ def _ends(m: Mapping[str, Any], rows: list[str], cols: list[str]) -> Any:
 
     out = {}
     for p in places:
-        out[(p.row, p.column)] = (name(p.source, rows[p.row]), name(p.destination, cols[p.column]))
+        src, dst = name(p.source, rows[p.row]), name(p.destination, cols[p.column])
+        out[(p.row, p.column)] = (src, dst, p.bidirectional)
     return out
 
 
@@ -189,8 +192,10 @@ def _matrix_cells(m: Mapping[str, Any], size: int | None, scale: float, unit: st
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise TypeError(f"a matrix cell is {v!r:.40}, not a number or null")
             x = None if v is None else float(v) * scale  # NaN, inf: compared as INVALID
-            src, dst = ends.get((r, c), (f"row {rows[r]}", f"column {cols[c]}"))
-            out.append(Cell(str(m["key"]), size, rows[r], cols[c], x, x, unit, kind, src, dst))
+            src, dst, both = ends.get((r, c), (f"row {rows[r]}", f"column {cols[c]}", False))
+            out.append(
+                Cell(str(m["key"]), size, rows[r], cols[c], x, x, unit, kind, src, dst, both)
+            )
     return out
 
 
@@ -362,19 +367,16 @@ def compare_sides(
         for sc in by_base_size.get((b.matrix, b.size), []) if b.row != ANY else []:
             cc = index.get((b.matrix, sc, b.row, b.column))
             used.add((b.matrix, sc, b.row, b.column))
-            src, dst = (cc.source, cc.destination) if cc else (b.source, b.destination)
-            out.append(_compare_one(b, cc, sc, src, dst, threshold, failing))
+            out.append(_compare_one(b, cc, sc, cc or b, threshold, failing))
         if b.row == ANY:  # a reference range: every cell of the candidate's matrix
             matched = [c for c in cand.cells if c.matrix == b.matrix and c.low is not None]
             if not matched:
-                out.append(_compare_one(b, None, None, "", "", threshold, failing))
+                out.append(_compare_one(b, None, None, None, threshold, failing))
             for cc in matched:
                 used.add((cc.matrix, cc.size, cc.row, cc.column))
-                out.append(
-                    _compare_one(b, cc, cc.size, cc.source, cc.destination, threshold, failing)
-                )
+                out.append(_compare_one(b, cc, cc.size, cc, threshold, failing))
         elif (b.matrix, b.size) not in by_base_size:
-            out.append(_compare_one(b, None, b.size, b.source, b.destination, threshold, failing))
+            out.append(_compare_one(b, None, b.size, b, threshold, failing))
     extra = [
         c
         for c in cand.cells
@@ -387,11 +389,12 @@ def _compare_one(
     b: Cell,
     cc: Cell | None,
     size: int | None,
-    src: str,
-    dst: str,
+    ends: Cell | None,
     threshold: float,
     failing: frozenset[str],
 ) -> Comparison:
+    """Candidate cell ``cc`` against baseline ``b``; ``ends`` is the cell that names the two
+    ends (None: none does)."""
     assert b.low is not None and b.high is not None
     value = None if cc is None else cc.low
     if value is None:
@@ -401,9 +404,10 @@ def _compare_one(
     else:
         flag = _flag(b.kind, value, b.low, b.high, threshold)
     row, col = (cc.row, cc.column) if cc else (b.row, b.column)
+    src, dst = (ends.source, ends.destination) if ends else ("", "")
     return Comparison(
         b.matrix, size, row, col, src, dst, b.kind, b.unit, value, b.low, b.high, flag,
-        flag in failing,
+        flag in failing, bidirectional=ends is not None and ends.bidirectional,
     )  # fmt: skip
 
 

@@ -63,7 +63,8 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"gpubw plot: {message}")
 
 
-def _parser() -> argparse.ArgumentParser:
+def plot_parser() -> argparse.ArgumentParser:
+    """``gpubw plot``'s parser."""
     p = _Parser(
         prog="gpubw plot",
         description="Draw a report, one figure per testcase; a second report is overlaid.",
@@ -76,10 +77,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-t",
         "--testcase",
-        action="append",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="ID",
+        help="only these testcases, by key or index, as gpubw -t (repeatable)",
+    )
+    p.add_argument(
+        "-p",
+        "--testcase-prefixes",
+        "--testcasePrefixes",
+        dest="prefixes",
+        nargs="+",
+        action="extend",
         default=[],
         metavar="PREFIX",
-        help="only testcases whose key starts with PREFIX (repeatable)",
+        help="only testcases whose key starts with PREFIX, as gpubw -p (repeatable)",
     )
     p.add_argument(
         "--dpi", type=dpi_int, default=120, help=f"resolution, 1..{MAX_DPI} (default 120)"
@@ -379,14 +392,36 @@ def render(report: Report | Sequence[Run], output: str, dpi: int = 120) -> list[
     return written
 
 
-def _select(report: Report, prefixes: Sequence[str]) -> Report:
-    if not prefixes:
+def _chosen(t: TestcaseResult, ids: Sequence[str]) -> bool:
+    """Whether ``-t`` names ``t``: its key, or its index (an integer, as gpubw -t)."""
+    for i in ids:
+        try:
+            if t.index is not None and int(i, 0) == t.index:
+                return True
+        except ValueError:
+            pass
+        if i == t.key:
+            return True
+    return False
+
+
+def _select(report: Report, ids: Sequence[str], prefixes: Sequence[str] = ()) -> Report:
+    """The testcases ``-t`` (keys or indexes) or ``-p`` (key prefixes) keep, as the main
+    command's options select them; neither keeps all."""
+    if ids and prefixes:
+        raise UsageError("gpubw plot: -t/--testcase and -p/--testcase-prefixes cannot be combined")
+    if not ids and not prefixes:
         return report
     import attrs
 
-    kept = [t for t in report.testcases if t.key.startswith(tuple(prefixes))]
+    if ids:
+        kept = [t for t in report.testcases if _chosen(t, ids)]
+        what = f"is {' or '.join(ids)} (a key or an index; -p selects by prefix)"
+    else:
+        kept = [t for t in report.testcases if t.key.startswith(tuple(prefixes))]
+        what = f"starts with {', '.join(prefixes)}"
     if not kept:
-        raise UsageError(f"no testcase in the report starts with {', '.join(prefixes)}")
+        raise UsageError(f"no testcase in the report {what}")
     return attrs.evolve(report, testcases=kept)
 
 
@@ -482,14 +517,14 @@ def _labels(paths: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``gpubw plot REPORT [OTHER] -o FILE [-t PREFIX] [--dpi N]``; returns 0. The files
-    written are printed when their names were derived from -o; notes on what is not drawn
-    (testcases that did not pass, NaN or zero cells) go to stderr, with the run's label when
+    """``gpubw plot REPORT [OTHER] -o FILE [-t ID... | -p PREFIX...] [--dpi N]``; returns 0.
+    The files written are printed when their names were derived from -o; notes on what is not
+    drawn (testcases that did not pass, NaN or zero cells) go to stderr, with the run's label when
     there are two."""
     from gpubw.model.console import to_stderr
 
     try:
-        args = _parser().parse_args(argv)
+        args = plot_parser().parse_args(argv)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     check_output(_pyplot(), args.output)  # fail early, before reading: no matplotlib, bad -o
@@ -498,7 +533,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: list[Run] = []
     notes: list[str] = []
     for label, path in zip(labels, paths):
-        report, found = screen(_select(load(path), args.testcase))
+        report, found = screen(_select(load(path), args.testcase, args.prefixes))
         runs.append((label, report))
         notes += [f"{label}: {n}" if len(paths) > 1 else n for n in found]
     written = render(runs, args.output, dpi=args.dpi)

@@ -12,11 +12,26 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpubw.model.report_io import display_scale, display_unit
-from gpubw.model.results import COUNTED_READ_WRITE, KIND_BANDWIDTH, Matrix, Report, TestcaseResult
+from gpubw.model.results import (
+    AXIS_GPU,
+    AXIS_RANK,
+    BOTH_WAYS,
+    COLUMN_TO_ROW,
+    COUNTED_READ_WRITE,
+    KIND_BANDWIDTH,
+    ROW_TO_COLUMN,
+    Matrix,
+    Report,
+    TestcaseResult,
+)
 from gpubw.model.sizes import format_size_short
 
 #: a matrix with more applicable cells than this is drawn as mean + min–max band
 MAX_LINES = 8
+#: a matrix's direction (Matrix.axes) between a row and a column label
+_ARROW = {ROW_TO_COLUMN: "→", COLUMN_TO_ROW: "←", BOTH_WAYS: "↔"}
+#: what a row or column label is a number of (Matrix.axes), where it is one
+_NOUN = {AXIS_GPU: "GPU", AXIS_RANK: "rank"}
 
 
 def is_device_memory(t: TestcaseResult) -> bool:
@@ -44,11 +59,26 @@ def _distinct(values: Sequence[float | None]) -> list[float]:
     return out
 
 
+def side_label(side: str, label: str) -> str:
+    """A row or column label with what it numbers (an axis of Matrix.axes): ``GPU 3``,
+    ``rank 5``; any other label as it is."""
+    noun = _NOUN.get(side)
+    return f"{noun} {label}" if noun and label.isdigit() else label
+
+
+def axis_title(word: str, side: str) -> str:
+    """``row`` or ``column`` with what its labels number: ``column (GPU)``."""
+    noun = _NOUN.get(side)
+    return f"{word} ({noun})" if noun else word
+
+
 def _cell_label(m: Matrix, r: int, c: int) -> str:
+    """A line's label: the column of a one-row matrix (``GPU 3``), else ``row→column`` with
+    the matrix's arrow (``←`` and ``↔`` where its cells read so)."""
+    axes = m.axes
     if len(m.row_labels) == 1:
-        col = m.column_labels[c]
-        return f"GPU {col}" if col.isdigit() else col
-    return f"{m.row_labels[r]}→{m.column_labels[c]}"
+        return side_label(axes.columns, m.column_labels[c])
+    return f"{m.row_labels[r]}{_ARROW[axes.direction]}{m.column_labels[c]}"
 
 
 def _series(
@@ -173,7 +203,8 @@ def _draw_sweep(
     counting = first.statistic + (f"; {counted}" if counted else "")
     counting = textwrap.fill(counting, width=100)  # stays inside its own panel
     ax.text(0.01, 0.01, counting, transform=ax.transAxes, fontsize=6, color="dimgray", va="bottom")
-    ax.legend(fontsize=7, loc="best", title="row→column" if len(first.row_labels) > 1 else None)
+    title = f"row{_ARROW[first.axes.direction]}column" if len(first.row_labels) > 1 else None
+    ax.legend(fontsize=7, loc="best", title=title)
 
 
 def _draw_heatmap(ax: Any, fig: Any, t: TestcaseResult, m: Matrix, swept: bool) -> None:
@@ -204,8 +235,8 @@ def _draw_heatmap(ax: Any, fig: Any, t: TestcaseResult, m: Matrix, swept: bool) 
     ax.set_xticklabels(m.column_labels)
     ax.set_yticks(range(n_r))
     ax.set_yticklabels(m.row_labels)
-    ax.set_xlabel("column (GPU)")
-    ax.set_ylabel("row")
+    ax.set_xlabel(axis_title("column", m.axes.columns))
+    ax.set_ylabel(axis_title("row", m.axes.rows))
     size = f" @ {format_size_short(t.size)}" if swept and t.size else ""
     ax.set_title(f"{m.key}{size}\n{m.description}", fontsize=9)
     bar = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
@@ -240,8 +271,8 @@ def _draw_ratio_heatmap(ax: Any, fig: Any, m: Matrix, other: Matrix, runs: Seque
     ax.set_xticklabels(m.column_labels)
     ax.set_yticks(range(n_r))
     ax.set_yticklabels(m.row_labels)
-    ax.set_xlabel("column (GPU)")
-    ax.set_ylabel("row")
+    ax.set_xlabel(axis_title("column", m.axes.columns))
+    ax.set_ylabel(axis_title("row", m.axes.rows))
     ax.set_title(f"{m.key}: {runs[0]} / {runs[1]}\n{m.description}", fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04).set_label("ratio")
 
@@ -255,7 +286,8 @@ def _draw_bars(
     """One bar per device for each (name, matrix of each run); a second run hatched."""
     import numpy as np
 
-    unit = next(m for _, ms in items for m in ms if m is not None).unit
+    first = next(m for _, ms in items for m in ms if m is not None)
+    unit, side = first.unit, first.axes.columns
     scale = display_scale(unit)
     columns: list[str] = []
     for _, ms in items:
@@ -276,7 +308,7 @@ def _draw_bars(
             )
             v = m.values[0][idx] if m is not None and idx >= 0 else None
             vals.append(0.0 if v is None else v * scale)
-        label = f"GPU {col}" if col.isdigit() else col
+        label = side_label(side, col)
         if len(runs) > 1:
             label = f"{runs[r]}: {label}"
         bars = ax.barh(y + (j - (len(slots) - 1) / 2) * height, vals, height, label=label,

@@ -22,6 +22,8 @@ SIZE_VARIABLES = (
 )
 #: a PMIx launcher that announces no world size sets this
 PMIX_VARIABLE = "PMIX_RANK"
+#: variables holding the rank's index in the world, in the order looked at
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", PMIX_VARIABLE)
 #: variables holding the rank's index among the ranks of its host, in the order looked at
 LOCAL_RANK_VARIABLES = (
     "OMPI_COMM_WORLD_LOCAL_RANK",  # Open MPI
@@ -55,6 +57,16 @@ def _number(environ: Mapping[str, str], name: str) -> int | None:
     except (KeyError, ValueError):
         return None
     return value if value >= 0 else None
+
+
+def world_rank(environ: Mapping[str, str]) -> int:
+    """This process's rank as its launcher's environment says, before MPI starts; 0
+    outside an MPI launch (or when no variable says)."""
+    for name in RANK_VARIABLES:
+        rank = _number(environ, name)
+        if rank is not None:
+            return rank
+    return 0
 
 
 def rank_device(local_rank: int, count: int) -> int:

@@ -1,9 +1,14 @@
 """Writers: turn a :class:`gpubw.model.results.Report` into text, JSON, CSV, ...
 
 A writer is a plugin of the entry-point group ``gpubw.writers``: a class gpubw constructs
-without arguments (then it sets the flags ``verbose`` and ``perf_formatter`` on it: see
-:func:`make_writer`) that implements one of two protocols. Writers only format; they never
-measure.
+without arguments (then it sets the flags ``verbose`` and ``perf_formatter`` on it, and the
+values of the options it declares: see :func:`make_writer`) that implements one of two
+protocols. Writers only format; they never measure.
+
+A writer may declare command-line options of its own, cliff-style: ``options``, a tuple of
+:class:`WriterOption` (``--metrics-detail`` of the OpenMetrics writer). ``gpubw`` accepts
+them when ``--format`` names that writer, lists them in ``gpubw -h`` and in its shell
+completion, and sets each value on the writer as the attribute :attr:`WriterOption.dest`.
 
 * :class:`ReportWriter` -- ``write(report, stream)`` writes a whole Report at once (JSON: one
   validated document). :class:`Writer` is its base class.
@@ -32,7 +37,47 @@ from typing import Any, Protocol, TextIO, runtime_checkable
 import attrs
 
 from gpubw.model.report_io import DISPLAY, display_scale, display_unit, json_safe, simulated_banner
-from gpubw.model.results import Matrix, Report, Status, TestcaseResult
+from gpubw.model.results import AXIS_PEERS, GPU_AXES, Matrix, Report, Status, TestcaseResult
+
+#: the row sides whose label names a device record (see :func:`cell_devices`)
+_ROW_DEVICES = GPU_AXES | {AXIS_PEERS}
+
+
+@attrs.frozen
+class WriterOption:
+    """One command-line option a writer declares (its ``options``): gpubw takes it when
+    ``--format`` names the writer and sets the value (a string, one of ``choices`` when
+    given; ``default`` when the option is not given) as the writer's attribute
+    :attr:`dest`."""
+
+    #: the long option, e.g. ``--metrics-detail``
+    flag: str
+    #: one line for ``gpubw -h``
+    help: str
+    #: the values it takes (empty: any string)
+    choices: tuple[str, ...] = ()
+    default: str | None = None
+    #: the value's name in help (default: the choices)
+    metavar: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not self.flag.startswith("--") or not self.dest.isidentifier():
+            raise ValueError(f"a writer option is a long option like --name-of-it: {self.flag!r}")
+
+    @property
+    def dest(self) -> str:
+        """The writer's attribute that gets the value: ``--metrics-detail`` ->
+        ``metrics_detail``."""
+        return self.flag[2:].replace("-", "_")
+
+
+def writer_options(cls: Any) -> tuple[WriterOption, ...]:
+    """The options a writer class declares (none when it declares none, or not a tuple of
+    :class:`WriterOption`)."""
+    declared = getattr(cls, "options", ())
+    if not isinstance(declared, tuple) or not all(isinstance(o, WriterOption) for o in declared):
+        return ()
+    return declared
 
 
 @runtime_checkable
@@ -72,6 +117,8 @@ class Writer(abc.ABC):
 
     #: the entry-point name (``gpubw --format NAME``)
     name: str = ""
+    #: the command-line options this writer takes (see :class:`WriterOption`)
+    options: tuple[WriterOption, ...] = ()
     #: per-sample figures (``gpubw -v``)
     verbose: bool = False
     #: nvbandwidth's ``--perfFormatter`` output
@@ -86,12 +133,23 @@ class Writer(abc.ABC):
         """Write ``report`` to ``stream`` (a text stream)."""
 
 
-def make_writer(cls: Callable[[], Any], *, verbose: bool = False, perf: bool = False) -> Any:
+def make_writer(
+    cls: Callable[[], Any],
+    *,
+    verbose: bool = False,
+    perf: bool = False,
+    settings: Mapping[str, str | None] | None = None,
+) -> Any:
     """A writer of class ``cls`` (constructed without arguments) with the two flags set on
-    it (a writer whose ``__slots__`` leave them out ignores them)."""
+    it (a writer whose ``__slots__`` leave them out ignores them), and each option it
+    declares (:func:`writer_options`) set to its value in ``settings`` (by ``dest``), else
+    to its default."""
     writer = cls()
     with contextlib.suppress(AttributeError):
         writer.verbose, writer.perf_formatter = verbose, perf
+    given = settings or {}
+    for option in writer_options(cls):
+        setattr(writer, option.dest, given.get(option.dest, option.default))
     if not isinstance(writer, (ReportWriter, StreamingWriter)):
         raise TypeError(
             f"{type(writer).__name__} has neither write(report, stream) nor "
@@ -105,7 +163,13 @@ def write_whole(writer: Any, report: Report, stream: TextIO) -> None:
     ``begin``, ``testcase`` (each result with its verdicts) and ``end``."""
     if isinstance(writer, ReportWriter):
         writer.write(report, stream)
-        return
+    else:
+        write_streamed(writer, report, stream)
+
+
+def write_streamed(writer: Any, report: Report, stream: TextIO) -> None:
+    """Write ``report`` with a streaming writer's calls, as a run makes them: ``begin``
+    (the report without testcases), ``testcase`` per result (with its verdicts), ``end``."""
     writer.begin(attrs.evolve(report, testcases=()), stream)
     for result in report.testcases:
         writer.testcase(attrs.evolve(result, verdicts=verdicts_on(result, report)), stream)
@@ -160,11 +224,13 @@ def _device(devices: Sequence[Mapping[str, Any]], label: str) -> Mapping[str, An
 def cell_devices(
     m: Matrix, r: int, c: int, devices: Sequence[Mapping[str, Any]]
 ) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
-    """The device records of a cell's row and column, read from the matrix header
-    (``GPU(row)``, ``GPU(column)``); None where that side is not a GPU (the host, a pair
-    label such as ``0->2``) or the report does not list the device."""
-    row = _device(devices, m.row_labels[r]) if "GPU(row)" in m.description else None
-    column = _device(devices, m.column_labels[c]) if "GPU(column)" in m.description else None
+    """The device records of a cell's row and column, read from the matrix's axes; None
+    where that side is not a GPU (the host, a pair label such as ``0->2``) or the report
+    does not list the device. The one row of an all-to-one matrix (its peers) is read as
+    the device its label names, as nvbandwidth's header (``GPU(row)``) names it."""
+    axes = m.axes
+    row = _device(devices, m.row_labels[r]) if axes.rows in _ROW_DEVICES else None
+    column = _device(devices, m.column_labels[c]) if axes.columns in GPU_AXES else None
     return row, column
 
 
@@ -173,6 +239,7 @@ __all__ = [
     "ReportWriter",
     "StreamingWriter",
     "Writer",
+    "WriterOption",
     "cell_devices",
     "device_pci_short",
     "display_scale",
@@ -182,5 +249,7 @@ __all__ = [
     "simulated_banner",
     "sweeps",
     "verdicts_on",
+    "write_streamed",
     "write_whole",
+    "writer_options",
 ]

@@ -11,13 +11,21 @@ and deterministic (no colour, no terminal width).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 from gpubw.hw.nvml import DeviceFacts, device_facts
 from gpubw.model.console import printable_lines
-from gpubw.model.results import KIND_LATENCY, Matrix, Report, Status, TestcaseResult
+from gpubw.model.results import (
+    AXIS_HOST,
+    AXIS_NONE,
+    GPU_AXES,
+    KIND_LATENCY,
+    Matrix,
+    Report,
+    Status,
+    TestcaseResult,
+)
 from gpubw.model.sizes import format_size
 from gpubw.model.verdicts import FAIL, WARN, cell_noise, format_verdict, worst_first
 from gpubw.writers import (
@@ -250,6 +258,12 @@ def _emit(stream: TextIO, lines: list[str]) -> None:
 
 def matrix_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[str]:
     """The header, the table, SUM (MIN/MAX/AVG), gpubw's counting line, a blank line."""
+    return [*table_lines(m, verbose, perf), counting_line(m), ""]
+
+
+def table_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[str]:
+    """A matrix exactly as nvbandwidth prints it: the header, the table, a blank line, SUM
+    (or ``&&&& PERF``) and, verbose, MIN/MAX/AVG (without the blank line after them)."""
     scale = display_scale(m.unit)
     w = max([2, *(len(label) for label in m.row_labels)])
     out = [m.description, " " * w + "".join(f"{c:>10}" for c in m.column_labels)]
@@ -270,8 +284,6 @@ def matrix_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[s
         out.append(f"MAX {m.key} {_f(max([5e-324, *flat]))}")
         avg = total / len(positive) if positive else math.nan
         out.append(f"AVG {m.key} {_f(avg)}")
-    out.append(counting_line(m))
-    out.append("")
     return out
 
 
@@ -391,20 +403,17 @@ def counting_line(m: Matrix) -> str:
     return "(" + "; ".join(parts) + ")"
 
 
-_ENDS = re.compile(r"(CPU|GPU)\(row\) (<->|->|<-) GPU\(column\)")
-
-
 def _endpoints(m: Matrix, r: int, c: int) -> str:
-    """``src -> dst`` for a cell, read from the header's row/column arrow."""
-    row, col = m.row_labels[r], m.column_labels[c]
-    match = _ENDS.search(m.description)
-    if match is None:
-        if "GPU(column)" in m.description:
-            return f"Device {col}"
+    """``src -> dst`` for a cell, read from the matrix's axes (the one row of an all-to-one
+    matrix is named by its label, ``Device 0``, as nvbandwidth's ``GPU(row)`` header has it)."""
+    row, col, axes = m.row_labels[r], m.column_labels[c], m.axes
+    if axes.columns not in GPU_AXES:
         return f"row {row}, column {col}"
-    a = "Host" if match.group(1) == "CPU" else f"Device {row}"
     b = f"Device {col}"
-    return {"->": f"{a} -> {b}", "<-": f"{b} -> {a}", "<->": f"{a} <-> {b}"}[match.group(2)]
+    if axes.rows == AXIS_NONE:
+        return b
+    a = "Host" if axes.rows == AXIS_HOST else f"Device {row}"
+    return {"->": f"{a} -> {b}", "<-": f"{b} -> {a}", "<->": f"{a} <-> {b}"}[axes.arrow]
 
 
 def sample_lines(m: Matrix) -> list[str]:

@@ -4,8 +4,10 @@ gpubw's :class:`gpubw.MemcpyOperation` times a :class:`gpubw.Copy` (source, dest
 its protocol (spin gate, warm-up, events, samples, median); the STREAM kernels touch one to
 three arrays, so an initiator here is made for one measurement and holds all the arrays of
 that kernel; :attr:`StreamKernel.copy` is the (source, destination) pair handed to
-``measure()`` (it decides the executing device and the labels). Arrays are ``size`` bytes
-each; every kernel works on whole 16-byte vectors (``size // 16`` of them).
+``measure()`` (it decides the executing device and the labels), and the methods below get
+it back as a :class:`gpubw.CopyJob` (the pair, its sizes, the executing device, the stream).
+Arrays are ``size`` bytes each; every kernel works on whole 16-byte vectors (``size // 16``
+of them).
 
 Arrays start as a = 1.0, b = 2.0, c = 0.5 (STREAM's spirit: exactly representable values in
 every type), and the scalar is 3.0, so every result is exact in fp16, fp32 and fp64 and is
@@ -17,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from gpubw import Buffer, Copy, DeviceInfo, Initiator, KernelArg, System, ptr, u32, u64
+import attrs
+from gpubw import Buffer, Copy, CopyJob, DeviceInfo, Initiator, KernelArg, System, ptr, u32, u64
 
 from gpubw_stream.dtypes import VECTOR_BYTES, DType
 from gpubw_stream.kernels import BLOCK, FLAT, flat_block, flat_launches, launch_grid
@@ -97,31 +100,20 @@ class StreamKernel(Initiator):
     def args(self, vecs: int, loops: int) -> tuple[KernelArg, ...]:
         raise NotImplementedError
 
-    def enqueue(
-        self,
-        system: System,
-        src: Buffer,
-        dst: Buffer,
-        *,
-        nbytes: int,
-        loops: int,
-        stream: Any,
-        exec_device: DeviceInfo,
-    ) -> None:
-        vecs = vectors(nbytes)
+    def enqueue(self, job: CopyJob, *, loops: int) -> None:
+        vecs = vectors(job.nbytes)
         kernel = self.kernel()
+        launch = job.system.backend.launch
         flat = kernel.removesuffix(f"_{self.dtype.suffix}") in FLAT
-        if flat and self.working_set(nbytes, self.dtype) > exec_device.l2_bytes:
+        if flat and self.working_set(job.nbytes, self.dtype) > job.exec_device.l2_bytes:
             # beyond L2, one block per (pass, piece): kernels.FLAT says why; within L2 the
             # resident grid-stride kernel (block starts would cap the flat one there)
             block = flat_block(kernel)
             for grid, passes in flat_launches(vecs, loops, block):
-                system.backend.launch(
-                    f"{kernel}_flat", grid, block, self.args(vecs, passes), stream
-                )
+                launch(f"{kernel}_flat", grid, block, self.args(vecs, passes), job.stream)
             return
-        grid = launch_grid(exec_device.sm_count, vecs)
-        system.backend.launch(kernel, grid, BLOCK, self.args(vecs, loops), stream)
+        grid = launch_grid(job.exec_device.sm_count, vecs)
+        launch(kernel, grid, BLOCK, self.args(vecs, loops), job.stream)
 
     def fill(self, system: System, buf: Buffer, value: float, stream: Any, sm_count: int) -> None:
         """Set every whole vector of ``buf`` to ``value`` (one pass of stream_write)."""
@@ -135,43 +127,24 @@ class StreamKernel(Initiator):
             stream,
         )
 
-    def prepare(
-        self,
-        system: System,
-        src: Buffer,
-        dst: Buffer,
-        *,
-        checked: int,
-        stream: Any,
-        exec_device: DeviceInfo,
-    ) -> None:
-        sm_count = exec_device.sm_count
+    def prepare(self, job: CopyJob) -> None:
+        sm_count = job.exec_device.sm_count
         for buf, value in zip(self.arrays, self.initial):
-            self.fill(system, buf, value, stream, sm_count)
+            self.fill(job.system, buf, value, job.stream, sm_count)
 
-    def enqueue_checks(
-        self,
-        src: Buffer,
-        dst: Buffer,
-        *,
-        checked: int,
-        stream: Any,
-        exec_device: DeviceInfo,
-        first_slot: int,
-    ) -> list[tuple[int, Buffer]]:
+    def enqueue_checks(self, job: CopyJob, *, first_slot: int) -> list[tuple[int, Buffer]]:
         buf = self.arrays[self.checked_array]
-        vecs = vectors(checked)
+        vecs = vectors(job.checked)
         if vecs == 0:
             return []
         lo, hi = self.dtype.pattern(self.expected)
-        sm_count = exec_device.sm_count
         buf.enqueue_check(
             "stream_check",
-            launch_grid(sm_count, vecs),
+            launch_grid(job.exec_device.sm_count, vecs),
             BLOCK,
             (ptr(buf.ptr), u64(vecs), u64(lo), u64(hi)),
-            stream=stream,
-            exec_device=exec_device.ordinal,
+            stream=job.stream,
+            exec_device=job.exec_device.ordinal,
             slot=first_slot,
         )
         return [(first_slot, buf)]
@@ -281,19 +254,10 @@ class ReadKernel(StreamKernel):
         (a,) = self.arrays
         return (ptr(a.ptr), u64(vecs), ptr(self.scratch.ptr), u32(loops))
 
-    def enqueue_checks(
-        self,
-        src: Buffer,
-        dst: Buffer,
-        *,
-        checked: int,
-        stream: Any,
-        exec_device: DeviceInfo,
-        first_slot: int,
-    ) -> list[tuple[int, Buffer]]:
+    def enqueue_checks(self, job: CopyJob, *, first_slot: int) -> list[tuple[int, Buffer]]:
         # every element of a is 1.0, so the partial sums add up to the element count
         assert self.scratch is not None
-        vecs = vectors(checked)
+        vecs = vectors(job.checked)
         if vecs == 0:
             return []
         elements = vecs * VECTOR_BYTES // self.dtype.itemsize
@@ -303,8 +267,8 @@ class ReadKernel(StreamKernel):
             1,
             1,
             (ptr(self.scratch.ptr), u64(count), u64(elements)),
-            stream=stream,
-            exec_device=exec_device.ordinal,
+            stream=job.stream,
+            exec_device=job.exec_device.ordinal,
             slot=first_slot,
         )
         return [(first_slot, self.scratch)]
@@ -351,39 +315,18 @@ class StridedReadKernel(StreamKernel):
     def kernel(self) -> str:
         return f"stream_strided_{self.dtype.suffix}"
 
-    def enqueue(
-        self,
-        system: System,
-        src: Buffer,
-        dst: Buffer,
-        *,
-        nbytes: int,
-        loops: int,
-        stream: Any,
-        exec_device: DeviceInfo,
-    ) -> None:
-        m = self.count(nbytes)
+    def enqueue(self, job: CopyJob, *, loops: int) -> None:
+        m = self.count(job.nbytes)
         x, y = self.arrays
-        system.backend.launch(
+        job.system.backend.launch(
             self.kernel(),
-            launch_grid(exec_device.sm_count, m),
+            launch_grid(job.exec_device.sm_count, m),
             BLOCK,
             (ptr(y.ptr), ptr(x.ptr), u64(m), u32(self.stride), u32(loops)),
-            stream,
+            job.stream,
         )
 
-    def enqueue_checks(
-        self,
-        src: Buffer,
-        dst: Buffer,
-        *,
-        checked: int,
-        stream: Any,
-        exec_device: DeviceInfo,
-        first_slot: int,
-    ) -> list[tuple[int, Buffer]]:
+    def enqueue_checks(self, job: CopyJob, *, first_slot: int) -> list[tuple[int, Buffer]]:
         # the whole vectors of y's written prefix (a last partial vector is not checked)
-        written = self.count(checked) * self.dtype.itemsize
-        return super().enqueue_checks(
-            src, dst, checked=written, stream=stream, exec_device=exec_device, first_slot=first_slot
-        )
+        written = self.count(job.checked) * self.dtype.itemsize
+        return super().enqueue_checks(attrs.evolve(job, checked=written), first_slot=first_slot)

@@ -52,6 +52,7 @@ from typing import Any
 
 import attrs
 
+from gpubw.model import schemas
 from gpubw.model.errors import UsageError
 from gpubw.model.infile import read_input
 from gpubw.model.results import BANDWIDTH, LATENCY, Report
@@ -120,12 +121,9 @@ class Expectations:
     sources: tuple[tuple[str, str, str], ...] = ()
 
 
-@functools.lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
     """The expectations schema, from the installed package."""
-    text = resources.files("gpubw").joinpath("schemas").joinpath(SCHEMA_FILE).read_text("utf-8")
-    doc: dict[str, Any] = json.loads(text)
-    return doc
+    return schemas.schema(schemas.EXPECT)
 
 
 def _pointer(path: Sequence[Any]) -> str:

@@ -1,0 +1,1 @@
+"""gpubw-example: a minimal gpubw plugin (a testcase and a writer) to start one from."""

@@ -1,0 +1,287 @@
+"""Shell completion of the ``gpubw`` command: ``gpubw completion bash|zsh|fish`` prints a
+script for that shell.
+
+The scripts are made from the command's own parsers (the run's, then check, expect-from,
+info, compare, plot and completion), so they cannot drift from them. They complete the
+sub-commands as the first word; every option of the command or sub-command (aliases
+included), with the options installed writers declare (``--metrics-detail``); the values of
+``-t``/``-p`` (testcase keys, the run's and plot's), ``--simulate`` (presets, and files),
+``--format`` (installed writers) and of every option with choices (``--handle-type``,
+``--fail-on``, ...); file names elsewhere. Keys, presets and writers are those installed
+when the script is made: make it again after installing a plugin.
+
+gpubw writes the scripts itself, with no dependency: shtab writes no fish, and
+argcomplete runs Python (and imports gpubw) at every press of TAB. zsh's script is the bash
+one run by zsh's ``bashcompinit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from gpubw.cli.parsing import Parser
+from gpubw.version import __version__
+
+PROG = "gpubw"
+SHELLS = ("bash", "zsh", "fish")
+#: what every value of an option is, by its destination: a word list made when the script is
+KEYS, PRESETS, FORMATS = "keys", "presets", "formats"
+VALUE_WORDS = {"testcase": KEYS, "prefixes": KEYS, "simulate": PRESETS, "format": FORMATS}
+#: the destinations of options whose values are (or may be) file names
+FILE_DESTS = frozenset({"output", "expect", "simulate"})
+
+
+@attrs.frozen
+class Option:
+    """One option as completion sees it: its spellings, whether it takes values (and how
+    many: ``many`` for ``-t ID...``), the words its values are (None: none known) and
+    whether file names are values too (``files``)."""
+
+    strings: tuple[str, ...]
+    takes_value: bool
+    many: bool
+    words: tuple[str, ...] | None
+    help: str
+    files: bool = False
+
+
+@attrs.frozen
+class Command:
+    """The main command (``name`` empty) or a sub-command, with its options and the words
+    its first argument is (``completion``'s shells; empty: file names)."""
+
+    name: str
+    help: str
+    options: tuple[Option, ...]
+    arguments: tuple[str, ...] = ()
+
+
+def completion_parser() -> argparse.ArgumentParser:
+    """``gpubw completion``'s parser."""
+    p = Parser(
+        prog="gpubw completion",
+        description="Print a shell completion script. bash: gpubw completion bash > "
+        "~/.local/share/bash-completion/completions/gpubw; zsh: source <(gpubw completion "
+        "zsh) in ~/.zshrc; fish: gpubw completion fish > ~/.config/fish/completions/gpubw.fish. "
+        "Make it again after installing a plugin (its testcase keys and formats are listed "
+        "in the script).",
+    )
+    p.add_argument("shell", choices=SHELLS, help="the shell: bash, zsh or fish")
+    return p
+
+
+def completion_main(argv: list[str]) -> int:
+    """``gpubw completion SHELL``: the script on standard output."""
+    shell = completion_parser().parse_args(argv).shell
+    print(script(shell, commands(_words())), end="")
+    return 0
+
+
+def _words() -> dict[str, tuple[str, ...]]:
+    """The installed testcase keys, simulated presets and output formats."""
+    from gpubw.backend import presets
+    from gpubw.runner.registry import Registry, Writers
+
+    return {
+        KEYS: tuple(e.key for e in Registry.discover().entries),
+        PRESETS: tuple(sorted(presets.names())),
+        FORMATS: tuple(Writers.discover().names),
+    }
+
+
+def _subparsers() -> list[tuple[str, str, Callable[[], argparse.ArgumentParser]]]:
+    """(name, one line of help, its parser or None) of each sub-command."""
+    from gpubw.cli.accept import check_parser, expect_from_parser, info_parser
+    from gpubw.cli.compare import compare_parser
+    from gpubw.tools.plot import plot_parser  # (matplotlib is imported only to draw)
+
+    return [
+        ("check", "judge a saved report", check_parser),
+        ("expect-from", "expectations from a known-good report", expect_from_parser),
+        ("info", "devices, NVML facts, peer links", info_parser),
+        ("compare", "two reports cell by cell", compare_parser),
+        ("plot", "figures of a report", plot_parser),
+        ("completion", "a shell completion script", completion_parser),
+    ]
+
+
+def options_of(
+    parser: argparse.ArgumentParser, words: dict[str, tuple[str, ...]]
+) -> tuple[Option, ...]:
+    """The options of ``parser`` (positionals left out: they are file names)."""
+    out = []
+    for a in parser._actions:
+        if not a.option_strings or a.help == argparse.SUPPRESS:
+            continue
+        takes = a.nargs != 0
+        values = words.get(VALUE_WORDS.get(a.dest, ""))
+        if a.choices is not None:
+            values = tuple(str(c) for c in a.choices)
+        many = a.nargs in ("+", "*")
+        files = a.dest in FILE_DESTS or "FILE" in str(a.metavar or "")
+        out.append(Option(tuple(a.option_strings), takes, many, values, _line(a.help), files))
+    return tuple(out)
+
+
+def arguments_of(parser: argparse.ArgumentParser) -> tuple[str, ...]:
+    """The choices of ``parser``'s first positional argument (none: file names)."""
+    first = next((a for a in parser._actions if not a.option_strings), None)
+    return tuple(str(c) for c in first.choices) if first and first.choices else ()
+
+
+def _line(text: str | None) -> str:
+    """The first clause of a help text, for fish's descriptions."""
+    first = (text or "").split(";")[0].split("(")[0].strip()
+    return first.replace("%%", "%")[:60]
+
+
+def _writer_options() -> tuple[Option, ...]:
+    """The options installed writers declare."""
+    from gpubw.runner.registry import Writers
+    from gpubw.writers import writer_options
+
+    writers = Writers.discover()
+    out = []
+    for name in writers.names:
+        for o in writer_options(writers.get(name)):
+            out.append(Option((o.flag,), True, False, o.choices or None, _line(o.help)))
+    return tuple(out)
+
+
+def commands(words: dict[str, tuple[str, ...]]) -> list[Command]:
+    """The main command and every sub-command, with their options."""
+    from gpubw.cli.args import build_parser
+
+    main = Command("", "", options_of(build_parser(), words) + _writer_options())
+    subs = []
+    for name, text, make in _subparsers():
+        parser = make()
+        subs.append(Command(name, text, options_of(parser, words), arguments_of(parser)))
+    return [main, *subs]
+
+
+def script(shell: str, cmds: Sequence[Command]) -> str:
+    """The completion script for ``shell``."""
+    if shell == "fish":
+        return fish_script(cmds)
+    body = bash_script(cmds)
+    if shell == "zsh":
+        head = "# zsh completion for gpubw: source <(gpubw completion zsh) in ~/.zshrc\n"
+        return head + "autoload -U +X bashcompinit && bashcompinit\n" + body
+    return body
+
+
+def _quote(words: Sequence[str]) -> str:
+    """Words as one single-quoted shell string."""
+    text = " ".join(words)
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _bash_values(cmds: Sequence[Command], named: dict[tuple[str, ...], str]) -> list[str]:
+    """The case arms that complete an option's value: ``cmd:option) ...``."""
+    arms = []
+    for cmd in cmds:
+        for o in cmd.options:
+            if not o.takes_value:
+                continue
+            pattern = "|".join(f"{cmd.name or 'main'}:{s}" for s in o.strings)
+            actions = [] if o.words is None else [_compgen(o.words, named)]
+            if o.files:
+                actions.append(_FILES.replace("=(", "+=(") if actions else _FILES)
+            arms.append(f"        {pattern}) {'; '.join(actions) or 'COMPREPLY=()'}; return ;;")
+    return arms
+
+
+_FILES = 'COMPREPLY=($(compgen -f -- "$cur"))'
+
+
+def _compgen(words: Sequence[str], named: dict[tuple[str, ...], str] | None = None) -> str:
+    """``compgen -W`` of ``words``, or of the variable ``named`` gives them."""
+    listed = f'"${named[tuple(words)]}"' if named and tuple(words) in named else _quote(words)
+    return f'COMPREPLY=($(compgen -W {listed} -- "$cur"))'
+
+
+def bash_script(cmds: Sequence[Command]) -> str:
+    """The bash script (zsh runs it too, through bashcompinit)."""
+    subs = cmds[1:]
+    names = "|".join(c.name for c in subs)
+    keys = next((o.words for c in cmds for o in c.options if o.many and o.words), ())
+    named = {keys: "_gpubw_keys"} if keys else {}
+    many = {f"{c.name or 'main'}:{s}" for c in cmds for o in c.options if o.many for s in o.strings}
+    options = [f"        {c.name or 'main'}) words={_quote(_spellings(c))} ;;" for c in cmds]
+    arguments = [f"        {c.name}) {_compgen(c.arguments)} ;;" for c in subs if c.arguments]
+    lines = [
+        f"# bash completion for gpubw {__version__}: made by gpubw completion bash",
+        *([f"_gpubw_keys={_quote(keys)}"] if keys else []),
+        "_gpubw_complete() {",
+        '    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"',
+        "    local cmd=main opt i words",
+        f'    case "${{COMP_WORDS[1]}}" in {names}) ((COMP_CWORD > 1)) && '
+        'cmd="${COMP_WORDS[1]}" ;; esac',
+        '    [[ "$prev" == "=" ]] && prev="${COMP_WORDS[COMP_CWORD-2]}"',
+        "    for ((i = COMP_CWORD - 1; i > 0; i--)); do  # -t ID...: the option before its values",
+        '        [[ "${COMP_WORDS[i]}" == -* ]] && { opt="${COMP_WORDS[i]}"; break; }',
+        "    done",
+        f'    case "$cmd:$opt" in {"|".join(sorted(many)) or "-"}) prev=$opt ;; esac',
+        '    if [[ "$cur" != -* ]]; then',
+        '        case "$cmd:$prev" in',
+        *_bash_values(cmds, named),
+        "        esac",
+        "    fi",
+        '    case "$cmd" in',
+        *options,
+        "    esac",
+        '    if [[ "$cur" == -* ]]; then',
+        '        COMPREPLY=($(compgen -W "$words" -- "$cur"))',
+        '    elif [[ "$cmd" == main && COMP_CWORD -eq 1 ]]; then',
+        f"        {_compgen([c.name for c in subs])}",
+        "    else",
+        '        case "$cmd" in',
+        *arguments,
+        f"        *) {_FILES} ;;",
+        "        esac",
+        "    fi",
+        "}",
+        "complete -o filenames -F _gpubw_complete gpubw",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _spellings(cmd: Command) -> list[str]:
+    return [s for o in cmd.options for s in o.strings]
+
+
+def _fish_option(o: Option, condition: str) -> str:
+    """One ``complete`` line of an option."""
+    parts = [f"complete -c {PROG} -n {_quote([condition])}"]
+    for s in o.strings:
+        parts.append(f"-l {s[2:]}" if s.startswith("--") else f"-s {s[1:]}")
+    if o.takes_value:
+        parts.append("-r" if o.files else "-x")
+        if o.words is not None:
+            parts.append(f"-a {_quote(o.words)}")
+    if o.help:
+        parts.append(f"-d {_quote([o.help])}")
+    return " ".join(parts)
+
+
+def fish_script(cmds: Sequence[Command]) -> str:
+    """The fish script."""
+    subs = cmds[1:]
+    names = " ".join(c.name for c in subs)
+    first = "__fish_use_subcommand"
+    lines = [f"# fish completion for gpubw {__version__}: made by gpubw completion fish"]
+    for c in subs:
+        lines.append(f"complete -c {PROG} -n {first} -f -a {c.name} -d {_quote([c.help])}")
+    main = f"not __fish_seen_subcommand_from {names}"
+    lines += [_fish_option(o, main) for o in cmds[0].options]
+    for c in subs:
+        seen = f"__fish_seen_subcommand_from {c.name}"
+        lines += [_fish_option(o, seen) for o in c.options]
+        if c.arguments:
+            lines.append(f"complete -c {PROG} -n {_quote([seen])} -f -a {_quote(c.arguments)}")
+    return "\n".join(lines) + "\n"

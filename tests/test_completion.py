@@ -1,0 +1,95 @@
+"""gpubw.cli.completion: the bash, zsh and fish scripts, made from the parsers; the bash one
+run by bash on made-up command lines."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpubw.cli import command as cli
+from gpubw.cli.completion import commands, script
+
+WORDS = {"keys": ("device_local_copy", "device_to_host_memcpy_ce", "stream_copy"),
+         "presets": ("h200x1", "h200x2"), "formats": ("json", "openmetrics", "text")}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bash_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("completion") / "gpubw.bash"
+    path.write_text(script("bash", commands(WORDS)))
+    return path
+
+
+def complete(bash_file: Path, line: str) -> list[str]:
+    """What bash offers at the end of ``line`` (its last word the one being completed)."""
+    words = line.split(" ")
+    program = (
+        f"source {bash_file}; COMP_WORDS=({' '.join(repr(w) for w in words)}); "
+        f"COMP_CWORD={len(words) - 1}; _gpubw_complete; printf '%s\\n' \"${{COMPREPLY[@]}}\""
+    )
+    out = subprocess.run(["bash", "-c", program], capture_output=True, encoding="utf-8", check=True)
+    return [w for w in out.stdout.splitlines() if w]
+
+
+@pytest.mark.parametrize(
+    ("line", "offered"),
+    [
+        ("gpubw ", ["check", "expect-from", "info", "compare", "plot", "completion"]),
+        ("gpubw -t dev", ["device_local_copy", "device_to_host_memcpy_ce"]),
+        ("gpubw -t 0 device_l", ["device_local_copy"]),  # -t takes several
+        ("gpubw --testcase-prefixes str", ["stream_copy"]),
+        ("gpubw --simulate h200x", ["h200x1", "h200x2"]),
+        ("gpubw --format op", ["openmetrics"]),
+        ("gpubw --metrics-detail s", ["summary"]),
+        ("gpubw --handle-type p", ["posix-fd"]),
+        ("gpubw --buf", ["--buffer-size", "--bufferSize"]),
+        ("gpubw -b ", []),  # a size: nothing to offer
+        ("gpubw compare a.json b.json --fail-on b", ["both"]),
+        ("gpubw compare a.json b.json --form", ["--format"]),
+        ("gpubw compare a.json b.json --format j", ["json"]),
+        ("gpubw plot r.json -p str", ["stream_copy"]),
+        ("gpubw info --simulate h200x1", ["h200x1"]),
+        ("gpubw completion z", ["zsh"]),
+    ],
+)
+def test_bash_completes(bash_file: Path, line: str, offered: list[str]) -> None:
+    """Sub-commands first; options by prefix; keys, presets, formats and choices as values."""
+    assert complete(bash_file, line) == offered
+
+
+def test_bash_offers_the_options_of_the_command_in_use(bash_file: Path) -> None:
+    """check's options are check's own; the run's are not offered there."""
+    offered = complete(bash_file, "gpubw check r.json --")
+    assert "--expect" in offered and "--tolerance" not in offered
+    assert "--buffer-size" not in offered
+
+
+def test_zsh_runs_the_bash_script_and_fish_has_every_option() -> None:
+    """zsh's script loads bashcompinit; fish's names each option with its aliases and the
+    keys as -t's values. Each parses in its shell where that shell is installed."""
+    zsh = script("zsh", commands(WORDS))
+    assert "bashcompinit" in zsh and "complete -o filenames -F _gpubw_complete gpubw" in zsh
+    fish = script("fish", commands(WORDS))
+    assert "-s b -l buffer-size -l bufferSize -x" in fish
+    assert "-s t -l testcase -x -a 'device_local_copy device_to_host_memcpy_ce stream_copy'" in fish
+    assert "-l metrics-detail -x -a 'cells summary'" in fish
+    assert "__fish_seen_subcommand_from compare' -l fail-on -x -a 'low high both'" in fish
+    for shell, text in (("zsh", zsh), ("fish", fish)):
+        if shutil.which(shell):
+            subprocess.run([shell, "-n", "-c", text], check=True)
+
+
+def test_the_command_prints_a_script_with_what_is_installed(capsys: Any) -> None:
+    """gpubw completion bash lists the installed testcase keys (a plugin's too), presets and
+    formats; a missing or unknown shell is a usage error."""
+    assert cli.main(["completion", "bash"]) == 0
+    text = capsys.readouterr().out
+    assert "device_local_copy_sm" in text and "h200x8" in text and "openmetrics" in text
+    assert "stream_triad" in text  # the gpubw-stream plugin the test command installs
+    assert cli.main(["completion"]) == 2
+    assert cli.main(["completion", "tcsh"]) == 2
+    assert "invalid choice: 'tcsh'" in capsys.readouterr().err
