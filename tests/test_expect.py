@@ -617,3 +617,18 @@ def test_the_run_path_does_not_import_jsonschema() -> None:
         [sys.executable, "-c", code], capture_output=True, encoding="utf-8", check=True
     )
     assert out.stdout.strip() == "False"
+
+
+def test_the_builtin_files_are_what_benchmarks_expectations_makes():
+    """benchmarks/expectations.py --check: the shipped files match their generator (a change
+    to how cells are classified, e.g. a link type, must regenerate them)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "expectations.py"), "--check"],
+        capture_output=True,
+        encoding="utf-8",
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
