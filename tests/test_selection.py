@@ -76,3 +76,22 @@ def test_bad_selections_exit_2_before_anything_runs(capsys, argv, words):
     """One line naming the value and what is allowed; exit 2; nothing measured."""
     code, out, err = run_cli(capsys, "--simulate", "h200x8", "-t", "0", *FAST, *argv)
     assert code == 2 and words in err and "Running" not in out
+
+
+def test_multinode_devices_by_uuid_across_hosts():
+    """4 simulated ranks on 2 hosts: --devices with a UUID of each host measures the pair of
+    their ranks (0 and 3) only; a UUID no rank has is every rank's usage error."""
+    from _ranked import model, ranked_report
+    from gpubw.model.options import RunOptions
+
+    rack = model("gb200nvl72").devices
+    key = "multinode_device_to_device_memcpy_read_ce"
+    options = RunOptions(buffer_sizes=(1 << 20,), samples=1, loops=1,
+                         devices=(rack[0].uuid, rack[5].uuid[:13]))  # fmt: skip
+    report = ranked_report("gb200nvl72", [2, 2], options, testcases=[key], timeout_s=60)
+    (grid,) = [m.values for t in report.testcases for m in t.matrices]
+    measured = {(i, j) for i, row in enumerate(grid) for j, v in enumerate(row) if v is not None}
+    assert measured == {(0, 3), (3, 0)}
+    nowhere = RunOptions(buffer_sizes=(1 << 20,), samples=1, loops=1, devices=("GPU-ffff",))
+    with pytest.raises(UsageError, match="no rank has a GPU 'GPU-ffff'"):
+        ranked_report("gb200nvl72", [2, 2], nowhere, testcases=[key], timeout_s=60)
