@@ -302,10 +302,12 @@ def test_builtin_without_a_match_is_a_usage_error(capsys, tmp_path):
     """--expect builtin on devices no built-in file covers: exit 2, naming the devices and the
     built-ins, no report written."""
     out_file = tmp_path / "r.json"
-    code, _out, err = run_cli(capsys, "--simulate", "pcie4", *FAST, "--expect", "builtin",
+    sim = tmp_path / "rtx.json"
+    sim.write_text('{"base": "pcie4", "device": {"name": "NVIDIA RTX 4090"}}', encoding="utf-8")
+    code, _out, err = run_cli(capsys, "--simulate", str(sim), *FAST, "--expect", "builtin",
                              "-o", str(out_file))  # fmt: skip
     assert code == 2 and not out_file.exists()
-    assert "no built-in expectations for" in err and "NVIDIA H200" in err
+    assert "no built-in expectations for NVIDIA RTX 4090" in err and "0x2335" in err
 
 
 @pytest.mark.parametrize(
@@ -322,6 +324,22 @@ def test_bad_judge_options(capsys, argv, words):
     """Bad --outlier-pct / --cv-threshold values: exit 2 naming the value."""
     code, _, err = run_cli(capsys, "--simulate", "h200x2", *FAST, *argv)
     assert code == 2 and all(w in err for w in words), err
+
+
+def test_expect_from_a_fleet_of_reports(capsys, tmp_path):
+    """expect-from with three reports writes the median floors; each run passes check."""
+    paths = []
+    for seed in (1, 2, 3):
+        path = tmp_path / f"good{seed}.json"
+        run_cli(capsys, "--simulate", "h200x2", *FAST, "-j", "-o", str(path))
+        paths.append(str(path))
+    exp = tmp_path / "fleet.json"
+    code, _, err = run_cli(capsys, "expect-from", *paths, "-o", str(exp))
+    assert code == 0, err
+    doc = json.loads(exp.read_text(encoding="utf-8"))
+    assert doc["rules"] and all(r["note"].startswith("median of 3") for r in doc["rules"])
+    code, out, _ = run_cli(capsys, "check", paths[0], "--expect", str(exp))
+    assert code == 0 and "PASS" in out
 
 
 def test_bad_tolerance_and_unusable_report(capsys, tmp_path):

@@ -65,13 +65,18 @@ def test_pyprojects_entry_points_are_exactly_builtins():
 def test_builtin_order_is_nvbandwidths():
     """BUILTIN_ORDER is BUILTINS' keys: nvbandwidth's 35 and 13 multinode (35-47), then gpubw's."""
     assert tuple(key for key, _ in BUILTINS) == BUILTIN_ORDER
-    assert len(BUILTIN_ORDER) == len(set(BUILTIN_ORDER)) == 49
+    assert len(BUILTIN_ORDER) == len(set(BUILTIN_ORDER)) == 51
     assert BUILTIN_ORDER[0] == "host_to_device_memcpy_ce"
     assert BUILTIN_ORDER[32] == "host_device_latency_sm"
     assert BUILTIN_ORDER[34] == "device_local_copy"
     assert BUILTIN_ORDER[35] == "multinode_device_to_device_memcpy_read_ce"
     assert BUILTIN_ORDER[47] == "multinode_bisect_write_ce"
     assert BUILTIN_ORDER[48] == "device_local_copy_sm"
+    # issue 21's pageable testcases came last: no existing index moved
+    assert BUILTIN_ORDER[49:] == (
+        "host_to_device_pageable_memcpy_ce",
+        "device_to_host_pageable_memcpy_ce",
+    )
 
 
 def test_builtins_come_first_in_nvbandwidth_order(builtin):

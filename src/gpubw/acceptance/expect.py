@@ -43,7 +43,7 @@ side (:func:`load_expectations`, :func:`builtin_for`, ...) is re-exported from
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -338,5 +338,55 @@ def expect_from(
         "tolerance": tolerance,
         "rules": rules,
     }
+    expectations_from_dict(doc, source="expect_from")  # what we write must load back
+    return doc
+
+
+def expect_from_reports(
+    reports: Sequence[Report],
+    tolerance: float = 0.05,
+    *,
+    peer_links: Sequence[Mapping[tuple[int, int], str] | None] | None = None,
+) -> dict[str, Any]:
+    """An expectations document from a fleet's known-good runs of one kind of node: each
+    rule's limit is the *median* over the reports of that group's worst cell
+    (:func:`expect_from` of each), so one unusually fast or slow node does not set it;
+    ``tolerance`` then allows for the spread. A group some reports lack is taken from those
+    that have it (its ``note`` says how many). One report gives :func:`expect_from`'s
+    document. UsageError when the reports are of different GPUs."""
+    if not reports:
+        raise ValueError("expect_from_reports needs at least one report")
+    links = list(peer_links) if peer_links is not None else [None] * len(reports)
+    docs = [expect_from(r, tolerance, peer_links=pl) for r, pl in zip(reports, links)]
+    if len(docs) == 1:
+        return docs[0]
+    kinds = {tuple(d["devices"]) for d in docs}
+    if len(kinds) > 1:
+        shown = "; ".join(", ".join(k) or "?" for k in sorted(kinds))
+        raise UsageError(
+            f"the reports are of different GPUs ({shown}); make one expectations file per "
+            "kind of node"
+        )
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for d in docs:
+        for rule in d["rules"]:
+            key = (rule["testcase"], rule["matrix"], rule.get("size"), rule["link"])
+            groups.setdefault(key, []).append(rule)
+    rules = []
+    for found in groups.values():
+        limit = "max" if "max" in found[0] else "min"
+        rule = dict(found[0])
+        rule[limit] = statistics.median(r[limit] for r in found)
+        rule["note"] = f"median of {len(found)} of {len(docs)} reports' worst cells"
+        rules.append(rule)
+    hosts = sorted({r.host for r in reports if r.host})
+    doc = dict(docs[0])
+    doc["name"] = f"from {len(reports)} runs ({', '.join(hosts) or 'unnamed hosts'})"
+    doc["description"] = (
+        f"made by gpubw expect-from from {len(reports)} runs on {', '.join(hosts) or '?'}"
+        f"{' (SIMULATED)' if any(r.simulated for r in reports) else ''}: each limit is the "
+        "median over the runs of the worst cell of its group"
+    )
+    doc["rules"] = rules
     expectations_from_dict(doc, source="expect_from")  # what we write must load back
     return doc

@@ -46,6 +46,8 @@ DEFAULT_OUTLIER_PCT = 90.0
 DEFAULT_CV_THRESHOLD = 0.10
 #: default bound of a collective across ranks (seconds; --world-timeout)
 DEFAULT_WORLD_TIMEOUT_S = 60.0
+#: the longest --soak (a week)
+MAX_SOAK_S = 7 * 86_400.0
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
@@ -101,6 +103,40 @@ def _strings(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
+def _device_tokens(value: Iterable[str] | None) -> tuple[str, ...] | None:
+    """``--devices``/``--pair``: the GPUs as given (indexes, UUIDs or PCI bus ids); None: all."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)):
+        raise ValueError(
+            f"devices must be a list of GPU indexes, UUIDs or PCI bus ids, got {value!r}"
+        )
+    tokens = tuple(str(v).strip() for v in value)
+    if not tokens or "" in tokens:
+        raise ValueError(
+            f"devices must name at least one GPU and no empty one, got {list(value)!r}"
+        )
+    return tokens
+
+
+def _host_numa(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
+    if value is None or value in ("local", "remote"):
+        return
+    if not (isinstance(value, str) and value.isdecimal() and len(value) <= 6):
+        raise ValueError(
+            f"host_numa must be a NUMA node number, 'local' or 'remote', got {value!r}"
+        )
+
+
+def _soak(instance: object, attribute: attrs.Attribute, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"soak_s must be a number of seconds, got {value!r}")
+    if not 0 < value <= MAX_SOAK_S:  # also refuses nan and inf
+        raise ValueError(f"soak_s must be in (0, {MAX_SOAK_S:g}] seconds, got {value!r}")
+
+
 @attrs.frozen
 class RunOptions:
     """How every measurement of one run is made (nvbandwidth's -b, -i, -m, -s, -d,
@@ -135,6 +171,17 @@ class RunOptions:
     #: --handle-type: how ranks share device memory ("fabric", "posix-fd" or "ipc"); None
     #: (auto) takes the best kind every rank can use.
     handle_type: str | None = attrs.field(default=None, validator=_handle_type)
+    #: --devices / --pair: the GPUs to measure, as given (indexes, UUIDs or their prefixes,
+    #: PCI bus ids); None measures every GPU. Resolved when the System opens
+    #: (:meth:`gpubw.memory.system.System.select_devices`).
+    devices: tuple[str, ...] | None = attrs.field(default=None, converter=_device_tokens)
+    #: the selection came from --pair (exactly two different GPUs)
+    device_pair: bool = attrs.field(default=False, validator=_bool)
+    #: --host-numa: where host buffers live: a node number ("1"), "local" (the GPU's node) or
+    #: "remote" (another node); None: near the GPU's CPUs by affinity (-d: anywhere)
+    host_numa: str | None = attrs.field(default=None, validator=_host_numa)
+    #: --soak: repeat the selection until this many seconds have passed (None: once)
+    soak_s: float | None = attrs.field(default=None, validator=_soak)
 
 
 @attrs.frozen
@@ -183,6 +230,7 @@ def options_record(
         record["handle_type"] = o.handle_type
     if o.world_timeout_s != DEFAULT_WORLD_TIMEOUT_S:
         record["world_timeout_s"] = o.world_timeout_s
+    record.update(node_options_record(o))
     if invocation is not None:
         i = invocation
         record.update(
@@ -197,6 +245,21 @@ def options_record(
     if signal is not None:
         record["signal_exit"] = exit_status(signal=signal)
         record["signal"] = signal
+    return record
+
+
+def node_options_record(o: RunOptions) -> dict[str, Any]:
+    """The node-check options of the record, only those given (older readers never see
+    them otherwise)."""
+    record: dict[str, Any] = {}
+    if o.devices is not None:
+        record["devices"] = list(o.devices)
+        if o.device_pair:
+            record["device_pair"] = True
+    if o.host_numa is not None:
+        record["host_numa"] = o.host_numa
+    if o.soak_s is not None:
+        record["soak_s"] = o.soak_s
     return record
 
 
@@ -225,6 +288,10 @@ def options_from_record(
             "sample_pairs",
             "seed",
             "handle_type",
+            "devices",
+            "device_pair",
+            "host_numa",
+            "soak_s",
         )
         if record.get(name) is not None
     }

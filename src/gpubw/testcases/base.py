@@ -84,6 +84,12 @@ class Testcase:
     def device_count(self) -> int:
         return self.system.device_count
 
+    def selected(self, index: int) -> bool:
+        """Whether row/column ``index`` (a GPU) is measured in this run: every one, unless
+        ``--devices``/``--pair`` named some; the cells of the others stay None. A plugin's
+        testcase that walks the GPUs itself should skip the ones this says no to."""
+        return self.system.selected(index)
+
     def needs_multicast(self) -> bool:
         """The filter of any testcase that would create NVLink multicast objects: waived when
         the environment disables multicast (NCCL_NVLS_ENABLE=0,

@@ -62,10 +62,27 @@ class MultinodeTestcase(Testcase):
     ranks, so all waive together, with the failing rank's reason)."""
 
     multicast = False
+    #: the ranks whose GPU is selected (--devices); None: every rank (see gather_selection)
+    _ranks: frozenset[int] | None = None
 
     @property
     def world(self) -> Any:
         return self.system.world
+
+    def gather_selection(self) -> None:
+        """Collective, at the top of every shape: which ranks' GPUs ``--devices`` selects.
+        A rank whose GPU is not selected still joins every collective step (the world stays
+        whole) but issues no copy, and the cells of its row and column are None."""
+        if self.system.selection is None:
+            self._ranks = None
+            return
+        mine = self.system.selected(self.system.rank_device)
+        self._ranks = frozenset(r for r, ok in enumerate(self.world.allgather(mine)) if ok)
+
+    def selected(self, index: int) -> bool:
+        """Whether rank ``index``'s GPU is measured (the rows and columns of a multinode
+        matrix are ranks)."""
+        return self._ranks is None or index in self._ranks
 
     def filter(self) -> bool:
         world = self.world
@@ -179,6 +196,7 @@ def _grid(
 ) -> tuple[Grid, tuple[tuple[str, Any], ...]]:
     testcase, size = _multinode(plan), plan.size
     n = testcase.world.size
+    testcase.gather_selection()
     grid: Grid = [[None] * n for _ in range(n)]
     cells, notes = sampled_cells(testcase, n)
     with contextlib.ExitStack() as stack:
@@ -247,6 +265,7 @@ def fan(plan: Plan, *, into: bool) -> list[Matrix]:
     testcase, size = _multinode(plan), plan.size
     world = testcase.world
     n = world.size
+    testcase.gather_selection()
     op = plan.operation(Kind.SUM, Prefer.SRC)
     row: list[CellMeasurement | None] = []
     with contextlib.ExitStack() as run_stack:
@@ -254,6 +273,9 @@ def fan(plan: Plan, *, into: bool) -> list[Matrix]:
         gate = shared.gate()
         mine = shared.local(world.rank, size)
         for g in range(n):
+            if not testcase.selected(g):
+                row.append(None)
+                continue
             with contextlib.ExitStack() as stack:
                 column = Shared(testcase, stack)
                 stride = -(-size // PART_ALIGN) * PART_ALIGN
@@ -263,11 +285,13 @@ def fan(plan: Plan, *, into: bool) -> list[Matrix]:
                     if j == g:
                         continue
                     theirs = next(fresh)
+                    if not testcase.selected(j):
+                        continue
                     local = mine if world.rank == j else None
                     pairs.append(
                         pair(world, j, local, theirs) if into else pair(world, j, theirs, local)
                     )
-                row.append(op.measure_ranks(pairs, gate))
+                row.append(op.measure_ranks(pairs, gate) if pairs else None)
     direction = "into" if into else "out of"
     text = (
         f"bytes of every simultaneous copy {direction} the column's GPU, one per other rank "
@@ -283,6 +307,7 @@ def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:
     testcase = _multinode(plan)
     world = testcase.world
     n = world.size
+    testcase.gather_selection()
     nbytes = plan.size // 4 * 4
     op = plan.operation(Kind.SUM, Prefer.SRC)
     row: list[CellMeasurement | None] = []
@@ -290,8 +315,12 @@ def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:
         shared = Shared(testcase, stack)
         gate = shared.gate()
         mine = shared.local(world.rank, nbytes)
-        groups = [list(range(n))] if all_at_once else [[g] for g in range(n)]
+        chosen = [g for g in range(n) if testcase.selected(g)]
+        groups = [chosen] if all_at_once else [[g] if g in chosen else [] for g in range(n)]
         for group in groups:
+            if not group:
+                row.append(None)
+                continue
             with contextlib.ExitStack() as cell_stack:
                 cell = Shared(testcase, cell_stack)
                 pairs = [pair(world, g, mine, cell.multicast(g, nbytes)) for g in group]
@@ -319,17 +348,21 @@ def bisect(plan: Plan) -> list[Matrix]:
     testcase, size = _multinode(plan), plan.size
     world = testcase.world
     n = world.size
+    testcase.gather_selection()
     op = plan.operation(Kind.VECTOR, Prefer.SRC)
+    partner = [(i + n // 2) % n for i in range(n)]
+    rows = [i for i in range(n) if testcase.selected(i) and testcase.selected(partner[i])]
+    m = None
     with contextlib.ExitStack() as stack:
         shared = Shared(testcase, stack)
         gate = shared.gate()
         src = [shared.unicast(o, size) for o in range(n)]
         dst = [shared.unicast(o, size) for o in range(n)]
-        partner = [(i + n // 2) % n for i in range(n)]
-        m = op.measure_ranks(
-            [pair(world, partner[i], src[partner[i]], dst[i]) for i in range(n)], gate
-        )
-    grid: Grid = [[m] for _ in range(n)]
+        if rows:
+            m = op.measure_ranks(
+                [pair(world, partner[i], src[partner[i]], dst[i]) for i in rows], gate
+            )
+    grid: Grid = [[m if i in rows else None] for i in range(n)]
     text = (
         f"bytes of the copy into the row's rank "
         f"({plan.copy_text(counted_bytes_of([m], None))}), "
@@ -337,8 +370,11 @@ def bisect(plan: Plan) -> list[Matrix]:
     )
     # the pair labels (i->p) name both ends themselves: no axis gpubw looks a device up in
     matrix = bandwidth_matrix(plan, Kind.VECTOR, grid, text, axes=WHOLE_WORLD)
-    values = [[m.pair_value(i)] for i in range(n)]
-    samples = [[m.pair_samples[i]] for i in range(n)]
+    where = {i: k for k, i in enumerate(rows)}
+    values = [[None if m is None or i not in where else m.pair_value(where[i])] for i in range(n)]
+    samples = [
+        [None if m is None or i not in where else m.pair_samples[where[i]]] for i in range(n)
+    ]
     return [
         attrs.evolve(
             matrix,

@@ -113,13 +113,24 @@ class Cell:
 
 def _measure_row(
     plan: Plan, op: MemcpyOperation, flow: Callable[[Cell, int], Sequence[Copy] | None]
-) -> list[CellMeasurement | None]:
+) -> tuple[list[CellMeasurement | None], list[int | None]]:
+    """The cells of a 1 x N row, and the NUMA node of each cell's measured host buffer
+    (None: no host buffer, not measured, or unknown)."""
+    testcase = plan.testcase
     row: list[CellMeasurement | None] = []
-    for g in range(plan.testcase.device_count):
+    nodes: list[int | None] = []
+    for g in range(testcase.device_count):
+        nodes.append(None)
+        if not testcase.selected(g):
+            row.append(None)
+            continue
         with contextlib.ExitStack() as stack:
             copies = flow(Cell(plan.testcase, plan.size, stack), g)
             row.append(op.measure(copies) if copies else None)
-    return row
+            host = [b for b in (copies[0].src, copies[0].dst) if b.is_host] if copies else []
+            if host:
+                nodes[-1] = testcase.system.pool.numa_node(host[0])
+    return row, nodes
 
 
 def _measure_grid(
@@ -146,10 +157,16 @@ def sampled_cells(
     testcase: Testcase, n: int
 ) -> tuple[list[tuple[int, int]], tuple[tuple[str, Any], ...]]:
     """The off-diagonal cells of an n x n testcase to measure, in row-major order, and the
-    matrix notes that say so: every cell, no notes; with ``--sample-pairs`` the deterministic
+    matrix notes that say so: every cell whose row and column are selected
+    (:meth:`Testcase.selected`: ``--devices``), no notes; with ``--sample-pairs`` the deterministic
     sample of :func:`gpubw.measure.sampling.sample_pairs` (same on every rank and every run for one
     seed) and a ``sampled`` note ``{cells, measured, seed}`` (the rest stay None)."""
-    every = [(r, c) for r in range(n) for c in range(n) if r != c]
+    every = [
+        (r, c)
+        for r in range(n)
+        for c in range(n)
+        if r != c and testcase.selected(r) and testcase.selected(c)
+    ]
     options = testcase.system.options
     k = getattr(options, "sample_pairs", None)
     if k is None or n < 2:
@@ -277,12 +294,16 @@ def one_by_n(
     """One row (``axes.rows``: the host, or none); column g measures ``flow(cell, g)`` (its
     first copy is reported, the others are interference described by ``interference``); None
     or [] from the flow gives N/A."""
-    grid = [_measure_row(plan, plan.operation(Kind.FIRST, prefer), flow)]
+    row, nodes = _measure_row(plan, plan.operation(Kind.FIRST, prefer), flow)
+    grid = [row]
     copy = plan.copy_text(counted_bytes_of(grid[0], 0))
     if interference:
         counted = f"bytes of the measured copy ({copy}), counted once; {interference}"
     else:
         counted = f"bytes of the copy ({copy}), counted once"
+    # where each column's measured host buffer lives (the host testcases; --host-numa)
+    if any(n is not None for n in nodes):
+        plan = attrs.evolve(plan, notes=(*plan.notes, ("host_numa_nodes", tuple(nodes))))
     return [bandwidth_matrix(plan, Kind.FIRST, grid, counted, axes=axes)]
 
 
@@ -322,7 +343,7 @@ def host_traffic(
         copies = [measured.copy(cell, g)]
         copies += [d.copy(cell, g, extra) for d in same_device]
         for j in range(testcase.device_count):
-            if j != g:
+            if j != g and testcase.selected(j):  # interference on the selected GPUs only
                 copies += [d.copy(cell, j, extra) for d in other_devices]
         return copies
 
@@ -476,17 +497,22 @@ def _fan(plan: Plan, *, into: bool, prefer: Prefer) -> list[Matrix]:
     row: list[CellMeasurement | None] = []
     with contextlib.ExitStack() as run_stack:
         shared = Cell(testcase, size, run_stack)
-        peers = [shared.device(j) for j in range(n)]
+        peers = [shared.device(j) if testcase.selected(j) else None for j in range(n)]
         for g in range(n):
+            if not testcase.selected(g):
+                row.append(None)
+                continue
             with contextlib.ExitStack() as stack:
                 cell = Cell(testcase, size, stack)
                 copies = []
                 for j in range(n):
-                    if j == g:
+                    if j == g or not testcase.selected(j):  # peers among the selected GPUs
                         continue
+                    theirs = peers[j]
+                    assert theirs is not None
                     mine = cell.device(g)
-                    if mine.enable_peer_access(peers[j]):
-                        copies.append(Copy(peers[j], mine) if into else Copy(mine, peers[j]))
+                    if mine.enable_peer_access(theirs):
+                        copies.append(Copy(theirs, mine) if into else Copy(mine, theirs))
                 row.append(op.measure(copies) if copies else None)
     grid = [row]
     copy = plan.copy_text(counted_bytes_of(row, None))

@@ -201,6 +201,9 @@ class Alloc:
     #: memory another process may store to, unseen here: a shadow import, or an export of a
     #: process's own engine (a real MPI run of simulated ranks; rank views share one engine)
     foreign: bool = False
+    #: host memory: pageable (not pinned), and the NUMA node its pages are on (None: unknown)
+    pageable: bool = False
+    numa_node: int | None = None
 
     @property
     def where(self) -> str:
