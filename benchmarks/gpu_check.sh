@@ -62,6 +62,7 @@
 #                start (and by PCI bus id), pinned vs pageable judged against the built-ins,
 #                --host-numa local/remote, --wait-idle while a second gpubw computes, and a
 #                process that comes and goes during a testcase: $OUT/node-*-<tag>.json
+#   waitidle     issue 21: only the --wait-idle part of `node`
 #   soak         issue 21: --soak ${SOAK:-5m} of host and device-memory testcases -> $OUT/soak-<tag>.json
 #   example      issue 22: install plugins/gpubw-example and run its testcase on the GPUs
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
@@ -195,7 +196,7 @@ PY
         echo "--host-numa $numa rc=$? $(head -2 "$OUT/node-numa-$numa-$tag.txt" | tr '\n' ' ')"
         [ -s "$OUT/node-numa-$numa-$tag.json" ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(' ', t['key'], t['status'], [m['values'] for m in t['matrices']], [dict(m.get('notes') or {}).get('host_numa_nodes') for m in t['matrices']]) for t in d['testcases']]" "$OUT/node-numa-$numa-$tag.json"
       done
-      timeout 120 python3 -m gpubw -t device_local_copy -i 400 -q -j -o /dev/null 2>/dev/null & busy=$!
+      timeout 120 python3 -m gpubw --soak 40s -t device_local_copy -q -j -o /dev/null 2>/dev/null & busy=$!
       sleep 8; s=$(date +%s.%N)
       python3 -m gpubw --wait-idle 60 -t 0 1 -j -o "$OUT/node-wait-idle-$tag.json" > /dev/null 2> "$OUT/node-wait-idle-$tag.txt"
       echo "--wait-idle 60 rc=$? after $(python3 -c "print(round($(date +%s.%N)-$s,1))") s; the busy run ended: $(kill -0 $busy 2>/dev/null && echo no || echo yes)"
@@ -203,6 +204,17 @@ PY
       timeout 200 python3 -m gpubw -t device_local_copy -i 1500 -j -o "$OUT/node-sampled-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" & long=$!
       sleep 10; timeout 60 python3 -m gpubw -t 0 -q -j -o /dev/null 2>/dev/null; wait $long; echo "sampled run rc=$?"
       python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' warnings:', [w[:200] for w in d.get('warnings', [])])" "$OUT/node-sampled-$tag.json" ;;
+    waitidle)  # issue 21: --wait-idle while a second gpubw computes on the GPU: 5 s (gives up,
+      # warns), then 60 s (waits for the busy run's end)
+      timeout 120 python3 -m gpubw --soak 40s -t device_local_copy -q -j -o /dev/null 2>/dev/null & busy=$!
+      sleep 8; s=$(date +%s.%N)
+      python3 -m gpubw --wait-idle 5 -t 0 -j -o "$OUT/node-wait-idle5-$tag.json" > /dev/null 2> "$OUT/node-wait-idle5-$tag.txt"
+      echo "--wait-idle 5 rc=$? after $(python3 -c "print(round($(date +%s.%N)-$s,1))") s"; head -4 "$OUT/node-wait-idle5-$tag.txt"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' warnings:', [w[:220] for w in d.get('warnings', [])])" "$OUT/node-wait-idle5-$tag.json"
+      s=$(date +%s.%N)
+      python3 -m gpubw --wait-idle 60 -t 0 1 -j -o "$OUT/node-wait-idle-$tag.json" > /dev/null 2> "$OUT/node-wait-idle-$tag.txt"
+      echo "--wait-idle 60 rc=$? after $(python3 -c "print(round($(date +%s.%N)-$s,1))") s; the busy run ended: $(kill -0 $busy 2>/dev/null && echo no || echo yes)"
+      cat "$OUT/node-wait-idle-$tag.txt" | head -5; wait $busy ;;
     soak)  # issue 21: a soak; plot it afterwards where matplotlib is (gpubw plot FILE)
       s=$(date +%s)
       python3 -m gpubw --soak "${SOAK:-5m}" -t 0 1 device_local_copy -j -o "$OUT/soak-$tag.json" 2>> "$OUT/log-$tag.txt" | tail -15

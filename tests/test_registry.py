@@ -79,6 +79,17 @@ def test_builtin_order_is_nvbandwidths():
     )
 
 
+def test_the_default_suite_leaves_out_what_runs_only_when_named(builtin):
+    """No -t/-p: every testcase but the pageable ones (in_default_suite = False); named, they
+    run, by key or index."""
+    default = [e.key for e in builtin.select()]
+    assert "host_to_device_pageable_memcpy_ce" not in default
+    assert "device_to_host_pageable_memcpy_ce" not in default
+    assert default[:49] == list(BUILTIN_ORDER[:49])
+    named = builtin.select(["49", "device_to_host_pageable_memcpy_ce"])
+    assert [e.key for e in named] == list(BUILTIN_ORDER[49:])
+
+
 def test_builtins_come_first_in_nvbandwidth_order(builtin):
     """Built-ins keep BUILTIN_ORDER and their indexes; every one is gpubw's."""
     assert builtin.keys[: len(BUILTIN_ORDER)] == list(BUILTIN_ORDER)

@@ -47,6 +47,9 @@ class Testcase:
     kernel_modules: ClassVar[tuple[KernelModule, ...]] = (GPUBW,)
     #: True for testcases that ignore the buffer size (latency): the runner runs them once
     fixed_size: ClassVar[bool] = False
+    #: False for testcases that run only when named (``-t``/``-p``), not in the default suite
+    #: (the pageable copies: seconds each, and not nvbandwidth's)
+    in_default_suite: ClassVar[bool] = True
 
     #: the entry-point name this instance runs under (given by the registry; results are
     #: keyed by it)

@@ -61,7 +61,10 @@ def pageable_traffic(plan: Plan, *, to_device: bool) -> list[Matrix]:
 class HostToDevicePageableCE(Testcase):
     """Host to device copy by the copy engine from pageable (not pinned) host memory, one
     device at a time: what a program copying its ordinary memory sees (the driver stages
-    it). Reports each device's bandwidth; compare host_to_device_memcpy_ce (pinned)."""
+    it). Reports each device's bandwidth; compare host_to_device_memcpy_ce (pinned).
+    Not in the default suite (seconds at 512 MiB): name it with -t."""
+
+    in_default_suite = False  # seconds per run at 512 MiB; name it (-t) to run it
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return pageable_traffic(Plan(self, size, loops, CE, H2D_PAGEABLE), to_device=True)
@@ -70,7 +73,10 @@ class HostToDevicePageableCE(Testcase):
 class DeviceToHostPageableCE(Testcase):
     """Device to host copy by the copy engine into pageable (not pinned) host memory, one
     device at a time: what a program copying into its ordinary memory sees (the driver
-    stages it). Reports each device's bandwidth; compare device_to_host_memcpy_ce (pinned)."""
+    stages it). Reports each device's bandwidth; compare device_to_host_memcpy_ce (pinned).
+    Not in the default suite (seconds at 512 MiB): name it with -t."""
+
+    in_default_suite = False  # seconds per run at 512 MiB; name it (-t) to run it
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return pageable_traffic(Plan(self, size, loops, CE, D2H_PAGEABLE), to_device=False)
