@@ -63,6 +63,7 @@
 #                --host-numa local/remote, --wait-idle while a second gpubw computes, and a
 #                process that comes and goes during a testcase: $OUT/node-*-<tag>.json
 #   waitidle     issue 21: only the --wait-idle part of `node`
+#   sampler      issue 21: a second gpubw that starts and ends inside a ~40-s testcase
 #   soak         issue 21: --soak ${SOAK:-5m} of host and device-memory testcases -> $OUT/soak-<tag>.json
 #   example      issue 22: install plugins/gpubw-example and run its testcase on the GPUs
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
@@ -215,6 +216,10 @@ PY
       python3 -m gpubw --wait-idle 60 -t 0 1 -j -o "$OUT/node-wait-idle-$tag.json" > /dev/null 2> "$OUT/node-wait-idle-$tag.txt"
       echo "--wait-idle 60 rc=$? after $(python3 -c "print(round($(date +%s.%N)-$s,1))") s; the busy run ended: $(kill -0 $busy 2>/dev/null && echo no || echo yes)"
       cat "$OUT/node-wait-idle-$tag.txt" | head -5; wait $busy ;;
+    sampler)  # issue 21: a process that comes and goes in the middle of a ~40-s testcase
+      timeout 200 python3 -m gpubw -t device_local_copy -i 6000 -j -o "$OUT/node-sampler-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" & long=$!
+      sleep 12; timeout 60 python3 -m gpubw -t 0 -q -j -o /dev/null 2>/dev/null; echo "short run done at $(date -u +%T)"; wait $long; echo "long run rc=$? ended $(date -u +%T)"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' testcase', [(t['key'], round(t['duration_s'], 1)) for t in d['testcases']], 'warnings:', [w[:240] for w in d.get('warnings', [])])" "$OUT/node-sampler-$tag.json" ;;
     soak)  # issue 21: a soak; plot it afterwards where matplotlib is (gpubw plot FILE)
       s=$(date +%s)
       python3 -m gpubw --soak "${SOAK:-5m}" -t 0 1 device_local_copy -j -o "$OUT/soak-$tag.json" 2>> "$OUT/log-$tag.txt" | tail -15
