@@ -390,7 +390,7 @@ def test_other_processes_warning(capsys, tmp_path):
     (w,) = [w for w in doc["warnings"] if "other compute process" in w]
     assert code == 0
     assert "GPU 1 (" in w and doc["devices"][1]["uuid"] in w and "pid 4242, 77" in w
-    assert f"start of {H2D} (64 MiB)" in w and f"end of {H2D} (64 MiB)" in w
+    assert f"at the start of {H2D} (64 MiB)" in w and f"at the end of {H2D} (64 MiB)" in w
     assert doc["devices"][1]["nvml"]["processes"] == [
         {"pid": 4242, "used_bytes": None}, {"pid": 77, "used_bytes": None}]  # fmt: skip
     code, out, _ = run_cli(capsys, "--simulate", sim, *FAST)
@@ -432,6 +432,20 @@ def test_the_runs_other_ranks_are_not_a_warning() -> None:
     watch._check_processes("start of x")
     (warning,) = watch.process_warnings()
     assert "pid 91," in warning and "5678" not in warning
+
+
+def test_a_process_seen_only_during_a_testcase_is_said_so() -> None:
+    """The sampler's sighting reads "pid N, during X" (a call on the H200 printed "at the
+    during X")."""
+    model = attrs.evolve(load_system("h200x2"), other_processes={"0": (91,)})
+    from gpubw.backend.sim import SimulatedBackend
+    from gpubw.memory.system import System
+
+    watch = acceptance.RunWatch()
+    _started(watch, System(SimulatedBackend(model), RunOptions())).close()
+    watch._seen[(0, (91,))] = ["during x (64 MiB)"]
+    (warning,) = watch.process_warnings()
+    assert "pid 91, during x (64 MiB): figures" in warning and "at the during" not in warning
 
 
 # -- the simulated model ---------------------------------------------------------------------

@@ -276,10 +276,12 @@ class RunWatch(RunListener):
             d = by_ordinal[ordinal]
             ids = ", ".join(x for x in (d["pci_bus_id"], d["uuid"]) if x)
             more = f"; ... {len(moments) - 4} more" if len(moments) > 4 else ""
-            shown = "; ".join(moments[:4]) + more
+            # "at the start of X", "at the end of X", or the sampler's "during X"
+            said = [m if m.startswith("during ") else f"at the {m}" for m in moments[:4]]
+            shown = "; ".join(said) + more
             out.append(
                 f"WARNING: GPU {ordinal} ({ids}): other compute process(es) on it, pid "
-                f"{', '.join(map(str, pids))}, at the {shown}: figures involving this GPU "
+                f"{', '.join(map(str, pids))}, {shown}: figures involving this GPU "
                 "may be low"
             )
         return out
