@@ -485,7 +485,7 @@ def info_to_dict(node: NodeInfo) -> dict[str, Any]:
     from gpubw.model.report_io import json_safe
 
     n = len(node.devices)
-    return json_safe(
+    doc: dict[str, Any] = json_safe(
         {
             "schema_version": schemas.VERSIONS[schemas.INFO],
             "tool": "gpubw",
@@ -497,6 +497,7 @@ def info_to_dict(node: NodeInfo) -> dict[str, Any]:
             "links": [[node.links.get((a, b), "?") for b in range(n)] for a in range(n)],
         }
     )
+    return doc
 
 
 def info_lines(node: NodeInfo) -> list[str]:

@@ -25,7 +25,7 @@ _SYSFS_PCI = Path("/sys/bus/pci/devices")
 _DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
 
 #: ctypes of each kernel parameter type, with the allowed value range.
-_ARG_TYPES: dict[str, tuple[type[ctypes._SimpleCData], int, int]] = {
+_ARG_TYPES: dict[str, tuple[type[ctypes._SimpleCData[Any]], int, int]] = {
     "ptr": (ctypes.c_uint64, 0, (1 << 64) - 1),
     "u64": (ctypes.c_uint64, 0, (1 << 64) - 1),
     "u32": (ctypes.c_uint32, 0, (1 << 32) - 1),

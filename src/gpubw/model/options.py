@@ -50,7 +50,7 @@ DEFAULT_WORLD_TIMEOUT_S = 60.0
 MAX_SOAK_S = 7 * 86_400.0
 
 
-def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{attribute.name} must be a whole number, got {value!r}")
     if value < 1:
@@ -60,7 +60,7 @@ def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
         raise ValueError(f"{attribute.name} must be at most {high}, got {value}")
 
 
-def _seconds(instance: object, attribute: attrs.Attribute, value: float) -> None:
+def _seconds(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     high = _SECONDS[attribute.name]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{attribute.name} must be a number of seconds, got {value!r}")
@@ -75,14 +75,14 @@ def _seconds(instance: object, attribute: attrs.Attribute, value: float) -> None
 HANDLE_TYPES = ("fabric", "posix-fd", "ipc")
 
 
-def _handle_type(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
+def _handle_type(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
     if value is not None and value not in HANDLE_TYPES:
         raise ValueError(
             f"handle_type must be one of {', '.join(HANDLE_TYPES)} or None, got {value!r}"
         )
 
 
-def _bool(instance: object, attribute: attrs.Attribute, value: bool) -> None:
+def _bool(instance: object, attribute: attrs.Attribute[Any], value: bool) -> None:
     if not isinstance(value, bool):
         raise ValueError(f"{attribute.name} must be True or False, got {value!r}")
 
@@ -91,7 +91,7 @@ def _sizes(value: Iterable[int]) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _check_sizes(instance: object, attribute: attrs.Attribute, value: tuple[int, ...]) -> None:
+def _check_sizes(instance: object, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
     if not value:
         raise ValueError("buffer_sizes must hold at least one size")
     for size in value:
@@ -119,7 +119,7 @@ def _device_tokens(value: Iterable[str] | None) -> tuple[str, ...] | None:
     return tokens
 
 
-def _host_numa(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
+def _host_numa(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
     if value is None or value in ("local", "remote"):
         return
     if not (isinstance(value, str) and value.isdecimal() and len(value) <= 6):
@@ -128,7 +128,7 @@ def _host_numa(instance: object, attribute: attrs.Attribute, value: str | None) 
         )
 
 
-def _soak(instance: object, attribute: attrs.Attribute, value: float | None) -> None:
+def _soak(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -148,7 +148,8 @@ class Part(Buffer):
 
     @property
     def context_device(self) -> int | None:
-        return self.whole.context_device
+        device: int | None = self.whole.context_device
+        return device
 
     @property
     def label(self) -> str:

@@ -169,7 +169,9 @@ class MpiWorld(World):
             return value
         return self._receive(root, name, seq, deadline)
 
-    def _gather(self, name: str, seq: int, value: Any, root: int, deadline: float) -> list | None:
+    def _gather(
+        self, name: str, seq: int, value: Any, root: int, deadline: float
+    ) -> list[Any] | None:
         if self.rank != root:
             self._send_all([root], (seq, name, value), seq, deadline)
             return None

@@ -47,7 +47,7 @@ class _Hub:
         #: Ctrl-C / SIGTERM that reached the process: every rank raises it at its collectives
         self.interruption: BaseException | None = None
 
-    def exchange(self, rank: int, seq: int, name: str, value: Any, deadline: float) -> list:
+    def exchange(self, rank: int, seq: int, name: str, value: Any, deadline: float) -> list[Any]:
         data = pickle.dumps(value)
         with self.cond:
             self._check_interrupted()
@@ -121,11 +121,13 @@ class SimulatedWorld(World):
         mine = value if self.rank == root else None
         return self._hub.exchange(self.rank, seq, name, mine, deadline)[root]
 
-    def _gather(self, name: str, seq: int, value: Any, root: int, deadline: float) -> list | None:
+    def _gather(
+        self, name: str, seq: int, value: Any, root: int, deadline: float
+    ) -> list[Any] | None:
         values = self._hub.exchange(self.rank, seq, name, value, deadline)
         return values if self.rank == root else None
 
-    def _allgather(self, name: str, seq: int, value: Any, deadline: float) -> list:
+    def _allgather(self, name: str, seq: int, value: Any, deadline: float) -> list[Any]:
         return self._hub.exchange(self.rank, seq, name, value, deadline)
 
     def _end_broken(self, exit_code: int) -> None:

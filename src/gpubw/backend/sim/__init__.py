@@ -174,7 +174,8 @@ class SimulatedBackend(SharingMixin, Backend):
     @property
     def faults(self) -> Faults:
         """The faults injected from now on (assignable, e.g. between testcases)."""
-        return self._injector.faults
+        faults: Faults = self._injector.faults
+        return faults
 
     @faults.setter
     def faults(self, value: Faults) -> None:
@@ -184,7 +185,8 @@ class SimulatedBackend(SharingMixin, Backend):
     @property
     def engine(self) -> SimEngine:
         """The engine this view belongs to (its own, unless made by ``rank_view``)."""
-        return self._shared
+        engine: SimEngine = self._shared
+        return engine
 
     @locked
     def live_allocations(self) -> list[tuple[int, int, int | None]]:

@@ -218,7 +218,7 @@ def gate_wait(c: Launch, flag: int, timeout_ns: int, status: int) -> Op:
             # cannot be seen here; by the cross-rank protocol it comes right after every rank
             # queued its copies, so the gate is open as soon as it runs
             return True
-        return struct.unpack("<i", memory.read(found[0], found[1], 4).tobytes())[0] != 0
+        return bool(struct.unpack("<i", memory.read(found[0], found[1], 4).tobytes())[0] != 0)
 
     def on_timeout() -> None:
         found = memory.find(status, 4)

@@ -213,7 +213,7 @@ class Alloc:
 @functools.lru_cache(maxsize=16)
 def parity_mask(n: int, parity: int) -> np.ndarray:
     """Bytes of [0, n) (relative to a buffer pointer) in groups of the given parity."""
-    mask = class_of(np.arange(n, dtype=np.int64)) == parity
+    mask: np.ndarray = class_of(np.arange(n, dtype=np.int64)) == parity
     mask.flags.writeable = False
     return mask
 
@@ -398,7 +398,8 @@ class Memory:
     # -- content ----------------------------------------------------------------------------
     def read(self, alloc: Alloc, off: int, n: int) -> np.ndarray:
         if alloc.data is not None:
-            return alloc.data[off : off + n].copy()
+            content: np.ndarray = alloc.data[off : off + n].copy()
+            return content
         assert alloc.sym is not None
         return alloc.sym.materialize(off, n, self.patterns)
 

@@ -49,17 +49,17 @@ def _finite(value: float) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def _positive(instance: object, attribute: attrs.Attribute, value: float) -> None:
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not (_finite(value) and value > 0):
         raise ValueError(f"{attribute.name} must be a positive finite number, got {value!r}")
 
 
-def _non_negative(instance: object, attribute: attrs.Attribute, value: float) -> None:
+def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not (_finite(value) and value >= 0):
         raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
 
 
-def _factor(instance: object, attribute: attrs.Attribute, value: float) -> None:
+def _factor(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not (_finite(value) and MIN_FACTOR <= value <= 1):
         raise ValueError(f"{attribute.name} must be in [{MIN_FACTOR:g}, 1], got {value!r}")
 
@@ -67,7 +67,7 @@ def _factor(instance: object, attribute: attrs.Attribute, value: float) -> None:
 def _in_range(low: float, high: float) -> Any:
     """An attrs validator: a finite number in [low, high]."""
 
-    def check(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
         if not (_finite(value) and low <= value <= high):
             raise ValueError(f"{attribute.name} must be in [{low:g}, {high:g}], got {value!r}")
 
@@ -121,7 +121,7 @@ class Overheads:
     gate_poll: float = attrs.field(default=0.5e-6, validator=_overhead)
 
 
-def _reason(instance: object, attribute: attrs.Attribute, value: str) -> None:
+def _reason(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
     from gpubw.hw.nvml import THROTTLE_REASONS
 
     known = [name for _, name in THROTTLE_REASONS]
