@@ -17,6 +17,7 @@ import attrs
 from gpubw.cli.parsing import Parser
 from gpubw.model import schemas
 from gpubw.model.argtypes import finite_float
+from gpubw.model.console import printable_lines
 from gpubw.model.errors import GpubwError, UsageError
 from gpubw.model.options import EXIT_BELOW_EXPECTATION
 from gpubw.model.sizes import format_size, parse_size
@@ -321,8 +322,8 @@ def compare_files(argv: Sequence[str]) -> tuple[list[str], int]:
     outcome = Outcome(cand, base, rows, extra, warnings, a.threshold, a.fail_on, size)
     if a.format == "json":
         lines = json.dumps(json_doc(outcome), indent=2, allow_nan=False).splitlines()
-    else:
-        lines = text_lines(outcome)
+    else:  # paths, labels, matrix and device names come from the files: escaped
+        lines = printable_lines(text_lines(outcome))
     failed = sum(x.fails for x in rows)
     if target is not None and not target.is_stdout:
         try:
