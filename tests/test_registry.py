@@ -211,9 +211,12 @@ def test_testcases_and_prefixes_together_is_a_usage_error(builtin):
         builtin.select(["0"], ["host"])
 
 
-def test_no_selection_means_everything(builtin):
-    """Without -t or -p every testcase runs, in list order."""
-    assert builtin.select() == list(builtin.entries)
+def test_no_selection_means_the_default_suite(builtin):
+    """Without -t or -p every testcase of the default suite runs, in list order: all but
+    those that run only when named (in_default_suite = False)."""
+    default = [e for e in builtin.entries if e.cls is None or e.cls.in_default_suite]
+    assert builtin.select() == default
+    assert len(default) == len(builtin.entries) - 2  # the two pageable testcases
 
 
 def test_third_party_follow_sorted_by_distribution_then_key(plugins):

@@ -648,9 +648,23 @@ def _run_selection(run: _Steps, per_repetition: int, repetition: int | None) -> 
             run.state.current = None
             done += 1
             run.events.testcase_finished(Finished(step, result), run.state.so_far(total))
-            if run.ranks.stopped or (run.spec.stop_on_error and _failed_anywhere(run, result)):
+            if run.ranks.stopped:
+                run.state.warnings.append(_not_run(run, step, total - done))
                 return False
+            if run.spec.stop_on_error and _failed_anywhere(run, result):
+                return False  # nvbandwidth's behaviour, and its output: nothing more said
     return True
+
+
+def _not_run(run: _Steps, step: Step, left: int) -> str:
+    """The warning of a run whose ranks broke: where it stopped, why, and how many selected
+    steps never ran (rank 0's report would otherwise just end)."""
+    where = step.key if step.size is None else f"{step.key} ({format_size(step.size)})"
+    scope = "repetition" if step.repetition is not None else "run"
+    return (
+        f"WARNING: the run stopped after {where}: the ranks can no longer work together "
+        f"({run.system.world.broken}); {left} selected step(s) of this {scope} did not run"
+    )
 
 
 def _failed_anywhere(run: _Steps, result: TestcaseResult) -> bool:

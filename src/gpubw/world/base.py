@@ -54,6 +54,13 @@ MORE_RANKS_THAN_GPUS = (
 )
 
 
+#: why the ranks' collectives no longer match, as the worlds say it
+OUT_OF_STEP = (
+    "one rank left a step the others are still in (a testcase that failed on that rank "
+    "alone, or a protocol bug)"
+)
+
+
 class WorldError(GpubwError):
     """A collective across ranks failed: a peer left, the ranks disagree, MPI is missing."""
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpubw.world.base import (
     DEFAULT_TIMEOUT_S,
+    OUT_OF_STEP,
     CollectiveExpired,
     World,
     WorldError,
@@ -195,7 +196,7 @@ class MpiWorld(World):
             raise WorldError(
                 f"rank {self.rank}: the ranks called different collectives: rank {self.rank} "
                 f"{name} (step {seq}), rank {source} {their_name} (step {their_seq}): "
-                "a protocol bug"
+                f"{OUT_OF_STEP}"
             )
         return value
 

@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from gpubw.world.base import DEFAULT_TIMEOUT_S, CollectiveExpired, World, WorldError
+from gpubw.world.base import DEFAULT_TIMEOUT_S, OUT_OF_STEP, CollectiveExpired, World, WorldError
 
 T = TypeVar("T")
 
@@ -75,7 +75,7 @@ class _Hub:
                 calls = ", ".join(f"rank {r} {n}" for r, n in sorted(names.items()))
                 raise WorldError(
                     f"rank {rank}: the ranks called different collectives at step {seq} "
-                    f"({calls}): a protocol bug"
+                    f"({calls}): {OUT_OF_STEP}"
                 )
             values = [pickle.loads(slot[r][1]) for r in range(self.size)]
             self.taken[seq] = self.taken.get(seq, 0) + 1
