@@ -19,10 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from gpubw.kernels.patterns import DST_SEED, SRC_SEED
-from gpubw.measure.measurement import CellMeasurement
+from gpubw.measure.measurement import CellMeasurement, bytes_per_second
 from gpubw.memory.buffers import Buffer, DeviceBuffer, PageableHostBuffer
 from gpubw.memory.system import System
-from gpubw.model.errors import GpubwError, VerificationError
+from gpubw.model.errors import VerificationError
 from gpubw.model.options import WARMUP_ITERATIONS
 
 
@@ -58,7 +58,7 @@ def measure_pageable(
             backend.synchronize(stream, options.gate_timeout_s + options.sync_timeout_s)
             if options.verify:
                 _check(system, stream, pageable, device, twin, to_device)
-            samples.append(_rate(nbytes * loops, backend.elapsed_seconds(start, end)))
+            samples.append(bytes_per_second(nbytes * loops, backend.elapsed_seconds(start, end)))
     return CellMeasurement(
         counted_bytes=(nbytes,),
         loops=loops,
@@ -113,12 +113,3 @@ def _check(
             f"{dst.label} after the copy {src.label} -> {dst.label} issued by device {g}",
             exc.offset,
         ) from None
-
-
-def _rate(nbytes: int, seconds: float) -> float:
-    if seconds <= 0:
-        raise GpubwError(
-            f"measured an interval of {seconds * 1e6:.3f} us for {nbytes} bytes; "
-            "use a larger buffer size or loop count"
-        )
-    return nbytes / seconds
