@@ -6,15 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpubw.cli import command as cli
+from _cli import run_cli
 
 FAST = ("-b", "64MiB", "-i", "3")
-
-
-def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def json_run(capsys: Any, tmp_path: Path, *argv: str) -> tuple[int, dict[str, Any], str]:

@@ -9,13 +9,13 @@ from typing import Any
 import attrs
 import pytest
 
+from _cli import run_cli
 from gpubw.acceptance import node as acceptance
 from gpubw.acceptance.expect import Verdict, evaluate
 from gpubw.backend.base import meminfo_huge_pages
 from gpubw.backend.presets import load_system, system_from_dict
 from gpubw.backend.sim import SimulatedBackend
 from gpubw.backend.sim.facts import link_factor
-from gpubw.cli import command as cli
 from gpubw.model.errors import UsageError
 from gpubw.model.options import EXIT_BELOW_EXPECTATION, RunOptions, exit_status
 from gpubw.model.report_io import dumps, report_from_dict, validate
@@ -24,12 +24,6 @@ from gpubw.model.results import Report
 H2D = "host_to_device_memcpy_ce"
 FAST = ("-t", "0", "-b", "64MiB", "-i", "3")
 GPU = 5  # the GPU the faults are put on
-
-
-def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def system_file(tmp_path: Path, doc: dict[str, Any], name: str = "sys.json") -> str:
