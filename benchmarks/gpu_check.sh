@@ -58,6 +58,14 @@
 #   extras       paths not yet seen on hardware: `gpubw info` (text), `--host-huge-pages` on one
 #                testcase (a run, or the refusal naming HugePages_Free), /proc/meminfo's huge pages
 #   profile      a cProfile of the whole default suite (top functions)  -> $OUT/profile-<tag>.txt
+#   node         issue 21 on the GPUs: `info` with the health counters, --devices by a UUID
+#                start (and by PCI bus id), pinned vs pageable judged against the built-ins,
+#                --host-numa local/remote, --wait-idle while a second gpubw computes, and a
+#                process that comes and goes during a testcase: $OUT/node-*-<tag>.json
+#   waitidle     issue 21: only the --wait-idle part of `node`
+#   sampler      issue 21: a second gpubw that starts and ends inside a ~40-s testcase
+#   soak         issue 21: --soak ${SOAK:-5m} of host and device-memory testcases -> $OUT/soak-<tag>.json
+#   example      issue 22: install plugins/gpubw-example and run its testcase on the GPUs
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
 tag=$1; shift
@@ -172,6 +180,54 @@ PY
         sleep 1; echo "  left on the GPUs: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l); gpubw processes: $(pgrep -fc mpi_fault_rank); fd sockets: $(grep -c '@gpubw-fd-' /proc/net/unix)"
       done
       tail -4 "$OUT/log-$tag.txt" ;;
+    node)  # issue 21: the operator's node check on real GPUs
+      python3 -m gpubw info > "$OUT/node-info-$tag.txt" 2>&1; echo "info rc=$?"
+      grep -i -A3 "health counters" "$OUT/node-info-$tag.txt" | head -12
+      python3 -m gpubw info -j > "$OUT/node-info-$tag.json" 2>> "$OUT/log-$tag.txt"; echo "info -j rc=$?"
+      uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1); bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1)
+      for sel in "${uuid:0:12}" "$bus"; do
+        python3 -m gpubw --devices "$sel" -t 0 1 -j -o "$OUT/node-devices-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+        echo "--devices $sel rc=$?"; python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(' ', t['key'], t['status'], [m['values'] for m in t['matrices']]) for t in d['testcases']]" "$OUT/node-devices-$tag.json"
+      done
+      python3 -m gpubw --devices GPU-ffffffff -t 0 > /dev/null 2> "$OUT/node-bad-$tag.txt"; echo "--devices GPU-ffffffff rc=$? $(head -1 "$OUT/node-bad-$tag.txt")"
+      python3 -m gpubw -t 0 1 49 50 --expect builtin -j -o "$OUT/node-pageable-$tag.json" 2>> "$OUT/log-$tag.txt" | tail -12; echo "pageable rc=${PIPESTATUS[0]}"
+      echo "NUMA nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"
+      for numa in local remote; do
+        python3 -m gpubw -t 0 49 --host-numa $numa -j -o "$OUT/node-numa-$numa-$tag.json" > /dev/null 2> "$OUT/node-numa-$numa-$tag.txt"
+        echo "--host-numa $numa rc=$? $(head -2 "$OUT/node-numa-$numa-$tag.txt" | tr '\n' ' ')"
+        [ -s "$OUT/node-numa-$numa-$tag.json" ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(' ', t['key'], t['status'], [m['values'] for m in t['matrices']], [dict(m.get('notes') or {}).get('host_numa_nodes') for m in t['matrices']]) for t in d['testcases']]" "$OUT/node-numa-$numa-$tag.json"
+      done
+      timeout 120 python3 -m gpubw --soak 40s -t device_local_copy -q -j -o /dev/null 2>/dev/null & busy=$!
+      sleep 8; s=$(date +%s.%N)
+      python3 -m gpubw --wait-idle 60 -t 0 1 -j -o "$OUT/node-wait-idle-$tag.json" > /dev/null 2> "$OUT/node-wait-idle-$tag.txt"
+      echo "--wait-idle 60 rc=$? after $(python3 -c "print(round($(date +%s.%N)-$s,1))") s; the busy run ended: $(kill -0 $busy 2>/dev/null && echo no || echo yes)"
+      cat "$OUT/node-wait-idle-$tag.txt" | head -5; wait $busy
+      timeout 200 python3 -m gpubw -t device_local_copy -i 1500 -j -o "$OUT/node-sampled-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" & long=$!
+      sleep 10; timeout 60 python3 -m gpubw -t 0 -q -j -o /dev/null 2>/dev/null; wait $long; echo "sampled run rc=$?"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' warnings:', [w[:200] for w in d.get('warnings', [])])" "$OUT/node-sampled-$tag.json" ;;
+    waitidle)  # issue 21: --wait-idle while a second gpubw computes on the GPU: 5 s (gives up,
+      # warns), then 60 s (waits for the busy run's end)
+      timeout 120 python3 -m gpubw --soak 40s -t device_local_copy -q -j -o /dev/null 2>/dev/null & busy=$!
+      sleep 8; s=$(date +%s.%N)
+      python3 -m gpubw --wait-idle 5 -t 0 -j -o "$OUT/node-wait-idle5-$tag.json" > /dev/null 2> "$OUT/node-wait-idle5-$tag.txt"
+      echo "--wait-idle 5 rc=$? after $(python3 -c "print(round($(date +%s.%N)-$s,1))") s"; head -4 "$OUT/node-wait-idle5-$tag.txt"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' warnings:', [w[:220] for w in d.get('warnings', [])])" "$OUT/node-wait-idle5-$tag.json"
+      s=$(date +%s.%N)
+      python3 -m gpubw --wait-idle 60 -t 0 1 -j -o "$OUT/node-wait-idle-$tag.json" > /dev/null 2> "$OUT/node-wait-idle-$tag.txt"
+      echo "--wait-idle 60 rc=$? after $(python3 -c "print(round($(date +%s.%N)-$s,1))") s; the busy run ended: $(kill -0 $busy 2>/dev/null && echo no || echo yes)"
+      cat "$OUT/node-wait-idle-$tag.txt" | head -5; wait $busy ;;
+    sampler)  # issue 21: a process that comes and goes in the middle of a ~40-s testcase
+      timeout 200 python3 -m gpubw -t device_local_copy -i 6000 -j -o "$OUT/node-sampler-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" & long=$!
+      sleep 12; timeout 60 python3 -m gpubw -t 0 -q -j -o /dev/null 2>/dev/null; echo "short run done at $(date -u +%T)"; wait $long; echo "long run rc=$? ended $(date -u +%T)"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' testcase', [(t['key'], round(t['duration_s'], 1)) for t in d['testcases']], 'warnings:', [w[:240] for w in d.get('warnings', [])])" "$OUT/node-sampler-$tag.json" ;;
+    soak)  # issue 21: a soak; plot it afterwards where matplotlib is (gpubw plot FILE)
+      s=$(date +%s)
+      python3 -m gpubw --soak "${SOAK:-5m}" -t 0 1 device_local_copy -j -o "$OUT/soak-$tag.json" 2>> "$OUT/log-$tag.txt" | tail -15
+      echo "soak rc=${PIPESTATUS[0]} wall=$(( $(date +%s) - s )) s" ;;
+    example)  # issue 22: the example plugin package on real GPUs
+      pipi plugins/gpubw-example && python3 -m compileall -q /tmp/site > /dev/null || exit 3
+      python3 -m gpubw -l | grep -A1 example_local_read_write
+      python3 -m gpubw -t example_local_read_write -v 2>> "$OUT/log-$tag.txt" | tail -12; echo "example rc=${PIPESTATUS[0]}" ;;
     startup)  # issue 11 item 5 (one testcase: -t device_local_copy -b 64 -q -j -o /dev/null)
       one="-m gpubw -t device_local_copy -b 64 -q -j -o /dev/null"
       python3 $one  # warm the kernel cache

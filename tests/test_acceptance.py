@@ -9,13 +9,13 @@ from typing import Any
 import attrs
 import pytest
 
+from _cli import run_cli
 from gpubw.acceptance import node as acceptance
 from gpubw.acceptance.expect import Verdict, evaluate
 from gpubw.backend.base import meminfo_huge_pages
 from gpubw.backend.presets import load_system, system_from_dict
 from gpubw.backend.sim import SimulatedBackend
 from gpubw.backend.sim.facts import link_factor
-from gpubw.cli import command as cli
 from gpubw.model.errors import UsageError
 from gpubw.model.options import EXIT_BELOW_EXPECTATION, RunOptions, exit_status
 from gpubw.model.report_io import dumps, report_from_dict, validate
@@ -24,12 +24,6 @@ from gpubw.model.results import Report
 H2D = "host_to_device_memcpy_ce"
 FAST = ("-t", "0", "-b", "64MiB", "-i", "3")
 GPU = 5  # the GPU the faults are put on
-
-
-def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def system_file(tmp_path: Path, doc: dict[str, Any], name: str = "sys.json") -> str:
@@ -302,10 +296,12 @@ def test_builtin_without_a_match_is_a_usage_error(capsys, tmp_path):
     """--expect builtin on devices no built-in file covers: exit 2, naming the devices and the
     built-ins, no report written."""
     out_file = tmp_path / "r.json"
-    code, _out, err = run_cli(capsys, "--simulate", "pcie4", *FAST, "--expect", "builtin",
+    sim = tmp_path / "rtx.json"
+    sim.write_text('{"base": "pcie4", "device": {"name": "NVIDIA RTX 4090"}}', encoding="utf-8")
+    code, _out, err = run_cli(capsys, "--simulate", str(sim), *FAST, "--expect", "builtin",
                              "-o", str(out_file))  # fmt: skip
     assert code == 2 and not out_file.exists()
-    assert "no built-in expectations for" in err and "NVIDIA H200" in err
+    assert "no built-in expectations for NVIDIA RTX 4090" in err and "0x2335" in err
 
 
 @pytest.mark.parametrize(
@@ -322,6 +318,22 @@ def test_bad_judge_options(capsys, argv, words):
     """Bad --outlier-pct / --cv-threshold values: exit 2 naming the value."""
     code, _, err = run_cli(capsys, "--simulate", "h200x2", *FAST, *argv)
     assert code == 2 and all(w in err for w in words), err
+
+
+def test_expect_from_a_fleet_of_reports(capsys, tmp_path):
+    """expect-from with three reports writes the median floors; each run passes check."""
+    paths = []
+    for seed in (1, 2, 3):
+        path = tmp_path / f"good{seed}.json"
+        run_cli(capsys, "--simulate", "h200x2", *FAST, "-j", "-o", str(path))
+        paths.append(str(path))
+    exp = tmp_path / "fleet.json"
+    code, _, err = run_cli(capsys, "expect-from", *paths, "-o", str(exp))
+    assert code == 0, err
+    doc = json.loads(exp.read_text(encoding="utf-8"))
+    assert doc["rules"] and all(r["note"].startswith("median of 3") for r in doc["rules"])
+    code, out, _ = run_cli(capsys, "check", paths[0], "--expect", str(exp))
+    assert code == 0 and "PASS" in out
 
 
 def test_bad_tolerance_and_unusable_report(capsys, tmp_path):
@@ -372,7 +384,7 @@ def test_other_processes_warning(capsys, tmp_path):
     (w,) = [w for w in doc["warnings"] if "other compute process" in w]
     assert code == 0
     assert "GPU 1 (" in w and doc["devices"][1]["uuid"] in w and "pid 4242, 77" in w
-    assert f"start of {H2D} (64 MiB)" in w and f"end of {H2D} (64 MiB)" in w
+    assert f"at the start of {H2D} (64 MiB)" in w and f"at the end of {H2D} (64 MiB)" in w
     assert doc["devices"][1]["nvml"]["processes"] == [
         {"pid": 4242, "used_bytes": None}, {"pid": 77, "used_bytes": None}]  # fmt: skip
     code, out, _ = run_cli(capsys, "--simulate", sim, *FAST)
@@ -414,6 +426,20 @@ def test_the_runs_other_ranks_are_not_a_warning() -> None:
     watch._check_processes("start of x")
     (warning,) = watch.process_warnings()
     assert "pid 91," in warning and "5678" not in warning
+
+
+def test_a_process_seen_only_during_a_testcase_is_said_so() -> None:
+    """The sampler's sighting reads "pid N, during X" (a call on the H200 printed "at the
+    during X")."""
+    model = attrs.evolve(load_system("h200x2"), other_processes={"0": (91,)})
+    from gpubw.backend.sim import SimulatedBackend
+    from gpubw.memory.system import System
+
+    watch = acceptance.RunWatch()
+    _started(watch, System(SimulatedBackend(model), RunOptions())).close()
+    watch._seen[(0, (91,))] = ["during x (64 MiB)"]
+    (warning,) = watch.process_warnings()
+    assert "pid 91, during x (64 MiB): figures" in warning and "at the during" not in warning
 
 
 # -- the simulated model ---------------------------------------------------------------------

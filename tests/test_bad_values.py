@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 import gpubw
+from _cli import run_cli, usage_error
 from gpubw.backend.presets import load_system, system_from_dict
-from gpubw.cli import command as cli
 from gpubw.cli import listing
 from gpubw.model.console import printable
 from gpubw.model.errors import UsageError
@@ -30,23 +30,6 @@ from gpubw.runner import core as runner
 from gpubw.runner.capture import OutputCapture
 
 FAST = ["-t", "0", "-b", "1", "-i", "1", "--loop-count", "1", "-q"]
-
-
-def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
-
-
-def usage_error(capsys: Any, *argv: str) -> str:
-    """Exit 2, one ``gpubw: error:`` line, nothing on stdout."""
-    code, out, err = run_cli(capsys, *argv)
-    assert code == 2, (out, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpubw: error: "), err
-    assert out == ""
-    return lines[0]
 
 
 def must_not_run(monkeypatch: Any) -> None:

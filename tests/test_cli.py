@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from _cli import run_cli
 from _plugin_fixtures import BROKEN, GOOD, copy_fixtures, installed, subprocess_env
 from gpubw.cli import command as cli
 from gpubw.model import schemas
@@ -27,12 +28,6 @@ PRESET = "h200x2"
 def plugins(tmp_path):
     with installed(tmp_path / "site", GOOD, BROKEN) as paths:
         yield paths
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def only_error_line(err: str) -> str:

@@ -353,7 +353,7 @@ def test_cells_are_named_the_way_their_bytes_move(
         return d
 
     cand = _write(tmp_path / "c.json", doc([55e9, 55e9, 55e9, 40e9]))
-    assert main(["compare", cand, _write(tmp_path / "b.json", doc([55e9] * 4))]) == 1
+    assert main(["compare", cand, _write(tmp_path / "b.json", doc([55e9] * 4))]) == 3
     out = capsys.readouterr().out
     # each twice: the failing cell, then its matrix's worst cell
     assert out.count("host <-> GPU 3") == 2 and out.count("GPU 3 -> host") == 2
@@ -498,3 +498,18 @@ def test_bad_arguments_are_one_line(
     assert main(["compare", *argv]) == 2
     line = _one_error_line(capsys)
     assert line.startswith("gpubw: error: gpubw compare: ") and words in line
+
+
+def test_names_from_the_files_cannot_drive_the_terminal(tmp_path, capsys):
+    """A device name with an escape sequence and a line break (from a report file) is shown
+    escaped in compare's text, as in gpubw's other text outputs."""
+    hostile = "NVIDIA H200\x1b[2J\r\nFAKE: all passed"
+    cand = _gpubw(devices=2, d2h=[50e9, 40e9])
+    base = _gpubw(devices=2, d2h=[50e9, 50e9])
+    for doc in (cand, base):
+        doc["devices"][1]["name"] = hostile
+    code = main(["compare", _write(tmp_path / "c.json", cand), _write(tmp_path / "b.json", base)])
+    out = capsys.readouterr().out
+    assert code == 3
+    assert "\x1b" not in out and "\r" not in out
+    assert "NVIDIA H200\\x1b[2J\\r\\nFAKE: all passed" in out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpubw.cli.compare import device_record, json_doc, text_lines
+from gpubw.cli.compare import Outcome, device_record, json_doc, text_lines
 from gpubw.tools.compare import Cell, Side, compare_sides
 
 DEVICES = (
@@ -21,8 +21,8 @@ def _compare(limit: int = 25) -> tuple[list[str], dict]:
     cand = Side("new.json", "gpubw", (_peer(300.0), _peer(394.0, "1", "0")), DEVICES)
     base = Side("old.json", "gpubw", (_peer(394.0), _peer(394.0, "1", "0")), DEVICES)
     rows, extra, warnings = compare_sides(cand, base, 3.0)
-    args = (cand, base, rows, extra, warnings, 3.0, "low", None)
-    return text_lines(*args, limit=limit), json_doc(*args)
+    outcome = Outcome(cand, base, rows, extra, warnings, 3.0, "low", None)
+    return text_lines(outcome, limit=limit), json_doc(outcome)
 
 
 def test_text_names_both_ends_of_a_failing_pair() -> None:

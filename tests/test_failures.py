@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpubw
+from _cli import run_cli, usage_error
 from _plugin_fixtures import BROKEN, BROKEN_DIST, GOOD, copy_fixtures, installed, subprocess_env
 from _run import run as run_with
 from gpubw import DeviceBuffer, HostBuffer, RunOptions, System
@@ -44,23 +45,6 @@ FAST_OPTIONS = RunOptions(samples=1, loops=1, gate_timeout_s=0.05)
 
 
 # -- helpers ------------------------------------------------------------------------------
-def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
-
-
-def usage_error(capsys: Any, *argv: str) -> str:
-    """Run argv, expect exit 2 with exactly one 'gpubw: error:' line and nothing on stdout."""
-    code, out, err = run_cli(capsys, *argv)
-    assert code == 2, (out, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpubw: error: "), err
-    assert out == ""
-    return lines[0]
-
-
 def json_run(capsys: Any, *argv: str) -> tuple[int, dict[str, Any], str]:
     """Run argv with -j; the output must be a schema-valid report."""
     code, out, err = run_cli(capsys, *argv, "-j")

@@ -293,3 +293,18 @@ if __name__ == "__main__":  # python tests/test_imports.py --write: redraw the d
     end = text.index(DRAWING_END)
     new = f"{text[:start]}\n{drawing(layer_table())}\n{text[end:]}"
     ARCHITECTURE.write_text(new, encoding="utf-8")
+
+
+def test_every_package_below_the_runner_is_strictly_typed() -> None:
+    """mypy's strict flags (pyproject.toml) cover every package of the table below
+    gpubw.runner, whole (issue 19)."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11's")
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    overrides = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["mypy"]["overrides"]
+    strict = {m for o in overrides if o.get("disallow_any_generics") for m in o["module"]}
+    table = layer_table()
+    below = {name for name, (layer, _) in table.items() if layer < table["gpubw.runner"][0]}
+    missing = sorted(
+        n for n in below if n not in strict or (n != "gpubw.version" and f"{n}.*" not in strict)
+    )
+    assert missing == []

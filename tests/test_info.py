@@ -7,16 +7,10 @@ from typing import Any
 
 import pytest
 
+from _cli import run_cli
 from gpubw.acceptance import node as acceptance
 from gpubw.api import open_system
-from gpubw.cli import command as cli
 from gpubw.model.errors import NoDriverError
-
-
-def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_info_text_on_nvswitch(capsys):

@@ -336,6 +336,10 @@ def test_sample_pairs_on_a_72_gpu_rack_is_deterministic() -> None:
         class system:
             options = RunOptions(sample_pairs=0.1, seed=3)
 
+        @staticmethod
+        def selected(index: int) -> bool:  # no --devices: every GPU
+            return True
+
     cells, notes = sampled_cells(Fake, 72)  # type: ignore[arg-type]
     assert len(cells) == 512 and cells == sampled_cells(Fake, 72)[0]  # type: ignore[arg-type]
     assert dict(notes)["sampled"] == {"cells": 5112, "measured": 512, "seed": 3}

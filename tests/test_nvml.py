@@ -78,6 +78,12 @@ def fake_pynvml(gpus=GPUS, init_error: Exception | None = None) -> types.ModuleT
         NVML_P2P_CAPS_INDEX_NVLINK=2,
         NVML_P2P_STATUS_OK=0,
         NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON=90,
+        NVML_NVLINK_ERROR_DL_REPLAY=0,
+        NVML_NVLINK_ERROR_DL_RECOVERY=1,
+        NVML_NVLINK_ERROR_DL_CRC_FLIT=2,
+        NVML_NVLINK_ERROR_DL_CRC_DATA=3,
+        NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS=0,
+        NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR=1,
     )
     for k, v in consts.items():
         setattr(m, k, v)
@@ -111,6 +117,14 @@ def fake_pynvml(gpus=GPUS, init_error: Exception | None = None) -> types.ModuleT
         assert idx == 2
         return 0 if b in gpus[a]["nvpeers"] else 4
 
+    def link_errors(h, link, kind):
+        return 5 if (link, kind) == (3, 0) else 0  # GPU 0's link 3 replayed 5 times
+
+    def remapped(h):
+        if h == 1:
+            raise NotSupported()
+        return (1, 0, 0, 0)
+
     def fields(h, ids):
         assert ids == [90]
         return [FieldValue(0, 26562)]
@@ -123,7 +137,14 @@ def fake_pynvml(gpus=GPUS, init_error: Exception | None = None) -> types.ModuleT
         nvmlDeviceGetName=lambda h: gpus[h]["name"],
         nvmlDeviceGetUUID=lambda h: gpus[h]["uuid"],
         nvmlDeviceGetSerial=lambda h: gpus[h]["serial"],
-        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=gpus[h]["bus"].encode()),
+        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(
+            busId=gpus[h]["bus"].encode(), pciDeviceId=0x233510DE
+        ),
+        nvmlDeviceGetPcieReplayCounter=lambda h: 2 * h,
+        nvmlDeviceGetNvLinkErrorCounter=link_errors,
+        nvmlDeviceGetRemappedRows=remapped,
+        nvmlDeviceGetRetiredPages=lambda h, cause: [],
+        nvmlDeviceGetRetiredPagesPendingStatus=lambda h: 0,
         nvmlDeviceGetVbiosVersion=lambda h: "96.00.AF.00.01",
         nvmlDeviceGetCurrPcieLinkGeneration=lambda h: gpus[h]["pcie"][0],
         nvmlDeviceGetCurrPcieLinkWidth=lambda h: gpus[h]["pcie"][1],
@@ -169,7 +190,13 @@ def test_reads_every_fact_of_every_device():
     )
     assert a.vbios == "96.00.AF.00.01"
     assert str(a.pcie) == "PCIe Gen5 x16" and not a.pcie.downtrained
-    assert a.nvlink == nvml.NvLinkState(18, 18, 26562, (4,) * 18, (1,))
+    # per link in counters.NVLINK_KINDS order (CRC flit, CRC data, replay, recovery)
+    errors = tuple((0, 0, 5, 0) if link == 3 else (0, 0, 0, 0) for link in range(18))
+    assert a.nvlink == nvml.NvLinkState(18, 18, 26562, (4,) * 18, (1,), errors)
+    assert a.pci_device_id == 0x2335
+    assert a.counters["pcie_replay"] == 0 and a.counters["nvlink_replay"] == 5
+    assert a.counters["remapped_rows_correctable"] == 1 and a.counters["remap_pending"] == 0
+    assert a.counters["retired_pages_dbe"] == 0
     assert str(a.nvlink) == "NVLink 18/18 links active at 26.562 GB/s"
     assert (a.ecc_enabled, a.ecc_volatile_corrected, a.ecc_volatile_uncorrected) == (True, 3, 0)
     assert a.persistence_mode is True and a.mig_enabled is False
@@ -194,6 +221,8 @@ def test_downtrained_link_mig_processes_and_unsupported_queries():
     assert b.processes[0].used_bytes == 1 << 30 and b.processes[1].used_bytes is None
     why = dict(b.unavailable)
     assert why["nvlink"] == "Not Supported"
+    assert why["counters.remapped_rows"] == "Not Supported"
+    assert b.counters["pcie_replay"] == 2 and "remapped_rows_correctable" not in b.counters
     assert why["power.nvmlDeviceGetPowerUsage"] == "Not Supported"
     assert b.clocks.power_w is None
 
@@ -203,7 +232,7 @@ def test_missing_library_is_unavailable_not_an_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
     facts = nvml_read.read_facts()
     assert not facts.available
-    assert "pip install 'gpubw[nvml]'" in facts.reason and facts.devices == ()
+    assert "pip install nvidia-ml-py" in facts.reason and facts.devices == ()
 
 
 def test_failed_init_is_unavailable_with_the_reason():

@@ -65,13 +65,29 @@ def test_pyprojects_entry_points_are_exactly_builtins():
 def test_builtin_order_is_nvbandwidths():
     """BUILTIN_ORDER is BUILTINS' keys: nvbandwidth's 35 and 13 multinode (35-47), then gpubw's."""
     assert tuple(key for key, _ in BUILTINS) == BUILTIN_ORDER
-    assert len(BUILTIN_ORDER) == len(set(BUILTIN_ORDER)) == 49
+    assert len(BUILTIN_ORDER) == len(set(BUILTIN_ORDER)) == 51
     assert BUILTIN_ORDER[0] == "host_to_device_memcpy_ce"
     assert BUILTIN_ORDER[32] == "host_device_latency_sm"
     assert BUILTIN_ORDER[34] == "device_local_copy"
     assert BUILTIN_ORDER[35] == "multinode_device_to_device_memcpy_read_ce"
     assert BUILTIN_ORDER[47] == "multinode_bisect_write_ce"
     assert BUILTIN_ORDER[48] == "device_local_copy_sm"
+    # issue 21's pageable testcases came last: no existing index moved
+    assert BUILTIN_ORDER[49:] == (
+        "host_to_device_pageable_memcpy_ce",
+        "device_to_host_pageable_memcpy_ce",
+    )
+
+
+def test_the_default_suite_leaves_out_what_runs_only_when_named(builtin):
+    """No -t/-p: every testcase but the pageable ones (in_default_suite = False); named, they
+    run, by key or index."""
+    default = [e.key for e in builtin.select()]
+    assert "host_to_device_pageable_memcpy_ce" not in default
+    assert "device_to_host_pageable_memcpy_ce" not in default
+    assert default[:49] == list(BUILTIN_ORDER[:49])
+    named = builtin.select(["49", "device_to_host_pageable_memcpy_ce"])
+    assert [e.key for e in named] == list(BUILTIN_ORDER[49:])
 
 
 def test_builtins_come_first_in_nvbandwidth_order(builtin):
@@ -195,9 +211,12 @@ def test_testcases_and_prefixes_together_is_a_usage_error(builtin):
         builtin.select(["0"], ["host"])
 
 
-def test_no_selection_means_everything(builtin):
-    """Without -t or -p every testcase runs, in list order."""
-    assert builtin.select() == list(builtin.entries)
+def test_no_selection_means_the_default_suite(builtin):
+    """Without -t or -p every testcase of the default suite runs, in list order: all but
+    those that run only when named (in_default_suite = False)."""
+    default = [e for e in builtin.entries if e.cls is None or e.cls.in_default_suite]
+    assert builtin.select() == default
+    assert len(default) == len(builtin.entries) - 2  # the two pageable testcases
 
 
 def test_third_party_follow_sorted_by_distribution_then_key(plugins):

@@ -49,8 +49,11 @@ def accessible(preset: str, r: int, c: int) -> bool:
 TESTCASES: dict[str, type[AnyTestcase]] = {
     ep.name: ep.load()
     for ep in entry_points(group="gpubw.testcases")
-    if ep.value.startswith("gpubw.") and not ep.name.startswith("multinode_")
-}  # the 13 multinode testcases run across ranks: tests/test_multinode.py
+    if ep.value.startswith("gpubw.")
+    and not ep.name.startswith("multinode_")
+    and not ep.value.startswith("gpubw.testcases.pageable:")
+}  # the 13 multinode testcases run across ranks: tests/test_multinode.py; the pageable
+# ones (gpubw's own, timed without the gate): tests/test_pageable.py
 
 # -- what nvbandwidth's table says ------------------------------------------------------------
 
@@ -518,9 +521,9 @@ def test_interference_buffers_are_allocated_at_twice_the_size(
     sizes: list[tuple[bool, int | None, int]] = []
     allocate = BufferPool.allocate_memory
 
-    def spy(self: BufferPool, host: bool, device: int | None, nbytes: int) -> int:
+    def spy(self: BufferPool, host: bool, device: int | None, nbytes: int, **kw: Any) -> int:
         sizes.append((host, device, nbytes))
-        return allocate(self, host, device, nbytes)
+        return allocate(self, host, device, nbytes, **kw)
 
     monkeypatch.setattr(BufferPool, "allocate_memory", spy)
     run("h200x1", "host_to_device_bidirectional_memcpy_ce")

@@ -43,7 +43,7 @@ side (:func:`load_expectations`, :func:`builtin_for`, ...) is re-exported from
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -62,7 +62,7 @@ from gpubw.acceptance.expectations import (
 from gpubw.model import schemas
 from gpubw.model.errors import UsageError
 from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT, EXIT_BELOW_EXPECTATION
-from gpubw.model.results import BANDWIDTH, LATENCY, Matrix, Report, Status
+from gpubw.model.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
 from gpubw.model.verdicts import (
     CEILING,
     DEVICE,
@@ -161,7 +161,7 @@ def evaluate(
         raise UsageError(f"outlier threshold {outlier_pct!r} %: expected a number in (0, 100]")
     if cv_threshold is not None and cv_threshold <= 0:
         raise UsageError(f"CV threshold {cv_threshold!r}: expected a positive fraction")
-    rules = expectations.rules if expectations else ()
+    judge = _Judge(expectations or None, outlier_pct, cv_threshold, include_passed)
     out: list[Verdict] = []
     for t in report.testcases:
         if t.status is not Status.PASSED:
@@ -174,63 +174,96 @@ def evaluate(
                 groups.setdefault(p.group, []).append(_value(m, p))
             for p in places:
                 nz = noise[p.row][p.column] if noise else None
-                stdev, cv = (nz.stdev, nz.cv) if nz else (None, None)
-                base = Verdict(  # the cell; each rule's verdict fills in the judgement
-                    testcase=t.key,
-                    matrix=m.key,
-                    size=t.size,
-                    row=m.row_labels[p.row],
-                    column=m.column_labels[p.column],
-                    link=p.link,
-                    source=p.source,
-                    destination=p.destination,
-                    bidirectional=p.bidirectional,
-                    unit=m.unit,
-                    measured=_value(m, p),
-                    expected=None,
-                    reference=None,
-                    rule=NOISY,
-                    severity=WARN,
-                    stdev=stdev,
-                    cv=cv,
-                )
-
-                v = _value(m, p)
-                lower_better = m.unit == LATENCY
-                matching = [r for r in rules if _rule_matches(r, t.key, m, t.size, p)]
-                top = max((r.specificity for r in matching), default=0)
-                for r in (r for r in matching if r.specificity == top):
-                    src = f"{expectations.name if expectations else ''} {r.pointer}".strip()
-                    detail = f"{src}: {r.note}" if r.note else src
-                    if r.min is not None:
-                        limit = r.min * (1 - r.tolerance)
-                        sev = FAIL if v < limit else PASS
-                        if sev == FAIL or include_passed:
-                            out.append(_judged(base, FLOOR, sev, limit, r.min, detail))
-                    if r.max is not None:
-                        limit = r.max * (1 + r.tolerance)
-                        sev = FAIL if v > limit else PASS
-                        if sev == FAIL or include_passed:
-                            out.append(_judged(base, CEILING, sev, limit, r.max, detail))
+                base = _cell(t, m, p, nz)
                 others = list(groups[p.group])
-                others.remove(v)
-                if outlier_pct is not None and others:
-                    med = statistics.median(others)
-                    frac = outlier_pct / 100
-                    if med > 0:
-                        limit = med / frac if lower_better else med * frac
-                        bad = v > limit if lower_better else v < limit
-                        detail = (
-                            f"{outlier_pct:g} % of the median of {len(others)} other "
-                            f"{p.group} cell{'s' if len(others) != 1 else ''} of this matrix"
-                        )
-                        if bad or include_passed:
-                            sev = FAIL if bad else PASS
-                            out.append(_judged(base, PEER_OUTLIER, sev, limit, med, detail))
-                if cv_threshold is not None and cv is not None and cv > cv_threshold:
-                    detail = f"samples' CV above {cv_threshold:.0%}"
-                    out.append(_judged(base, NOISY, WARN, None, None, detail))
+                others.remove(base.measured)
+                out += judge.limits(t, m, p, base)
+                out += judge.outlier(m, p, base, others)
+                out += judge.noisy(base)
     return out
+
+
+def _cell(t: TestcaseResult, m: Matrix, p: CellPlace, nz: Any) -> Verdict:
+    """The cell as a verdict not yet judged: each rule's verdict fills in the judgement."""
+    stdev, cv = (nz.stdev, nz.cv) if nz else (None, None)
+    return Verdict(
+        testcase=t.key,
+        matrix=m.key,
+        size=t.size,
+        row=m.row_labels[p.row],
+        column=m.column_labels[p.column],
+        link=p.link,
+        source=p.source,
+        destination=p.destination,
+        bidirectional=p.bidirectional,
+        unit=m.unit,
+        measured=_value(m, p),
+        expected=None,
+        reference=None,
+        rule=NOISY,
+        severity=WARN,
+        stdev=stdev,
+        cv=cv,
+    )
+
+
+@attrs.frozen
+class _Judge:
+    """The rules of one :func:`evaluate` call, applied to one cell at a time."""
+
+    expectations: Expectations | None
+    outlier_pct: float | None
+    cv_threshold: float | None
+    include_passed: bool
+
+    def limits(self, t: TestcaseResult, m: Matrix, p: CellPlace, base: Verdict) -> list[Verdict]:
+        """The floors and ceilings of the most specific matching expectation rules."""
+        rules = self.expectations.rules if self.expectations else ()
+        matching = [r for r in rules if _rule_matches(r, t.key, m, t.size, p)]
+        top = max((r.specificity for r in matching), default=0)
+        v, out = base.measured, []
+        for r in (r for r in matching if r.specificity == top):
+            src = f"{self.expectations.name if self.expectations else ''} {r.pointer}".strip()
+            detail = f"{src}: {r.note}" if r.note else src
+            if r.min is not None:
+                limit = r.min * (1 - r.tolerance)
+                sev = FAIL if v < limit else PASS
+                if sev == FAIL or self.include_passed:
+                    out.append(_judged(base, FLOOR, sev, limit, r.min, detail))
+            if r.max is not None:
+                limit = r.max * (1 + r.tolerance)
+                sev = FAIL if v > limit else PASS
+                if sev == FAIL or self.include_passed:
+                    out.append(_judged(base, CEILING, sev, limit, r.max, detail))
+        return out
+
+    def outlier(self, m: Matrix, p: CellPlace, base: Verdict, others: list[float]) -> list[Verdict]:
+        """The peer-outlier rule: the cell against the median of the other cells of its
+        group in the matrix."""
+        if self.outlier_pct is None or not others:
+            return []
+        med = statistics.median(others)
+        if med <= 0:
+            return []
+        lower_better = m.unit == LATENCY
+        v, frac = base.measured, self.outlier_pct / 100
+        limit = med / frac if lower_better else med * frac
+        bad = v > limit if lower_better else v < limit
+        if not (bad or self.include_passed):
+            return []
+        detail = (
+            f"{self.outlier_pct:g} % of the median of {len(others)} other "
+            f"{p.group} cell{'s' if len(others) != 1 else ''} of this matrix"
+        )
+        return [_judged(base, PEER_OUTLIER, FAIL if bad else PASS, limit, med, detail)]
+
+    def noisy(self, base: Verdict) -> list[Verdict]:
+        """A NOISY warning where the samples' CV is above the threshold."""
+        if self.cv_threshold is None or base.cv is None or base.cv <= self.cv_threshold:
+            return []
+        return [
+            _judged(base, NOISY, WARN, None, None, f"samples' CV above {self.cv_threshold:.0%}")
+        ]
 
 
 def _judged(
@@ -305,5 +338,55 @@ def expect_from(
         "tolerance": tolerance,
         "rules": rules,
     }
+    expectations_from_dict(doc, source="expect_from")  # what we write must load back
+    return doc
+
+
+def expect_from_reports(
+    reports: Sequence[Report],
+    tolerance: float = 0.05,
+    *,
+    peer_links: Sequence[Mapping[tuple[int, int], str] | None] | None = None,
+) -> dict[str, Any]:
+    """An expectations document from a fleet's known-good runs of one kind of node: each
+    rule's limit is the *median* over the reports of that group's worst cell
+    (:func:`expect_from` of each), so one unusually fast or slow node does not set it;
+    ``tolerance`` then allows for the spread. A group some reports lack is taken from those
+    that have it (its ``note`` says how many). One report gives :func:`expect_from`'s
+    document. UsageError when the reports are of different GPUs."""
+    if not reports:
+        raise ValueError("expect_from_reports needs at least one report")
+    links = list(peer_links) if peer_links is not None else [None] * len(reports)
+    docs = [expect_from(r, tolerance, peer_links=pl) for r, pl in zip(reports, links)]
+    if len(docs) == 1:
+        return docs[0]
+    kinds = {tuple(d["devices"]) for d in docs}
+    if len(kinds) > 1:
+        shown = "; ".join(", ".join(k) or "?" for k in sorted(kinds))
+        raise UsageError(
+            f"the reports are of different GPUs ({shown}); make one expectations file per "
+            "kind of node"
+        )
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for d in docs:
+        for rule in d["rules"]:
+            key = (rule["testcase"], rule["matrix"], rule.get("size"), rule["link"])
+            groups.setdefault(key, []).append(rule)
+    rules = []
+    for found in groups.values():
+        limit = "max" if "max" in found[0] else "min"
+        rule = dict(found[0])
+        rule[limit] = statistics.median(r[limit] for r in found)
+        rule["note"] = f"median of {len(found)} of {len(docs)} reports' worst cells"
+        rules.append(rule)
+    hosts = sorted({r.host for r in reports if r.host})
+    doc = dict(docs[0])
+    doc["name"] = f"from {len(reports)} runs ({', '.join(hosts) or 'unnamed hosts'})"
+    doc["description"] = (
+        f"made by gpubw expect-from from {len(reports)} runs on {', '.join(hosts) or '?'}"
+        f"{' (SIMULATED)' if any(r.simulated for r in reports) else ''}: each limit is the "
+        "median over the runs of the worst cell of its group"
+    )
+    doc["rules"] = rules
     expectations_from_dict(doc, source="expect_from")  # what we write must load back
     return doc

@@ -34,7 +34,9 @@ from gpubw.acceptance.expect import (
     evaluate,
     load_expectations,
 )
-from gpubw.hw.nvml import NodeFacts, device_facts, match_devices, suspects
+from gpubw.acceptance.processes import POLL_S, ProcessSampler, wait_idle
+from gpubw.acceptance.soak import SoakRecorder, soak_verdicts
+from gpubw.hw.nvml import NodeFacts, counter_suspects, device_facts, match_devices, suspects
 from gpubw.model import schemas
 from gpubw.model.errors import UsageError
 from gpubw.model.events import Finished, RunListener, Step
@@ -59,6 +61,9 @@ class Judging:
     builtin: bool = False
     outlier_pct: float | None = DEFAULT_OUTLIER_PCT
     cv_threshold: float | None = DEFAULT_CV_THRESHOLD
+    #: --soak: a cell whose figure fell more than this fraction from the first repetition to
+    #: the last fails (rule soak_drop); None: not judged
+    soak_drop: float | None = None
 
 
 class RunWatch(RunListener):
@@ -66,9 +71,23 @@ class RunWatch(RunListener):
     off for a simulated rack) and, with ``judging``, the verdicts on each testcase as it
     finishes and on the whole run at its end."""
 
-    def __init__(self, judging: Judging | None = None, *, facts: bool = True) -> None:
+    def __init__(
+        self,
+        judging: Judging | None = None,
+        *,
+        facts: bool = True,
+        wait_idle_s: float | None = None,
+        sample_every_s: float = POLL_S,
+    ) -> None:
         self.judging = judging
         self.facts = facts
+        #: --wait-idle: before each testcase, wait at most this long for idle GPUs
+        self.wait_idle_s = wait_idle_s
+        self.sample_every_s = sample_every_s
+        self.sampler: ProcessSampler | None = None
+        self.soak: SoakRecorder | None = None
+        #: warnings and notes of --wait-idle, in order
+        self.wait_notes: list[str] = []
         self.backend: Any = None
         self.start: NodeFacts | None = None
         #: the facts as the System closed (None until then)
@@ -93,12 +112,27 @@ class RunWatch(RunListener):
         self.backend = system.backend
         self.own = self.own | system.world.host_pids
         self.devices = [
-            {"ordinal": d.ordinal, "name": d.name, "pci_bus_id": d.pci_bus_id, "uuid": d.uuid}
+            {
+                "ordinal": d.ordinal,
+                "name": d.name,
+                "pci_bus_id": d.pci_bus_id,
+                "uuid": d.uuid,
+                "pci_device_id": d.pci_device_id,
+            }
             for d in system.devices
         ]
         if self.judging is not None and self.judging.builtin:
             self.builtin = resolve_builtin(self.devices)
         self.start = _facts(self.backend)
+        #: the GPUs of this run (--devices): the ones waited for and watched
+        self.watched = [d for d in self.devices if system.selected(d["ordinal"])]
+        self.sampler = ProcessSampler(self.backend.gpu_processes, self.watched, self.own,
+                                      self.sample_every_s)  # fmt: skip
+        self.sampler.start()
+        if system.options.soak_s is not None:
+            self.soak = SoakRecorder(system.options.soak_s, self.devices,
+                                     lambda: _facts(self.backend), self.backend.clock)  # fmt: skip
+            self.soak.start()
         system.before_close(self._read_end)
         if self.start is None:
             return header
@@ -106,15 +140,49 @@ class RunWatch(RunListener):
 
     def _read_end(self) -> None:
         """The facts at the end of the run, read as the System closes: in the session that
-        is still open (after the close a new one costs nvmlInit and every handle again)."""
+        is still open (after the close a new one costs nvmlInit and every handle again);
+        the process sampler stopped, a soak's last sample taken."""
+        if self.sampler is not None:
+            self.sampler.stop()
+        if self.soak is not None:
+            self.soak.finish()
         self.end = _facts(self.backend)
 
     def testcase_started(self, step: Step) -> None:
-        if self.backend is not None:
-            self._check_processes(f"start of {_where(step.size, step.key)}")
+        if self.backend is None:
+            return
+        where = _where(step.size, step.key)
+        if self.soak is not None and step.repetition is not None:
+            self.soak.before(step.repetition)
+        if self.wait_idle_s is not None:
+            self._wait_idle(where)
+        self._check_processes(f"start of {where}")
+        if self.sampler is not None:
+            self.sampler.during(f"during {where}")
+
+    def _wait_idle(self, where: str) -> None:
+        """--wait-idle: wait (bounded) for the watched GPUs to be idle; a warning when the
+        bound was reached, a note when it waited."""
+        waited = wait_idle(self.backend, self.watched, self.own, self.wait_idle_s or 0.0)
+        by_ordinal = {d["ordinal"]: d for d in self.watched}
+        for ordinal, pids in waited.busy.items():
+            d = by_ordinal[ordinal]
+            ids = ", ".join(x for x in (d["pci_bus_id"], d["uuid"]) if x)
+            self.wait_notes.append(
+                f"WARNING: GPU {ordinal} ({ids}): waited {waited.seconds:.1f} s (--wait-idle) "
+                f"before {where}, other compute process(es) still on it, pid "
+                f"{', '.join(map(str, pids))}; went on: figures involving this GPU may be low"
+            )
+        if waited.seconds > 0 and not waited.busy:
+            self.wait_notes.append(
+                f"NOTE: waited {waited.seconds:.1f} s (--wait-idle) before {where} until no "
+                "other program computed on the GPUs"
+            )
 
     def testcase_finished(self, finished: Finished, so_far: Report) -> Finished:
         step = finished.step
+        if self.sampler is not None:
+            self.sampler.during("")
         if self.backend is not None:
             self._check_processes(f"end of {_where(step.size, step.key)}")
         if self.judging is None:
@@ -129,7 +197,9 @@ class RunWatch(RunListener):
             return report
         j = self.judging
         exp = self.builtin if j.builtin else j.expectations
-        return judge(report, exp, j.outlier_pct, j.cv_threshold, own=self.own)
+        return judge(
+            report, exp, j.outlier_pct, j.cv_threshold, own=self.own, soak_drop=j.soak_drop
+        )
 
     def _with_facts(
         self, devices: Sequence[Mapping[str, Any]], facts: NodeFacts | None, key: str
@@ -181,7 +251,10 @@ class RunWatch(RunListener):
         end = self.end if self.end is not None else _facts(self.backend)
         devices = self._with_facts(report.devices, self.start, "nvml")
         devices = self._with_facts(devices, end, "nvml_end")
+        if self.sampler is not None:
+            self.sampler.stop()
         warnings = list(report.warnings)
+        warnings += self.wait_notes
         warnings += self.process_warnings()
         node = self.start or end
         record = None
@@ -189,22 +262,41 @@ class RunWatch(RunListener):
             record = {k: v for k, v in node.as_dict().items() if k != "devices" and v is not None}
             if not node.available:
                 warnings.append(f"NVML facts not available: {node.reason}")
-        return attrs.evolve(report, devices=devices, warnings=warnings, nvml=record)
+        soak = None
+        if self.soak is not None:
+            soak = self.soak.record(self.judging.soak_drop if self.judging else None)
+        return attrs.evolve(report, devices=devices, warnings=warnings, nvml=record, soak=soak)
 
     def process_warnings(self) -> list[str]:
+        """One warning per GPU and set of other processes, naming when they were seen (at a
+        testcase's start or end, or by the sampler during one)."""
         out = []
         by_ordinal = {d["ordinal"]: d for d in self.devices}
-        for (ordinal, pids), moments in self._seen.items():
+        for (ordinal, pids), moments in self._sightings().items():
             d = by_ordinal[ordinal]
             ids = ", ".join(x for x in (d["pci_bus_id"], d["uuid"]) if x)
             more = f"; ... {len(moments) - 4} more" if len(moments) > 4 else ""
-            shown = "; ".join(moments[:4]) + more
+            # "at the start of X", "at the end of X", or the sampler's "during X"
+            said = [m if m.startswith("during ") else f"at the {m}" for m in moments[:4]]
+            shown = "; ".join(said) + more
             out.append(
                 f"WARNING: GPU {ordinal} ({ids}): other compute process(es) on it, pid "
-                f"{', '.join(map(str, pids))}, at the {shown}: figures involving this GPU "
+                f"{', '.join(map(str, pids))}, {shown}: figures involving this GPU "
                 "may be low"
             )
         return out
+
+    def _sightings(self) -> dict[tuple[int, tuple[int, ...]], list[str]]:
+        """The start and end checks' sightings, and the sampler's of a testcase during which
+        the same processes were not already seen at its start or end."""
+        seen = {k: list(v) for k, v in self._seen.items()}
+        for key, moments in (self.sampler.seen if self.sampler is not None else {}).items():
+            known = seen.setdefault(key, [])
+            for moment in moments:
+                where = moment.removeprefix("during ")
+                if f"start of {where}" not in known and f"end of {where}" not in known:
+                    known.append(moment)
+        return {k: v for k, v in seen.items() if v}
 
 
 def _facts(backend: Any) -> NodeFacts | None:
@@ -224,14 +316,25 @@ def resolve_builtin(devices: Sequence[Mapping[str, Any]]) -> Expectations:
     probe = Report("gpubw", "", "", False, "", "", {}, devices=list(devices))
     exp = builtin_for(probe)
     if exp is None:
-        names = sorted({str(d.get("name", "?")) for d in devices}) or ["no devices"]
-        have = "; ".join(f"{e.name} ({', '.join(e.devices)})" for e in builtin_expectations())
+        names = sorted({_named(d) for d in devices}) or ["no devices"]
+        have = "; ".join(f"{e.name} ({_ids(e)})" for e in builtin_expectations())
         raise UsageError(
             f"--expect builtin: no built-in expectations for {', '.join(names)} (built-in: "
             f"{have or 'none'}); give an expectations file (gpubw expect-from REPORT -o FILE "
             "makes one from a known-good run)"
         )
     return exp
+
+
+def _ids(exp: Expectations) -> str:
+    """The PCI device ids a built-in file is for (its device names where it has none)."""
+    return ", ".join(f"0x{i:04x}" for i in exp.pci_device_ids) or ", ".join(exp.devices)
+
+
+def _named(device: Mapping[str, Any]) -> str:
+    """A device for a message: its name and PCI device id."""
+    pid = device.get("pci_device_id")
+    return str(device.get("name", "?")) + (f" (0x{pid:04x})" if isinstance(pid, int) else "")
 
 
 def load(spec: str | None, report: Report | None = None) -> Expectations | None:
@@ -253,8 +356,10 @@ def _suspects_of(report: Report, v: Any, own: frozenset[int]) -> tuple[str, ...]
         rec = by_ordinal.get(e.index)
         if rec is None:
             continue
-        for key in ("nvml", "nvml_end"):
-            f = device_facts(rec, key)
+        start, end = device_facts(rec, "nvml"), device_facts(rec, "nvml_end")
+        if start is not None and end is not None:  # a counter that rose: the first suspect
+            out += [f"GPU {e.index}: {s}" for s in counter_suspects(start, end)]
+        for f in (start, end):
             if f is None:
                 continue
             f = attrs.evolve(f, processes=tuple(p for p in f.processes if p.pid not in own))
@@ -263,6 +368,12 @@ def _suspects_of(report: Report, v: Any, own: frozenset[int]) -> tuple[str, ...]
                 if text not in out:
                     out.append(text)
     return tuple(out)
+
+
+def _explained(report: Report, v: Any, own: frozenset[int]) -> Any:
+    """A failed verdict with the facts that can explain it after its own suspects."""
+    more = [s for s in _suspects_of(report, v, own) if s not in v.suspects]
+    return attrs.evolve(v, suspects=(*v.suspects, *more))
 
 
 def peer_links(report: Report) -> dict[tuple[int, int], str] | None:
@@ -292,21 +403,25 @@ def judge(
     cv_threshold: float | None = DEFAULT_CV_THRESHOLD,
     *,
     own: frozenset[int] = frozenset(),
+    soak_drop: float | None = None,
 ) -> Report:
     """The Report with ``verdicts`` (fail and warn only; the facts that can explain a failed
-    cell in its ``suspects``) and ``expectations`` (what it was judged against)."""
+    cell in its ``suspects``) and ``expectations`` (what it was judged against). With
+    ``soak_drop``, a soak's cells whose figure fell more than that from the first
+    repetition to the last fail too (:func:`gpubw.acceptance.soak.soak_verdicts`)."""
     verdicts = evaluate(report, expectations, outlier_pct, cv_threshold,
                         peer_links=peer_links(report))  # fmt: skip
-    verdicts = [
-        attrs.evolve(v, suspects=_suspects_of(report, v, own)) if v.severity == FAIL else v
-        for v in verdicts
-    ]
+    if soak_drop is not None:
+        verdicts += soak_verdicts(report, soak_drop)
+    verdicts = [_explained(report, v, own) if v.severity == FAIL else v for v in verdicts]
     record = {
         "name": expectations.name if expectations else "",
         "source": expectations.source if expectations else "",
         "outlier_pct": outlier_pct,
         "cv_threshold": cv_threshold,
     }
+    if soak_drop is not None:
+        record["soak_drop"] = soak_drop
     return attrs.evolve(report, verdicts=verdicts, expectations=record)
 
 
@@ -370,7 +485,7 @@ def info_to_dict(node: NodeInfo) -> dict[str, Any]:
     from gpubw.model.report_io import json_safe
 
     n = len(node.devices)
-    return json_safe(
+    doc: dict[str, Any] = json_safe(
         {
             "schema_version": schemas.VERSIONS[schemas.INFO],
             "tool": "gpubw",
@@ -382,6 +497,7 @@ def info_to_dict(node: NodeInfo) -> dict[str, Any]:
             "links": [[node.links.get((a, b), "?") for b in range(n)] for a in range(n)],
         }
     )
+    return doc
 
 
 def info_lines(node: NodeInfo) -> list[str]:

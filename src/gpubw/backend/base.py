@@ -198,6 +198,19 @@ class Backend(abc.ABC):
         None where NVML cannot say. Cheap enough to ask before and after every testcase."""
         return self.nvml.processes()
 
+    def clock(self) -> float:
+        """Seconds on the clock waits and soaks are measured by (monotonic; the simulated
+        backend's is its modelled time)."""
+        import time
+
+        return time.monotonic()
+
+    def pause(self, seconds: float) -> None:
+        """Wait ``seconds`` (the simulated backend lets modelled time pass instead)."""
+        import time
+
+        time.sleep(max(0.0, seconds))
+
     def close_nvml(self) -> None:
         """Shut the NVML session down (if one was opened); :meth:`close` calls it."""
         session: Session | None = self.__dict__.pop("_nvml_session", None)
@@ -239,13 +252,41 @@ class Backend(abc.ABC):
     def free_device(self, pointer: int) -> None: ...
 
     @abc.abstractmethod
-    def alloc_host(self, nbytes: int, device: int | None) -> int:
+    def alloc_host(self, nbytes: int, device: int | None, *, numa_node: int | None = None) -> int:
         """Allocate pinned, portable host memory (placed near ``device`` where the caller has
         already set CPU affinity; made in ``device``'s context, the first device's for None);
-        returns a pointer usable by every device."""
+        returns a pointer usable by every device. ``numa_node``: every page on that node
+        (``--host-numa``; :meth:`numa_nodes` lists them)."""
 
     @abc.abstractmethod
     def free_host(self, pointer: int) -> None: ...
+
+    # -- pageable host memory and NUMA placement ------------------------------------------
+    def alloc_pageable(
+        self, nbytes: int, device: int | None, *, numa_node: int | None = None
+    ) -> int:
+        """Plain (pageable: not pinned, not registered) host memory of ``nbytes``, touched
+        where it is allocated (near ``device``'s CPUs when the caller set the affinity, or on
+        ``numa_node``); the copy engine copies it through the driver's staging buffers.
+        Freed by :meth:`free_pageable`."""
+        raise CudaError("alloc_pageable", "CUDA_ERROR_NOT_SUPPORTED", self.name)
+
+    def free_pageable(self, pointer: int) -> None:
+        """Free what :meth:`alloc_pageable` allocated."""
+        raise UsageError(f"0x{pointer:x} is not pageable memory allocated by this backend")
+
+    def numa_nodes(self) -> tuple[int, ...]:
+        """The host's NUMA nodes (/sys/devices/system/node/)."""
+        from gpubw.backend import numa
+
+        return numa.nodes()
+
+    def host_numa_node(self, pointer: int) -> int | None:
+        """The NUMA node of the host memory at ``pointer`` (its first page); None where
+        unknown."""
+        from gpubw.backend import numa
+
+        return numa.node_of(pointer)
 
     @abc.abstractmethod
     def host_write(self, pointer: int, data: bytes) -> None:

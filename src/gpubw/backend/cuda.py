@@ -24,16 +24,18 @@ from typing import Any
 
 import attrs
 
-from gpubw.backend import cuda_start
+from gpubw.backend import cuda_start, numa
 from gpubw.backend.base import Backend, DeviceInfo, KernelArg, check_launch_geometry
 from gpubw.backend.cuda_sharing import CudaSharingMixin
 from gpubw.backend.cuda_support import (
     HUGE_MMAP_FLAGS,
     NO_DEVICE_MESSAGE,
     NO_DRIVER_MESSAGE,
+    PLAIN_MMAP_FLAGS,
     bindings_version,
     driver_line_problem,
     map_anonymous,
+    read_pci_device_id,
     registered_modules,
     result_name,
     unmap,
@@ -149,7 +151,10 @@ class CudaBackend(CudaSharingMixin, Backend):
         self._events: set[_Event] = set()
         self._device_memory: dict[int, int] = {}  # pointer -> device
         self._host_memory: dict[int, int] = {}  # pointer -> device whose context allocated it
-        self._huge: dict[int, int] = {}  # huge-page host buffers: pointer -> mapped bytes
+        #: host buffers gpubw mapped and registered itself (huge pages, --host-numa):
+        #: pointer -> mapped bytes
+        self._huge: dict[int, int] = {}
+        self._pageable: dict[int, int] = {}  # pageable host memory: pointer -> mapped bytes
         self._init_sharing()
         self._closed = False
 
@@ -256,6 +261,7 @@ class CudaBackend(CudaSharingMixin, Backend):
             memory_clock_khz=self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE", 0),
             clock_khz=self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_CLOCK_RATE", 0),
             async_engines=self._attr(ordinal, "CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT", 0),
+            pci_device_id=read_pci_device_id(bdf),
             numa_node=numa_node,
             local_cpus=local_cpus,
             multicast_supported=bool(
@@ -301,13 +307,13 @@ class CudaBackend(CudaSharingMixin, Backend):
         self._use(device)
         _check("cuMemFree", cu.cuMemFree(pointer))
 
-    def alloc_host(self, nbytes: int, device: int | None) -> int:
+    def alloc_host(self, nbytes: int, device: int | None, *, numa_node: int | None = None) -> int:
         if nbytes <= 0:
             raise UsageError(f"host allocation size must be positive, got {nbytes}")
         owner = 0 if device is None else self._device_index(device)
         self._use(owner)
-        if self.host_huge_pages:
-            pointer = self._alloc_huge(nbytes)
+        if self.host_huge_pages or numa_node is not None:
+            pointer = self._alloc_huge(nbytes, numa_node)
         else:
             pointer = int(
                 _check("cuMemHostAlloc", cu.cuMemHostAlloc(nbytes, cu.CU_MEMHOSTALLOC_PORTABLE))
@@ -315,29 +321,69 @@ class CudaBackend(CudaSharingMixin, Backend):
         self._host_memory[pointer] = owner
         return pointer
 
-    def _alloc_huge(self, nbytes: int) -> int:
-        """Host memory from huge pages (mmap MAP_HUGETLB), pinned and mapped for every
-        context with cuMemHostRegister; freed by :meth:`_free_huge`."""
-        hp = self.huge_pages()
-        page = hp[0] if hp else 2 << 20
+    def _alloc_huge(self, nbytes: int, numa_node: int | None = None) -> int:
+        """Host memory gpubw maps itself: from huge pages (mmap MAP_HUGETLB) with
+        ``--host-huge-pages``, its pages bound to ``numa_node`` (mbind) with ``--host-numa``;
+        pinned and mapped for every context with cuMemHostRegister (whose page faults place
+        the pages); freed by :meth:`_free_huge`."""
+        hp = self.huge_pages() if self.host_huge_pages else None
+        page = (hp[0] if hp else 2 << 20) if self.host_huge_pages else 4096
         size = -(-nbytes // page) * page
         try:
-            addr = map_anonymous(size, HUGE_MMAP_FLAGS)
+            addr = map_anonymous(
+                size, HUGE_MMAP_FLAGS if self.host_huge_pages else PLAIN_MMAP_FLAGS
+            )
         except OSError as exc:
+            if not self.host_huge_pages:
+                raise GpubwError(f"mmap of {size} bytes failed: {exc.strerror}") from None
             raise GpubwError(
                 f"mmap(MAP_HUGETLB) of {size} bytes failed: {exc.strerror} "
                 f"(free huge pages: {hp[1] if hp else 'unknown'}; /proc/meminfo HugePages_Free)"
             ) from None
         try:
+            if numa_node is not None:
+                numa.bind(addr, size, numa_node)
             _check(
                 "cuMemHostRegister",
                 cu.cuMemHostRegister(addr, size, cu.CU_MEMHOSTREGISTER_PORTABLE),
             )
+        except OSError as exc:
+            unmap(addr, size)
+            raise GpubwError(
+                f"host memory on NUMA node {numa_node}: {exc.strerror or exc}"
+            ) from None
         except BaseException:
             unmap(addr, size)
             raise
         self._huge[addr] = size
         return addr
+
+    def alloc_pageable(
+        self, nbytes: int, device: int | None, *, numa_node: int | None = None
+    ) -> int:
+        """Plain anonymous memory (mmap), bound to ``numa_node`` if given, every page touched
+        here (so first touch places it by the caller's affinity or the binding)."""
+        if nbytes <= 0:
+            raise UsageError(f"host allocation size must be positive, got {nbytes}")
+        size = -(-nbytes // 4096) * 4096
+        addr = map_anonymous(size, PLAIN_MMAP_FLAGS)
+        try:
+            if numa_node is not None:
+                numa.bind(addr, size, numa_node)
+            ctypes.memset(addr, 0, size)
+        except OSError as exc:
+            unmap(addr, size)
+            raise GpubwError(
+                f"host memory on NUMA node {numa_node}: {exc.strerror or exc}"
+            ) from None
+        self._pageable[addr] = size
+        return addr
+
+    def free_pageable(self, pointer: int) -> None:
+        size = self._pageable.pop(pointer, None)
+        if size is None:
+            raise UsageError(f"0x{pointer:x} is not pageable memory allocated by this backend")
+        unmap(pointer, size)
 
     def _free_huge(self, pointer: int) -> None:
         size = self._huge.pop(pointer)
@@ -591,6 +637,9 @@ class CudaBackend(CudaSharingMixin, Backend):
                 continue
             attempt(device, "cuMemFreeHost", cu.cuMemFreeHost, pointer)
         self._host_memory.clear()
+        for pointer, size in list(self._pageable.items()):
+            unmap(pointer, size)
+        self._pageable.clear()
         for device, modules in list(self._modules.items()):
             for module in modules.values():
                 attempt(device, "cuModuleUnload", cu.cuModuleUnload, module)

@@ -25,7 +25,7 @@ _SYSFS_PCI = Path("/sys/bus/pci/devices")
 _DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
 
 #: ctypes of each kernel parameter type, with the allowed value range.
-_ARG_TYPES: dict[str, tuple[type[ctypes._SimpleCData], int, int]] = {
+_ARG_TYPES: dict[str, tuple[type[ctypes._SimpleCData[Any]], int, int]] = {
     "ptr": (ctypes.c_uint64, 0, (1 << 64) - 1),
     "u64": (ctypes.c_uint64, 0, (1 << 64) - 1),
     "u32": (ctypes.c_uint32, 0, (1 << 32) - 1),
@@ -116,6 +116,15 @@ def read_numa(pci_bus_id: str, root: Path = _SYSFS_PCI) -> tuple[int | None, tup
     return node, cpus
 
 
+def read_pci_device_id(pci_bus_id: str, root: Path = _SYSFS_PCI) -> int | None:
+    """The PCI device (product) id of a PCI device from sysfs (``device``: ``0x2335``);
+    None where unknown."""
+    try:
+        return int((root / pci_bus_id / "device").read_text().strip(), 16)
+    except (OSError, ValueError):
+        return None
+
+
 def driver_version_string(path: Path = _DRIVER_VERSION_FILE) -> str | None:
     """The kernel driver's version ("580.65.06") from /proc, or None where unknown."""
     try:
@@ -170,6 +179,8 @@ def driver_line_problem(driver_version: int, bindings: str | None) -> str | None
 
 #: mmap flags of a huge-page host buffer: MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB (Linux)
 HUGE_MMAP_FLAGS = 0x02 | 0x20 | 0x40000
+#: mmap flags of plain anonymous host memory: MAP_PRIVATE | MAP_ANONYMOUS
+PLAIN_MMAP_FLAGS = 0x02 | 0x20
 
 
 def result_name(result: Any) -> str:

@@ -74,6 +74,7 @@ def h200_device(
         numa_node=numa_node,
         local_cpus=local_cpus,
         multicast_supported=multicast,
+        pci_device_id=0x2335,  # H200 SXM 141GB
     )
 
 
@@ -159,6 +160,7 @@ def pcie4() -> SimSystem:
             numa_node=i // 2,
             local_cpus=tuple(range(32 * (i // 2), 32 * (i // 2 + 1))),
             multicast_supported=False,
+            pci_device_id=0x26B9,  # L40S
         )
         for i in range(4)
     )
@@ -216,6 +218,7 @@ def gb200_device(system: str, ordinal: int) -> DeviceInfo:
         numa_node=socket,
         local_cpus=tuple(range(72 * socket, 72 * (socket + 1))),
         multicast_supported=True,
+        pci_device_id=0x2941,  # GB200
     )
 
 

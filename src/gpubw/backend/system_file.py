@@ -37,6 +37,7 @@ from gpubw.backend.sim.model import (
     Overheads,
     Rate,
     SimSystem,
+    Throttle,
     iter_pairs,
 )
 from gpubw.model.errors import UsageError
@@ -134,6 +135,10 @@ _TOP_KEYS = {
     "handle_kinds",
     "multicast_rate",
     "rank_faults",
+    "nvml_end",
+    "pageable_factor",
+    "remote_numa_factor",
+    "throttle",
 }
 #: Largest whole number a system file may give where no tighter bound applies (a C int64).
 MAX_INT = (1 << 63) - 1
@@ -249,6 +254,8 @@ def _device(where: str, obj: Any, base: DeviceInfo | None, system: str, i: int) 
         values["uuid"] = simulated_uuid(system, i)
     if base is None or "pci_bus_id" not in d:
         values["pci_bus_id"] = generated_pci_bus_id(i)
+    if "name" in d and "pci_device_id" not in d:
+        values["pci_device_id"] = None  # another product than the base's: its id unknown
     for key, value in d.items():
         field = f"{where}.{key}"
         if key in ("name", "uuid", "pci_bus_id"):
@@ -277,6 +284,8 @@ def _device(where: str, obj: Any, base: DeviceInfo | None, system: str, i: int) 
         elif key == "multicast_supported":
             if not isinstance(value, bool):
                 raise UsageError(f"{field} must be true or false")
+        elif key == "pci_device_id":
+            value = _pci_device_id(field, value)
         else:
             _num(field, value, integer=True, high=DEVICE_INT_LIMITS[key])
         values[key] = value
@@ -291,6 +300,21 @@ def _device(where: str, obj: Any, base: DeviceInfo | None, system: str, i: int) 
             f"0000:1b:00.0, got {_quote(values['pci_bus_id'])}"
         )
     return DeviceInfo(**values)
+
+
+def _pci_device_id(field: str, value: Any) -> int | None:
+    """A PCI device id: a number (0 to 0xffff), a hexadecimal string (``"0x2335"``) or null."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = int(value, 16)
+        except ValueError:
+            raise UsageError(
+                f'{field} must be a PCI device id like "0x2335", got {_quote(value)}'
+            ) from None
+    _num(field, value, integer=True, positive=False, high=0xFFFF)
+    return int(value)
 
 
 #: a PCI bus id: domain (4 to 8 hex digits), bus, device (2 each) and function (0-7)
@@ -322,7 +346,7 @@ def _pci_key(pci_bus_id: str) -> str:
     return f"{int(domain, 16):08x}:{rest.lower()}"
 
 
-_OPTIONAL_DEVICE = {"numa_node", "local_cpus", "multicast_supported"}
+_OPTIONAL_DEVICE = {"numa_node", "local_cpus", "multicast_supported", "pci_device_id"}
 MAX_NUMA_NODE = 1 << 16
 MAX_CPU = 1 << 20
 
@@ -461,15 +485,20 @@ def _nvml_keys(d: Mapping[str, Any], kw: dict[str, Any], n: int) -> None:
     ``other_processes``, ``huge_pages``."""
     from gpubw.backend.sim.facts import check_spec
 
-    if "nvml" in d or "other_processes" in d:
+    if "nvml" in d or "other_processes" in d or "nvml_end" in d:
         try:
             check_spec(d.get("nvml", {}), d.get("other_processes", {}), n)
+            check_spec(d.get("nvml_end", {}), {}, n, "nvml_end")
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    if "nvml" in d:
-        kw["nvml"] = d["nvml"]
+    for key in ("nvml", "nvml_end"):
+        if key in d:
+            kw[key] = d[key]
     if "other_processes" in d:
-        kw["other_processes"] = {k: tuple(v) for k, v in d["other_processes"].items()}
+        kw["other_processes"] = {
+            k: v if isinstance(v, dict) else tuple(v) for k, v in d["other_processes"].items()
+        }
+    _node_model_keys(d, kw)
     if "huge_pages" in d:
         hp = _keys("huge_pages", d["huge_pages"], ("page_bytes", "free"))
         free = _num("huge_pages.free", hp.get("free", 0), integer=True, positive=False)
@@ -477,6 +506,39 @@ def _nvml_keys(d: Mapping[str, Any], kw: dict[str, Any], n: int) -> None:
             raise UsageError(f"huge_pages.free must be >= 0 (a number of pages), got {free}")
         page = _num("huge_pages.page_bytes", hp.get("page_bytes", 2 << 20), integer=True)
         kw["huge_pages"] = (page, free)
+
+
+def _node_model_keys(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
+    """``pageable_factor``, ``remote_numa_factor`` and ``throttle`` (docs/simulate.md)."""
+    for key in ("pageable_factor", "remote_numa_factor"):
+        if key in d:
+            kw[key] = _factor_num(key, d[key])
+    if "throttle" in d:
+        t = _keys("throttle", d["throttle"], ("after_s", "factor", "reason", "devices",
+                                              "temperature_c"))  # fmt: skip
+        if "after_s" not in t:
+            raise UsageError("throttle needs after_s (virtual seconds into the run)")
+        fields: dict[str, Any] = {
+            "after_s": _num("throttle.after_s", t["after_s"], positive=False, low=0, high=1e9)
+        }
+        if "factor" in t:
+            fields["factor"] = _factor_num("throttle.factor", t["factor"])
+        if "temperature_c" in t:
+            fields["temperature_c"] = _num("throttle.temperature_c", t["temperature_c"],
+                                           integer=True, positive=False, high=200)  # fmt: skip
+        if "devices" in t:
+            devs = t["devices"]
+            if devs is not None and not (isinstance(devs, list) and all(
+                isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in devs
+            )):  # fmt: skip
+                raise UsageError("throttle.devices must be a list of device indexes or null")
+            fields["devices"] = devs
+        if "reason" in t:
+            fields["reason"] = t["reason"]
+        try:
+            kw["throttle"] = Throttle(**fields)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
 
 
 def _ranks_keys(d: dict[str, Any], kw: dict[str, Any], n: int) -> None:

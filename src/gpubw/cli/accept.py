@@ -113,8 +113,12 @@ def add_judge_options(p: argparse.ArgumentParser, *, run: bool) -> None:
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
-    """The run's acceptance options (on the main parser)."""
+    """The run's acceptance options (on the main parser), the node-check ones too
+    (:mod:`gpubw.cli.node_options`)."""
+    from gpubw.cli.node_options import add_node_options
+
     add_judge_options(p, run=True)
+    add_node_options(p)
     p.add_argument(
         "--host-huge-pages",
         dest="host_huge_pages",
@@ -241,12 +245,15 @@ def expect_from_parser() -> argparse.ArgumentParser:
     """``gpubw expect-from``'s parser."""
     p = Parser(
         prog="gpubw expect-from",
-        description="Make an expectations file (gpubw-expect-v1) from a known-good report: "
+        description="Make an expectations file (gpubw-expect-v1) from known-good reports: "
         "per testcase, matrix, size and link type, a floor at the worst cell of the run "
-        "(a ceiling for latency), widened by --tolerance.",
+        "(a ceiling for latency), widened by --tolerance. Given several reports (a fleet's "
+        "good runs of one kind of node), each limit is the median of the runs' limits.",
     )
     p.add_argument(
-        "report", help="a gpubw JSON report of a known-good run, or nvbandwidth's -j output"
+        "report",
+        nargs="+",
+        help="gpubw JSON reports of known-good runs, or nvbandwidth's -j output (one or more)",
     )
     p.add_argument(
         "--tolerance",
@@ -260,15 +267,16 @@ def expect_from_parser() -> argparse.ArgumentParser:
 
 
 def expect_from_main(argv: list[str]) -> int:
-    from gpubw.acceptance.expect import expect_from
+    from gpubw.acceptance.expect import expect_from_reports
     from gpubw.acceptance.node import peer_links
 
     p = expect_from_parser()
     a = p.parse_args(argv)
-    report = _report(a.report)
-    doc = expect_from(report, a.tolerance, peer_links=peer_links(report))
+    reports = [_report(path) for path in a.report]
+    doc = expect_from_reports(reports, a.tolerance, peer_links=[peer_links(r) for r in reports])
     if not doc["rules"]:
-        raise UsageError(f"{a.report} has no Passed testcase to make expectations from")
+        given = ", ".join(a.report)
+        raise UsageError(f"{given}: no Passed testcase to make expectations from")
     with _out(a.output) as f:
         f.write(json.dumps(doc, indent=2) + "\n")
     return 0

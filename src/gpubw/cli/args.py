@@ -223,7 +223,8 @@ def _add_selection(add: Callable[..., Any]) -> None:
         nargs="+",
         action="extend",
         default=[],
-        help="testcase(s) to run, by key or index (repeatable)",
+        help="testcase(s) to run, by key or index (repeatable); without -t or -p the default "
+        "suite runs: every testcase but the pageable ones (49, 50), which run only when named",
     )
     add(
         "-p",

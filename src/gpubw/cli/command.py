@@ -195,10 +195,11 @@ def _list_command(ns: argparse.Namespace) -> int:
     into ``-o FILE``; an option that only applies to a run is a usage error."""
     from gpubw.cli import listing
     from gpubw.cli.args import build_parser, given_flags
+    from gpubw.cli.node_options import NOT_FOR_LIST
 
     given = given_flags(ns)
     parser = build_parser()
-    for dest, flag in _NOT_FOR_LIST:
+    for dest, flag in (*_NOT_FOR_LIST, *NOT_FOR_LIST):
         if dest in given or getattr(ns, dest) != parser.get_default(dest):
             raise UsageError(
                 f"-l/--list only lists the testcases; {flag} does not apply to it "
@@ -552,6 +553,7 @@ def _writer_settings(fmt: str, rest: list[str]) -> dict[str, str | None]:
 
 def _run_options(ns: argparse.Namespace, sizes: list[int]) -> RunOptions:
     """How the run measures, from the command line."""
+    from gpubw.cli.node_options import run_option_fields
     from gpubw.model.options import RunOptions
 
     return RunOptions(
@@ -568,6 +570,7 @@ def _run_options(ns: argparse.Namespace, sizes: list[int]) -> RunOptions:
         sample_pairs=ns.sample_pairs,
         seed=ns.seed,
         handle_type=None if ns.handle_type == "auto" else ns.handle_type,
+        **run_option_fields(ns),
     )
 
 
@@ -620,7 +623,7 @@ def _listeners(
         return _make_writer(writer_cls, fmt, ns)
 
     rack = spec.simulation is not None and spec.simulation.hosts is not None
-    watch = RunWatch(judging, facts=not (rack and world.size == 1))
+    watch = RunWatch(judging, facts=not (rack and world.size == 1), wait_idle_s=ns.wait_idle)
     live = LiveOutput(make(), fmt, output, mode=progress_mode(ns.quiet, sys.stderr))
     listeners: list[Any] = [watch, live]
     if world.size > 1 and ns.output is not None:
@@ -634,15 +637,17 @@ def _judging(ns: argparse.Namespace) -> Any:
     for a plain run. A bad expectations file is a usage error now, before the run."""
     from gpubw.acceptance.node import Judging
     from gpubw.cli.accept import judging
+    from gpubw.cli.node_options import soak_drop_of
 
-    if not judging(ns):
-        return None
+    soak_drop = soak_drop_of(ns)
+    if not judging(ns):  # a plain soak is judged by the soak rule only
+        return None if soak_drop is None else Judging(None, False, None, None, soak_drop)
     expectations = None
     if ns.expect is not None and ns.expect != "builtin":
         from gpubw.acceptance.expect import load_expectations
 
         expectations = load_expectations(ns.expect)
-    return Judging(expectations, ns.expect == "builtin", ns.outlier_pct, ns.cv_threshold)
+    return Judging(expectations, ns.expect == "builtin", ns.outlier_pct, ns.cv_threshold, soak_drop)
 
 
 def _make_writer(cls: Any, name: str, ns: argparse.Namespace) -> Any:

@@ -12,9 +12,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from gpubw.cli.parsing import Parser
 from gpubw.model import schemas
 from gpubw.model.argtypes import finite_float
+from gpubw.model.console import printable_lines
 from gpubw.model.errors import GpubwError, UsageError
 from gpubw.model.options import EXIT_BELOW_EXPECTATION
 from gpubw.model.sizes import format_size, parse_size
@@ -112,19 +115,28 @@ def _matrix_lines(rows: Sequence[Comparison], fail_on: str) -> list[str]:
     return lines
 
 
-def text_lines(
-    cand: Side,
-    base: Side,
-    rows: Sequence[Comparison],
-    extra: Sequence[Cell],
-    warnings: Sequence[str],
-    threshold: float,
-    fail_on: str,
-    size: int | None,
-    limit: int = TEXT_CELLS,
-) -> list[str]:
+@attrs.frozen
+class Outcome:
+    """One comparison as its text and JSON show it: the two sides, the compared cells
+    (``rows``), the candidate's cells with no counterpart (``extra``), the size warnings, and
+    the rule (``threshold`` percent, ``fail_on``, the one ``size`` compared or None)."""
+
+    cand: Side
+    base: Side
+    rows: Sequence[Comparison]
+    extra: Sequence[Cell]
+    warnings: Sequence[str]
+    threshold: float
+    fail_on: str
+    size: int | None
+
+
+def text_lines(outcome: Outcome, limit: int = TEXT_CELLS) -> list[str]:
+    """The text of ``gpubw compare``: what was compared, the cells outside the threshold
+    (at most ``limit``, worst first) and their devices, per matrix, and the count failed."""
+    rows, threshold, fail_on = outcome.rows, outcome.threshold, outcome.fail_on
+    cand, base, size = outcome.cand, outcome.base, outcome.size
     failed = [x for x in rows if x.fails]
-    flagged = [x for x in rows if x.flag and not x.fails]
     direction = {
         "low": "slower than the baseline",
         "high": "faster than the baseline",
@@ -138,8 +150,28 @@ def text_lines(
         + f"; a cell fails when {direction} by more than {threshold:g} % (--fail-on {fail_on})"
         " or MISSING",
     ]
-    lines += [f"note: sizes differ: {w}" for w in warnings]
+    lines += [f"note: sizes differ: {w}" for w in outcome.warnings]
+    lines += _outside_lines(outcome, limit)
+    if rows:
+        lines += ["", "per matrix (ratio = candidate / baseline; worst first):"]
+        lines += _matrix_lines(rows, fail_on)
+    if outcome.extra:
+        lines += ["", f"{len(outcome.extra)} candidate cell(s) have no counterpart in the baseline"]
+    lines += [
+        "",
+        f"{len(failed)} cell(s) failed (LOW/HIGH: bandwidth below/above; SLOWER/FASTER: "
+        f"latency above/below; +/-{threshold:g} %)",
+    ]
+    return lines
+
+
+def _outside_lines(outcome: Outcome, limit: int) -> list[str]:
+    """The cells outside the threshold (failing first, then flagged but not failing), at
+    most ``limit`` of them, and the devices they name."""
+    failed = [x for x in outcome.rows if x.fails]
+    flagged = [x for x in outcome.rows if x.flag and not x.fails]
     shown = (failed + flagged)[: max(0, limit)]
+    lines: list[str] = []
     if failed or flagged:
         lines += ["", "cells outside the threshold, worst first:"]
         lines.append(
@@ -157,7 +189,7 @@ def text_lines(
                 f"{_base(x):>11} {x.unit:<4} {ratio}  {x.flag}{note}"
             )
             for end in (x.source, x.destination):
-                text = _device_text(cand.devices or base.devices, end)
+                text = _device_text(outcome.cand.devices or outcome.base.devices, end)
                 if text and text not in named:
                     named.append(text)
         more = len(failed) + len(flagged) - len(shown)
@@ -165,16 +197,6 @@ def text_lines(
             lines.append(f"... and {more} more (--format json lists every cell)")
         if named:
             lines += ["", "devices:"] + [f"  {t}" for t in sorted(named, key=_gpu_order)]
-    if rows:
-        lines += ["", "per matrix (ratio = candidate / baseline; worst first):"]
-        lines += _matrix_lines(rows, fail_on)
-    if extra:
-        lines += ["", f"{len(extra)} candidate cell(s) have no counterpart in the baseline"]
-    lines += [
-        "",
-        f"{len(failed)} cell(s) failed (LOW/HIGH: bandwidth below/above; SLOWER/FASTER: "
-        f"latency above/below; +/-{threshold:g} %)",
-    ]
     return lines
 
 
@@ -183,16 +205,9 @@ def _gpu_order(text: str) -> int:
     return int(head[4:]) if head[4:].isdigit() else 0
 
 
-def json_doc(
-    cand: Side,
-    base: Side,
-    rows: Sequence[Comparison],
-    extra: Sequence[Cell],
-    warnings: Sequence[str],
-    threshold: float,
-    fail_on: str,
-    size: int | None,
-) -> dict[str, Any]:
+def json_doc(outcome: Outcome) -> dict[str, Any]:
+    """The JSON of ``gpubw compare`` (schemas/compare.schema.json): every compared cell."""
+    cand, base, rows = outcome.cand, outcome.base, outcome.rows
     devices = cand.devices or base.devices
 
     def cell(x: Comparison) -> dict[str, Any]:
@@ -221,17 +236,17 @@ def json_doc(
         "tool": "gpubw compare",
         "candidate": {"path": cand.path, "label": cand.label},
         "baseline": {"path": base.path, "label": base.label},
-        "threshold_pct": threshold,
-        "fail_on": fail_on,
-        "size_bytes": size,
+        "threshold_pct": outcome.threshold,
+        "fail_on": outcome.fail_on,
+        "size_bytes": outcome.size,
         "compared": len(rows),
         "failed": failed,
         "exit_code": EXIT_BELOW_EXPECTATION if failed else 0,
-        "warnings": list(warnings),
+        "warnings": list(outcome.warnings),
         "cells": [cell(x) for x in rows],
         "extra": [
             {"matrix": c.matrix, "size_bytes": c.size, "row": c.row, "column": c.column}
-            for c in extra
+            for c in outcome.extra
         ],
     }
 
@@ -304,11 +319,11 @@ def compare_files(argv: Sequence[str]) -> tuple[list[str], int]:
             f"(candidate: {', '.join(ck[:4])}; baseline: {', '.join(bk[:4])})"
         )
     rows, extra, warnings = compare_sides(cand, base, a.threshold, a.fail_on)
-    args = (cand, base, rows, extra, warnings, a.threshold, a.fail_on, size)
+    outcome = Outcome(cand, base, rows, extra, warnings, a.threshold, a.fail_on, size)
     if a.format == "json":
-        lines = json.dumps(json_doc(*args), indent=2, allow_nan=False).splitlines()
-    else:
-        lines = text_lines(*args)
+        lines = json.dumps(json_doc(outcome), indent=2, allow_nan=False).splitlines()
+    else:  # paths, labels, matrix and device names come from the files: escaped
+        lines = printable_lines(text_lines(outcome))
     failed = sum(x.fails for x in rows)
     if target is not None and not target.is_stdout:
         try:

@@ -3,11 +3,13 @@
 Per device: PCIe generation and width (current and maximum: a link trained at Gen4 x8 in a
 Gen5 x16 slot halves or quarters host bandwidth), NVLink links active and their speed, the
 GPUs reachable over NVLink, ECC mode and volatile error counts, persistence mode, MIG mode,
-clocks, power and the reasons the clocks are held down, VBIOS version, serial and UUID, and the
-compute processes on the GPU (another job on "your" GPU halves your figures).
+clocks, power and the reasons the clocks are held down, VBIOS version, serial and UUID, the
+compute processes on the GPU (another job on "your" GPU halves your figures), the PCI device
+(product) id, and the health counters (:mod:`gpubw.hw.counters`: PCIe replays and AER, NVLink
+CRC/replay/recovery errors per link, remapped rows, retired pages).
 
-Read through ``nvidia-ml-py`` (module ``pynvml``, the maintained binding; ``pip install
-'gpubw[nvml]'``) by :mod:`gpubw.hw.nvml_read` (one :class:`gpubw.hw.nvml_read.Session` per run),
+Read through ``nvidia-ml-py`` (module ``pynvml``, the maintained binding; a dependency of
+gpubw) by :mod:`gpubw.hw.nvml_read` (one :class:`gpubw.hw.nvml_read.Session` per run),
 which imports it only when it first queries, so ``gpubw -l`` never loads it. Nothing raises
 for a missing library, a missing driver or a query a GPU does not support:
 :class:`NodeFacts` says ``available=False`` with the reason, and each :class:`DeviceFacts`
@@ -31,6 +33,8 @@ from typing import Any
 
 import attrs
 
+from gpubw.hw.counters import WORDS, rise_words, risen_links, rises
+
 #: NVML's clock event ("throttle") reason bits, by name
 THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
     (0x1, "gpu_idle"),
@@ -48,7 +52,14 @@ SLOWDOWN_REASONS = frozenset(
     {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
      "hw_power_brake_slowdown"}
 )  # fmt: skip
-INSTALL_HINT = "install it with: pip install 'gpubw[nvml]' (the nvidia-ml-py package)"
+INSTALL_HINT = (
+    "it is a dependency of gpubw: install it with pip install nvidia-ml-py (or reinstall gpubw)"
+)
+
+
+def _counter_dict(value: Mapping[str, int]) -> dict[str, int]:
+    """A copy of the counters (the facts never share a caller's dict)."""
+    return dict(value)
 
 
 def _below(now: int | None, most: int | None) -> bool:
@@ -93,6 +104,9 @@ class NvLinkState:
     speed_mbps: int | None = None  # per link, as NVML reports it (MB/s)
     versions: tuple[int, ...] = ()  # NVLink version of each active link
     peers: tuple[int, ...] = ()  # NVML indexes of the GPUs reachable over NVLink
+    #: per link: its error counts (gpubw.hw.counters.NVLINK_KINDS: CRC flit, CRC data,
+    #: replay, recovery; None where NVML cannot say); () when not read
+    errors: tuple[tuple[int | None, ...], ...] = ()
 
     def __str__(self) -> str:
         speed = f" at {self.speed_mbps / 1000:g} GB/s" if self.speed_mbps else ""
@@ -140,6 +154,10 @@ class DeviceFacts:
     mig_enabled: bool | None = None
     clocks: Clocks | None = None
     processes: tuple[GpuProcess, ...] = ()
+    #: the PCI device id (product) of the GPU, e.g. 0x2335 for an H200 SXM; None: unknown
+    pci_device_id: int | None = None
+    #: health counters (gpubw.hw.counters): name -> count; only those that could be read
+    counters: dict[str, int] = attrs.field(factory=dict, converter=_counter_dict, hash=False)
     #: (fact, why) for each query that failed (not supported, no permission, ...)
     unavailable: tuple[tuple[str, str], ...] = ()
 
@@ -215,9 +233,11 @@ def facts_from_dict(spec: Mapping[str, Any]) -> NodeFacts:
         nvlink = d.pop("nvlink", None)
         clocks = d.pop("clocks", None)
         procs = d.pop("processes", ())
+        counters = _counters_from(d.pop("counters", {}))
         devices.append(
             DeviceFacts(
                 index=i,
+                counters=counters,
                 pcie=parse_pcie(pcie) if pcie is not None else None,
                 nvlink=None if nvlink is None else _nvlink_from(nvlink),
                 clocks=None if clocks is None else _clocks_from(clocks),
@@ -237,6 +257,19 @@ def facts_from_dict(spec: Mapping[str, Any]) -> NodeFacts:
     )
 
 
+def _counters_from(d: Any) -> dict[str, int]:
+    """Health counters from a dict: known names (gpubw.hw.counters), whole numbers >= 0."""
+    if not isinstance(d, Mapping):
+        raise ValueError(f"counters must be an object of counter names and counts, got {d!r}")
+    unknown = sorted(set(d) - set(WORDS))
+    if unknown:
+        raise ValueError(f"unknown counter(s) {unknown}; allowed: {sorted(WORDS)}")
+    for name, value in d.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"counters.{name} must be a whole number >= 0, got {value!r}")
+    return dict(d)
+
+
 def _plain(d: dict[str, Any]) -> dict[str, Any]:
     if "pci_bus_id" in d:
         d["pci_bus_id"] = normalise_bus_id(str(d["pci_bus_id"]))
@@ -247,6 +280,7 @@ def _nvlink_from(d: Mapping[str, Any]) -> NvLinkState:
     d = dict(d)
     d["versions"] = tuple(d.get("versions", ()))
     d["peers"] = tuple(d.get("peers", ()))
+    d["errors"] = tuple(tuple(row) for row in d.get("errors", ()))
     d.setdefault("links_total", d.get("links_active", 0))
     return NvLinkState(**d)
 
@@ -371,4 +405,23 @@ def suspects(
         out.append("persistence mode is off")
     if device.ecc_volatile_uncorrected:
         out.append(f"{device.ecc_volatile_uncorrected} volatile uncorrected ECC errors")
+    for name in ("remap_pending", "remap_failed", "retired_pages_pending"):
+        if device.counters.get(name):
+            out.append(WORDS[name])
+    return tuple(out)
+
+
+def counter_suspects(start: DeviceFacts, end: DeviceFacts) -> tuple[str, ...]:
+    """The health counters that rose between two readings of one device, in words (the
+    NVLink links whose counts rose named too), e.g. ``("NVLink replays rose from 0 to 14
+    during the run (links 2, 5)",)``."""
+    out = []
+    links: tuple[int, ...] = ()
+    if start.nvlink is not None and end.nvlink is not None:
+        links = tuple(risen_links(start.nvlink.errors, end.nvlink.errors))
+    for name, before, after in rises(start.counters, end.counters):
+        text = rise_words(name, before, after)
+        if name.startswith("nvlink_") and links:
+            text += f" (link{'s' if len(links) > 1 else ''} {', '.join(map(str, links))})"
+        out.append(text)
     return tuple(out)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
 
+from gpubw.hw.counters import NVLINK_KINDS, read_aer
 from gpubw.hw.nvml import (
     INSTALL_HINT,
     THROTTLE_REASONS,
@@ -76,15 +77,17 @@ def _device(nv: ModuleType, handle: Callable[[int], Any], index: int, count: int
         return int(nv.nvmlDeviceGetTotalEccErrors(h, kind, nv.NVML_VOLATILE_ECC))
 
     procs = r.get("processes", lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)) or []
+    bus = normalise_bus_id(pci.busId) if pci is not None else ""
+    nvlink = _nvlink(nv, r, h, handle, index, count)
     return DeviceFacts(
         index=index,
         name=_text(r.get("name", lambda: nv.nvmlDeviceGetName(h)) or ""),
         uuid=_text(r.get("uuid", lambda: nv.nvmlDeviceGetUUID(h)) or ""),
         serial=_text(r.get("serial", lambda: nv.nvmlDeviceGetSerial(h)) or ""),
-        pci_bus_id=normalise_bus_id(pci.busId) if pci is not None else "",
+        pci_bus_id=bus,
         vbios=_text(r.get("vbios", lambda: nv.nvmlDeviceGetVbiosVersion(h)) or ""),
         pcie=pcie,
-        nvlink=_nvlink(nv, r, h, handle, index, count),
+        nvlink=nvlink,
         ecc_enabled=None if ecc is None else bool(ecc[0]),
         ecc_pending=None if ecc is None else bool(ecc[1]),
         ecc_volatile_corrected=r.get(
@@ -103,8 +106,74 @@ def _device(nv: ModuleType, handle: Callable[[int], Any], index: int, count: int
         processes=tuple(
             GpuProcess(int(p.pid), _used(getattr(p, "usedGpuMemory", None))) for p in procs
         ),
+        pci_device_id=_product(pci),
+        counters=_counters(nv, r, h, bus, nvlink),
         unavailable=tuple(r.failed),
     )
+
+
+def _product(pci: Any) -> int | None:
+    """The PCI device (product) id from NVML's pciDeviceId (device id << 16 | vendor id)."""
+    value = getattr(pci, "pciDeviceId", None)
+    return int(value) >> 16 if isinstance(value, int) and value > 0 else None
+
+
+def _counters(
+    nv: ModuleType, r: _Reader, h: Any, bus: str, nvlink: NvLinkState | None
+) -> dict[str, int]:
+    """The health counters (gpubw.hw.counters) that can be read here."""
+    out: dict[str, int] = {}
+    replay = r.get("counters.pcie_replay", lambda: int(nv.nvmlDeviceGetPcieReplayCounter(h)))
+    if replay is not None:
+        out["pcie_replay"] = replay
+    if bus:
+        out.update(read_aer(bus))
+    if nvlink is not None and nvlink.errors:
+        for k, kind in enumerate(NVLINK_KINDS):
+            known = [row[k] for row in nvlink.errors if row[k] is not None]
+            if known:
+                out[f"nvlink_{kind}"] = sum(v for v in known if v is not None)
+    rows = r.get("counters.remapped_rows", lambda: nv.nvmlDeviceGetRemappedRows(h))
+    if rows is not None:
+        corr, unc, pending, failed = (int(x) for x in rows)
+        out.update(remapped_rows_correctable=corr, remapped_rows_uncorrectable=unc,
+                   remap_pending=int(bool(pending)), remap_failed=int(bool(failed)))  # fmt: skip
+    for name, cause in (("retired_pages_sbe", "MULTIPLE_SINGLE_BIT_ECC_ERRORS"),
+                        ("retired_pages_dbe", "DOUBLE_BIT_ECC_ERROR")):  # fmt: skip
+        cause_id = getattr(nv, f"NVML_PAGE_RETIREMENT_CAUSE_{cause}", None)
+        pages = None
+        if cause_id is not None:
+            pages = r.get(f"counters.{name}", _call(nv.nvmlDeviceGetRetiredPages, h, cause_id))
+        if pages is not None:
+            out[name] = len(pages)
+    retiring = r.get("counters.retired_pages_pending",
+                     lambda: int(nv.nvmlDeviceGetRetiredPagesPendingStatus(h)))  # fmt: skip
+    if retiring is not None:
+        out["retired_pages_pending"] = int(bool(retiring))
+    return out
+
+
+def _link_errors(
+    nv: ModuleType, r: _Reader, h: Any, links: int
+) -> tuple[tuple[int | None, ...], ...]:
+    """Each link's error counts (CRC flit, CRC data, replay, recovery); () when NVML does
+    not count them (the first failure is recorded once, not per link)."""
+    kinds = [getattr(nv, f"NVML_NVLINK_ERROR_DL_{k.upper()}", None) for k in NVLINK_KINDS]
+    rows = []
+    for link in range(links):
+        row: list[int | None] = []
+        for kind in kinds:
+            try:
+                row.append(
+                    None if kind is None else int(nv.nvmlDeviceGetNvLinkErrorCounter(h, link, kind))
+                )
+            except Exception as exc:
+                if link == 0 and not any(x is not None for x in row):
+                    r.failed.append(("nvlink.errors", _why(exc)))
+                    return ()
+                row.append(None)
+        rows.append(tuple(row))
+    return tuple(rows)
 
 
 def _flag(x: Any) -> bool | None:
@@ -161,6 +230,7 @@ def _nvlink(
         speed_mbps=r.get("nvlink.speed", speed) if any(states) else None,
         versions=tuple(versions),
         peers=tuple(peers),
+        errors=_link_errors(nv, r, h, len(states)) if any(states) else (),
     )
 
 

@@ -503,7 +503,7 @@ class MemcpyOperation:
             samples.append(rate)
         if self.kind is Kind.TOTAL and cell.total_end is not None:
             seconds = self.system.backend.elapsed_seconds(cell.starts[0], cell.total_end)
-            cell.total_samples.append(_rate(sum(cell.counted) * self.loops, seconds))
+            cell.total_samples.append(bytes_per_second(sum(cell.counted) * self.loops, seconds))
 
     def _fill(self, jobs: list[CopyJob]) -> None:
         """Fill every copy's buffers (outside the timing) and wait for it, so no fill
@@ -556,7 +556,7 @@ class MemcpyOperation:
         """Each pair's bandwidth of this sample: counted bytes x loops / (end - start)."""
         elapsed = self.system.backend.elapsed_seconds
         return [
-            _rate(n * self.loops, elapsed(start, end))
+            bytes_per_second(n * self.loops, elapsed(start, end))
             for n, start, end in zip(cell.counted, cell.starts, cell.ends)
         ]
 
@@ -585,7 +585,9 @@ class MemcpyOperation:
                 ) from None
 
 
-def _rate(nbytes: int, seconds: float) -> float:
+def bytes_per_second(nbytes: int, seconds: float) -> float:
+    """``nbytes`` moved in ``seconds``, in bytes/s; a GpubwError for an interval of 0 or
+    less (a timer that cannot resolve the copy)."""
     if seconds <= 0:
         raise GpubwError(
             f"measured an interval of {seconds * 1e6:.3f} us for {nbytes} bytes; "

@@ -24,7 +24,7 @@ from gpubw.backend.base import Backend, DeviceInfo, KernelArg, ptr, u32, u64
 from gpubw.kernels import ELEMENT_BYTES, PATTERN_WORDS
 from gpubw.kernels.patterns import pattern_bytes
 from gpubw.memory.gate import Gate
-from gpubw.model.errors import CudaError, VerificationError
+from gpubw.model.errors import CudaError, UsageError, VerificationError
 from gpubw.model.options import RunOptions
 
 _BLOCK = 1024
@@ -100,7 +100,22 @@ class BufferPool:
         self._idle: dict[tuple[Any, ...], list[Buffer]] = {}
         self._live: set[Buffer] = set()
         self._scratch: dict[tuple[str, bool, int | None, int], Buffer] = {}
+        #: --host-numa: device -> the NUMA node its host buffers are bound to (set by
+        #: :meth:`check_host_numa`; empty: placed by affinity alone)
+        self.host_nodes: dict[int, int] = {}
         self.closed = False
+
+    # -- NUMA placement (--host-numa) -------------------------------------------------------
+    def check_host_numa(self) -> None:
+        """Where ``--host-numa`` puts each device's host buffers (:attr:`host_nodes`);
+        UsageError when that node does not exist here (a remote node on a host of one node
+        included)."""
+        self.host_nodes = host_numa_nodes(self.options.host_numa, self.devices,
+                                          self.backend.numa_nodes())  # fmt: skip
+
+    def numa_node(self, buf: Buffer) -> int | None:
+        """The NUMA node of a host buffer's memory (as the kernel or the model says)."""
+        return self.backend.host_numa_node(buf.ptr) if buf.is_host else None
 
     # -- placement ------------------------------------------------------------------------
     def placement(self, device: int | None) -> frozenset[int] | None:
@@ -130,19 +145,30 @@ class BufferPool:
         finally:
             os.sched_setaffinity(0, before)
 
-    def _idle_key(self, host: bool, device: int | None, nbytes: int) -> tuple[Any, ...]:
+    def _idle_key(
+        self, host: bool, device: int | None, nbytes: int, pageable: bool = False
+    ) -> tuple[Any, ...]:
         """Which idle buffers can serve a request: device memory by device, host memory by
-        placement (:meth:`placement`)."""
-        return (True, self.placement(device), nbytes) if host else (False, device, nbytes)
+        kind (pinned or pageable) and placement (:meth:`placement`, the bound node)."""
+        if not host:
+            return (False, device, nbytes)
+        node = None if device is None else self.host_nodes.get(device)
+        return (True, (pageable, self.placement(device), node), nbytes)
 
-    def allocate_memory(self, host: bool, device: int | None, nbytes: int) -> int:
+    def allocate_memory(
+        self, host: bool, device: int | None, nbytes: int, *, pageable: bool = False
+    ) -> int:
         """Allocate raw memory, retrying once after freeing the idle buffers on out-of-memory."""
         for attempt in (0, 1):
             try:
                 if host:
                     with self.near(device):
                         owner = self.home_device if device is None else device
-                        return self.backend.alloc_host(nbytes, owner)
+                        node = None if device is None else self.host_nodes.get(device)
+                        placed = {} if node is None else {"numa_node": node}
+                        if pageable:
+                            return self.backend.alloc_pageable(nbytes, owner, **placed)
+                        return self.backend.alloc_host(nbytes, owner, **placed)
                 assert device is not None
                 return self.backend.alloc_device(device, nbytes)
             except CudaError as exc:
@@ -173,10 +199,11 @@ class BufferPool:
         """A handed-out buffer of ``kind``: an idle one of the same place and size, a view of
         ``nbytes`` at the start of a larger idle host buffer (:meth:`_fit`), or new."""
         self.check_request(kind.is_host, device, nbytes)
-        backing = self._fit(kind.is_host, device, nbytes)
+        backing = self._fit(kind.is_host, device, nbytes, kind.pageable)
         buf: Buffer
         if backing is None:
-            buf = kind(self, self.allocate_memory(kind.is_host, device, nbytes), nbytes, device)
+            memory = self.allocate_memory(kind.is_host, device, nbytes, pageable=kind.pageable)
+            buf = kind(self, memory, nbytes, device)
         elif backing.nbytes == nbytes:
             buf = backing
         else:
@@ -185,18 +212,18 @@ class BufferPool:
         self._live.add(buf)
         return buf
 
-    def _fit(self, host: bool, device: int | None, nbytes: int) -> Buffer | None:
+    def _fit(self, host: bool, device: int | None, nbytes: int, pageable: bool) -> Buffer | None:
         """Take the idle buffer that best serves a request, or None: one of exactly the size,
         else (host memory only) the smallest idle one of the same placement that is larger but
         at most :data:`HOST_FIT_WASTE` times the request. Pinning is slow (0.28 s for 512 MiB
         on 2 x H200) while device allocations are cheap and device memory is what large
         buffer sizes run short of, so device buffers are only reused at their exact size."""
-        exact = self._idle.get(self._idle_key(host, device, nbytes))
+        exact = self._idle.get(self._idle_key(host, device, nbytes, pageable))
         if exact:
             return exact.pop()
         if not host:
             return None
-        placement = self.placement(device)
+        placement = self._idle_key(host, device, nbytes, pageable)[1]
         sizes = [
             size
             for (is_host, where, size), idle in self._idle.items()
@@ -212,7 +239,7 @@ class BufferPool:
         elif buf in self._live:
             self._live.discard(buf)
             memory = buf.detach()
-            key = self._idle_key(memory.is_host, memory.device, memory.nbytes)
+            key = self._idle_key(memory.is_host, memory.device, memory.nbytes, memory.pageable)
             self._idle.setdefault(key, []).append(memory)
 
     def forget(self, buf: Buffer) -> None:
@@ -339,6 +366,8 @@ class Buffer:
     ``nbytes``, so a view's user never touches the rest of the backing memory."""
 
     is_host: bool = False
+    #: plain (pageable) host memory, not pinned (:class:`PageableHostBuffer`)
+    pageable: bool = False
 
     def __init__(
         self,
@@ -396,6 +425,8 @@ class Buffer:
         self.pool.forget(self)
         if self._backing is not self:
             self._backing.free()
+        elif self.pageable:
+            self.backend.free_pageable(self.ptr)
         elif self.is_host:
             self.backend.free_host(self.ptr)
         else:
@@ -534,6 +565,63 @@ class HostBuffer(Buffer):
     def read(self, nbytes: int, offset: int = 0) -> bytes:
         self.check_span(nbytes, offset)
         return self.backend.host_read(self.ptr + offset, nbytes)
+
+
+class PageableHostBuffer(HostBuffer):
+    """Plain (pageable) host memory: not pinned, not registered with the driver, as a
+    program's ordinary ``malloc`` memory is. The copy engine copies it through the driver's
+    staging buffers, synchronously with the host; kernels cannot reach it (no fill, verify or
+    SM copy of it: :mod:`gpubw.measure.pageable` fills and checks it by copies)."""
+
+    pageable = True
+
+    @property
+    def label(self) -> str:
+        return "Host (pageable)"
+
+    @classmethod
+    def allocate(
+        cls, owner: BufferPool | HasPool, near_device: int | None, nbytes: int
+    ) -> PageableHostBuffer:
+        """Pageable memory of ``nbytes``, touched near ``near_device``'s CPUs (or on its
+        ``--host-numa`` node), reused from the pool where one is idle."""
+        return _pool_of(owner).take(cls, near_device, nbytes)
+
+
+def host_numa_nodes(
+    spec: str | None, devices: Sequence[DeviceInfo], nodes: Sequence[int]
+) -> dict[int, int]:
+    """device -> NUMA node of its host buffers for ``--host-numa spec`` (``N``, ``local`` or
+    ``remote``), on a host with ``nodes``; {} for None. UsageError naming the value and the
+    nodes when the node does not exist (also: ``remote`` on a host of one node, a GPU whose
+    own node is unknown)."""
+    if spec is None:
+        return {}
+    have = ", ".join(map(str, nodes))
+    where = f"this host's NUMA nodes: {have} (/sys/devices/system/node/)"
+    if spec.isdecimal():
+        if int(spec) not in nodes:
+            raise UsageError(f"--host-numa {spec}: there is no NUMA node {spec}; {where}")
+        return {d.ordinal: int(spec) for d in devices}
+    out = {}
+    for d in devices:
+        own = d.numa_node if d.numa_node is not None else (nodes[0] if len(nodes) == 1 else None)
+        if own is None:
+            raise UsageError(
+                f"--host-numa {spec}: the NUMA node of GPU {d.ordinal} ({d.pci_bus_id}) is "
+                f"unknown (its sysfs numa_node is -1); give a node number; {where}"
+            )
+        others = [n for n in nodes if n != own]
+        if spec == "local":
+            out[d.ordinal] = own
+        elif not others:
+            raise UsageError(
+                f"--host-numa remote: this host has one NUMA node ({have}), so no memory is "
+                "remote to any GPU; run on a host of two or more nodes, or give local"
+            )
+        else:  # the next node after the GPU's own, round the list
+            out[d.ordinal] = min(others, key=lambda n: (n < own, n))
+    return out
 
 
 class DeviceBuffer(Buffer):

@@ -63,7 +63,7 @@ class Gate:
     def timed_out(self) -> bool:
         """Whether a gate kernel gave up waiting since the last :meth:`close`."""
         raw = self._backend.host_read(self.page + self.STATUS, 4)
-        return struct.unpack("<i", raw)[0] != 0
+        return bool(struct.unpack("<i", raw)[0] != 0)
 
     def enqueue_wait(self, stream: Any, timeout_s: float, *, flag: int | None = None) -> None:
         """Hold ``stream`` at the gate (a one-thread kernel on its device) until it is opened

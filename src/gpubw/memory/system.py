@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from gpubw.backend.base import Backend, DeviceInfo
 from gpubw.kernels.modules import GPUBW, KernelModule, generation, register_kernel_module
 from gpubw.kernels.patterns import DST_SEED, SRC_SEED, pattern_bytes
+from gpubw.memory import selection
 from gpubw.memory.buffers import BufferPool
 from gpubw.memory.gate import Gate
 from gpubw.memory.shared import Sharing
@@ -52,6 +53,8 @@ class System:
         self._kernels_loaded: int | None = None
         self._sharing: Sharing | None = None
         self._before_close: list[Callable[[], None]] = []
+        #: the GPUs to measure (--devices, --pair); None: every GPU (see :meth:`select_devices`)
+        self.selection: frozenset[int] | None = None
         self.closed = False
 
     @property
@@ -98,6 +101,23 @@ class System:
         """Enable access both ways between devices a and b (nvbandwidth probes one way and
         enables both). Idempotent."""
         self.pool.peers.enable(a, b)
+
+    def select_devices(self, *, lenient: bool = False) -> tuple[str, ...]:
+        """Resolve the options' ``devices`` (:mod:`gpubw.memory.selection`) into
+        :attr:`selection`; UsageError for a token that names no GPU. Returns the tokens that
+        name none of this process's GPUs (only with ``lenient``: under MPI another rank's)."""
+        tokens = self.options.devices
+        if tokens is None:
+            self.selection = None
+            return ()
+        flag = "--pair" if self.options.device_pair else "--devices"
+        found = selection.resolve(tokens, self.devices, flag=flag, lenient=lenient)
+        self.selection = found.ordinals
+        return found.unmatched
+
+    def selected(self, device: int) -> bool:
+        """Whether ``device`` is measured in this run (every one without --devices)."""
+        return self.selection is None or device in self.selection
 
     def load_kernel_modules(self, modules: Iterable[KernelModule]) -> None:
         """Make the kernels of ``modules`` (what a testcase declares in ``kernel_modules``)

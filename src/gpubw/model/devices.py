@@ -27,6 +27,9 @@ class DeviceInfo:
     numa_node: int | None = None
     local_cpus: tuple[int, ...] = ()
     multicast_supported: bool = False
+    #: the PCI device (product) id, e.g. 0x2335 for an H200 SXM, 0x233b for an H200 NVL
+    #: (which reports the same name): what the built-in expectations are chosen by
+    pci_device_id: int | None = None
 
     @property
     def nominal_memory_bandwidth(self) -> float:

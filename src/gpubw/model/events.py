@@ -40,6 +40,8 @@ class Step:
     total: int
     key: str
     size: int | None
+    #: --soak: the repetition of the selection this step belongs to (None: not a soak)
+    repetition: int | None = None
 
 
 @attrs.frozen

@@ -104,6 +104,8 @@ def _header_word(key: str, suffix: str) -> str:
 
 
 def _testcase(tc: Mapping[str, Any]) -> dict[str, Any]:
+    """One testcase of nvbandwidth's JSON as gpubw's report has it (status, message and its
+    matrices; a bidirectional test's 3N rows split into its three matrices)."""
     key = str(tc.get("name", ""))
     raw_status = str(tc.get("status", ""))
     status = _STATUS.get(raw_status, "Error")
@@ -115,58 +117,65 @@ def _testcase(tc: Mapping[str, Any]) -> dict[str, Any]:
     elif status == "Error" and raw_status != "Error":
         message = f"unknown nvbandwidth status {raw_status!r}"
     out: dict[str, Any] = {"key": key, "status": status, "message": message, "matrices": []}
-    rows = tc.get("bandwidth_matrix")
-    if rows is None:
-        return out
+    if tc.get("bandwidth_matrix") is not None:
+        out["matrices"] = _matrices(key, tc)
+    return out
+
+
+def _matrices(key: str, tc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The matrices of testcase ``key`` from its ``bandwidth_matrix`` rows, in base units."""
     description = str(tc.get("bandwidth_description", ""))
     unit = _unit(key, description)
     scale = _scale(unit)
-    kinds = (
-        {"kind": KIND_LATENCY, "bytes_counting": COUNTED_NONE}
-        if unit == LATENCY
-        else {"kind": KIND_BANDWIDTH, "bytes_counting": COUNTED_ONCE}
-    )
-    values = [[_cell(c, scale) for c in row] for row in rows]
+    values = [[_cell(c, scale) for c in row] for row in tc["bandwidth_matrix"]]
     ncols = max((len(r) for r in values), default=0)
-    words = _bidirectional_words(key)
     given_sum = tc.get("sum")
     total = None if given_sum is None else float(given_sum) * scale
-    extra = {k: tc[k] for k in ("min", "max", "average") if k in tc}
-    if words and ncols and len(values) == 3 * ncols:
-        n = ncols
-        for i, suffix in enumerate(words):
-            part = values[i * n : (i + 1) * n]
-            desc = description
-            if suffix != "total":
-                desc = description.replace("Total", _header_word(key, suffix))
-            out["matrices"].append(
-                {
-                    "key": f"{key}_{suffix}",
-                    "description": desc,
-                    "unit": unit,
-                    **kinds,
-                    "row_labels": [str(r) for r in range(n)],
-                    "column_labels": [str(c) for c in range(n)],
-                    "values": part,
-                    # nvbandwidth keeps only the Total's sum; the others are recomputed
-                    "sum": total if suffix == "total" and total is not None else _sum(part),
-                }
-            )
-        return out
-    matrix = {
-        "key": key,
+    common = {
         "description": description,
         "unit": unit,
-        **kinds,
+        **(
+            {"kind": KIND_LATENCY, "bytes_counting": COUNTED_NONE}
+            if unit == LATENCY
+            else {"kind": KIND_BANDWIDTH, "bytes_counting": COUNTED_ONCE}
+        ),
+    }
+    words = _bidirectional_words(key)
+    if words and ncols and len(values) == 3 * ncols:
+        return [_third(key, common, values[i * ncols : (i + 1) * ncols], w, total)
+                for i, w in enumerate(words)]  # fmt: skip
+    matrix = {
+        "key": key,
+        **common,
         "row_labels": [str(r) for r in range(len(values))],
         "column_labels": [str(c) for c in range(ncols)],
         "values": values,
         "sum": total if total is not None else _sum(values),
     }
-    for k, v in extra.items():
-        matrix[k] = None if v is None else float(v) * scale
-    out["matrices"].append(matrix)
-    return out
+    for k in ("min", "max", "average"):
+        if k in tc:
+            matrix[k] = None if tc[k] is None else float(tc[k]) * scale
+    return [matrix]
+
+
+def _third(
+    key: str, common: Mapping[str, Any], part: list[list[Any]], suffix: str, total: float | None
+) -> dict[str, Any]:
+    """One of a bidirectional test's three N x N matrices (``suffix``: its word or total)."""
+    n = len(part)
+    description = common["description"]
+    if suffix != "total":
+        description = description.replace("Total", _header_word(key, suffix))
+    return {
+        "key": f"{key}_{suffix}",
+        **common,
+        "description": description,
+        "row_labels": [str(r) for r in range(n)],
+        "column_labels": [str(c) for c in range(n)],
+        "values": part,
+        # nvbandwidth keeps only the Total's sum; the others are recomputed
+        "sum": total if suffix == "total" and total is not None else _sum(part),
+    }
 
 
 def _device(text: str, ordinal: int) -> tuple[dict[str, Any], str]:

@@ -48,9 +48,11 @@ DEFAULT_CV_THRESHOLD = 0.10
 DEFAULT_WORLD_TIMEOUT_S = 60.0
 #: the largest --seed (of --sample-pairs); a seed is never negative
 MAX_SEED = 2**63 - 1
+#: the longest --soak (a week)
+MAX_SOAK_S = 7 * 86_400.0
 
 
-def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{attribute.name} must be a whole number, got {value!r}")
     if value < 1:
@@ -60,14 +62,14 @@ def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
         raise ValueError(f"{attribute.name} must be at most {high}, got {value}")
 
 
-def _seed(instance: object, attribute: attrs.Attribute, value: int) -> None:
+def _seed(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"seed must be a whole number, got {value!r}")
     if not 0 <= value <= MAX_SEED:
         raise ValueError(f"seed must be in [0, {MAX_SEED}], got {value}")
 
 
-def _seconds(instance: object, attribute: attrs.Attribute, value: float) -> None:
+def _seconds(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     high = _SECONDS[attribute.name]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{attribute.name} must be a number of seconds, got {value!r}")
@@ -82,14 +84,14 @@ def _seconds(instance: object, attribute: attrs.Attribute, value: float) -> None
 HANDLE_TYPES = ("fabric", "posix-fd", "ipc")
 
 
-def _handle_type(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
+def _handle_type(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
     if value is not None and value not in HANDLE_TYPES:
         raise ValueError(
             f"handle_type must be one of {', '.join(HANDLE_TYPES)} or None, got {value!r}"
         )
 
 
-def _bool(instance: object, attribute: attrs.Attribute, value: bool) -> None:
+def _bool(instance: object, attribute: attrs.Attribute[Any], value: bool) -> None:
     if not isinstance(value, bool):
         raise ValueError(f"{attribute.name} must be True or False, got {value!r}")
 
@@ -98,7 +100,7 @@ def _sizes(value: Iterable[int]) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _check_sizes(instance: object, attribute: attrs.Attribute, value: tuple[int, ...]) -> None:
+def _check_sizes(instance: object, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
     if not value:
         raise ValueError("buffer_sizes must hold at least one size")
     for size in value:
@@ -108,6 +110,40 @@ def _check_sizes(instance: object, attribute: attrs.Attribute, value: tuple[int,
 
 def _strings(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
+
+
+def _device_tokens(value: Iterable[str] | None) -> tuple[str, ...] | None:
+    """``--devices``/``--pair``: the GPUs as given (indexes, UUIDs or PCI bus ids); None: all."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)):
+        raise ValueError(
+            f"devices must be a list of GPU indexes, UUIDs or PCI bus ids, got {value!r}"
+        )
+    tokens = tuple(str(v).strip() for v in value)
+    if not tokens or "" in tokens:
+        raise ValueError(
+            f"devices must name at least one GPU and no empty one, got {list(value)!r}"
+        )
+    return tokens
+
+
+def _host_numa(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is None or value in ("local", "remote"):
+        return
+    if not (isinstance(value, str) and value.isdecimal() and len(value) <= 6):
+        raise ValueError(
+            f"host_numa must be a NUMA node number, 'local' or 'remote', got {value!r}"
+        )
+
+
+def _soak(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"soak_s must be a number of seconds, got {value!r}")
+    if not 0 < value <= MAX_SOAK_S:  # also refuses nan and inf
+        raise ValueError(f"soak_s must be in (0, {MAX_SOAK_S:g}] seconds, got {value!r}")
 
 
 @attrs.frozen
@@ -144,6 +180,17 @@ class RunOptions:
     #: --handle-type: how ranks share device memory ("fabric", "posix-fd" or "ipc"); None
     #: (auto) takes the best kind every rank can use.
     handle_type: str | None = attrs.field(default=None, validator=_handle_type)
+    #: --devices / --pair: the GPUs to measure, as given (indexes, UUIDs or their prefixes,
+    #: PCI bus ids); None measures every GPU. Resolved when the System opens
+    #: (:meth:`gpubw.memory.system.System.select_devices`).
+    devices: tuple[str, ...] | None = attrs.field(default=None, converter=_device_tokens)
+    #: the selection came from --pair (exactly two different GPUs)
+    device_pair: bool = attrs.field(default=False, validator=_bool)
+    #: --host-numa: where host buffers live: a node number ("1"), "local" (the GPU's node) or
+    #: "remote" (another node); None: near the GPU's CPUs by affinity (-d: anywhere)
+    host_numa: str | None = attrs.field(default=None, validator=_host_numa)
+    #: --soak: repeat the selection until this many seconds have passed (None: once)
+    soak_s: float | None = attrs.field(default=None, validator=_soak)
 
 
 @attrs.frozen
@@ -192,6 +239,7 @@ def options_record(
         record["handle_type"] = o.handle_type
     if o.world_timeout_s != DEFAULT_WORLD_TIMEOUT_S:
         record["world_timeout_s"] = o.world_timeout_s
+    record.update(node_options_record(o))
     if invocation is not None:
         i = invocation
         record.update(
@@ -206,6 +254,21 @@ def options_record(
     if signal is not None:
         record["signal_exit"] = exit_status(signal=signal)
         record["signal"] = signal
+    return record
+
+
+def node_options_record(o: RunOptions) -> dict[str, Any]:
+    """The node-check options of the record, only those given (older readers never see
+    them otherwise)."""
+    record: dict[str, Any] = {}
+    if o.devices is not None:
+        record["devices"] = list(o.devices)
+        if o.device_pair:
+            record["device_pair"] = True
+    if o.host_numa is not None:
+        record["host_numa"] = o.host_numa
+    if o.soak_s is not None:
+        record["soak_s"] = o.soak_s
     return record
 
 
@@ -234,6 +297,10 @@ def options_from_record(
             "sample_pairs",
             "seed",
             "handle_type",
+            "devices",
+            "device_pair",
+            "host_numa",
+            "soak_s",
         )
         if record.get(name) is not None
     }

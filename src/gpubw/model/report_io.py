@@ -336,6 +336,8 @@ def testcase_to_dict(t: TestcaseResult) -> dict[str, Any]:
     }
     if t.output:  # optional: only when the plugin printed something
         doc["output"] = t.output
+    if t.repetition is not None:  # optional: a soak's results only
+        doc["repetition"] = t.repetition
     return doc
 
 
@@ -373,6 +375,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         doc["expectations"] = json_safe(report.expectations)
     if report.nvml is not None:
         doc["nvml"] = json_safe(report.nvml)
+    if report.soak is not None:
+        doc["soak"] = json_safe(report.soak)
     if report.world is not None:
         doc["world"] = json_safe(report.world)
     if report.hosts:
@@ -482,6 +486,7 @@ def testcase_from_dict(t: Mapping[str, Any]) -> TestcaseResult:
         duration_s=t["duration_s"],
         plugin=t["plugin"],
         output=t.get("output", ""),
+        repetition=t.get("repetition"),
     )
 
 
@@ -514,6 +519,7 @@ def report_from_dict(doc: Mapping[str, Any]) -> Report:
         verdicts=_verdicts(doc.get("verdicts") or ()),
         nvml=doc.get("nvml"),
         expectations=doc.get("expectations"),
+        soak=doc.get("soak"),
     )
 
 

@@ -319,6 +319,9 @@ class TestcaseResult:
     #: this result, for a streaming writer's ``testcase()`` to print after the matrices they
     #: judge. Not part of the JSON testcase (the report keeps every verdict in ``verdicts``)
     verdicts: tuple[Any, ...] = attrs.field(converter=_tuple, default=(), eq=False)
+    #: --soak: which repetition of the selection this result belongs to (0 first); None in
+    #: a run that is not a soak
+    repetition: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -359,6 +362,9 @@ class Report:
     #: what the verdicts judged against: name, source, outlier_pct, cv_threshold (None: the
     #: cells were not judged)
     expectations: dict[str, Any] | None = None
+    #: a soak (--soak): duration_s asked for, repetitions run, and per repetition the
+    #: devices' clocks, temperature, power and throttle reasons (``samples``); None otherwise
+    soak: dict[str, Any] | None = None
 
     @property
     def below_expectation(self) -> bool:

@@ -27,6 +27,8 @@ from gpubw.model.sizes import format_size
 
 HOST, PEER, LOCAL, DEVICE, CELL = "host", "peer", "local", "device", "cell"
 FLOOR, CEILING, PEER_OUTLIER, NOISY = "floor", "ceiling", "peer_outlier", "noisy"
+#: --soak: the cell's figure fell from the first repetition to the last
+SOAK_DROP = "soak_drop"
 FAIL, WARN, PASS = "fail", "warn", "pass"
 
 _DISPLAY = {BANDWIDTH: "GB/s", LATENCY: "us"}
@@ -309,7 +311,8 @@ def format_verdict(v: Verdict) -> str:
         cv = f"{v.cv:.1%}" if v.cv is not None else "?"
         what = f"{measured}, noisy: CV {cv} ({v.detail})"
     else:
-        word = {FLOOR: "floor", CEILING: "ceiling", PEER_OUTLIER: "outlier limit"}[v.rule]
+        word = {FLOOR: "floor", CEILING: "ceiling", PEER_OUTLIER: "outlier limit",
+                SOAK_DROP: "soak limit"}[v.rule]  # fmt: skip
         what = f"{measured}, {word} {_show(v.expected, v.unit)} ({v.detail})"
         if v.cv is not None:
             what += f", CV {v.cv:.1%}"

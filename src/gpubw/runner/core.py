@@ -45,6 +45,7 @@ from gpubw.model.results import Matrix, Report, Status, TestcaseResult
 from gpubw.model.sizes import format_size
 from gpubw.runner.capture import OutputCapture, joined
 from gpubw.runner.interrupts import HANDLED_SIGNALS, RankSignals, SignalGuard, Signals, current
+from gpubw.runner.node_checks import agree_selection, check_requests
 from gpubw.runner.procstate import kept
 from gpubw.runner.ranks import Ranks
 from gpubw.runner.registry import Entry, Selected, Unresolved
@@ -438,10 +439,13 @@ def _check_sizes_everywhere(
     world = system.world
     if world.size == 1:
         check_sizes(system, selection, sizes)
+        check_requests(system)
         return
     refused: UsageError | None = None
+    unmatched: tuple[str, ...] = ()
     try:
         check_sizes(system, selection, sizes)
+        unmatched = check_requests(system)
     except UsageError as exc:
         refused = exc
     agreement = world.agree(refused)
@@ -449,6 +453,7 @@ def _check_sizes_everywhere(
         raise refused
     if not agreement.ok:
         raise UsageError(f"rank {agreement.failed_rank}: {agreement.message}", param="sizes")
+    agree_selection(system, unmatched)
 
 
 def run(spec: RunSpec, world: World | None = None) -> Report:
@@ -627,26 +632,66 @@ class _Steps:
 def _run_all(run: _Steps) -> None:
     """Every step in order, appending to the state's results; stops once a signal arrived
     (or once the world of ranks broke, or after an Error with ``stop_on_error``: the ranks
-    agree on every status, so they all stop at the same step)."""
+    agree on every status, so they all stop at the same step). With ``--soak`` the whole
+    selection repeats until its time (on the backend's clock: the simulated one's is
+    modelled time) is up; the last repetition begun runs to its end, so every repetition has
+    every cell."""
     sizes = run.system.options.buffer_sizes
-    total = sum(len(_steps(item, sizes)) for item in run.spec.selection)
-    done = 0
+    per_repetition = sum(len(_steps(item, sizes)) for item in run.spec.selection)
+    soak = run.system.options.soak_s
+    clock = run.system.backend.clock
+    began = clock()
+    repetition = 0
+    while _run_selection(run, per_repetition, repetition if soak is not None else None):
+        repetition += 1
+        if soak is None:
+            return
+        over = clock() - began >= soak
+        if run.system.world.size > 1:  # the ranks' clocks differ: rank 0's decides for all
+            over = bool(run.system.world.allgather(over)[0])
+        if over:
+            return
+
+
+def _run_selection(run: _Steps, per_repetition: int, repetition: int | None) -> bool:
+    """The selection once (one repetition of a soak); False when the run must stop."""
+    sizes = run.system.options.buffer_sizes
+    first = (repetition or 0) * per_repetition
+    total = first + per_repetition
+    done = first
     for item in run.spec.selection:
         for size in _steps(item, sizes):
             if run.guard is not None and run.guard.signum is not None:
-                return
+                return False
             key = item.key if isinstance(item, Entry) else item.token
-            step = Step(done, total, key, size)
+            step = Step(done, total, key, size, repetition)
             run.events.testcase_started(step)
             result = run.ranks.step(
                 lambda it, sys_, sz, _: _step(it, sys_, sz, run), item, run.system, size, run.guard
             )
+            if repetition is not None:
+                result = attrs.evolve(result, repetition=repetition)
             run.state.results.append(result)
             run.state.current = None
             done += 1
             run.events.testcase_finished(Finished(step, result), run.state.so_far(total))
-            if run.ranks.stopped or (run.spec.stop_on_error and _failed_anywhere(run, result)):
-                return
+            if run.ranks.stopped:
+                run.state.warnings.append(_not_run(run, step, total - done))
+                return False
+            if run.spec.stop_on_error and _failed_anywhere(run, result):
+                return False  # nvbandwidth's behaviour, and its output: nothing more said
+    return True
+
+
+def _not_run(run: _Steps, step: Step, left: int) -> str:
+    """The warning of a run whose ranks broke: where it stopped, why, and how many selected
+    steps never ran (rank 0's report would otherwise just end)."""
+    where = step.key if step.size is None else f"{step.key} ({format_size(step.size)})"
+    scope = "repetition" if step.repetition is not None else "run"
+    return (
+        f"WARNING: the run stopped after {where}: the ranks can no longer work together "
+        f"({run.system.world.broken}); {left} selected step(s) of this {scope} did not run"
+    )
 
 
 def _failed_anywhere(run: _Steps, result: TestcaseResult) -> bool:

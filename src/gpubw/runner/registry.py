@@ -513,8 +513,9 @@ class Registry:
 
     def select(self, testcases: Sequence[str] = (), prefixes: Sequence[str] = ()) -> list[Selected]:
         """What to run: ``-t`` items in order (duplicates kept, unresolved ones included),
-        or the ``-p`` matches, or everything; the selected entries are loaded (their plugin
-        modules imported) now, before anything runs, and no other."""
+        or the ``-p`` matches, or the default suite (every testcase but those whose class
+        says ``in_default_suite = False``, which run only when named); the selected entries
+        are loaded (their plugin modules imported) now, before anything runs, and no other."""
         if testcases and prefixes:
             raise UsageError(
                 "testcases and testcase prefixes cannot be used together; give one of them",
@@ -531,7 +532,8 @@ class Registry:
                     f"the testcase prefixes {shown} match no testcase (see gpubw -l)"
                 )
         else:
-            selected = list(self.entries)
+            self.load()
+            selected = [e for e in self.entries if e.cls is None or e.cls.in_default_suite]
         self.load(s for s in selected if isinstance(s, Entry))
         return selected
 

@@ -8,7 +8,8 @@ pyproject.toml), grouped by family:
 * :mod:`.fan` -- all to one, one to all (#12-#15, #28-#31);
 * :mod:`.latency` -- pointer-chase latency (#32, #33);
 * :mod:`.local` -- copies inside one device (#34, device_local_copy_sm);
-* :mod:`.multinode` -- across the ranks of an MPI run, one GPU per rank (#35-#47).
+* :mod:`.multinode` -- across the ranks of an MPI run, one GPU per rank (#35-#47);
+* :mod:`.pageable` -- host <-> device from and to pageable host memory (#49, #50).
 
 The shapes they share (1 x N, N x N, bidirectional, all to one, host traffic) are in
 :mod:`.shapes`.
@@ -120,6 +121,10 @@ MULTINODE: tuple[tuple[str, str], ...] = (
 #: the multinode testcases existed ``device_local_copy_sm`` was 35).
 GPUBW_OWN: tuple[tuple[str, str], ...] = (
     ("device_local_copy_sm", "gpubw.testcases.local:DeviceLocalCopySM"),
+    # issue 21: pageable host memory (49, 50). New testcases always go last: the indexes of
+    # the existing ones are what scripts and saved reports name them by (-t 34)
+    ("host_to_device_pageable_memcpy_ce", "gpubw.testcases.pageable:HostToDevicePageableCE"),
+    ("device_to_host_pageable_memcpy_ce", "gpubw.testcases.pageable:DeviceToHostPageableCE"),
 )
 
 #: Every built-in testcase as (key = entry-point name, ``"module:Class"``), in list order.

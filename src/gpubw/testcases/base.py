@@ -47,6 +47,9 @@ class Testcase:
     kernel_modules: ClassVar[tuple[KernelModule, ...]] = (GPUBW,)
     #: True for testcases that ignore the buffer size (latency): the runner runs them once
     fixed_size: ClassVar[bool] = False
+    #: False for testcases that run only when named (``-t``/``-p``), not in the default suite
+    #: (the pageable copies: seconds each, and not nvbandwidth's)
+    in_default_suite: ClassVar[bool] = True
 
     #: the entry-point name this instance runs under (given by the registry; results are
     #: keyed by it)
@@ -83,6 +86,12 @@ class Testcase:
     @property
     def device_count(self) -> int:
         return self.system.device_count
+
+    def selected(self, index: int) -> bool:
+        """Whether row/column ``index`` (a GPU) is measured in this run: every one, unless
+        ``--devices``/``--pair`` named some; the cells of the others stay None. A plugin's
+        testcase that walks the GPUs itself should skip the ones this says no to."""
+        return self.system.selected(index)
 
     def needs_multicast(self) -> bool:
         """The filter of any testcase that would create NVLink multicast objects: waived when

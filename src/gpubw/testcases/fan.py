@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from gpubw.measure.initiators import CE, SM
 from gpubw.measure.measurement import Prefer
 from gpubw.model.results import Matrix
-from gpubw.testcases.shapes import PeerTestcase, all_to_one, one_to_all
+from gpubw.testcases.shapes import PeerTestcase, Plan, all_to_one, one_to_all
 
 INTO_CE = "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)"
 OUT_OF_CE = "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"
@@ -27,7 +27,7 @@ class AllToOneWriteCE(PeerTestcase):
     Reports each device's total inbound bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return all_to_one(self, size, loops, CE, INTO_CE, read=False, prefer=Prefer.SRC)
+        return all_to_one(Plan(self, size, loops, CE, INTO_CE), read=False, prefer=Prefer.SRC)
 
 
 class AllToOneReadCE(PeerTestcase):
@@ -36,7 +36,7 @@ class AllToOneReadCE(PeerTestcase):
     Reports each device's total outbound bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return all_to_one(self, size, loops, CE, OUT_OF_CE, read=True, prefer=Prefer.DST)
+        return all_to_one(Plan(self, size, loops, CE, OUT_OF_CE), read=True, prefer=Prefer.DST)
 
 
 class OneToAllWriteCE(PeerTestcase):
@@ -45,7 +45,7 @@ class OneToAllWriteCE(PeerTestcase):
     Reports each device's total outbound bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return one_to_all(self, size, loops, CE, OUT_OF_CE, read=False, prefer=Prefer.SRC)
+        return one_to_all(Plan(self, size, loops, CE, OUT_OF_CE), read=False, prefer=Prefer.SRC)
 
 
 class OneToAllReadCE(PeerTestcase):
@@ -54,7 +54,7 @@ class OneToAllReadCE(PeerTestcase):
     Reports each device's total inbound bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return one_to_all(self, size, loops, CE, INTO_CE, read=True, prefer=Prefer.DST)
+        return one_to_all(Plan(self, size, loops, CE, INTO_CE), read=True, prefer=Prefer.DST)
 
 
 class AllToOneWriteSM(PeerTestcase):
@@ -63,7 +63,7 @@ class AllToOneWriteSM(PeerTestcase):
     Reports each device's total inbound bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return all_to_one(self, size, loops, SM, INTO_SM, read=False, prefer=Prefer.SRC)
+        return all_to_one(Plan(self, size, loops, SM, INTO_SM), read=False, prefer=Prefer.SRC)
 
 
 class AllToOneReadSM(PeerTestcase):
@@ -72,7 +72,7 @@ class AllToOneReadSM(PeerTestcase):
     Reports each device's total outbound bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return all_to_one(self, size, loops, SM, OUT_OF_SM, read=True, prefer=Prefer.SRC)
+        return all_to_one(Plan(self, size, loops, SM, OUT_OF_SM), read=True, prefer=Prefer.SRC)
 
 
 class OneToAllWriteSM(PeerTestcase):
@@ -81,7 +81,7 @@ class OneToAllWriteSM(PeerTestcase):
     Reports each device's total outbound bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return one_to_all(self, size, loops, SM, OUT_OF_SM, read=False, prefer=Prefer.SRC)
+        return one_to_all(Plan(self, size, loops, SM, OUT_OF_SM), read=False, prefer=Prefer.SRC)
 
 
 class OneToAllReadSM(PeerTestcase):
@@ -90,4 +90,4 @@ class OneToAllReadSM(PeerTestcase):
     Reports each device's total inbound bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return one_to_all(self, size, loops, SM, INTO_SM, read=True, prefer=Prefer.SRC)
+        return one_to_all(Plan(self, size, loops, SM, INTO_SM), read=True, prefer=Prefer.SRC)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from gpubw.measure.initiators import CE, SM, SPLIT_WARP
 from gpubw.model.results import BOTH_WAYS, COLUMN_TO_ROW, ROW_TO_COLUMN, Matrix
 from gpubw.testcases.base import Testcase
-from gpubw.testcases.shapes import D2H, H2D, host_traffic
+from gpubw.testcases.shapes import D2H, H2D, Plan, host_traffic
 
 H2D_CE = "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)"
 D2H_CE = "memcpy CE CPU(row) <- GPU(column) bandwidth (GB/s)"
@@ -27,7 +27,7 @@ class HostToDeviceCE(Testcase):
     Reports each device's host to device bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, CE, H2D_CE, H2D, direction=TO_GPU)
+        return host_traffic(Plan(self, size, loops, CE, H2D_CE), H2D, direction=TO_GPU)
 
 
 class DeviceToHostCE(Testcase):
@@ -35,7 +35,7 @@ class DeviceToHostCE(Testcase):
     Reports each device's device to host bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, CE, D2H_CE, D2H, direction=TO_HOST)
+        return host_traffic(Plan(self, size, loops, CE, D2H_CE), D2H, direction=TO_HOST)
 
 
 class HostToDeviceBidirectionalCE(Testcase):
@@ -45,11 +45,7 @@ class HostToDeviceBidirectionalCE(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self,
-            size,
-            loops,
-            CE,
-            BIDIR_CE,
+            Plan(self, size, loops, CE, BIDIR_CE),
             H2D,
             direction=BOTH_WAYS,
             same_device=[D2H],
@@ -64,11 +60,7 @@ class DeviceToHostBidirectionalCE(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self,
-            size,
-            loops,
-            CE,
-            BIDIR_CE,
+            Plan(self, size, loops, CE, BIDIR_CE),
             D2H,
             direction=BOTH_WAYS,
             same_device=[H2D],
@@ -81,7 +73,7 @@ class HostToDeviceSM(Testcase):
     Reports each device's host to device bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, SM, H2D_SM, H2D, direction=TO_GPU)
+        return host_traffic(Plan(self, size, loops, SM, H2D_SM), H2D, direction=TO_GPU)
 
 
 class DeviceToHostSM(Testcase):
@@ -89,7 +81,7 @@ class DeviceToHostSM(Testcase):
     Reports each device's device to host bandwidth."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, SM, D2H_SM, D2H, direction=TO_HOST)
+        return host_traffic(Plan(self, size, loops, SM, D2H_SM), D2H, direction=TO_HOST)
 
 
 class HostToDeviceBidirectionalSM(Testcase):
@@ -98,7 +90,7 @@ class HostToDeviceBidirectionalSM(Testcase):
     Reports the bandwidth of one direction (bytes moved / time, halved)."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, H2D, direction=BOTH_WAYS)
+        return host_traffic(Plan(self, size, loops, SPLIT_WARP, BIDIR_SM), H2D, direction=BOTH_WAYS)
 
 
 class DeviceToHostBidirectionalSM(Testcase):
@@ -107,4 +99,4 @@ class DeviceToHostBidirectionalSM(Testcase):
     host_to_device_bidirectional_memcpy_sm, as in nvbandwidth). Reports one direction."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return host_traffic(self, size, loops, SPLIT_WARP, BIDIR_SM, H2D, direction=BOTH_WAYS)
+        return host_traffic(Plan(self, size, loops, SPLIT_WARP, BIDIR_SM), H2D, direction=BOTH_WAYS)

@@ -23,7 +23,7 @@ from gpubw.testcases.host import (
     TO_GPU,
     TO_HOST,
 )
-from gpubw.testcases.shapes import D2H, H2D, host_traffic
+from gpubw.testcases.shapes import D2H, H2D, Plan, host_traffic
 
 
 class AllToHostCE(Testcase):
@@ -33,11 +33,7 @@ class AllToHostCE(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self,
-            size,
-            loops,
-            CE,
-            D2H_CE,
+            Plan(self, size, loops, CE, D2H_CE),
             D2H,
             direction=TO_HOST,
             other_devices=[D2H],
@@ -52,11 +48,7 @@ class AllToHostBidirectionalCE(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self,
-            size,
-            loops,
-            CE,
-            BIDIR_CE,
+            Plan(self, size, loops, CE, BIDIR_CE),
             D2H,
             direction=BOTH_WAYS,
             same_device=[H2D],
@@ -72,11 +64,7 @@ class HostToAllCE(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self,
-            size,
-            loops,
-            CE,
-            H2D_CE,
+            Plan(self, size, loops, CE, H2D_CE),
             H2D,
             direction=TO_GPU,
             other_devices=[H2D],
@@ -91,11 +79,7 @@ class HostToAllBidirectionalCE(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self,
-            size,
-            loops,
-            CE,
-            BIDIR_CE,
+            Plan(self, size, loops, CE, BIDIR_CE),
             H2D,
             direction=BOTH_WAYS,
             same_device=[D2H],
@@ -111,7 +95,7 @@ class AllToHostSM(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self, size, loops, SM, D2H_SM, D2H, direction=TO_HOST, other_devices=[D2H]
+            Plan(self, size, loops, SM, D2H_SM), D2H, direction=TO_HOST, other_devices=[D2H]
         )
 
 
@@ -122,7 +106,10 @@ class AllToHostBidirectionalSM(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self, size, loops, SPLIT_WARP, BIDIR_SM, D2H, direction=BOTH_WAYS, other_devices=[D2H]
+            Plan(self, size, loops, SPLIT_WARP, BIDIR_SM),
+            D2H,
+            direction=BOTH_WAYS,
+            other_devices=[D2H],
         )
 
 
@@ -133,7 +120,7 @@ class HostToAllSM(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self, size, loops, SM, H2D_SM, H2D, direction=TO_GPU, other_devices=[H2D]
+            Plan(self, size, loops, SM, H2D_SM), H2D, direction=TO_GPU, other_devices=[H2D]
         )
 
 
@@ -144,5 +131,8 @@ class HostToAllBidirectionalSM(Testcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
-            self, size, loops, SPLIT_WARP, BIDIR_SM, H2D, direction=BOTH_WAYS, other_devices=[D2H]
+            Plan(self, size, loops, SPLIT_WARP, BIDIR_SM),
+            H2D,
+            direction=BOTH_WAYS,
+            other_devices=[D2H],
         )

@@ -67,6 +67,9 @@ class HostDeviceLatencySM(Testcase):
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         row: list[LatencyMeasurement | None] = []
         for g in range(self.device_count):
+            if not self.selected(g):
+                row.append(None)
+                continue
             with HostBuffer.allocate(self.system, g, RING_BYTES) as ring:
                 assert isinstance(ring, HostBuffer)
                 write_host_ring(ring)
@@ -86,11 +89,13 @@ class DeviceToDeviceLatencySM(PeerTestcase):
         n = self.device_count
         grid: list[list[LatencyMeasurement | None]] = [[None] * n for _ in range(n)]
         for c in range(n):
+            if not self.selected(c):
+                continue
             with DeviceBuffer.allocate(self.system, c, RING_BYTES) as ring:
                 assert isinstance(ring, DeviceBuffer)
                 write_device_ring(self.system, ring)
                 for r in range(n):
-                    if r == c:
+                    if r == c or not self.selected(r):
                         continue
                     # nvbandwidth allocates a buffer on r only to enable peer access r <-> c.
                     with DeviceBuffer.allocate(self.system, r, RING_BYTES) as reader:

@@ -16,7 +16,7 @@ from gpubw.measure.initiators import CE, SM, Initiator
 from gpubw.measure.measurement import Copy
 from gpubw.model.results import AXIS_GPU, AXIS_NONE, Axes, Matrix
 from gpubw.testcases.base import Testcase
-from gpubw.testcases.shapes import Cell, one_by_n
+from gpubw.testcases.shapes import Cell, Plan, one_by_n
 
 
 def within_device(cell: Cell, g: int) -> list[Copy]:
@@ -31,7 +31,7 @@ def local_copy(
     memory bandwidth and the percent of it in both matrices' notes."""
     # the one row names no end: each figure is the column's GPU with itself
     axes = Axes(AXIS_NONE, AXIS_GPU)
-    (once,) = one_by_n(testcase, size, loops, initiator, header, within_device, axes=axes)
+    (once,) = one_by_n(Plan(testcase, size, loops, initiator, header), within_device, axes=axes)
     nominal = tuple(d.nominal_memory_bandwidth for d in testcase.system.devices)
     twice = [[None if v is None else 2 * v for v in row] for row in once.values]
 

@@ -25,6 +25,7 @@ from gpubw.testcases.multinode_shapes import (
     read,
     write,
 )
+from gpubw.testcases.shapes import Plan
 
 _BIDIR_CE = "memcpy CE CPU(row) <-> GPU(column) {} bandwidth (GB/s)"
 _BIDIR_SM = "memcpy SM CPU(row) <-> GPU(column) {} bandwidth (GB/s)"
@@ -37,7 +38,7 @@ class MultinodeReadCE(MultinodeTestcase):
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"
         return n_by_n(
-            self, size, loops, CE, header, read, prefer=Prefer.DST, direction=ROW_TO_COLUMN
+            Plan(self, size, loops, CE, header), read, prefer=Prefer.DST, direction=ROW_TO_COLUMN
         )
 
 
@@ -48,7 +49,7 @@ class MultinodeWriteCE(MultinodeTestcase):
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)"
         return n_by_n(
-            self, size, loops, CE, header, write, prefer=Prefer.SRC, direction=COLUMN_TO_ROW
+            Plan(self, size, loops, CE, header), write, prefer=Prefer.SRC, direction=COLUMN_TO_ROW
         )
 
 
@@ -58,7 +59,7 @@ class MultinodeBidirectionalReadCE(MultinodeTestcase):
     total; nvbandwidth's header says CPU(row)."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return bidirectional(self, size, loops, CE, _BIDIR_CE, "Read", prefer=Prefer.DST)
+        return bidirectional(Plan(self, size, loops, CE, _BIDIR_CE), "Read", prefer=Prefer.DST)
 
 
 class MultinodeBidirectionalWriteCE(MultinodeTestcase):
@@ -68,7 +69,7 @@ class MultinodeBidirectionalWriteCE(MultinodeTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return bidirectional(
-            self, size, loops, CE, _BIDIR_CE, "Read", prefer=Prefer.SRC, key_word="Write"
+            Plan(self, size, loops, CE, _BIDIR_CE), "Read", prefer=Prefer.SRC, key_word="Write"
         )
 
 
@@ -79,7 +80,7 @@ class MultinodeReadSM(MultinodeTestcase):
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"
         return n_by_n(
-            self, size, loops, SM, header, read, prefer=Prefer.DST, direction=ROW_TO_COLUMN
+            Plan(self, size, loops, SM, header), read, prefer=Prefer.DST, direction=ROW_TO_COLUMN
         )
 
 
@@ -90,7 +91,7 @@ class MultinodeWriteSM(MultinodeTestcase):
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM GPU(row) <- GPU(column) bandwidth (GB/s)"
         return n_by_n(
-            self, size, loops, SM, header, write, prefer=Prefer.SRC, direction=COLUMN_TO_ROW
+            Plan(self, size, loops, SM, header), write, prefer=Prefer.SRC, direction=COLUMN_TO_ROW
         )
 
 
@@ -100,7 +101,7 @@ class MultinodeBidirectionalReadSM(MultinodeTestcase):
     nvbandwidth's header says CPU(row)."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return bidirectional(self, size, loops, SM, _BIDIR_SM, "Read", prefer=Prefer.DST)
+        return bidirectional(Plan(self, size, loops, SM, _BIDIR_SM), "Read", prefer=Prefer.DST)
 
 
 class MultinodeBidirectionalWriteSM(MultinodeTestcase):
@@ -109,7 +110,7 @@ class MultinodeBidirectionalWriteSM(MultinodeTestcase):
     total; nvbandwidth's header says CPU(row)."""
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
-        return bidirectional(self, size, loops, SM, _BIDIR_SM, "Write", prefer=Prefer.SRC)
+        return bidirectional(Plan(self, size, loops, SM, _BIDIR_SM), "Write", prefer=Prefer.SRC)
 
 
 class MultinodeAllToOneWriteSM(MultinodeTestcase):
@@ -119,7 +120,7 @@ class MultinodeAllToOneWriteSM(MultinodeTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM All Gpus -> GPU(column) total bandwidth (GB/s)"
-        return fan(self, size, loops, SM, header, into=True)
+        return fan(Plan(self, size, loops, SM, header), into=True)
 
 
 class MultinodeAllFromOneReadSM(MultinodeTestcase):
@@ -129,7 +130,7 @@ class MultinodeAllFromOneReadSM(MultinodeTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM All Gpus <- GPU(column) total bandwidth (GB/s)"
-        return fan(self, size, loops, SM, header, into=False)
+        return fan(Plan(self, size, loops, SM, header), into=False)
 
 
 class MultinodeBroadcastOneToAllSM(MultinodeTestcase):
@@ -141,7 +142,7 @@ class MultinodeBroadcastOneToAllSM(MultinodeTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "multicast SM GPU(column) -> All Gpus total bandwidth (GB/s)"
-        return broadcast(self, size, loops, SM, header, all_at_once=False)
+        return broadcast(Plan(self, size, loops, SM, header), all_at_once=False)
 
 
 class MultinodeBroadcastAllToAllSM(MultinodeTestcase):
@@ -153,7 +154,7 @@ class MultinodeBroadcastAllToAllSM(MultinodeTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "multicast SM All -> All Gpus total bandwidth (GB/s)"
-        return broadcast(self, size, loops, SM, header, all_at_once=True)
+        return broadcast(Plan(self, size, loops, SM, header), all_at_once=True)
 
 
 class MultinodeBisectWriteCE(MultinodeTestcase):
@@ -163,4 +164,4 @@ class MultinodeBisectWriteCE(MultinodeTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "Bisect benchmarking, simultaneous write CE BW"
-        return bisect(self, size, loops, CE, header)
+        return bisect(Plan(self, size, loops, CE, header))

@@ -18,7 +18,6 @@ from typing import Any
 
 import attrs
 
-from gpubw.measure.initiators import Initiator
 from gpubw.measure.measurement import (
     CellMeasurement,
     Copy,
@@ -41,9 +40,9 @@ from gpubw.model.results import (
 from gpubw.testcases.base import Testcase
 from gpubw.testcases.shapes import (
     Grid,
+    Plan,
     bandwidth_matrix,
     bidirectional_matrices,
-    copy_text,
     counted_bytes_of,
     first_copy_matrices,
     sampled_cells,
@@ -63,10 +62,27 @@ class MultinodeTestcase(Testcase):
     ranks, so all waive together, with the failing rank's reason)."""
 
     multicast = False
+    #: the ranks whose GPU is selected (--devices); None: every rank (see gather_selection)
+    _ranks: frozenset[int] | None = None
 
     @property
     def world(self) -> Any:
         return self.system.world
+
+    def gather_selection(self) -> None:
+        """Collective, at the top of every shape: which ranks' GPUs ``--devices`` selects.
+        A rank whose GPU is not selected still joins every collective step (the world stays
+        whole) but issues no copy, and the cells of its row and column are None."""
+        if self.system.selection is None:
+            self._ranks = None
+            return
+        mine = self.system.selected(self.system.rank_device)
+        self._ranks = frozenset(r for r, ok in enumerate(self.world.allgather(mine)) if ok)
+
+    def selected(self, index: int) -> bool:
+        """Whether rank ``index``'s GPU is measured (the rows and columns of a multinode
+        matrix are ranks)."""
+        return self._ranks is None or index in self._ranks
 
     def filter(self) -> bool:
         world = self.world
@@ -132,7 +148,8 @@ class Part(Buffer):
 
     @property
     def context_device(self) -> int | None:
-        return self.whole.context_device
+        device: int | None = self.whole.context_device
+        return device
 
     @property
     def label(self) -> str:
@@ -168,10 +185,19 @@ def pair(world: Any, rank: int, src: Any, dst: Any) -> RankCopy:
 GridFlow = Callable[[Any, int, int, Sequence[Sequence[Any]]], list[RankCopy]]
 
 
+def _multinode(plan: Plan) -> MultinodeTestcase:
+    """The plan's testcase, a multinode one (every shape here is given one)."""
+    testcase = plan.testcase
+    assert isinstance(testcase, MultinodeTestcase), testcase
+    return testcase
+
+
 def _grid(
-    testcase: MultinodeTestcase, size: int, op: MemcpyOperation, flow: GridFlow, sets: int
+    plan: Plan, op: MemcpyOperation, flow: GridFlow, sets: int
 ) -> tuple[Grid, tuple[tuple[str, Any], ...]]:
+    testcase, size = _multinode(plan), plan.size
     n = testcase.world.size
+    testcase.gather_selection()
     grid: Grid = [[None] * n for _ in range(n)]
     cells, notes = sampled_cells(testcase, n)
     with contextlib.ExitStack() as stack:
@@ -194,11 +220,7 @@ def write(world: Any, r: int, c: int, u: Sequence[Sequence[Any]]) -> list[RankCo
 
 
 def n_by_n(
-    testcase: MultinodeTestcase,
-    size: int,
-    loops: int,
-    initiator: Initiator,
-    header: str,
+    plan: Plan,
     flow: GridFlow,
     *,
     prefer: Prefer,
@@ -206,22 +228,13 @@ def n_by_n(
 ) -> list[Matrix]:
     """Row r, column c: ``flow``'s one copy between r's and c's shared buffers (FIRST);
     ``direction``: the header's arrow between the row and the column rank."""
-    op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.FIRST, loops=loops)
-    grid, notes = _grid(testcase, size, op, flow, 1)
+    grid, notes = _grid(plan, plan.operation(Kind.FIRST, prefer), flow, 1)
     axes = Axes(AXIS_RANK, AXIS_RANK, direction)
-    return first_copy_matrices(testcase, size, loops, initiator, header, grid, notes, axes=axes)
+    return first_copy_matrices(attrs.evolve(plan, notes=notes), grid, axes=axes)
 
 
 def bidirectional(
-    testcase: MultinodeTestcase,
-    size: int,
-    loops: int,
-    initiator: Initiator,
-    header: str,
-    word: str,
-    *,
-    prefer: Prefer,
-    key_word: str | None = None,
+    plan: Plan, word: str, *, prefer: Prefer, key_word: str | None = None
 ) -> list[Matrix]:
     """Row r, column c: two copies at once between r and c over two sets of shared buffers:
     read (``prefer`` DST) c1 -> r1 issued by r and r2 -> c2 by c; write (SRC) r1 -> c1 by r
@@ -234,51 +247,36 @@ def bidirectional(
             return [pair(world, r, u1[c], u1[r]), pair(world, c, u2[r], u2[c])]
         return [pair(world, r, u1[r], u1[c]), pair(world, c, u2[c], u2[r])]
 
-    op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.VECTOR, loops=loops)
-    grid, notes = _grid(testcase, size, op, flow, 2)
+    grid, notes = _grid(plan, plan.operation(Kind.VECTOR, prefer), flow, 2)
     what = (
         "copy 1 (issued by the row rank)",
         "copy 2 (the reverse direction, issued by the column rank)",
     )
     # rank x rank both ways, where nvbandwidth's header says CPU(row)
     axes = Axes(AXIS_RANK, AXIS_RANK, BOTH_WAYS)
-    return bidirectional_matrices(
-        testcase,
-        size,
-        loops,
-        initiator,
-        header,
-        word,
-        grid,
-        what,
-        axes=axes,
-        key_word=key_word,
-        notes=notes,
-    )
+    plan = attrs.evolve(plan, notes=notes)
+    return bidirectional_matrices(plan, word, grid, what, axes=axes, key_word=key_word)
 
 
 # -- 1 x N and the all-at-once shapes ----------------------------------------------------------
-def fan(
-    testcase: MultinodeTestcase,
-    size: int,
-    loops: int,
-    initiator: Initiator,
-    header: str,
-    *,
-    into: bool,
-) -> list[Matrix]:
+def fan(plan: Plan, *, into: bool) -> list[Matrix]:
     """Column g: every other rank j at once, between its L(j) and a fresh U_j(g) owned by g,
     issued by j: L(j) -> U_j(g) if ``into`` (data enters g) else U_j(g) -> L(j). SUM. The
     U_j(g) of a column are :class:`Part` s of one shared allocation of g's."""
+    testcase, size = _multinode(plan), plan.size
     world = testcase.world
     n = world.size
-    op = MemcpyOperation(testcase.system, initiator, prefer=Prefer.SRC, kind=Kind.SUM, loops=loops)
+    testcase.gather_selection()
+    op = plan.operation(Kind.SUM, Prefer.SRC)
     row: list[CellMeasurement | None] = []
     with contextlib.ExitStack() as run_stack:
         shared = Shared(testcase, run_stack)
         gate = shared.gate()
         mine = shared.local(world.rank, size)
         for g in range(n):
+            if not testcase.selected(g):
+                row.append(None)
+                continue
             with contextlib.ExitStack() as stack:
                 column = Shared(testcase, stack)
                 stride = -(-size // PART_ALIGN) * PART_ALIGN
@@ -288,60 +286,53 @@ def fan(
                     if j == g:
                         continue
                     theirs = next(fresh)
+                    if not testcase.selected(j):
+                        continue
                     local = mine if world.rank == j else None
                     pairs.append(
                         pair(world, j, local, theirs) if into else pair(world, j, theirs, local)
                     )
-                row.append(op.measure_ranks(pairs, gate))
+                row.append(op.measure_ranks(pairs, gate) if pairs else None)
     direction = "into" if into else "out of"
     text = (
         f"bytes of every simultaneous copy {direction} the column's GPU, one per other rank "
-        f"({copy_text(initiator, size, counted_bytes_of(row, None), loops)}), "
+        f"({plan.copy_text(counted_bytes_of(row, None))}), "
         "each rank's figure summed"
     )
-    m = bandwidth_matrix(
-        testcase, testcase.key, header, initiator, Kind.SUM, [row], text, axes=PER_RANK
-    )
-    return [m]
+    return [bandwidth_matrix(plan, Kind.SUM, [row], text, axes=PER_RANK)]
 
 
-def broadcast(
-    testcase: MultinodeTestcase,
-    size: int,
-    loops: int,
-    initiator: Initiator,
-    header: str,
-    *,
-    all_at_once: bool,
-) -> list[Matrix]:
+def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:
     """L(g) -> MC(g) issued by g: column g alone (1 x N), or every g at once (1 x 1). Copies
     use the size rounded down to whole 4-byte words (spec 3.5). SUM."""
+    testcase = _multinode(plan)
     world = testcase.world
     n = world.size
-    nbytes = size // 4 * 4
-    op = MemcpyOperation(testcase.system, initiator, prefer=Prefer.SRC, kind=Kind.SUM, loops=loops)
+    testcase.gather_selection()
+    nbytes = plan.size // 4 * 4
+    op = plan.operation(Kind.SUM, Prefer.SRC)
     row: list[CellMeasurement | None] = []
     with contextlib.ExitStack() as stack:
         shared = Shared(testcase, stack)
         gate = shared.gate()
         mine = shared.local(world.rank, nbytes)
-        groups = [list(range(n))] if all_at_once else [[g] for g in range(n)]
+        chosen = [g for g in range(n) if testcase.selected(g)]
+        groups = [chosen] if all_at_once else [[g] if g in chosen else [] for g in range(n)]
         for group in groups:
+            if not group:
+                row.append(None)
+                continue
             with contextlib.ExitStack() as cell_stack:
                 cell = Shared(testcase, cell_stack)
                 pairs = [pair(world, g, mine, cell.multicast(g, nbytes)) for g in group]
                 row.append(op.measure_ranks(pairs, gate))
     text = (
         "bytes written to the multicast object by each issuing rank "
-        f"({copy_text(initiator, nbytes, counted_bytes_of(row, None), loops)}), "
+        f"({attrs.evolve(plan, size=nbytes).copy_text(counted_bytes_of(row, None))}), "
         "counted once, summed over ranks"
     )
     axes = WHOLE_WORLD if all_at_once else PER_RANK
-    return [
-        bandwidth_matrix(
-            testcase, testcase.key, header, initiator, Kind.SUM, [row], text, axes=axes
-        )
-    ]
+    return [bandwidth_matrix(plan, Kind.SUM, [row], text, axes=axes)]
 
 
 def bisect_labels(n: int) -> tuple[str, ...]:
@@ -351,38 +342,40 @@ def bisect_labels(n: int) -> tuple[str, ...]:
     return tuple(f"{i:>{w}}->{(i + n // 2) % n:>{w}}" for i in range(n))
 
 
-def bisect(
-    testcase: MultinodeTestcase, size: int, loops: int, initiator: Initiator, header: str
-) -> list[Matrix]:
+def bisect(plan: Plan) -> list[Matrix]:
     """Every rank i at once receives from its partner p = (i + N/2) mod N: S(p) -> D(i),
     issued by p (a write). Row i (labelled ``i->p``, the reverse of the data's direction,
     as nvbandwidth) holds the copy into i. VECTOR, N x 1."""
+    testcase, size = _multinode(plan), plan.size
     world = testcase.world
     n = world.size
-    op = MemcpyOperation(
-        testcase.system, initiator, prefer=Prefer.SRC, kind=Kind.VECTOR, loops=loops
-    )
+    testcase.gather_selection()
+    op = plan.operation(Kind.VECTOR, Prefer.SRC)
+    partner = [(i + n // 2) % n for i in range(n)]
+    rows = [i for i in range(n) if testcase.selected(i) and testcase.selected(partner[i])]
+    m = None
     with contextlib.ExitStack() as stack:
         shared = Shared(testcase, stack)
         gate = shared.gate()
         src = [shared.unicast(o, size) for o in range(n)]
         dst = [shared.unicast(o, size) for o in range(n)]
-        partner = [(i + n // 2) % n for i in range(n)]
-        m = op.measure_ranks(
-            [pair(world, partner[i], src[partner[i]], dst[i]) for i in range(n)], gate
-        )
-    grid: Grid = [[m] for _ in range(n)]
+        if rows:
+            m = op.measure_ranks(
+                [pair(world, partner[i], src[partner[i]], dst[i]) for i in rows], gate
+            )
+    grid: Grid = [[m if i in rows else None] for i in range(n)]
     text = (
         f"bytes of the copy into the row's rank "
-        f"({copy_text(initiator, size, counted_bytes_of([m], None), loops)}), "
+        f"({plan.copy_text(counted_bytes_of([m], None))}), "
         "counted once; every rank's copy runs at the same time"
     )
     # the pair labels (i->p) name both ends themselves: no axis gpubw looks a device up in
-    matrix = bandwidth_matrix(
-        testcase, testcase.key, header, initiator, Kind.VECTOR, grid, text, axes=WHOLE_WORLD
-    )
-    values = [[m.pair_value(i)] for i in range(n)]
-    samples = [[m.pair_samples[i]] for i in range(n)]
+    matrix = bandwidth_matrix(plan, Kind.VECTOR, grid, text, axes=WHOLE_WORLD)
+    where = {i: k for k, i in enumerate(rows)}
+    values = [[None if m is None or i not in where else m.pair_value(where[i])] for i in range(n)]
+    samples = [
+        [None if m is None or i not in where else m.pair_samples[where[i]]] for i in range(n)
+    ]
     return [
         attrs.evolve(
             matrix,

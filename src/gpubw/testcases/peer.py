@@ -13,7 +13,7 @@ from gpubw.measure.initiators import CE, SM
 from gpubw.measure.measurement import Copy, Prefer
 from gpubw.memory.buffers import DeviceBuffer
 from gpubw.model.results import COLUMN_TO_ROW, ROW_TO_COLUMN, Matrix
-from gpubw.testcases.shapes import Cell, PeerTestcase, bidirectional, n_by_n
+from gpubw.testcases.shapes import Cell, PeerTestcase, Plan, bidirectional, n_by_n
 
 
 def from_peer(cell: Cell, target: DeviceBuffer, peer: DeviceBuffer) -> list[Copy]:
@@ -34,7 +34,10 @@ class DeviceToDeviceReadCE(PeerTestcase):
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"
         return n_by_n(
-            self, size, loops, CE, header, from_peer, prefer=Prefer.DST, direction=ROW_TO_COLUMN
+            Plan(self, size, loops, CE, header),
+            from_peer,
+            prefer=Prefer.DST,
+            direction=ROW_TO_COLUMN,
         )
 
 
@@ -46,7 +49,7 @@ class DeviceToDeviceWriteCE(PeerTestcase):
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)"
         return n_by_n(
-            self, size, loops, CE, header, to_peer, prefer=Prefer.SRC, direction=COLUMN_TO_ROW
+            Plan(self, size, loops, CE, header), to_peer, prefer=Prefer.SRC, direction=COLUMN_TO_ROW
         )
 
 
@@ -57,7 +60,7 @@ class DeviceToDeviceBidirectionalReadCE(PeerTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) <-> GPU(column) {} bandwidth (GB/s)"
-        return bidirectional(self, size, loops, CE, header, "Read", prefer=Prefer.DST)
+        return bidirectional(Plan(self, size, loops, CE, header), "Read", prefer=Prefer.DST)
 
 
 class DeviceToDeviceBidirectionalWriteCE(PeerTestcase):
@@ -67,7 +70,7 @@ class DeviceToDeviceBidirectionalWriteCE(PeerTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) <-> GPU(column) {} bandwidth (GB/s)"
-        return bidirectional(self, size, loops, CE, header, "Write", prefer=Prefer.SRC)
+        return bidirectional(Plan(self, size, loops, CE, header), "Write", prefer=Prefer.SRC)
 
 
 class DeviceToDeviceReadSM(PeerTestcase):
@@ -78,7 +81,10 @@ class DeviceToDeviceReadSM(PeerTestcase):
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM GPU(row) -> GPU(column) bandwidth (GB/s)"
         return n_by_n(
-            self, size, loops, SM, header, from_peer, prefer=Prefer.DST, direction=ROW_TO_COLUMN
+            Plan(self, size, loops, SM, header),
+            from_peer,
+            prefer=Prefer.DST,
+            direction=ROW_TO_COLUMN,
         )
 
 
@@ -90,7 +96,7 @@ class DeviceToDeviceWriteSM(PeerTestcase):
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM GPU(row) <- GPU(column) bandwidth (GB/s)"
         return n_by_n(
-            self, size, loops, SM, header, to_peer, prefer=Prefer.SRC, direction=COLUMN_TO_ROW
+            Plan(self, size, loops, SM, header), to_peer, prefer=Prefer.SRC, direction=COLUMN_TO_ROW
         )
 
 
@@ -101,7 +107,7 @@ class DeviceToDeviceBidirectionalReadSM(PeerTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM GPU(row) <-> GPU(column) {} bandwidth (GB/s)"
-        return bidirectional(self, size, loops, SM, header, "Read", prefer=Prefer.DST)
+        return bidirectional(Plan(self, size, loops, SM, header), "Read", prefer=Prefer.DST)
 
 
 class DeviceToDeviceBidirectionalWriteSM(PeerTestcase):
@@ -111,4 +117,4 @@ class DeviceToDeviceBidirectionalWriteSM(PeerTestcase):
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy SM GPU(row) <-> GPU(column) {} bandwidth (GB/s)"
-        return bidirectional(self, size, loops, SM, header, "Write", prefer=Prefer.SRC)
+        return bidirectional(Plan(self, size, loops, SM, header), "Write", prefer=Prefer.SRC)

@@ -25,6 +25,8 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
+
 from gpubw.measure.initiators import Initiator, SplitWarpCopy
 from gpubw.measure.measurement import CellMeasurement, Copy, Kind, MemcpyOperation, Prefer
 from gpubw.memory.buffers import DeviceBuffer, HostBuffer
@@ -45,6 +47,30 @@ from gpubw.model.sizes import format_size
 from gpubw.testcases.base import Testcase
 
 Grid = list[list[CellMeasurement | None]]
+
+
+@attrs.frozen
+class Plan:
+    """What a shape is given to build a testcase's matrices: the testcase, its run()'s
+    ``size`` and ``loops``, the ``initiator`` that copies and the matrix ``header``
+    (nvbandwidth's text; the bidirectional shapes' has a ``{}`` for their word). ``notes``
+    go on every matrix built from it (a sampled grid's note)."""
+
+    testcase: Testcase
+    size: int
+    loops: int
+    initiator: Initiator
+    header: str
+    notes: tuple[tuple[str, Any], ...] = ()
+
+    def operation(self, kind: Kind, prefer: Prefer = Prefer.SRC) -> MemcpyOperation:
+        """The timing protocol for this plan's cells: ``kind`` of figure, ``prefer``'s issuer."""
+        system = self.testcase.system
+        return MemcpyOperation(system, self.initiator, prefer=prefer, kind=kind, loops=self.loops)
+
+    def copy_text(self, counted: int | None) -> str:
+        """What one copy moves and how often (:func:`copy_text`)."""
+        return copy_text(self.initiator, self.size, counted, self.loops)
 
 
 class PeerTestcase(Testcase):
@@ -86,33 +112,41 @@ class Cell:
 
 
 def _measure_row(
-    testcase: Testcase,
-    size: int,
-    op: MemcpyOperation,
-    flow: Callable[[Cell, int], Sequence[Copy] | None],
-) -> list[CellMeasurement | None]:
+    plan: Plan, op: MemcpyOperation, flow: Callable[[Cell, int], Sequence[Copy] | None]
+) -> tuple[list[CellMeasurement | None], list[int | None]]:
+    """The cells of a 1 x N row, and the NUMA node of each cell's measured host buffer
+    (None: no host buffer, not measured, or unknown)."""
+    testcase = plan.testcase
     row: list[CellMeasurement | None] = []
+    nodes: list[int | None] = []
     for g in range(testcase.device_count):
+        nodes.append(None)
+        if not testcase.selected(g):
+            row.append(None)
+            continue
         with contextlib.ExitStack() as stack:
-            copies = flow(Cell(testcase, size, stack), g)
+            copies = flow(Cell(plan.testcase, plan.size, stack), g)
             row.append(op.measure(copies) if copies else None)
-    return row
+            host = [b for b in (copies[0].src, copies[0].dst) if b.is_host] if copies else []
+            if host:
+                nodes[-1] = testcase.system.pool.numa_node(host[0])
+    return row, nodes
 
 
 def _measure_grid(
-    testcase: Testcase,
-    size: int,
+    plan: Plan,
     op: MemcpyOperation,
     flow: Callable[[Cell, DeviceBuffer, DeviceBuffer], Sequence[Copy]],
 ) -> Grid:
     """Every ordered pair (r, c), r != c: D(r) and D(c) are allocated, peer access is probed
     r -> c and enabled both ways (nvbandwidth's order); an inaccessible pair stays None."""
+    testcase = plan.testcase
     n = testcase.device_count
     grid: Grid = [[None] * n for _ in range(n)]
     cells, _ = sampled_cells(testcase, n)
     for r, c in cells:
         with contextlib.ExitStack() as stack:
-            cell = Cell(testcase, size, stack)
+            cell = Cell(testcase, plan.size, stack)
             row_buf, col_buf = cell.device(r), cell.device(c)
             if row_buf.enable_peer_access(col_buf):
                 grid[r][c] = op.measure(flow(cell, row_buf, col_buf))
@@ -123,10 +157,16 @@ def sampled_cells(
     testcase: Testcase, n: int
 ) -> tuple[list[tuple[int, int]], tuple[tuple[str, Any], ...]]:
     """The off-diagonal cells of an n x n testcase to measure, in row-major order, and the
-    matrix notes that say so: every cell, no notes; with ``--sample-pairs`` the deterministic
+    matrix notes that say so: every cell whose row and column are selected
+    (:meth:`Testcase.selected`: ``--devices``), no notes; with ``--sample-pairs`` the deterministic
     sample of :func:`gpubw.measure.sampling.sample_pairs` (same on every rank and every run for one
     seed) and a ``sampled`` note ``{cells, measured, seed}`` (the rest stay None)."""
-    every = [(r, c) for r in range(n) for c in range(n) if r != c]
+    every = [
+        (r, c)
+        for r in range(n)
+        for c in range(n)
+        if r != c and testcase.selected(r) and testcase.selected(c)
+    ]
     options = testcase.system.options
     k = getattr(options, "sample_pairs", None)
     if k is None or n < 2:
@@ -199,20 +239,18 @@ def labels(n: int) -> tuple[str, ...]:
 
 
 def bandwidth_matrix(
-    testcase: Testcase,
-    key: str,
-    header: str,
-    initiator: Initiator,
+    plan: Plan,
     kind: Kind,
     grid: Grid,
     bytes_counted: str,
     *,
     axes: Axes,
     pair: int = 0,
-    notes: tuple[tuple[str, Any], ...] = (),
+    key: str | None = None,
 ) -> Matrix:
     """A bandwidth matrix (bytes/s) from measured cells: FIRST/TOTAL/SUM take the cell's value
-    of that kind; VECTOR takes pair ``pair``'s. ``axes``: what its rows and columns are."""
+    of that kind; VECTOR takes pair ``pair``'s. ``axes``: what its rows and columns are;
+    ``key``: the testcase's by default; the description is the plan's header."""
 
     def value(m: CellMeasurement | None) -> float | None:
         if m is None:
@@ -225,19 +263,19 @@ def bandwidth_matrix(
     cells = [m for row in grid for m in row]
     counted_pair = None if kind in (Kind.TOTAL, Kind.SUM) else pair
     return Matrix(
-        key=key,
-        description=header,
+        key=plan.testcase.key if key is None else key,
+        description=plan.header,
         unit=BANDWIDTH,
         row_labels=labels(len(grid)),
         column_labels=labels(len(grid[0]) if grid else 0),
         values=[[value(m) for m in row] for row in grid],
         samples=[[samples(m) for m in row] for row in grid],
         bytes_counted=bytes_counted,
-        statistic=testcase.system.options.statistic,
-        initiator=initiator.name,
+        statistic=plan.testcase.system.options.statistic,
+        initiator=plan.initiator.name,
         bandwidth_kind=kind.value,
         bytes_per_copy=counted_bytes_of(cells, counted_pair),
-        notes=notes,
+        notes=plan.notes,
         axes=axes,
     )
 
@@ -246,11 +284,7 @@ def bandwidth_matrix(
 
 
 def one_by_n(
-    testcase: Testcase,
-    size: int,
-    loops: int,
-    initiator: Initiator,
-    header: str,
+    plan: Plan,
     flow: Callable[[Cell, int], Sequence[Copy] | None],
     *,
     axes: Axes,
@@ -260,17 +294,17 @@ def one_by_n(
     """One row (``axes.rows``: the host, or none); column g measures ``flow(cell, g)`` (its
     first copy is reported, the others are interference described by ``interference``); None
     or [] from the flow gives N/A."""
-    op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.FIRST, loops=loops)
-    grid = [_measure_row(testcase, size, op, flow)]
-    copy = copy_text(initiator, size, counted_bytes_of(grid[0], 0), loops)
+    row, nodes = _measure_row(plan, plan.operation(Kind.FIRST, prefer), flow)
+    grid = [row]
+    copy = plan.copy_text(counted_bytes_of(grid[0], 0))
     if interference:
         counted = f"bytes of the measured copy ({copy}), counted once; {interference}"
     else:
         counted = f"bytes of the copy ({copy}), counted once"
-    m = bandwidth_matrix(
-        testcase, testcase.key, header, initiator, Kind.FIRST, grid, counted, axes=axes
-    )
-    return [m]
+    # where each column's measured host buffer lives (the host testcases; --host-numa)
+    if any(n is not None for n in nodes):
+        plan = attrs.evolve(plan, notes=(*plan.notes, ("host_numa_nodes", tuple(nodes))))
+    return [bandwidth_matrix(plan, Kind.FIRST, grid, counted, axes=axes)]
 
 
 class Direction(enum.Enum):
@@ -289,11 +323,7 @@ D2H = Direction.D2H
 
 
 def host_traffic(
-    testcase: Testcase,
-    size: int,
-    loops: int,
-    initiator: Initiator,
-    header: str,
+    plan: Plan,
     measured: Direction,
     *,
     direction: str,
@@ -306,13 +336,14 @@ def host_traffic(
     j (between H(j) and D(j)), all of ``interference_size`` bytes (nvbandwidth uses 2 x size
     in its CE host tests so that the interference outlasts the measured copy). ``direction``:
     the header's arrow between the host (row) and the GPUs (columns)."""
+    testcase, size = plan.testcase, plan.size
     extra = interference_size or size
 
     def flow(cell: Cell, g: int) -> list[Copy]:
         copies = [measured.copy(cell, g)]
         copies += [d.copy(cell, g, extra) for d in same_device]
         for j in range(testcase.device_count):
-            if j != g:
+            if j != g and testcase.selected(j):  # interference on the selected GPUs only
                 copies += [d.copy(cell, j, extra) for d in other_devices]
         return copies
 
@@ -329,20 +360,14 @@ def host_traffic(
             f"{format_size(extra)} each{twice}) not counted"
         )
     axes = Axes(AXIS_HOST, AXIS_GPU, direction)
-    return one_by_n(
-        testcase, size, loops, initiator, header, flow, axes=axes, interference=interference
-    )
+    return one_by_n(plan, flow, axes=axes, interference=interference)
 
 
 # -- N x N ------------------------------------------------------------------------------------
 
 
 def n_by_n(
-    testcase: Testcase,
-    size: int,
-    loops: int,
-    initiator: Initiator,
-    header: str,
+    plan: Plan,
     flow: Callable[[Cell, DeviceBuffer, DeviceBuffer], Sequence[Copy]],
     *,
     direction: str,
@@ -350,53 +375,21 @@ def n_by_n(
 ) -> list[Matrix]:
     """Row r, column c: ``flow(cell, D(r), D(c))``'s first copy; N/A on the diagonal and where
     r cannot access c. ``direction``: the header's arrow between the row and column GPU."""
-    op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.FIRST, loops=loops)
-    grid = _measure_grid(testcase, size, op, flow)
-    notes = sampled_cells(testcase, testcase.device_count)[1]
+    grid = _measure_grid(plan, plan.operation(Kind.FIRST, prefer), flow)
+    notes = sampled_cells(plan.testcase, plan.testcase.device_count)[1]
     axes = Axes(AXIS_GPU, AXIS_GPU, direction)
-    return first_copy_matrices(testcase, size, loops, initiator, header, grid, notes, axes=axes)
+    return first_copy_matrices(attrs.evolve(plan, notes=notes), grid, axes=axes)
 
 
-def first_copy_matrices(
-    testcase: Testcase,
-    size: int,
-    loops: int,
-    initiator: Initiator,
-    header: str,
-    grid: Grid,
-    notes: tuple[tuple[str, Any], ...],
-    *,
-    axes: Axes,
-) -> list[Matrix]:
+def first_copy_matrices(plan: Plan, grid: Grid, *, axes: Axes) -> list[Matrix]:
     """The one FIRST matrix of an N x N testcase whose cells each measured one copy (also
     across ranks: :func:`gpubw.testcases.multinode_shapes.n_by_n`)."""
-    copy = copy_text(initiator, size, counted_bytes_of([m for row in grid for m in row], 0), loops)
+    copy = plan.copy_text(counted_bytes_of([m for row in grid for m in row], 0))
     counted = f"bytes of the copy ({copy}), counted once"
-    return [
-        bandwidth_matrix(
-            testcase,
-            testcase.key,
-            header,
-            initiator,
-            Kind.FIRST,
-            grid,
-            counted,
-            axes=axes,
-            notes=notes,
-        )
-    ]
+    return [bandwidth_matrix(plan, Kind.FIRST, grid, counted, axes=axes)]
 
 
-def bidirectional(
-    testcase: Testcase,
-    size: int,
-    loops: int,
-    initiator: Initiator,
-    header: str,
-    word: str,
-    *,
-    prefer: Prefer,
-) -> list[Matrix]:
+def bidirectional(plan: Plan, word: str, *, prefer: Prefer) -> list[Matrix]:
     """Row r, column c: two copies at once, c1 -> r1 and r2 -> c2 (r1, r2 on r; c1, c2 on c; all
     ``size`` bytes), each issued per ``prefer``. Three matrices: copy 1, copy 2 and their
     total; ``header`` has a ``{}`` for ``<word>1``, ``<word>2``, ``Total`` and the keys end in
@@ -405,8 +398,7 @@ def bidirectional(
     def flow(cell: Cell, r1: DeviceBuffer, c1: DeviceBuffer) -> list[Copy]:
         return [Copy(c1, r1), Copy(cell.twin(r1), cell.twin(c1))]
 
-    op = MemcpyOperation(testcase.system, initiator, prefer=prefer, kind=Kind.VECTOR, loops=loops)
-    grid = _measure_grid(testcase, size, op, flow)
+    grid = _measure_grid(plan, plan.operation(Kind.VECTOR, prefer), flow)
     row_issues = prefer is Prefer.DST  # copy 1 goes into the row device
     what = (
         f"copy 1 (column device -> row device, issued by the {'row' if row_issues else 'column'} "
@@ -414,56 +406,55 @@ def bidirectional(
         f"copy 2 (row device -> column device, issued by the {'column' if row_issues else 'row'} "
         "device)",
     )
-    notes = sampled_cells(testcase, testcase.device_count)[1]
+    notes = sampled_cells(plan.testcase, plan.testcase.device_count)[1]
     axes = Axes(AXIS_GPU, AXIS_GPU, BOTH_WAYS)
-    return bidirectional_matrices(
-        testcase, size, loops, initiator, header, word, grid, what, axes=axes, notes=notes
-    )
+    return bidirectional_matrices(attrs.evolve(plan, notes=notes), word, grid, what, axes=axes)
 
 
 def bidirectional_matrices(
-    testcase: Testcase,
-    size: int,
-    loops: int,
-    initiator: Initiator,
-    header: str,
+    plan: Plan,
     word: str,
     grid: Grid,
     what: tuple[str, str],
     *,
     axes: Axes,
     key_word: str | None = None,
-    notes: tuple[tuple[str, Any], ...] = (),
 ) -> list[Matrix]:
     """The three matrices of a bidirectional N x N grid (VECTOR cells of two copies):
     ``<word>1``, ``<word>2`` and ``Total`` in ``header``'s ``{}``; the keys end in
     ``_<key_word>1``, ``_<key_word>2`` (``key_word`` defaults to ``word``) and ``_total``.
     ``what`` describes copy 1 and copy 2."""
+    testcase, header = plan.testcase, plan.header
     cells = [m for row in grid for m in row]
     names = (f"{word}1", f"{word}2")
     key_names = (f"{key_word or word}1", f"{key_word or word}2")
     matrices = []
     for i in (0, 1):
-        copy = copy_text(initiator, size, counted_bytes_of(cells, i), loops)
+        copy = plan.copy_text(counted_bytes_of(cells, i))
         counted = (
             f"bytes of {what[i]}: {copy}, counted once; "
             f"the simultaneous reverse copy is reported in {names[1 - i]}"
         )
         matrices.append(
             bandwidth_matrix(
-                testcase,
-                f"{testcase.key}_{key_names[i].lower()}",
-                header.format(names[i]),
-                initiator,
+                attrs.evolve(plan, header=header.format(names[i])),
                 Kind.VECTOR,
                 grid,
                 counted,
                 axes=axes,
                 pair=i,
-                notes=notes,
+                key=f"{testcase.key}_{key_names[i].lower()}",
             )
         )
-    first, second = matrices
+    matrices.append(_total_matrix(plan, grid, matrices, names))
+    return matrices
+
+
+def _total_matrix(plan: Plan, grid: Grid, pair: Sequence[Matrix], names: tuple[str, str]) -> Matrix:
+    """The ``_total`` matrix of a bidirectional grid: per cell (and per sample) the sum of
+    the two simultaneous copies' figures in ``pair`` (named ``names``)."""
+    first, second = pair
+    statistic = plan.testcase.system.options.statistic
     total_values = [
         [None if a is None or b is None else a + b for a, b in zip(ra, rb)]
         for ra, rb in zip(first.values, second.values)
@@ -472,106 +463,78 @@ def bidirectional_matrices(
         [None if m is None else tuple(x + y for x, y in zip(*m.pair_samples[:2])) for m in row]
         for row in grid
     ]
-    matrices.append(
-        Matrix(
-            key=f"{testcase.key}_total",
-            description=header.format("Total"),
-            unit=BANDWIDTH,
-            row_labels=first.row_labels,
-            column_labels=first.column_labels,
-            values=total_values,
-            samples=total_samples,
-            bytes_counted=(
-                f"{names[0]} + {names[1]}: the sum of the two simultaneous copies' "
-                f"{testcase.system.options.statistic}s (the samples are per-sample sums)"
-            ),
-            statistic=testcase.system.options.statistic,
-            initiator=initiator.name,
-            bandwidth_kind=Kind.VECTOR.value,
-            bytes_per_copy=counted_bytes_of(cells, None),
-            notes=notes,
-            axes=axes,
-        )
+    return Matrix(
+        key=f"{plan.testcase.key}_total",
+        description=plan.header.format("Total"),
+        unit=BANDWIDTH,
+        row_labels=first.row_labels,
+        column_labels=first.column_labels,
+        values=total_values,
+        samples=total_samples,
+        bytes_counted=(
+            f"{names[0]} + {names[1]}: the sum of the two simultaneous copies' "
+            f"{statistic}s (the samples are per-sample sums)"
+        ),
+        statistic=statistic,
+        initiator=plan.initiator.name,
+        bandwidth_kind=Kind.VECTOR.value,
+        bytes_per_copy=counted_bytes_of([m for row in grid for m in row], None),
+        notes=plan.notes,
+        axes=first.axes,
     )
-    return matrices
 
 
 # -- all to one, one to all -------------------------------------------------------------------
 
 
-def _fan(
-    testcase: Testcase,
-    size: int,
-    loops: int,
-    initiator: Initiator,
-    header: str,
-    *,
-    into: bool,
-    prefer: Prefer,
-) -> list[Matrix]:
+def _fan(plan: Plan, *, into: bool, prefer: Prefer) -> list[Matrix]:
     """Column g: at once, one copy per peer j that g can access, between the shared D(j) and a
     fresh D'(g): D(j) -> D'(g) if ``into`` else D'(g) -> D(j). TOTAL kind. The one row is
     g's peers; the arrow is nvbandwidth's (``<-`` into g, ``->`` out of it)."""
-    system = testcase.system
+    testcase, size = plan.testcase, plan.size
     n = testcase.device_count
-    op = MemcpyOperation(system, initiator, prefer=prefer, kind=Kind.TOTAL, loops=loops)
+    op = plan.operation(Kind.TOTAL, prefer)
     row: list[CellMeasurement | None] = []
     with contextlib.ExitStack() as run_stack:
         shared = Cell(testcase, size, run_stack)
-        peers = [shared.device(j) for j in range(n)]
+        peers = [shared.device(j) if testcase.selected(j) else None for j in range(n)]
         for g in range(n):
+            if not testcase.selected(g):
+                row.append(None)
+                continue
             with contextlib.ExitStack() as stack:
                 cell = Cell(testcase, size, stack)
                 copies = []
                 for j in range(n):
-                    if j == g:
+                    if j == g or not testcase.selected(j):  # peers among the selected GPUs
                         continue
+                    theirs = peers[j]
+                    assert theirs is not None
                     mine = cell.device(g)
-                    if mine.enable_peer_access(peers[j]):
-                        copies.append(Copy(peers[j], mine) if into else Copy(mine, peers[j]))
+                    if mine.enable_peer_access(theirs):
+                        copies.append(Copy(theirs, mine) if into else Copy(mine, theirs))
                 row.append(op.measure(copies) if copies else None)
     grid = [row]
-    copy = copy_text(initiator, size, counted_bytes_of(row, None), loops)
+    copy = plan.copy_text(counted_bytes_of(row, None))
     direction = "into" if into else "out of"
     counted = (
         f"bytes of every simultaneous copy {direction} the device, one per accessible peer "
         f"({copy}), over the time from the first copy's start to the last copy's end"
     )
     axes = Axes(AXIS_PEERS, AXIS_GPU, COLUMN_TO_ROW if into else ROW_TO_COLUMN)
-    m = bandwidth_matrix(
-        testcase, testcase.key, header, initiator, Kind.TOTAL, grid, counted, axes=axes
-    )
-    return [m]
+    return [bandwidth_matrix(plan, Kind.TOTAL, grid, counted, axes=axes)]
 
 
-def all_to_one(
-    testcase: Testcase,
-    size: int,
-    loops: int,
-    initiator: Initiator,
-    header: str,
-    *,
-    read: bool,
-    prefer: Prefer,
-) -> list[Matrix]:
+def all_to_one(plan: Plan, *, read: bool, prefer: Prefer) -> list[Matrix]:
     """Column g: every accessible peer j at once; write: D(j) -> D'(g) (data enters g), read:
     D'(g) -> D(j) (data leaves g). ``prefer`` picks which side issues each copy."""
-    return _fan(testcase, size, loops, initiator, header, into=not read, prefer=prefer)
+    return _fan(plan, into=not read, prefer=prefer)
 
 
-def one_to_all(
-    testcase: Testcase,
-    size: int,
-    loops: int,
-    initiator: Initiator,
-    header: str,
-    *,
-    read: bool,
-    prefer: Prefer,
-) -> list[Matrix]:
+def one_to_all(plan: Plan, *, read: bool, prefer: Prefer) -> list[Matrix]:
     """Column g: every accessible peer j at once; write: D'(g) -> D(j) (data leaves g), read:
     D(j) -> D'(g) (data enters g). ``prefer`` picks which side issues each copy."""
-    return _fan(testcase, size, loops, initiator, header, into=read, prefer=prefer)
+    return _fan(plan, into=read, prefer=prefer)
 
 
 __all__ = [
@@ -580,6 +543,7 @@ __all__ = [
     "Cell",
     "Direction",
     "PeerTestcase",
+    "Plan",
     "all_to_one",
     "bandwidth_matrix",
     "bidirectional",

@@ -19,7 +19,9 @@ What is drawn, one panel each:
   device's L2 size, and on the read + write matrices a horizontal line at each device's
   nominal memory bandwidth;
 * every N×N matrix (peer tests): a heatmap with the values written in the cells;
-* the 1×N results that are not part of a sweep: one bar chart per unit, a bar per device.
+* the 1×N results that are not part of a sweep: one bar chart per unit, a bar per device;
+* a soak (``--soak``): first, each matrix's figure against time (one point per repetition)
+  and each GPU's SM clock and temperature between repetitions (:mod:`gpubw.tools.plot_soak`).
 
 A simulated report says so in the title, in red. matplotlib is an optional dependency
 (``pip install 'gpubw[plot]'``), imported only here, with the Agg backend.
@@ -52,6 +54,7 @@ from gpubw.tools.plot_panels import (
     _draw_ratio_heatmap,
     _draw_sweep,
 )
+from gpubw.tools.plot_soak import soak_panels
 from gpubw.writers import sweeps
 
 
@@ -264,7 +267,8 @@ def figures(runs: Sequence[Run]) -> list[FigureSpec]:
             panels = _testcase_panels(key, have[:1])
         if panels:
             out.append(FigureSpec(key, panels))
-    return out + _bar_figures(runs, keys)
+    soak = soak_panels(runs[0][1])  # --soak: figure and clocks over time, first
+    return ([FigureSpec("soak", soak)] if soak else []) + out + _bar_figures(runs, keys)
 
 
 def _title(report: Report) -> tuple[str, str | None]:

@@ -164,47 +164,58 @@ def _draw_sweep(
                 ax.fill_between(sizes, band[0], band[1], alpha=0.1, color=color, hatch="//")
     results = [t for t in report.testcases if t.key == key]
     if results and is_device_memory(results[0]) and first.kind == KIND_BANDWIDTH:
-        # The nominal figure is read + write: only a matrix counted that way is drawn against
-        # it (not device_local_copy's counted-once matrix).
-        comparable = first.bytes_counting == COUNTED_READ_WRITE
-        nominals = _distinct([_nominal(dict(d)) for d in report.devices]) if comparable else []
-        for i, nom in enumerate(nominals):
-            ax.axhline(
-                nom * display_scale(first.unit),
-                color="crimson",
-                linestyle="--",
-                linewidth=1.2,
-                label=f"nominal memory bandwidth {nom / 1e9:.0f} GB/s (read+write)"
-                if i == 0
-                else None,
-            )
-        # The x axis is one buffer's size; a kernel's working set may be several buffers
-        # (STREAM's copy: 2, triad: 3), so the L2 line goes where the working set fills L2.
-        working = dict(first.notes).get("working_set_bytes")
-        arrays = working / per_size[0][0] if working and per_size[0][0] else 1.0
-        l2s = _distinct([d.get("l2_bytes") for d in report.devices])
-        for i, l2 in enumerate(l2s):
-            where = f" (working set {arrays:g} x buffer)" if arrays != 1 else ""
-            ax.axvline(
-                l2 / arrays,
-                color="gray",
-                linestyle=":",
-                linewidth=1.4,
-                label=f"L2 cache {format_size_short(l2)}{where}" if i == 0 else None,
-            )
+        _draw_memory_lines(ax, per_size, report)
     _size_axis(ax, all_sizes)
     ax.set_ylabel(f"{first.kind} ({unit})")
     ax.set_ylim(0, ax.get_ylim()[1] * 1.18)  # headroom for the legend
     ax.grid(True, which="major", alpha=0.3)
     ax.set_title(f"{mkey}\n{first.description}", fontsize=9)
+    _caption(ax, per_size)
+    title = f"row{_ARROW[first.axes.direction]}column" if len(first.row_labels) > 1 else None
+    ax.legend(fontsize=7, loc="best", title=title)
+
+
+def _caption(ax: Any, per_size: list[tuple[int, Matrix]]) -> None:
+    """The statistic and how the bytes were counted, small, at the panel's foot."""
+    first = per_size[0][1]
     counted = first.bytes_counted
     if counted and len(per_size) > 1:
         counted = f"at {format_size_short(per_size[0][0])}: {counted}"
     counting = first.statistic + (f"; {counted}" if counted else "")
     counting = textwrap.fill(counting, width=100)  # stays inside its own panel
     ax.text(0.01, 0.01, counting, transform=ax.transAxes, fontsize=6, color="dimgray", va="bottom")
-    title = f"row{_ARROW[first.axes.direction]}column" if len(first.row_labels) > 1 else None
-    ax.legend(fontsize=7, loc="best", title=title)
+
+
+def _draw_memory_lines(ax: Any, per_size: list[tuple[int, Matrix]], report: Report) -> None:
+    """A device-memory sweep's reference lines: the nominal memory bandwidth (for a matrix
+    counted read + write) and where the working set fills the L2 cache."""
+    first = per_size[0][1]
+    # The nominal figure is read + write: only a matrix counted that way is drawn against
+    # it (not device_local_copy's counted-once matrix).
+    comparable = first.bytes_counting == COUNTED_READ_WRITE
+    nominals = _distinct([_nominal(dict(d)) for d in report.devices]) if comparable else []
+    for i, nom in enumerate(nominals):
+        ax.axhline(
+            nom * display_scale(first.unit),
+            color="crimson",
+            linestyle="--",
+            linewidth=1.2,
+            label=f"nominal memory bandwidth {nom / 1e9:.0f} GB/s (read+write)" if i == 0 else None,
+        )
+    # The x axis is one buffer's size; a kernel's working set may be several buffers
+    # (STREAM's copy: 2, triad: 3), so the L2 line goes where the working set fills L2.
+    working = dict(first.notes).get("working_set_bytes")
+    arrays = working / per_size[0][0] if working and per_size[0][0] else 1.0
+    l2s = _distinct([d.get("l2_bytes") for d in report.devices])
+    for i, l2 in enumerate(l2s):
+        where = f" (working set {arrays:g} x buffer)" if arrays != 1 else ""
+        ax.axvline(
+            l2 / arrays,
+            color="gray",
+            linestyle=":",
+            linewidth=1.4,
+            label=f"L2 cache {format_size_short(l2)}{where}" if i == 0 else None,
+        )
 
 
 def _draw_heatmap(ax: Any, fig: Any, t: TestcaseResult, m: Matrix, swept: bool) -> None:

@@ -54,6 +54,13 @@ MORE_RANKS_THAN_GPUS = (
 )
 
 
+#: why the ranks' collectives no longer match, as the worlds say it
+OUT_OF_STEP = (
+    "one rank left a step the others are still in (a testcase that failed on that rank "
+    "alone, or a protocol bug)"
+)
+
+
 class WorldError(GpubwError):
     """A collective across ranks failed: a peer left, the ranks disagree, MPI is missing."""
 
@@ -222,18 +229,20 @@ class World(abc.ABC):
             "bcast", timeout_s, lambda seq, dl: self._bcast("bcast", seq, value, root, dl)
         )
 
-    def gather(self, value: Any, root: int = 0, timeout_s: float | None = None) -> list | None:
+    def gather(self, value: Any, root: int = 0, timeout_s: float | None = None) -> list[Any] | None:
         """Every rank's value, by rank, on ``root``; None elsewhere."""
         self._check_root(root)
-        return self._run(
+        values: list[Any] | None = self._run(
             "gather", timeout_s, lambda seq, dl: self._gather("gather", seq, value, root, dl)
         )
+        return values
 
-    def allgather(self, value: Any, timeout_s: float | None = None) -> list:
+    def allgather(self, value: Any, timeout_s: float | None = None) -> list[Any]:
         """Every rank's value, by rank, on every rank."""
-        return self._run(
+        values: list[Any] = self._run(
             "allgather", timeout_s, lambda s, dl: self._allgather("allgather", s, value, dl)
         )
+        return values
 
     def allreduce(self, value: Any, op: ReduceOp, timeout_s: float | None = None) -> Any:
         """``op`` ("max", "min" or "sum") of every rank's value, on every rank."""
@@ -315,10 +324,11 @@ class World(abc.ABC):
             self._broken = f"rank {self.rank}: {name} interrupted ({type(exc).__name__}: {exc})"
             raise
 
-    def _allgather(self, name: str, seq: int, value: Any, deadline: float) -> list:
+    def _allgather(self, name: str, seq: int, value: Any, deadline: float) -> list[Any]:
         """Default allgather: gather to rank 0, then bcast (implementations may do better)."""
         values = self._gather(name, seq, value, 0, deadline)
-        return self._bcast(name, seq, values, 0, deadline)
+        everyone: list[Any] = self._bcast(name, seq, values, 0, deadline)
+        return everyone
 
     @abc.abstractmethod
     def _barrier(self, name: str, seq: int, deadline: float) -> None:
@@ -331,7 +341,7 @@ class World(abc.ABC):
     @abc.abstractmethod
     def _gather(
         self, name: str, seq: int, value: Any, root: int, deadline: float
-    ) -> list | None: ...
+    ) -> list[Any] | None: ...
 
 
 class SingleWorld(World):
@@ -348,7 +358,7 @@ class SingleWorld(World):
     def _bcast(self, name: str, seq: int, value: Any, root: int, deadline: float) -> Any:
         return value
 
-    def _gather(self, name: str, seq: int, value: Any, root: int, deadline: float) -> list:
+    def _gather(self, name: str, seq: int, value: Any, root: int, deadline: float) -> list[Any]:
         return [value]
 
 

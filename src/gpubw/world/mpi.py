@@ -22,6 +22,7 @@ from typing import Any
 
 from gpubw.world.base import (
     DEFAULT_TIMEOUT_S,
+    OUT_OF_STEP,
     CollectiveExpired,
     World,
     WorldError,
@@ -169,7 +170,9 @@ class MpiWorld(World):
             return value
         return self._receive(root, name, seq, deadline)
 
-    def _gather(self, name: str, seq: int, value: Any, root: int, deadline: float) -> list | None:
+    def _gather(
+        self, name: str, seq: int, value: Any, root: int, deadline: float
+    ) -> list[Any] | None:
         if self.rank != root:
             self._send_all([root], (seq, name, value), seq, deadline)
             return None
@@ -193,7 +196,7 @@ class MpiWorld(World):
             raise WorldError(
                 f"rank {self.rank}: the ranks called different collectives: rank {self.rank} "
                 f"{name} (step {seq}), rank {source} {their_name} (step {their_seq}): "
-                "a protocol bug"
+                f"{OUT_OF_STEP}"
             )
         return value
 

@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from gpubw.world.base import DEFAULT_TIMEOUT_S, CollectiveExpired, World, WorldError
+from gpubw.world.base import DEFAULT_TIMEOUT_S, OUT_OF_STEP, CollectiveExpired, World, WorldError
 from gpubw.world.tasks import TaskHub, again
 
 T = TypeVar("T")
@@ -60,7 +60,7 @@ class _Hub:
         value: Any,
         deadline: float,
         interruptible: bool = False,
-    ) -> list:
+    ) -> list[Any]:
         data = pickle.dumps(value)
         with self.cond:
             self._check_interrupted()
@@ -88,7 +88,7 @@ class _Hub:
                 calls = ", ".join(f"rank {r} {n}" for r, n in sorted(names.items()))
                 raise WorldError(
                     f"rank {rank}: the ranks called different collectives at step {seq} "
-                    f"({calls}): a protocol bug"
+                    f"({calls}): {OUT_OF_STEP}"
                 )
             values = [pickle.loads(slot[r][1]) for r in range(self.size)]
             self.taken[seq] = self.taken.get(seq, 0) + 1
@@ -136,7 +136,7 @@ class SimulatedWorld(World):
         None; always None for ranks as threads."""
         return getattr(self._hub, "stopped", None)
 
-    def _exchange(self, seq: int, name: str, value: Any, deadline: float) -> list:
+    def _exchange(self, seq: int, name: str, value: Any, deadline: float) -> list[Any]:
         return self._hub.exchange(self.rank, seq, name, value, deadline, self.interruptible)
 
     def _barrier(self, name: str, seq: int, deadline: float) -> None:
@@ -146,11 +146,13 @@ class SimulatedWorld(World):
         mine = value if self.rank == root else None
         return self._exchange(seq, name, mine, deadline)[root]
 
-    def _gather(self, name: str, seq: int, value: Any, root: int, deadline: float) -> list | None:
+    def _gather(
+        self, name: str, seq: int, value: Any, root: int, deadline: float
+    ) -> list[Any] | None:
         values = self._exchange(seq, name, value, deadline)
         return values if self.rank == root else None
 
-    def _allgather(self, name: str, seq: int, value: Any, deadline: float) -> list:
+    def _allgather(self, name: str, seq: int, value: Any, deadline: float) -> list[Any]:
         return self._exchange(seq, name, value, deadline)
 
     def _end_broken(self, exit_code: int) -> None:

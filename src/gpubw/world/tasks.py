@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpubw.world.base import CollectiveExpired, WorldError
+from gpubw.world.base import OUT_OF_STEP, CollectiveExpired, WorldError
 
 #: what a rank that contributes None sends (the common case: every status agreement)
 _NONE = pickle.dumps(None)
@@ -80,7 +80,7 @@ class _Answer:
         self.last_arrival = 0.0
         self.arrivals: dict[int, float] = {}
 
-    def result(self, rank: int, name: str, deadline: float) -> list:
+    def result(self, rank: int, name: str, deadline: float) -> list[Any]:
         """This rank's copy of the values, or the failure raised."""
         if self.failure is not None:
             raise self.failure(rank, name)
@@ -90,7 +90,8 @@ class _Answer:
         if self.values is not None:
             return list(self.values)
         assert self.blob is not None
-        return pickle.loads(self.blob)
+        values: list[Any] = pickle.loads(self.blob)
+        return values
 
 
 class _Task:
@@ -229,7 +230,7 @@ class TaskHub:
         value: Any,
         deadline: float,
         interruptible: bool = False,
-    ) -> list:
+    ) -> list[Any]:
         """Every rank's ``value``, by rank, once every rank has called this for step
         ``seq`` (see the module docstring for what fails it)."""
         self._check_interrupted(interruptible)
@@ -268,7 +269,7 @@ class TaskHub:
         names = {n for n, _, _ in arrived.values()}
         if len(names) > 1:
             calls = ", ".join(f"rank {r} {arrived[r][0]}" for r in sorted(arrived))
-            text = f"the ranks called different collectives at step {seq} ({calls}): a protocol bug"
+            text = f"the ranks called different collectives at step {seq} ({calls}): {OUT_OF_STEP}"
             answer.failure = lambda rank, _name: WorldError(f"rank {rank}: {text}")
         else:
             self._fill(answer, arrived, seq, names.pop())

@@ -430,7 +430,8 @@ def exposition(report: Report, detail: str = CELLS) -> str:
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(report, detail))
-    return generate_latest(registry).decode("utf-8")
+    text: bytes = generate_latest(registry)  # type: ignore[no-untyped-call]
+    return text.decode("utf-8")
 
 
 class OpenMetricsWriter(Writer):

@@ -36,6 +36,7 @@ from gpubw.writers import (
     simulated_banner,
     sweeps,
 )
+from gpubw.writers.node_summary import health_lines, pinned_and_pageable
 
 NOTE_LINES = (
     "NOTE: The reported results may not reflect the full capabilities of the platform.",
@@ -308,6 +309,8 @@ def verdict_summary(report: Report) -> list[str]:
         against.append(f"outliers below {exp['outlier_pct']:g} % of their peers' median")
     if exp.get("cv_threshold") is not None:
         against.append(f"noise above CV {exp['cv_threshold']:.0%}")
+    if exp.get("soak_drop") is not None:
+        against.append(f"a soak's fall above {exp['soak_drop']:.0%} from first to last")
     fails = [v for v in report.verdicts if v.severity == FAIL]
     warns = [v for v in report.verdicts if v.severity == WARN]
     out = ["Verdicts (judged against: " + "; ".join(a for a in against if a) + "):"]
@@ -323,6 +326,7 @@ def verdict_summary(report: Report) -> list[str]:
         )
     elif warns:
         out.append(f"PASS with {len(warns)} noisy cell{'s' if len(warns) != 1 else ''}")
+    out += pinned_and_pageable(report)
     out.append("")
     return out
 
@@ -383,6 +387,7 @@ def facts_lines(f: DeviceFacts, indent: str = "  ") -> list[str]:
         out.append(indent + "clocks " + "; ".join(parts))
     if f.processes:
         out.append(indent + "compute processes: pid " + ", ".join(str(p) for p in f.pids))
+    out += health_lines(f, indent)
     if f.unavailable:
         out.append(indent + "not available: " + ", ".join(k for k, _ in f.unavailable))
     return out

@@ -1,7 +1,12 @@
 """Expectations files: what a node's figures should be (read by :mod:`gpubw.acceptance.expect`).
 
-This package also holds the built-in expectations (``*.json`` beside this file), chosen by
-device name with :func:`builtin_for`.
+This package also holds the built-in expectations (``*.json`` beside this file, one per
+data-centre SKU, made by ``benchmarks/expectations.py``), chosen with :func:`builtin_for` by
+the devices' PCI device ids (``pci_device_ids``), or by name (``devices``) for a device
+whose id is unknown (an older report). Each rule says whether its figure is *measured* (a
+committed gpubw report on that SKU) or *derived* (the SKU's public specification times the
+efficiency gpubw measured on an H200), and its ``source``; the file's ``sources`` list the
+public documents.
 
 **Format** (``gpubw-expect-v1``, JSON, validated by ``gpubw/schemas/expect-v1.schema.json``;
 the ``#`` notes below explain, they are not JSON)::
@@ -10,6 +15,9 @@ the ``#`` notes below explain, they are not JSON)::
       "format": "gpubw-expect-v1",
       "name": "NVIDIA H200 SXM",
       "devices": ["NVIDIA H200"],          # names it is for (built-in selection)
+      "pci_device_ids": ["0x2335"],        # ids it is for (chosen by these first)
+      "sources": [{"id": "h200", "title": "NVIDIA H200 Tensor Core GPU",
+                   "url": "https://www.nvidia.com/en-us/data-center/h200/"}],
       "tolerance": 0.05,                   # default 0: widens every floor down, ceiling up
       "rules": [
         {"testcase": "host_to_device_memcpy_ce", "size": "512MiB", "link": "host",
@@ -17,7 +25,9 @@ the ``#`` notes below explain, they are not JSON)::
         {"testcase": "device_to_device_memcpy_read_ce", "min": 380, "unit": "GB/s"},
         {"testcase": "host_to_device_memcpy_ce", "device": 3, "min": 25, "unit": "GB/s",
          "note": "GPU 3 sits behind a Gen4 switch"},
-        {"testcase": "host_device_latency_sm", "max": 1.5, "unit": "us"}
+        {"testcase": "host_device_latency_sm", "max": 1.5, "unit": "us"},
+        {"testcase": "device_local_copy", "min": 2000, "unit": "GB/s",
+         "basis": "derived", "source": "h200"}   # measured / derived, and where from
       ]
     }
 
@@ -33,6 +43,7 @@ of that quantity.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -84,6 +95,11 @@ class Rule:
     quantity: str | None = None  # BANDWIDTH or LATENCY when the rule named a unit
     tolerance: float = 0.0
     note: str = ""
+    #: "measured" (a gpubw report on this SKU) or "derived" (a specification times an
+    #: efficiency measured elsewhere); "" where the file does not say
+    basis: str = ""
+    #: where the figure comes from (a report, or the id of one of the file's sources)
+    source: str = ""
 
     @property
     def specificity(self) -> int:
@@ -99,6 +115,10 @@ class Expectations:
     devices: tuple[str, ...]
     rules: tuple[Rule, ...]
     description: str = ""
+    #: the PCI device (product) ids the file is for (a built-in is chosen by them first)
+    pci_device_ids: tuple[int, ...] = ()
+    #: the public documents its figures come from: (id, title, url)
+    sources: tuple[tuple[str, str, str], ...] = ()
 
 
 def schema() -> dict[str, Any]:
@@ -169,6 +189,8 @@ def expectations_from_dict(doc: Any, source: str = "<dict>") -> Expectations:
                 quantity=quantity,
                 tolerance=float(r.get("tolerance", default_tol)),
                 note=r.get("note", ""),
+                basis=r.get("basis", ""),
+                source=r.get("source", ""),
             )
         )
     return Expectations(
@@ -177,6 +199,8 @@ def expectations_from_dict(doc: Any, source: str = "<dict>") -> Expectations:
         devices=tuple(doc.get("devices", ())),
         rules=tuple(rules),
         description=doc.get("description", ""),
+        pci_device_ids=tuple(int(x, 16) for x in doc.get("pci_device_ids", ())),
+        sources=tuple((x["id"], x["title"], x.get("url", "")) for x in doc.get("sources", ())),
     )
 
 
@@ -199,24 +223,36 @@ def load_expectations(path: str | Path) -> Expectations:
     return expectations_from_dict(doc, source=str(p))
 
 
-def builtin_expectations() -> list[Expectations]:
-    """Every expectations file shipped with gpubw (``gpubw/acceptance/expectations/*.json``)."""
+@functools.lru_cache(maxsize=1)
+def builtin_expectations() -> tuple[Expectations, ...]:
+    """Every expectations file shipped with gpubw (``gpubw/acceptance/expectations/*.json``),
+    read and checked once."""
     folder = resources.files("gpubw.acceptance.expectations")
     out = []
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".json"):
             doc = json.loads(entry.read_text("utf-8"))
             out.append(expectations_from_dict(doc, source=f"built-in {entry.name}"))
-    return out
+    return tuple(out)
+
+
+def fits(exp: Expectations, device: Mapping[str, Any]) -> bool:
+    """Whether ``exp`` is for this device (a report's device record): by its PCI device id
+    when the record has one (an H200 NVL, 0x233b, reports the H200 SXM's name), else by its
+    exact name."""
+    pid = device.get("pci_device_id")
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        return pid in exp.pci_device_ids
+    return str(device.get("name", "")) in exp.devices
 
 
 def builtin_for(report: Report) -> Expectations | None:
-    """The built-in expectations for the report's devices: the first file whose ``devices``
-    list holds the (exact) name of every device of the run; None when none does."""
-    names = {str(d.get("name", "")) for d in report.devices}
-    if not names or "" in names:
+    """The built-in expectations for the report's devices: the first file (by name) that
+    :func:`fits` every device of the run; None when none does."""
+    devices = list(report.devices)
+    if not devices or any(not d.get("name") for d in devices):
         return None
     for exp in builtin_expectations():
-        if names <= set(exp.devices):
+        if all(fits(exp, d) for d in devices):
             return exp
     return None

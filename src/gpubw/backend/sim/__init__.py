@@ -197,7 +197,8 @@ class SimulatedBackend(SharingMixin, Backend):
     @property
     def faults(self) -> Faults:
         """The faults injected from now on (assignable, e.g. between testcases)."""
-        return self._injector.faults
+        faults: Faults = self._injector.faults
+        return faults
 
     @faults.setter
     def faults(self, value: Faults) -> None:
@@ -207,7 +208,8 @@ class SimulatedBackend(SharingMixin, Backend):
     @property
     def engine(self) -> SimEngine:
         """The engine this view belongs to (its own, unless made by ``rank_view``)."""
-        return self._shared
+        engine: SimEngine = self._shared
+        return engine
 
     @locked
     def live_allocations(self) -> list[tuple[int, int, int | None]]:
@@ -254,11 +256,29 @@ class SimulatedBackend(SharingMixin, Backend):
         return self._devices
 
     def node_facts(self) -> NodeFacts:
-        """The model's NVML-like facts (:mod:`gpubw.backend.sim.facts`)."""
-        return sim_facts.node_facts(self.model)
+        """The model's NVML-like facts (:mod:`gpubw.backend.sim.facts`): the first reading
+        of this backend is the ``nvml`` ones, every later one (the end of a run, between soak
+        repetitions) has the model's ``nvml_end`` over them; at the host's virtual time."""
+        self._fact_readings = getattr(self, "_fact_readings", 0) + 1
+        later = self._fact_readings > 1
+        return sim_facts.node_facts(self.model, later=later, now=self._now)
 
     def gpu_processes(self) -> dict[str, tuple[int, ...]] | None:
-        return {f.pci_bus_id: f.pids for f in self.node_facts().devices}
+        specs = sim_facts.device_specs(self.model, now=self._now)
+        return {
+            spec["pci_bus_id"]: tuple(p if isinstance(p, int) else p["pid"] for p in procs)
+            for spec in specs
+            for procs in [spec.get("processes", ())]
+        }
+
+    def clock(self) -> float:
+        """The host's virtual clock: a simulated run's waits and soaks are in modelled time."""
+        return self._now
+
+    def pause(self, seconds: float) -> None:
+        """Let ``seconds`` of modelled time pass (a wait, without sleeping)."""
+        with self._shared.lock:
+            self._now += max(0.0, seconds)
 
     def huge_pages(self) -> tuple[int, int] | None:
         page, free = sim_facts.huge_pages(self.model)
@@ -332,7 +352,50 @@ class SimulatedBackend(SharingMixin, Backend):
         self._free(pointer, False, "cuMemFree")
 
     @locked
-    def alloc_host(self, nbytes: int, device: int | None) -> int:
+    def alloc_host(self, nbytes: int, device: int | None, *, numa_node: int | None = None) -> int:
+        base = self._alloc_pinned(nbytes, device)
+        self._place(base, device, numa_node)
+        return base
+
+    def _place(self, base: int, device: int | None, numa_node: int | None) -> None:
+        """Host memory's NUMA node: ``numa_node`` if bound, else (first touch under the
+        device's affinity) the device's node; None for memory near no device."""
+        if numa_node is None and device is not None:
+            numa_node = self._devices[device].numa_node
+        self._memory.allocs[base].numa_node = numa_node
+
+    @locked
+    def alloc_pageable(
+        self, nbytes: int, device: int | None, *, numa_node: int | None = None
+    ) -> int:
+        self._tick()
+        if device is not None:
+            self._device(device)
+        if nbytes <= 0:
+            raise UsageError(f"host allocation size must be positive, got {nbytes}")
+        base = self._memory.alloc_host(nbytes)
+        self._memory.allocs[base].pageable = True
+        self._place(base, device, numa_node)
+        return base
+
+    @locked
+    def free_pageable(self, pointer: int) -> None:
+        self._tick()
+        alloc = self._memory.allocs.get(pointer)
+        if alloc is None or not alloc.pageable:
+            raise UsageError(f"0x{pointer:x} is not pageable memory allocated by this backend")
+        self._free(pointer, True, "free_pageable")
+
+    def numa_nodes(self) -> tuple[int, ...]:
+        """The modelled host's nodes: those of its devices (node 0 where none is given)."""
+        return tuple(sorted({0 if d.numa_node is None else d.numa_node for d in self._devices}))
+
+    @locked
+    def host_numa_node(self, pointer: int) -> int | None:
+        found = self._memory.find(pointer, 1)
+        return None if found is None else found[0].numa_node
+
+    def _alloc_pinned(self, nbytes: int, device: int | None) -> int:
         self._tick()
         if device is not None:
             self._device(device)

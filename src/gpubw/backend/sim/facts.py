@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from gpubw.hw.counters import NVLINK_KINDS
 from gpubw.hw.nvml import NodeFacts, facts_from_dict, parse_pcie
 
 #: GT/s per lane, by PCIe generation
@@ -41,6 +42,12 @@ DEFAULTS_BY_NAME: dict[str, dict[str, Any]] = {
     },
 }  # fmt: skip
 OTHER_DEFAULTS: dict[str, Any] = {"pcie": "gen4 x16", "vbios": "95.02.00.00.01 (simulated)"}
+#: a healthy device's counters (what sysfs and NVML show for a GPU without errors)
+HEALTHY_COUNTERS: dict[str, int] = {
+    "pcie_replay": 0, "aer_correctable": 0, "aer_nonfatal": 0, "aer_fatal": 0,
+    "remapped_rows_correctable": 0, "remapped_rows_uncorrectable": 0, "remap_pending": 0,
+    "remap_failed": 0,
+}  # fmt: skip
 #: the host's huge pages when a system file does not say: 2 MiB pages, 128 GiB free
 DEFAULT_HUGE_PAGES = (2 << 20, 65536)
 
@@ -49,55 +56,117 @@ def _serial(uuid: str) -> str:
     return str(int(hashlib.sha1(uuid.encode()).hexdigest()[:10], 16)).zfill(13)[:13]
 
 
-def device_specs(model: Any) -> list[dict[str, Any]]:
-    """Per device, the facts spec (:func:`gpubw.hw.nvml.facts_from_dict`'s device keys)."""
-    spec: Mapping[str, Any] = getattr(model, "nvml", None) or {}
-    common = spec.get("device", {})
-    per = spec.get("devices", {})
-    others: Mapping[str, Sequence[int]] = getattr(model, "other_processes", None) or {}
+def device_specs(model: Any, *, later: bool = False, now: float = 0.0) -> list[dict[str, Any]]:
+    """Per device, the facts spec (:func:`gpubw.hw.nvml.facts_from_dict`'s device keys):
+    ``later`` (every reading after a backend's first: the end of a run, between soak
+    repetitions) with the model's ``nvml_end`` over ``nvml``; at virtual time ``now`` (the
+    model's throttle, once it holds, and the processes of that moment)."""
+    layers: list[Mapping[str, Any]] = [getattr(model, "nvml", None) or {}]
+    if later:
+        layers.append(getattr(model, "nvml_end", None) or {})
     out = []
     for d in model.devices:
         i = d.ordinal
-        s: dict[str, Any] = {
-            "name": d.name,
-            "uuid": d.uuid,
-            "serial": _serial(d.uuid),
-            "pci_bus_id": d.pci_bus_id,
-            "ecc_enabled": True,
-            "ecc_pending": True,
-            "ecc_volatile_corrected": 0,
-            "ecc_volatile_uncorrected": 0,
-            "persistence_mode": True,
-            "mig_enabled": False,
-            "clocks": {
-                "sm_mhz": d.clock_khz // 1000,
-                "sm_max_mhz": d.clock_khz // 1000,
-                "memory_mhz": d.memory_clock_khz // 1000,
-                "memory_max_mhz": d.memory_clock_khz // 1000,
-                "reasons": [],
-            },
-        }
-        s.update(DEFAULTS_BY_NAME.get(d.name, OTHER_DEFAULTS))
-        s.update(common)
-        s.update(per.get(str(i), {}))
+        s = _healthy(model, d)
+        for spec in layers:
+            for part in (spec.get("device", {}), spec.get("devices", {}).get(str(i), {})):
+                counters = {**s.get("counters", {}), **part.get("counters", {})}
+                s.update(part)
+                s["counters"] = counters
         if isinstance(s.get("nvlink"), Mapping) and "peers" not in s["nvlink"]:
             peers = sorted({b for a, b in model.peers if a == i} | {a for a, b in model.peers
                                                                      if b == i})  # fmt: skip
             s["nvlink"] = {**s["nvlink"], "peers": peers}
-        if str(i) in others:
-            s["processes"] = [*s.get("processes", ()), *others[str(i)]]
+        _link_rows(s)
+        pids = processes_at(model, i, now)
+        if pids:
+            s["processes"] = [*s.get("processes", ()), *pids]
+        _throttled(model, i, now, s)
         out.append(s)
     return out
 
 
-def node_facts(model: Any) -> NodeFacts:
-    """The simulated node's facts (``simulated=True``)."""
+def processes_at(model: Any, device: int, now: float) -> list[int]:
+    """The other programs' compute processes on ``device`` at virtual time ``now``: a
+    system file's ``other_processes`` entry is a list of pids (there all the time) or
+    ``{"pids": [...], "from_s": 0, "until_s": 2.5}`` (there in that span of the run)."""
+    entry = (getattr(model, "other_processes", None) or {}).get(str(device))
+    if entry is None:
+        return []
+    if isinstance(entry, Mapping):
+        lo, hi = entry.get("from_s", 0.0), entry.get("until_s", float("inf"))
+        return list(entry["pids"]) if lo <= now < hi else []
+    return list(entry)
+
+
+def _link_rows(s: dict[str, Any]) -> None:
+    """An NVLink of n active links gets n rows of error counts (zeros unless given) and the
+    totals in ``counters`` (``nvlink_replay``, ...)."""
+    nv = s.get("nvlink")
+    if not isinstance(nv, Mapping):
+        return
+    rows = [list(r) for r in nv.get("errors", ())] or [[0, 0, 0, 0]] * int(
+        nv.get("links_active", 0)
+    )
+    s["nvlink"] = {**nv, "errors": rows}
+    counters = s.setdefault("counters", {})
+    for k, kind in enumerate(NVLINK_KINDS):
+        name = f"nvlink_{kind}"
+        if name not in counters:
+            counters[name] = sum(r[k] for r in rows)
+
+
+def _throttled(model: Any, device: int, now: float, s: dict[str, Any]) -> None:
+    """The model's throttle, once it holds: clocks at its factor, its reason, hot."""
+    t = getattr(model, "throttle", None)
+    if t is None or not t.holds(device, now):
+        return
+    clocks = dict(s.get("clocks", {}))
+    if clocks.get("sm_mhz") is not None:
+        clocks["sm_mhz"] = int(clocks["sm_mhz"] * t.factor)
+    clocks["reasons"] = sorted({*clocks.get("reasons", ()), t.reason})
+    clocks["temperature_c"] = t.temperature_c
+    s["clocks"] = clocks
+
+
+def _healthy(model: Any, d: Any) -> dict[str, Any]:
+    """The facts of a healthy device of ``d``'s kind (before a system file's ``nvml``)."""
+    s: dict[str, Any] = {
+        "name": d.name,
+        "uuid": d.uuid,
+        "serial": _serial(d.uuid),
+        "pci_bus_id": d.pci_bus_id,
+        "ecc_enabled": True,
+        "ecc_pending": True,
+        "ecc_volatile_corrected": 0,
+        "ecc_volatile_uncorrected": 0,
+        "persistence_mode": True,
+        "mig_enabled": False,
+        "clocks": {
+            "sm_mhz": d.clock_khz // 1000,
+            "sm_max_mhz": d.clock_khz // 1000,
+            "memory_mhz": d.memory_clock_khz // 1000,
+            "memory_max_mhz": d.memory_clock_khz // 1000,
+            "reasons": [],
+            "temperature_c": 38,
+            "power_w": 120.0,
+            "power_limit_w": 700.0,
+        },
+        "pci_device_id": d.pci_device_id,
+        "counters": dict(HEALTHY_COUNTERS),
+    }
+    s.update(DEFAULTS_BY_NAME.get(d.name, OTHER_DEFAULTS))
+    return s
+
+
+def node_facts(model: Any, *, later: bool = False, now: float = 0.0) -> NodeFacts:
+    """The simulated node's facts (``simulated=True``); see :func:`device_specs`."""
     return facts_from_dict(
         {
             "driver_version": f"{model.driver_version} (simulated)",
             "nvml_version": "13.580 (simulated)",
             "cuda_driver_version": model.cuda_driver,
-            "devices": device_specs(model),
+            "devices": device_specs(model, later=later, now=now),
         }
     )
 
@@ -108,27 +177,49 @@ def _is_index(key: str, n: int) -> bool:
     return key.isdecimal() and len(key) <= 9 and int(key) < n
 
 
-def check_spec(nvml: Any, other_processes: Any, n: int) -> None:
-    """Validate a system file's ``nvml`` and ``other_processes``; ValueError naming the key."""
+def check_spec(nvml: Any, other_processes: Any, n: int, key: str = "nvml") -> None:
+    """Validate a system file's ``nvml`` (or ``nvml_end``: ``key``) and ``other_processes``;
+    ValueError naming the key."""
     if not isinstance(nvml, Mapping) or set(nvml) - {"device", "devices"}:
-        raise ValueError("nvml must be an object with 'device' (every device) and/or 'devices'")
+        raise ValueError(f"{key} must be an object with 'device' (every device) and/or 'devices'")
     per = nvml.get("devices", {})
     if not isinstance(per, Mapping) or not all(_is_index(k, n) for k in per):
-        raise ValueError(f"nvml.devices must map device indexes '0'..'{n - 1}' to facts")
+        raise ValueError(f"{key}.devices must map device indexes '0'..'{n - 1}' to facts")
     specs = [nvml.get("device", {}), *per.values()]
     try:
         facts_from_dict({"devices": specs})
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"nvml: {exc}") from None
+        raise ValueError(f"{key}: {exc}") from None
     if not isinstance(other_processes, Mapping):
         raise ValueError("other_processes must map device indexes to lists of process ids")
-    for k, pids in other_processes.items():
+    for k, entry in other_processes.items():
         if not _is_index(k, n):
             raise ValueError(f"other_processes: {k[:40]!r} is not a device index '0'..'{n - 1}'")
-        if not isinstance(pids, list) or not all(
-            isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in pids
-        ):
-            raise ValueError(f"other_processes[{k!r}] must be a list of process ids (> 0)")
+        _check_processes(f"other_processes[{k!r}]", entry)
+
+
+def _pids(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in value
+    )
+
+
+def _check_processes(where: str, entry: Any) -> None:
+    """A list of pids, or ``{"pids": [...], "from_s": a, "until_s": b}`` (a span of the
+    run's virtual time)."""
+    if isinstance(entry, Mapping):
+        if set(entry) - {"pids", "from_s", "until_s"} or not _pids(entry.get("pids")):
+            raise ValueError(
+                f'{where} must be a list of process ids (> 0) or {{"pids": [...], "from_s": '
+                'seconds, "until_s": seconds}'
+            )
+        for bound in ("from_s", "until_s"):
+            v = entry.get(bound, 0.0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e9:
+                raise ValueError(f"{where}.{bound} must be seconds in [0, 1e9], got {v!r}")
+        return
+    if not _pids(entry):
+        raise ValueError(f"{where} must be a list of process ids (> 0)")
 
 
 def link_factor(pcie: Any) -> float:

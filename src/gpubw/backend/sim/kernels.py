@@ -81,10 +81,8 @@ def memcpy_op(c: Launch, dst: int, src: int, nbytes: int) -> Op:
     if d_alloc.members is not None:
         op.flows = [multicast_flow(c, s_alloc.device, d_alloc, nbytes, "ce", jit)]
     else:
-        op.flows = [
-            Flow(res, peak, nbytes, jit)
-            for res, peak in [path(c.model, s_alloc.device, d_alloc.device, "ce", staged)]
-        ]
+        res, peak = path(c.model, s_alloc.device, d_alloc.device, "ce", staged)
+        op.flows = [Flow(res, peak * rate_factor(c, res, s_alloc, d_alloc), nbytes, jit)]
     measured = c.stream.gated and nbytes >= 4096
 
     def effect() -> None:
@@ -119,8 +117,11 @@ def _copy_kernel(
     if mc is not None and not split:
         op.flows.append(multicast_flow(c, src_loc, mc, elements * ELEMENT_BYTES * loops, "sm", jit))
     else:
+        ends = (memory.find(src, 1), found)
+        s_alloc, d_alloc = (None if e is None else e[0] for e in ends)
         for a, b, count in parts:
             res, peak = path(c.model, a, b, "sm", False)
+            peak *= rate_factor(c, res, s_alloc, d_alloc)
             op.flows.append(Flow(res, peak, count * ELEMENT_BYTES * loops, jit))
     measured = c.stream.gated and nbytes >= 4096
 
@@ -140,6 +141,26 @@ def _copy_kernel(
 
     op.effect = effect
     return op
+
+
+def rate_factor(c: Launch, resources: Any, src: Alloc | None, dst: Alloc | None) -> float:
+    """The share of its path's peak a copy between ``src`` and ``dst`` gets: pageable host
+    memory (the driver stages it), host memory on another NUMA node than the GPU's, a GPU
+    held down (the model's throttle, once its moment has passed)."""
+    model = c.model
+    factor = 1.0
+    for host, other in ((src, dst), (dst, src)):
+        if host is None or host.device is not None:
+            continue
+        if host.pageable:
+            factor *= model.pageable_factor
+        gpu = None if other is None else other.device
+        gpu_node = None if gpu is None else model.devices[gpu].numa_node
+        if host.numa_node is not None and gpu_node is not None and host.numa_node != gpu_node:
+            factor *= model.remote_numa_factor
+    if model.throttle is not None:
+        factor *= model.throttle.factor_for(resources, c.now)
+    return factor
 
 
 def stored_to(alloc: Alloc) -> list[Alloc]:
@@ -197,7 +218,7 @@ def gate_wait(c: Launch, flag: int, timeout_ns: int, status: int) -> Op:
             # cannot be seen here; by the cross-rank protocol it comes right after every rank
             # queued its copies, so the gate is open as soon as it runs
             return True
-        return struct.unpack("<i", memory.read(found[0], found[1], 4).tobytes())[0] != 0
+        return bool(struct.unpack("<i", memory.read(found[0], found[1], 4).tobytes())[0] != 0)
 
     def on_timeout() -> None:
         found = memory.find(status, 4)

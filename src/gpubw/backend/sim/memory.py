@@ -210,6 +210,9 @@ class Alloc:
     #: memory another process may store to, unseen here: a shadow import, or an export of a
     #: process's own engine (a real MPI run of simulated ranks; rank views share one engine)
     foreign: bool = False
+    #: host memory: pageable (not pinned), and the NUMA node its pages are on (None: unknown)
+    pageable: bool = False
+    numa_node: int | None = None
 
     @property
     def where(self) -> str:
@@ -219,7 +222,7 @@ class Alloc:
 @functools.lru_cache(maxsize=16)
 def parity_mask(n: int, parity: int) -> np.ndarray:
     """Bytes of [0, n) (relative to a buffer pointer) in groups of the given parity."""
-    mask = class_of(np.arange(n, dtype=np.int64)) == parity
+    mask: np.ndarray = class_of(np.arange(n, dtype=np.int64)) == parity
     mask.flags.writeable = False
     return mask
 
@@ -404,7 +407,8 @@ class Memory:
     # -- content ----------------------------------------------------------------------------
     def read(self, alloc: Alloc, off: int, n: int) -> np.ndarray:
         if alloc.data is not None:
-            return alloc.data[off : off + n].copy()
+            content: np.ndarray = alloc.data[off : off + n].copy()
+            return content
         assert alloc.sym is not None
         return alloc.sym.materialize(off, n, self.patterns)
 

@@ -49,17 +49,17 @@ def _finite(value: float) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def _positive(instance: object, attribute: attrs.Attribute, value: float) -> None:
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not (_finite(value) and value > 0):
         raise ValueError(f"{attribute.name} must be a positive finite number, got {value!r}")
 
 
-def _non_negative(instance: object, attribute: attrs.Attribute, value: float) -> None:
+def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not (_finite(value) and value >= 0):
         raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
 
 
-def _factor(instance: object, attribute: attrs.Attribute, value: float) -> None:
+def _factor(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not (_finite(value) and MIN_FACTOR <= value <= 1):
         raise ValueError(f"{attribute.name} must be in [{MIN_FACTOR:g}, 1], got {value!r}")
 
@@ -67,7 +67,7 @@ def _factor(instance: object, attribute: attrs.Attribute, value: float) -> None:
 def _in_range(low: float, high: float) -> Any:
     """An attrs validator: a finite number in [low, high]."""
 
-    def check(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
         if not (_finite(value) and low <= value <= high):
             raise ValueError(f"{attribute.name} must be in [{low:g}, {high:g}], got {value!r}")
 
@@ -119,6 +119,41 @@ class Overheads:
     memcpy: float = attrs.field(default=1.5e-6, validator=_overhead)
     host_call: float = attrs.field(default=1e-6, validator=_overhead)
     gate_poll: float = attrs.field(default=0.5e-6, validator=_overhead)
+
+
+def _reason(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    from gpubw.hw.nvml import THROTTLE_REASONS
+
+    known = [name for _, name in THROTTLE_REASONS]
+    if value not in known:
+        raise ValueError(f"throttle.reason must be one of {', '.join(known)}, got {value!r}")
+
+
+def _devices_or_none(value: Iterable[int] | None) -> tuple[int, ...] | None:
+    return None if value is None else tuple(int(v) for v in value)
+
+
+@attrs.frozen
+class Throttle:
+    """A GPU held down from a moment on (a soak's heat or power cap, modelled): once the
+    host's virtual clock passes ``after_s``, copies that involve one of ``devices`` (None:
+    every device) run at ``factor``, and the NVML facts show its clocks at ``factor``, the
+    ``reason`` active and ``temperature_c``."""
+
+    after_s: float = attrs.field(validator=_in_range(0.0, 1e9))
+    factor: float = attrs.field(default=0.7, validator=_factor)
+    reason: str = attrs.field(default="hw_thermal_slowdown", validator=_reason)
+    devices: tuple[int, ...] | None = attrs.field(default=None, converter=_devices_or_none)
+    temperature_c: int = 87
+
+    def holds(self, device: int, now: float) -> bool:
+        """Whether ``device`` is held down at virtual time ``now``."""
+        return now >= self.after_s and (self.devices is None or device in self.devices)
+
+    def factor_for(self, resources: Iterable[Resource], now: float) -> float:
+        """The rate factor of a copy over ``resources`` started at ``now``."""
+        held = any(r != HOSTMEM and self.holds(r[1], now) for r in resources)
+        return self.factor if held else 1.0
 
 
 def _device_tuple(value: Iterable[DeviceInfo]) -> tuple[DeviceInfo, ...]:
@@ -193,6 +228,15 @@ class SimSystem:
     #: faults of single simulated ranks, by rank (a system file's ``"rank_faults"``); a rank
     #: not listed gets ``faults``
     rank_faults: Mapping[int, Faults] = attrs.field(factory=dict)
+    #: a copy engine copy from or to pageable host memory runs at this share of the pinned rate
+    pageable_factor: float = attrs.field(default=0.45, validator=_factor)
+    #: a copy between a GPU and host memory on another NUMA node runs at this share
+    remote_numa_factor: float = attrs.field(default=0.8, validator=_factor)
+    #: GPUs held down from a moment on (None: never): a system file's ``"throttle"``
+    throttle: Throttle | None = None
+    #: NVML-like facts read after the first reading (the end of a run, between soak
+    #: repetitions): {"device": {...}, "devices": {"3": {...}}} over ``nvml``
+    nvml_end: Mapping[str, Any] = attrs.field(factory=dict)
 
     def faults_of_rank(self, rank: int | None) -> Faults | None:
         """The faults simulated rank ``rank`` runs with (None: none given)."""

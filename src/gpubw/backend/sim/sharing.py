@@ -58,11 +58,11 @@ S = TypeVar("S")
 def locked(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
     """Run a facade method holding its engine's lock (rank threads share one engine)."""
 
-    @functools.wraps(method)
-    def wrapper(self: S, *args: P.args, **kwargs: P.kwargs) -> R:
+    def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
         with self._shared.lock:  # type: ignore[attr-defined]
             return method(self, *args, **kwargs)
 
+    functools.update_wrapper(wrapper, method)
     return wrapper
 
 
@@ -289,7 +289,8 @@ class SharingMixin:
             raise CudaError(call, "CUDA_ERROR_ALREADY_MAPPED", "imported twice")
         alloc.mapped_by.add(g)
         self._imports[alloc.base] = alloc
-        return alloc.base
+        base: int = alloc.base
+        return base
 
     @locked
     def close_import(self, pointer: int) -> None:
@@ -378,7 +379,8 @@ class SharingMixin:
         part = self._joined.get(mc.id)
         if part is None:
             self._joined[mc.id] = Joined(mc, g, created=False)
-        return mc.id
+        joined: int = mc.id
+        return joined
 
     @locked
     def multicast_map(self, key: int) -> int:
