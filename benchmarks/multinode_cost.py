@@ -1,6 +1,6 @@
 """Where the time of a multinode run goes under a real MPI launcher (issue 23 item 6).
 
-    mpirun -np 2 python3 benchmarks/multinode_cost.py OUTDIR [gpubw options ...]
+    mpirun -np 2 python3 benchmarks/multinode_cost.py OUTDIR [--poll-max-us U] [gpubw options ...]
 
 Runs ``gpubw [gpubw options]`` in every rank, in this process, with timers around the parts
 of a multinode testcase: each cell (one ``measure_ranks`` call), each collective of the world
@@ -14,6 +14,10 @@ OUTDIR/cost-rank<R>.json (every cell and testcase); rank 0 prints one line per t
 
     key  cells  cell wall (ms)  copies (ms)  outside (ms)  share  collectives/cell  (ms)
     allocations (ms, per testcase)  testcase wall outside cells (ms)
+
+``--poll-max-us U`` sets the longest sleep between two polls of a waiting MPI rank
+(``gpubw.world.mpi._MAX_SLEEP_S``, 200 µs in gpubw) for this run: what the agreements cost
+with a tighter poll.
 
 Times are means per cell in milliseconds, from rank 0 (the issuing rank of half the cells of a
 2-rank N x N testcase; its collective time then includes waiting for the other rank's
@@ -175,6 +179,11 @@ def main() -> int:
         print(__doc__)
         return 2
     out, args = sys.argv[1], sys.argv[2:]
+    if args[:1] == ["--poll-max-us"]:
+        from gpubw.world import mpi
+
+        mpi._MAX_SLEEP_S = float(args[1]) * 1e-6
+        args = args[2:]
     os.makedirs(out, exist_ok=True)
     _install()
     start = time.perf_counter()
