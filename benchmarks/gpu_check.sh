@@ -66,6 +66,13 @@
 #   sampler      issue 21: a second gpubw that starts and ends inside a ~40-s testcase
 #   soak         issue 21: --soak ${SOAK:-5m} of host and device-memory testcases -> $OUT/soak-<tag>.json
 #   example      issue 22: install plugins/gpubw-example and run its testcase on the GPUs
+#   cost         issue 23 item 6: benchmarks/multinode_cost.py under mpirun -np COST_NP (default 2;
+#                several ranks share a GPU when there are fewer), COST_SEL (default -p multinode)
+#                at COST_MIB (default "512 2") MiB: each cell's time outside the copies, the
+#                collectives and allocations -> $OUT/cost-<tag>-np<N>-b<MiB>/cost-rank<R>.json
+#   nvbwmn       issue 23 item 6: build NVIDIA nvbandwidth's multinode flavour from the source
+#                carried in .nvbw-src/ (never committed; needs CMake, Boost and Open MPI on the
+#                machine) and run it under mpirun -np 2: what it measures, or why it cannot
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
 tag=$1; shift
@@ -90,6 +97,36 @@ suite() {  # name: run the default suite, time the whole process
 for step in "$@"; do
   echo "== $step $(date -u +%T)"
   case $step in
+    cost)  # issue 23 item 6: where a multinode cell's time goes, ranks under the image's Open MPI
+      for np in ${COST_NP:-2}; do for mib in ${COST_MIB:-512 2}; do
+        s=$(date +%s.%N); name="cost-$tag-np$np-b$mib"
+        timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$np" -x NCCL_NVLS_ENABLE \
+          -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x GPUBW_CACHE_DIR -x PYTHONPATH \
+          -x PYTHONUNBUFFERED python3 benchmarks/multinode_cost.py "$OUT/$name" ${COST_SEL:--p multinode} \
+          -b "$mib" -j -o "$OUT/$name.json" 2>> "$OUT/log-$tag.txt" | grep -v '^[{} ]'
+        echo "cost -np $np -b $mib rc=$? wall=$(python3 -c "print(round($(date +%s.%N)-$s,1))")s"
+      done; done ;;
+    nvbwmn)  # issue 23 item 6: nvbandwidth's multinode build, where the machine allows it
+      for tool in cmake mpicc mpicxx nvcc; do echo " $tool: $(command -v $tool || echo missing)"; done
+      echo " boost headers: $(ls -d /usr/include/boost/program_options 2>/dev/null || echo missing)"
+      if [ -d .nvbw-src ]; then
+        rm -rf /tmp/nvbw-mn && cp -r .nvbw-src /tmp/nvbw-mn && cd /tmp/nvbw-mn && boost=()
+        if [ -d po-src ]; then  # Boost.Program_Options built here against the machine's headers
+          mkdir -p po && for f in po-src/*.cpp; do g++ -O2 -std=c++17 -c "$f" -o "po/$(basename "$f" .cpp).o"; done
+          ar rcs po/libboost_program_options.a po/*.o
+          boost=(-DBoost_NO_BOOST_CMAKE=ON -DBOOST_LIBRARYDIR=/tmp/nvbw-mn/po -DBoost_USE_STATIC_LIBS=ON)
+        fi
+        timeout 300 cmake -DMULTINODE=1 -DCMAKE_CUDA_ARCHITECTURES=90 "${boost[@]}" . > "$OUT/nvbwmn-build-$tag.txt" 2>&1 && \
+          timeout 300 make -j 16 >> "$OUT/nvbwmn-build-$tag.txt" 2>&1
+        echo " build rc=$?"; tail -5 "$OUT/nvbwmn-build-$tag.txt"
+        if [ -x /tmp/nvbw-mn/nvbandwidth ]; then
+          timeout 300 mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE /tmp/nvbw-mn/nvbandwidth \
+            -t multinode_device_to_device_memcpy_read_ce multinode_device_to_device_memcpy_write_ce > "$OUT/nvbwmn-$tag.txt" 2>&1
+          # never its broadcast testcases: they create multicast objects (not on a lent machine)
+          echo " nvbandwidth multinode rc=$?"; tail -25 "$OUT/nvbwmn-$tag.txt"
+        fi
+        cd - > /dev/null
+      fi ;;
     multinode)  # (mn-testcases) 2 ranks under the image's Open MPI + mpi4py, multicast variables kept
       python3 -c "from mpi4py import MPI; print(' mpi4py uses', MPI.Get_library_version().splitlines()[0])"
       for run in "multinode -p multinode" "mpi-suite"; do

@@ -1,44 +1,59 @@
-"""Wall time of the multinode testcases on a simulated GB200 rack of N GPUs (ranks emulated in
-one process, as ``gpubw --simulate gb200nvl72 -p multinode`` does for N = 72).
+"""Time of the multinode testcases on a simulated GB200 rack of N GPUs (ranks emulated in one
+process, as ``gpubw --simulate gb200nvl72 -p multinode`` does for N = 72).
 
-    python benchmarks/multinode_scale.py N [--sample-pairs K|FRACTION] [-t KEY ...]
+    python benchmarks/multinode_scale.py N [--sample-pairs K|FRACTION] [-t KEY ...] [-i S]
 
-The first N GPUs of the gb200nvl72 preset (hosts of 4) form the rack; every option but N is
-gpubw's default unless given. Prints one line: N, sampling, testcases, seconds, statuses.
+N GPUs on hosts of 4, every GPU reaching every other over NVLink (one NVLink domain: the
+first N GPUs of the gb200nvl72 preset for N <= 72; beyond 72, a rack of that kind with N
+GPUs, as one NVLink domain, which no product of today is); every option but N is gpubw's
+default unless given. Prints one line: N, sampling, testcases, wall seconds, CPU seconds
+(user + system of this process), the 1-minute load average before and after, collectives
+and rank turns, statuses.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import os
+import resource
 import time
 
 import attrs
 
 from gpubw import api
-from gpubw.backend.presets import gb200nvl72
+from gpubw.backend.presets import GB200_PER_HOST, gb200_device, gb200nvl72
 from gpubw.backend.sim import SimSystem
+from gpubw.backend.sim.model import iter_pairs
 from gpubw.measure.sampling import parse_sample_pairs
 from gpubw.model.options import RunOptions
 from gpubw.runner import core as runner
 from gpubw.runner.simulation import Simulation
+from gpubw.world import tasks
 
 
 def rack(n: int) -> SimSystem:
+    """N GB200 GPUs on hosts of 4, one NVLink domain."""
+    if n % GB200_PER_HOST or not 0 < n <= 1024:
+        raise SystemExit(f"N must be a multiple of 4 up to 1024 (hosts of 4 GPUs), got {n}")
     full = gb200nvl72()
-    if n % 4:
-        raise SystemExit(f"N must be a multiple of 4 (hosts of 4 GPUs), got {n}")
+    devices = tuple(gb200_device(full.name, i) for i in range(n))
     return attrs.evolve(
         full,
-        devices=full.devices[:n],
-        host_links=full.host_links[:n],
-        peers={p: r for p, r in full.peers.items() if max(p) < n},
-        hosts=(4,) * (n // 4),
+        devices=devices,
+        host_links=(full.host_links[0],) * n,
+        peers=dict.fromkeys(iter_pairs(n), full.peers[(0, 1)]),
+        hosts=(GB200_PER_HOST,) * (n // GB200_PER_HOST),
     )
 
 
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("n", type=int)
     p.add_argument("--sample-pairs", type=parse_sample_pairs)
     p.add_argument("-t", nargs="+", default=[])
@@ -49,12 +64,26 @@ def main() -> None:
     )
     selection, _ = api.select(args.t, [] if args.t else ["multinode"])
     model = rack(args.n)
-    start = time.perf_counter()
+    hubs: list[tasks.TaskHub] = []
+    made = tasks.TaskHub.__init__
+
+    def record(self: tasks.TaskHub, *a: object, **k: object) -> None:
+        made(self, *a, **k)  # type: ignore[arg-type]
+        hubs.append(self)
+
+    tasks.TaskHub.__init__ = record  # type: ignore[method-assign]
+    load, cpu, start = os.getloadavg()[0], _cpu(), time.perf_counter()
     report = runner.run(runner.RunSpec(selection, options, simulation=Simulation("rack", model)))
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _cpu() - cpu
     counts = collections.Counter(t.status.value for t in report.testcases)
     what = ",".join(args.t) if args.t else "-p multinode"
-    print(f"N={args.n} sample={args.sample_pairs} {what} {seconds:.1f} s {dict(counts)}")
+    steps = sum(h.steps for h in hubs)
+    turns = sum(h.turns for h in hubs)
+    print(
+        f"N={args.n} sample={args.sample_pairs} {what} wall {seconds:.1f} s cpu {cpu:.1f} s "
+        f"load {load:.1f}->{os.getloadavg()[0]:.1f} collectives {steps} turns {turns} "
+        f"{dict(counts)}"
+    )
 
 
 if __name__ == "__main__":

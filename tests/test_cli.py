@@ -660,9 +660,8 @@ def test_streaming_writer_bug_is_a_plugin_error(capsys, monkeypatch):
 def test_a_signal_during_a_simulated_rack_run_is_in_its_report(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """SIGINT while a simulated rack's ranks run (on threads a signal cannot stop): the run
-    finishes, and the report and the exit code say it was signalled (130), as before the
-    report-final rule; it is not lost as a clean 0."""
+    """SIGINT as a simulated rack's ranks start stops them as it stops one process (issue
+    23): the report is written, interrupted, exit 130, nothing run after the signal."""
     from gpubw.runner import core
 
     run_rack = core.run_rack
@@ -677,4 +676,4 @@ def test_a_signal_during_a_simulated_rack_run_is_in_its_report(
     assert cli.main(argv) == 130
     doc = json.loads(out.read_text())
     assert doc["interrupted"] is True and doc["exit_code"] == 130
-    assert [t["status"] for t in doc["testcases"]] == ["Passed"]
+    assert [t["status"] for t in doc["testcases"]] in ([], ["Interrupted"])

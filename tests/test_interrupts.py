@@ -16,7 +16,7 @@ from gpubw.runner import interrupts
 from gpubw.runner.interrupts import SignalGuard
 
 
-def wait_until(condition: Any, timeout: float = 5.0) -> None:
+def wait_until(condition: Any, timeout: float = 60.0) -> None:
     end = time.monotonic() + timeout
     while not condition() and time.monotonic() < end:
         time.sleep(0.01)
@@ -102,27 +102,55 @@ def test_watchdog_stands_down_when_the_run_ends_in_time(monkeypatch):
     exits: list[int] = []
     monkeypatch.setattr(interrupts.os, "_exit", exits.append)
     written: list[str] = []
-    guard = SignalGuard(grace_s=0.3)
+    guard = SignalGuard(grace_s=600)  # "in time" whatever the machine's load
     guard.snapshot = lambda: "the report so far"
     guard.emergency_write = written.append
     guard.install()
     try:
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.02)
+        wait_until(lambda: guard._watchdog is not None)
+        assert guard._watchdog is not None, "a second signal starts the watchdog"
     finally:
         guard.uninstall()
-    time.sleep(0.5)
+    guard._watchdog.join(timeout=60)
+    assert not guard._watchdog.is_alive()
     assert written == [] and exits == []
+
+
+class _Elapsed(threading.Event):
+    """The run's end, as the watchdog sees it: its first grace period is over at once."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.is_set()
+
+
+class _WatchedLock:
+    """The report's write lock, saying when the watchdog starts waiting for it."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self.watchdog_waits = threading.Event()
+
+    def acquire(self, *args: Any, **kwargs: Any) -> bool:
+        if threading.current_thread().name == "gpubw-signal-watchdog":
+            self.watchdog_waits.set()
+        return bool(self.lock.acquire(*args, **kwargs))
+
+    def release(self) -> None:
+        self.lock.release()
 
 
 def test_watchdog_waits_for_the_complete_report_being_written(monkeypatch):
     """While the main thread writes the complete report, the watchdog does not write its
-    own; once the main thread is done, it stands down."""
+    own (it waits for the write, past its first grace period); once the main thread is done,
+    it stands down. No step depends on how fast the machine is."""
     exits: list[int] = []
     monkeypatch.setattr(interrupts.os, "_exit", exits.append)
     written: list[str] = []
-    guard = SignalGuard(grace_s=0.1)
+    guard = SignalGuard(grace_s=600)
+    guard._done = _Elapsed()
+    lock = guard._write_lock = _WatchedLock(guard._write_lock)
     guard.snapshot = lambda: "partial"
     guard.emergency_write = written.append
     guard.install()
@@ -130,8 +158,10 @@ def test_watchdog_waits_for_the_complete_report_being_written(monkeypatch):
         guard.writing()
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.15)  # past the first grace period, within the second
+        assert lock.watchdog_waits.wait(60), "the watchdog waits for the report's write"
     finally:
         guard.uninstall()
-    time.sleep(0.3)
+    assert guard._watchdog is not None
+    guard._watchdog.join(timeout=60)
+    assert not guard._watchdog.is_alive()
     assert written == [] and exits == []

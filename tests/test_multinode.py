@@ -555,18 +555,37 @@ def test_more_ranks_than_gpus_is_warned_once_per_host() -> None:
 
 
 def test_bad_sample_pairs(capsys: pytest.CaptureFixture[str]) -> None:
-    """A bad --sample-pairs is a usage error before anything runs; a count below N fails the
-    N x N testcases only, naming the flag."""
+    """A bad --sample-pairs, or a count below N (naming the minimum), is a usage error before
+    anything runs; so is a negative --seed."""
     from gpubw.cli.command import main
 
     assert main(["--simulate", "h200x2", "--sample-pairs", "abc", "-t", "4"]) == 2
     assert "--sample-pairs" in capsys.readouterr().err
     code = main(["--simulate", "h200x2", "-b", "1MiB", "-i", "1", "--sample-pairs", "1", "-j",
                  "-t", "4", "0"])  # fmt: skip
-    doc = json.loads(capsys.readouterr().out)
-    assert code == 1
-    assert [t["status"] for t in doc["testcases"]] == ["Error", "Passed"]
-    assert doc["testcases"][0]["message"].startswith("--sample-pairs 1: a sample of 1 pair")
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert "N = 2 devices" in captured.err and "at least 2" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+    assert main(["--simulate", "h200x2", "--seed", "-1", "-t", "4"]) == 2
+    assert "'-1' must be at least 0" in capsys.readouterr().err
+
+
+def test_a_rack_refuses_a_sample_below_n_before_any_rank_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--simulate gb200nvl72 -p multinode --sample-pairs 8: exit 2 naming 72, nothing run."""
+    from gpubw.cli.command import main
+
+    assert main(["--simulate", "gb200nvl72", "-p", "multinode", "--sample-pairs", "8"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "ask for at least 72" in captured.err
+
+
+def test_a_negative_seed_is_refused_by_the_options() -> None:
+    """RunOptions(seed=-1) is refused, naming the value and the range."""
+    with pytest.raises(ValueError, match=r"seed must be in \[0, .*got -1"):
+        RunOptions(seed=-1)
 
 
 #: backend calls that make (or need) the device's CUDA context: (method, which argument is

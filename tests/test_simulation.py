@@ -62,3 +62,85 @@ def test_the_opener_makes_the_system_for_its_world() -> None:
         assert system.world is second and system.driven_devices == (1,)
         with pytest.raises(AttributeError):
             system.world = _first  # type: ignore[misc]
+
+
+# -- simulated racks (issue 23): the multinode testcases on ranks that take turns ----------
+def _rack(n: int) -> Simulation:
+    """The first ``n`` GPUs of the gb200nvl72 preset (hosts of 4), as ``--simulate
+    gb200nvl72`` runs them: every rank emulated in this process."""
+    import attrs
+
+    from gpubw.backend.presets import GB200_PER_HOST, gb200nvl72
+
+    full = gb200nvl72()
+    model = attrs.evolve(
+        full,
+        devices=full.devices[:n],
+        host_links=full.host_links[:n],
+        peers={p: r for p, r in full.peers.items() if max(p) < n},
+        hosts=(GB200_PER_HOST,) * (n // GB200_PER_HOST),
+    )
+    return Simulation("gb200nvl72", model)
+
+
+_CI = RunOptions(samples=1, loops=2, buffer_sizes=(1 << 20,))
+
+
+def _rack_run(n: int, options: RunOptions, **spec: object) -> gpubw.Report:
+    from gpubw import api
+    from gpubw.runner import core
+
+    selection, _ = api.select([], ["multinode"])
+    return core.run(core.RunSpec(selection, options, simulation=_rack(n), **spec))  # type: ignore[arg-type]
+
+
+def test_a_rack_runs_every_multinode_cell_at_ci_sizes_within_a_bound() -> None:
+    """``--simulate gb200nvl72 -p multinode`` at CI sizes (8 GPUs on 2 hosts, 1 MiB, one
+    sample), every cell: every testcase Passed, marked simulated, well within 300 s."""
+    import time
+
+    start = time.monotonic()
+    report = _rack_run(8, _CI)
+    assert time.monotonic() - start < 300
+    assert {t.status.value for t in report.testcases} == {"Passed"}
+    assert len(report.testcases) == 13 and report.simulated
+    first = report.testcases[0].matrices[0]
+    assert sum(v is not None for row in first.values for v in row) == 8 * 7
+
+
+def test_a_rack_gives_the_same_figures_for_the_same_seed() -> None:
+    """Ranks take turns in a fixed order: two runs of one seed give the same figures."""
+    options = RunOptions(samples=2, loops=2, buffer_sizes=(1 << 20,), sample_pairs=8, seed=5)
+    one, two = (_rack_run(8, options) for _ in range(2))
+    assert [m.values for t in one.testcases for m in t.matrices] == [
+        m.values for t in two.testcases for m in t.matrices
+    ]
+
+
+@pytest.mark.parametrize(("signame", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_the_first_signal_interrupts_a_rack_run(signame: str, code: int) -> None:
+    """The first SIGINT/SIGTERM, sent while rank 0 starts the second testcase, interrupts
+    that testcase as in one process: the report is complete (the first testcase kept, the
+    second Interrupted, as far as the run went), valid JSON, signalled, exit 130/143."""
+    import os
+    import signal
+
+    from gpubw.api import report_to_json
+    from gpubw.model.events import RunListener
+
+    signum = signal.Signals[signame]
+
+    class KillAtSecond(RunListener):
+        def __init__(self) -> None:
+            self.started = 0
+
+        def testcase_started(self, step: object) -> None:
+            self.started += 1
+            if self.started == 2:
+                os.kill(os.getpid(), signum)
+
+    report = _rack_run(8, _CI, listeners=(KillAtSecond(),), handle_signals=True)
+    statuses = [t.status.value for t in report.testcases]
+    assert statuses == ["Passed", "Interrupted"]
+    assert report.signal == signame and report.exit_code == code
+    assert json.loads(report_to_json(report))["testcases"][1]["status"] == "Interrupted"

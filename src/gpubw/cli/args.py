@@ -15,7 +15,7 @@ from typing import Any
 
 from gpubw.cli.accept import JUDGE_HELP, add_run_options
 from gpubw.cli.parsing import Parser
-from gpubw.model.argtypes import gate_timeout_seconds, loops_int, samples_int, seconds
+from gpubw.model.argtypes import gate_timeout_seconds, loops_int, samples_int, seconds, seed_int
 from gpubw.model.errors import UsageError
 from gpubw.model.options import (
     DEFAULT_LOOPS,
@@ -375,7 +375,7 @@ def _add_rank_options(add: Callable[..., Any]) -> None:
     add(
         "--seed",
         metavar="N",
-        type=int,
+        type=seed_int,
         action=_Once,
         default=0,
         help="seed of --sample-pairs (the same seed measures the same cells; default 0)",

@@ -274,9 +274,11 @@ class RankSync(Sync):
 
     def drain(self, streams: Sequence[Any]) -> None:
         """Also set the device flag (any rank may), so that no rank's streams stay held when
-        the first rank failed before its relay ran."""
-        with contextlib.suppress(GpubwError):
-            self.rank_gate.release()
+        the first rank failed before its relay ran; a rank with no streams holds none
+        behind the flag and leaves it alone."""
+        if streams:
+            with contextlib.suppress(GpubwError):
+                self.rank_gate.release()
         super().drain(streams)
 
 

@@ -10,7 +10,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-from gpubw.model.options import MAX_GATE_TIMEOUT_S, MAX_LOOPS, MAX_SAMPLES
+from gpubw.model.options import MAX_GATE_TIMEOUT_S, MAX_LOOPS, MAX_SAMPLES, MAX_SEED
 
 #: the largest ``--dpi`` of ``gpubw plot`` (a 7-inch-wide panel at 2400 dpi is already
 #: 16800 pixels; more only exhausts memory)
@@ -41,6 +41,8 @@ samples_int = bounded_int(MAX_SAMPLES)
 loops_int = bounded_int(MAX_LOOPS)
 #: plot --dpi
 dpi_int = bounded_int(MAX_DPI)
+#: --seed (of --sample-pairs): 0 or more
+seed_int = bounded_int(MAX_SEED, low=0)
 
 
 def seconds(high: float, low: float = 0.0) -> Callable[[str], float]:

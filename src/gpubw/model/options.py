@@ -46,6 +46,8 @@ DEFAULT_OUTLIER_PCT = 90.0
 DEFAULT_CV_THRESHOLD = 0.10
 #: default bound of a collective across ranks (seconds; --world-timeout)
 DEFAULT_WORLD_TIMEOUT_S = 60.0
+#: the largest --seed (of --sample-pairs); a seed is never negative
+MAX_SEED = 2**63 - 1
 #: the longest --soak (a week)
 MAX_SOAK_S = 7 * 86_400.0
 
@@ -58,6 +60,13 @@ def _positive(instance: object, attribute: attrs.Attribute[Any], value: int) -> 
     high = _BOUNDS[attribute.name]
     if value > high:
         raise ValueError(f"{attribute.name} must be at most {high}, got {value}")
+
+
+def _seed(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"seed must be a whole number, got {value!r}")
+    if not 0 <= value <= MAX_SEED:
+        raise ValueError(f"seed must be in [0, {MAX_SEED}], got {value}")
 
 
 def _seconds(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -167,7 +176,7 @@ class RunOptions:
     #: in (0, 1]) of every N x N testcase; None measures every cell.
     sample_pairs: int | float | None = None
     #: --seed of the pair sample (the same seed gives the same cells on every rank and run).
-    seed: int = 0
+    seed: int = attrs.field(default=0, validator=_seed)
     #: --handle-type: how ranks share device memory ("fabric", "posix-fd" or "ipc"); None
     #: (auto) takes the best kind every rank can use.
     handle_type: str | None = attrs.field(default=None, validator=_handle_type)

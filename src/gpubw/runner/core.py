@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import importlib.metadata
+import math
 import platform
 import signal
 import socket
@@ -35,6 +36,7 @@ import attrs
 
 from gpubw.kernels import PATTERN_WORDS
 from gpubw.memory.system import System
+from gpubw.model.console import to_stderr
 from gpubw.model.errors import GpubwError, InterruptedRun, NoDriverError, UsageError
 from gpubw.model.events import Finished, RunEvents, RunListener, Step
 from gpubw.model.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
@@ -42,7 +44,7 @@ from gpubw.model.report_io import device_record, matrix_problem
 from gpubw.model.results import Matrix, Report, Status, TestcaseResult
 from gpubw.model.sizes import format_size
 from gpubw.runner.capture import OutputCapture, joined
-from gpubw.runner.interrupts import HANDLED_SIGNALS, SignalGuard, current
+from gpubw.runner.interrupts import HANDLED_SIGNALS, RankSignals, SignalGuard, Signals, current
 from gpubw.runner.node_checks import agree_selection, check_requests
 from gpubw.runner.procstate import kept
 from gpubw.runner.ranks import Ranks
@@ -289,7 +291,7 @@ def _name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def _passes(exc: BaseException, guard: SignalGuard | None) -> bool:
+def _passes(exc: BaseException, guard: Signals | None) -> bool:
     """True for what must leave the per-testcase guard: the interrupt of a signal that
     arrived; without a signal guard, any KeyboardInterrupt (Ctrl-C under Python's default
     handler cannot be told from one a plugin raised)."""
@@ -299,7 +301,7 @@ def _passes(exc: BaseException, guard: SignalGuard | None) -> bool:
 
 
 def _run_one(
-    entry: Entry, system: System, size: int | None, guard: SignalGuard | None
+    entry: Entry, system: System, size: int | None, guard: Signals | None
 ) -> tuple[Status, str, tuple[Matrix, ...]]:
     """filter() then run() then the check of what it returned; returns (status, message,
     matrices). Anything raised is an Error, except a signal's interrupt (:func:`_passes`)."""
@@ -376,7 +378,7 @@ class _RunState:
             **self.meta,
         )
 
-    def snapshot(self, guard: SignalGuard) -> Report:
+    def snapshot(self, guard: Signals) -> Report:
         """The report as it stands, the running step Interrupted (for the watchdog)."""
         signum = guard.signum if guard.signum is not None else int(signal.SIGINT)
         name = signal.Signals(signum).name
@@ -401,6 +403,30 @@ class _RunState:
             )
         state = attrs.evolve(self, results=results, current=None)
         return state.report(signum, extra)
+
+
+def check_sample(options: RunOptions, n: int, say: bool = True) -> None:
+    """Refuse (UsageError, before anything runs) a ``--sample-pairs`` count that cannot cover
+    the ``n`` devices of the run's largest N x N testcase (rows: every GPU of the world
+    across ranks, of the node in one process) as sources and destinations; say once on
+    standard error (``say``: rank 0) when a fraction is raised to ``n`` cells. Every rank
+    decides alike."""
+    k = options.sample_pairs
+    if k is None or n < 2:
+        return
+    if isinstance(k, int) and not isinstance(k, bool):
+        if k < n:
+            raise UsageError(
+                f"{k} pair(s) cannot cover the N = {n} devices of this run's N x N "
+                f"testcases as sources and destinations: ask for at least {n}",
+                param="sample_pairs",
+            )
+        return
+    if say and isinstance(k, float) and math.ceil(k * n * (n - 1)) < n:
+        to_stderr(
+            f"gpubw: --sample-pairs {k:g} is {math.ceil(k * n * (n - 1))} of {n * (n - 1)} "
+            f"cells, raised to {n} (every device once as source and destination)"
+        )
 
 
 def _check_sizes_everywhere(
@@ -448,8 +474,7 @@ def run(spec: RunSpec, world: World | None = None) -> Report:
     events = RunEvents(spec.listeners)
     world = world if world is not None else SingleWorld()
     rack = spec.simulation is not None and spec.simulation.hosts is not None
-    if rack and world.size == 1 and spec.open_system is None:
-        return _run_rack(spec, events)
+    rack = rack and world.size == 1 and spec.open_system is None
     guard = current() if spec.handle_signals else None
     own = None
     if spec.handle_signals and guard is None:
@@ -458,7 +483,7 @@ def run(spec: RunSpec, world: World | None = None) -> Report:
     try:
         if guard is not None and events.writes_when_interrupted:
             guard.emergency_write = events.interrupted
-        report = _run(spec, world, guard, events)
+        report = _run_rack(spec, guard, events) if rack else _run(spec, world, guard, events)
         if guard is not None:
             guard.writing()  # from here a signal is only recorded; a watchdog waits for this
         return events.run_finished(report)
@@ -467,23 +492,24 @@ def run(spec: RunSpec, world: World | None = None) -> Report:
             own.uninstall()
 
 
-def _run_rack(spec: RunSpec, events: RunEvents) -> Report:
-    """A simulated rack: its ranks emulated on threads (rank 0's steps told to the
-    listeners). A signal cannot stop those threads: the run finishes, and its report says it
-    was signalled (exit 128 + n)."""
+def _run_rack(spec: RunSpec, guard: SignalGuard | None, events: RunEvents) -> Report:
+    """A simulated rack: its ranks emulated as threads taking turns (rank 0's steps told to
+    the listeners). A signal stops every rank at its next collective (the running testcase
+    Interrupted, as in one process; :class:`gpubw.runner.interrupts.RankSignals`), while
+    this thread waits for rank 0's report."""
     assert spec.simulation is not None
-    guard = current() if spec.handle_signals else None
 
     def run_rank(open_rank: Opener, world: World) -> Report:
         mine = events if world.rank == 0 else RunEvents()
-        return _run(attrs.evolve(spec, open_system=open_rank), world, None, mine)
+        signals = None if guard is None else RankSignals(guard, world, world.rank == 0)
+        return _run(attrs.evolve(spec, open_system=open_rank), world, signals, mine)
 
-    report: Report = run_rack(spec.simulation, run_rank, spec.options.world_timeout_s)
+    stop = None if guard is None else RankSignals.stop_of(guard)
+    report: Report = run_rack(spec.simulation, run_rank, spec.options.world_timeout_s, stop)
     if guard is not None and guard.signum is not None and report.signal is None:
+        # the signal came after rank 0's last collective: the run had finished
         report = attrs.evolve(report, signal=signal.Signals(guard.signum).name)
-    if guard is not None:
-        guard.writing()
-    return events.run_finished(report)
+    return report
 
 
 def _start_state(spec: RunSpec) -> _RunState:
@@ -511,9 +537,7 @@ def _start_state(spec: RunSpec) -> _RunState:
     )
 
 
-def _open(
-    spec: RunSpec, world: World, state: _RunState, guard: SignalGuard | None
-) -> System | Report:
+def _open(spec: RunSpec, world: World, state: _RunState, guard: Signals | None) -> System | Report:
     """The run's System, open, checked (versions read, sizes fit on every rank); or the
     Report of a run that could not start."""
     try:
@@ -538,6 +562,9 @@ def _open(
         # none, and loading NVRTC for its version (~40 ms) overlaps the contexts still being
         # made on the command's start-up thread (issue 11 item 5)
         versions = software_versions(system.backend.versions())
+        check_sample(
+            spec.options, max(system.world.size, len(system.devices)), system.world.rank == 0
+        )
         _check_sizes_everywhere(system, spec.selection, spec.options.buffer_sizes)
     except BaseException:
         system.close()
@@ -551,7 +578,7 @@ def _open(
     return system
 
 
-def _run(spec: RunSpec, world: World, guard: SignalGuard | None, events: RunEvents) -> Report:
+def _run(spec: RunSpec, world: World, guard: Signals | None, events: RunEvents) -> Report:
     state = _start_state(spec)
     if guard is not None:
         guard.snapshot = lambda: state.snapshot(guard)
@@ -581,7 +608,7 @@ def _run(spec: RunSpec, world: World, guard: SignalGuard | None, events: RunEven
     return _final(state, guard)
 
 
-def _final(state: _RunState, guard: SignalGuard | None) -> Report:
+def _final(state: _RunState, guard: Signals | None) -> Report:
     """The run's Report, final: the guard's snapshot becomes it, and a later signal is
     absorbed (:meth:`gpubw.runner.interrupts.SignalGuard.final`)."""
     report = state.report(None if guard is None else guard.signum)
@@ -596,7 +623,7 @@ class _Steps:
 
     spec: RunSpec
     system: System
-    guard: SignalGuard | None
+    guard: Signals | None
     state: _RunState
     ranks: Ranks
     events: RunEvents

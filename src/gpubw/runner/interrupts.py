@@ -21,6 +21,11 @@ the moment it starts until the report is written; :func:`gpubw.run` with
   runner built it; :meth:`SignalGuard.writing`: it is being written) is absorbed: the report
   stays complete and the exit code is the report's, so the process's exit code and the
   report's ``exit_code`` never differ.
+
+The ranks of a simulated rack run on a thread of their own, where no signal handler runs:
+each gets a :class:`RankSignals`, which sees the guard's signal at the ranks' next
+collective (all ranks at the same step) and raises it there while the rank runs a testcase;
+rank 0's also hands its report to the guard (the watchdog writes it after a second signal).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from gpubw.model.console import to_stderr
 from gpubw.model.errors import InterruptedRun
@@ -180,3 +185,69 @@ class SignalGuard:
                     "a second signal; the report was written without waiting for it"
                 )
         os._exit(code)
+
+
+class Signals(Protocol):
+    """What a run reads of its signal handling: a :class:`SignalGuard`, or a simulated
+    rank's :class:`RankSignals`."""
+
+    grace_s: float
+    snapshot: Callable[[], Any] | None
+
+    @property
+    def signum(self) -> int | None: ...
+
+    def interruptible(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def final(self, report: Any) -> None: ...
+
+
+class RankSignals:
+    """The signals of one rank of a simulated rack (see the module docstring): ``guard`` is
+    the run's, in the main thread; ``world`` the rank's (a
+    :class:`gpubw.world.simulated.SimulatedWorld` of a cooperative cluster whose ``stop`` is
+    :meth:`stop_of` the guard); ``root``: rank 0, whose report the guard keeps."""
+
+    def __init__(self, guard: SignalGuard, world: Any, root: bool) -> None:
+        self.guard = guard
+        self.world = world
+        self.root = root
+        self.grace_s = guard.grace_s
+
+    @staticmethod
+    def stop_of(guard: SignalGuard) -> Callable[[], BaseException | None]:
+        """The cluster's ``stop``: the guard's first signal, as the InterruptedRun the
+        ranks raise."""
+        return lambda: None if guard.signum is None else InterruptedRun(guard.signum)
+
+    @property
+    def signum(self) -> int | None:
+        """The signal every rank has seen (at the same collective), or None."""
+        stopped = self.world.stopped
+        return None if stopped is None else getattr(stopped, "signum", None)
+
+    @property
+    def snapshot(self) -> Callable[[], Any] | None:
+        return self.guard.snapshot if self.root else None
+
+    @snapshot.setter
+    def snapshot(self, value: Callable[[], Any] | None) -> None:
+        if self.root:
+            self.guard.snapshot = value
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """The block (a testcase) is interrupted at its next collective once the signal is
+        seen; a signal seen already raises at its start."""
+        self.world.interruptible = True
+        try:
+            if self.signum is not None:
+                raise InterruptedRun(self.signum)
+            yield
+        finally:
+            self.world.interruptible = False
+
+    def final(self, report: Any) -> None:
+        """Rank 0's report is complete: the guard's, from now on."""
+        if self.root:
+            self.guard.final(report)

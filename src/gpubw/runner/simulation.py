@@ -117,18 +117,24 @@ def run_rack(
     simulation: Simulation,
     run_rank: Callable[[Opener, World], Any],
     timeout_s: float,
+    stop: Callable[[], BaseException | None] | None = None,
 ) -> Any:
     """Emulate one rank per simulated device in this process: a
-    :class:`gpubw.world.simulated.SimulatedCluster` of the simulation's hosts over one
-    simulated engine (each rank a view of its host's devices, its own clock; the clocks meet
-    at every collective). ``run_rank(open_system, world)`` runs on every rank, in its own
-    thread; rank 0's return value is returned (its error raised; WorldError if it hung)."""
+    :class:`gpubw.world.simulated.SimulatedCluster` of the simulation's hosts whose ranks
+    take turns, one at a time (:mod:`gpubw.world.tasks`), over one simulated engine (each
+    rank a view of its host's devices, its own clock; the clocks meet at every collective).
+    ``run_rank(open_system, world)`` runs on every rank; rank 0's return value is returned
+    (its error raised; WorldError if it hung). ``stop``: see
+    :meth:`~gpubw.world.simulated.SimulatedCluster.run` (a signal that stops the run)."""
     from gpubw.backend.sim import SimEngine
     from gpubw.world.simulated import SimulatedCluster
 
     hosts = simulation.hosts or (len(simulation.model.devices),)
     engine = SimEngine(simulation.model)
-    cluster = SimulatedCluster(list(hosts), timeout_s=timeout_s, on_step=engine.align_clocks)
+    cluster = SimulatedCluster(
+        list(hosts), timeout_s=timeout_s, on_step=engine.align_clocks, cooperative=True
+    )
+    engine.pause = cluster.pause  # a rank waiting for another's release lets it run
 
     def body(rank_world: World) -> Any:
         view = engine.rank_view(rank_world.rank, cluster.rank_hosts[rank_world.rank])
@@ -139,7 +145,7 @@ def run_rack(
         return run_rank(open_rank, rank_world)
 
     # a whole run: wait for rank 0 as long as it runs (each of its collectives is bounded)
-    root = cluster.run(body, join_timeout_s=math.inf)[0]  # others' failures reach rank 0
+    root = cluster.run(body, join_timeout_s=math.inf, stop=stop)[0]  # others' failures reach 0
     if root.error is not None:
         raise root.error
     if root.hung:

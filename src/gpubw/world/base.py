@@ -262,6 +262,8 @@ class World(abc.ABC):
         gets the same :class:`Agreement` (ok only if every rank succeeded)."""
         mine = None if error is None else _error_message(error)
         values = self._run("agree", timeout_s, lambda s, dl: self._allgather("agree", s, mine, dl))
+        if values.count(None) == len(values):  # every rank succeeded (the common case)
+            return Agreement(ok=True)
         failures = tuple((r, m) for r, m in enumerate(values) if m is not None)
         return Agreement(ok=not failures, failures=failures)
 

@@ -31,8 +31,11 @@ from gpubw.world.base import (
 
 #: Polling back-off while a non-blocking call is pending (seconds): short enough for the
 #: per-sample barriers, long enough not to steal a shared CPU from the ranks being waited on.
+#: A multinode cell has 11 agreement points; with 8 ranks under Open MPI on one H200 a
+#: back-off of up to 200 µs made them 8.5 ms of a cell, up to 50 µs 3.5 ms (20 µs: 3.1 ms),
+#: benchmarks/README.md "The real cost of a multinode cell".
 _FIRST_SLEEP_S = 20e-6
-_MAX_SLEEP_S = 2e-4
+_MAX_SLEEP_S = 50e-6
 
 
 def _import_mpi() -> Any:

@@ -6,6 +6,11 @@ every collective is bounded by the same timeouts, and ranks calling different co
 the same step is an error. Unlike MPI it also notices a rank that *left* (its function
 returned or raised while others still wait) and fails the waiting ranks at once, naming it.
 
+Ranks are threads, each free to block (the tests of hung and late ranks), or, with
+``cooperative=True`` (a simulated rack: :func:`gpubw.runner.simulation.run_rack`), tasks
+that pass one baton, one running at a time (:mod:`gpubw.world.tasks`), whose collectives
+cost one wake-up per rank: the same protocol, deterministic, at a fraction of the cost.
+
     cluster = SimulatedCluster([4, 4])          # 2 hosts x 4 ranks
     outcomes = cluster.run(lambda world: world.allreduce(world.rank, "sum"))
     assert [o.value for o in outcomes] == [28] * 8
@@ -13,7 +18,6 @@ returned or raised while others still wait) and fails the waiting ranks at once,
 
 from __future__ import annotations
 
-import copy
 import math
 import pickle
 import threading
@@ -24,6 +28,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from gpubw.world.base import DEFAULT_TIMEOUT_S, OUT_OF_STEP, CollectiveExpired, World, WorldError
+from gpubw.world.tasks import TaskHub, again
 
 T = TypeVar("T")
 
@@ -47,7 +52,15 @@ class _Hub:
         #: Ctrl-C / SIGTERM that reached the process: every rank raises it at its collectives
         self.interruption: BaseException | None = None
 
-    def exchange(self, rank: int, seq: int, name: str, value: Any, deadline: float) -> list[Any]:
+    def exchange(
+        self,
+        rank: int,
+        seq: int,
+        name: str,
+        value: Any,
+        deadline: float,
+        interruptible: bool = False,
+    ) -> list[Any]:
         data = pickle.dumps(value)
         with self.cond:
             self._check_interrupted()
@@ -85,7 +98,7 @@ class _Hub:
 
     def _check_interrupted(self) -> None:
         if self.interruption is not None:
-            raise copy.copy(self.interruption)  # one instance per rank (own traceback)
+            raise again(self.interruption)  # one instance per rank (own traceback)
 
     def interrupt(self, exc: BaseException) -> None:
         with self.cond:
@@ -105,7 +118,7 @@ class SimulatedWorld(World):
 
     def __init__(
         self,
-        hub: _Hub,
+        hub: _Hub | TaskHub,
         rank: int,
         rank_hosts: Sequence[int],
         host_names: Sequence[str],
@@ -113,22 +126,34 @@ class SimulatedWorld(World):
     ) -> None:
         super().__init__(rank, hub.size, rank_hosts, host_names, timeout_s)
         self._hub = hub
+        #: True while the rank runs a testcase (set by the run's signal view): a stop that
+        #: the cluster's ``stop`` reports is raised at this rank's collectives only then
+        self.interruptible = False
+
+    @property
+    def stopped(self) -> BaseException | None:
+        """What the cluster's ``stop`` reported (seen by every rank at the same step), or
+        None; always None for ranks as threads."""
+        return getattr(self._hub, "stopped", None)
+
+    def _exchange(self, seq: int, name: str, value: Any, deadline: float) -> list[Any]:
+        return self._hub.exchange(self.rank, seq, name, value, deadline, self.interruptible)
 
     def _barrier(self, name: str, seq: int, deadline: float) -> None:
-        self._hub.exchange(self.rank, seq, name, None, deadline)
+        self._exchange(seq, name, None, deadline)
 
     def _bcast(self, name: str, seq: int, value: Any, root: int, deadline: float) -> Any:
         mine = value if self.rank == root else None
-        return self._hub.exchange(self.rank, seq, name, mine, deadline)[root]
+        return self._exchange(seq, name, mine, deadline)[root]
 
     def _gather(
         self, name: str, seq: int, value: Any, root: int, deadline: float
     ) -> list[Any] | None:
-        values = self._hub.exchange(self.rank, seq, name, value, deadline)
+        values = self._exchange(seq, name, value, deadline)
         return values if self.rank == root else None
 
     def _allgather(self, name: str, seq: int, value: Any, deadline: float) -> list[Any]:
-        return self._hub.exchange(self.rank, seq, name, value, deadline)
+        return self._exchange(seq, name, value, deadline)
 
     def _end_broken(self, exit_code: int) -> None:
         """Leave the world (the other ranks' waits end at once, as MPI_Abort would end
@@ -157,11 +182,12 @@ class RankOutcome(Generic[T]):
 
 
 class SimulatedCluster:
-    """N ranks on hosts of given sizes, emulated by threads of this process.
+    """N ranks on hosts of given sizes, emulated in this process.
 
     ``hosts`` is the number of ranks on each host (``[4] * 18`` for an NVL72 rack) or, as an
     int, the number of ranks on one host. Ranks are numbered host by host, as ``mpirun``
-    places them by default.
+    places them by default. ``cooperative``: the ranks' threads take turns, one running at a
+    time (:mod:`gpubw.world.tasks`), instead of running freely.
 
     A Ctrl-C or SIGTERM (InterruptedRun) that reaches the thread in :meth:`run` is raised in
     every rank at its next collective, then re-raised by :meth:`run`.
@@ -176,6 +202,7 @@ class SimulatedCluster:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         host_names: Sequence[str] | None = None,
         on_step: Callable[[int, str], None] | None = None,
+        cooperative: bool = False,
     ) -> None:
         per_host = [hosts] if isinstance(hosts, int) else list(hosts)
         if not per_host or any(n < 1 for n in per_host):
@@ -190,48 +217,106 @@ class SimulatedCluster:
         self.size = len(self.rank_hosts)
         self.timeout_s = timeout_s
         self.on_step = on_step
+        self.cooperative = cooperative
+        #: the hub of the cooperative run in progress (or last run)
+        self.tasks: TaskHub | None = None
 
-    def worlds(self) -> list[SimulatedWorld]:
-        """A fresh set of connected worlds, one per rank (for a caller's own threads)."""
-        hub = _Hub(self.size, self.on_step)
+    def _connected(self, hub: _Hub | TaskHub) -> list[SimulatedWorld]:
         return [
             SimulatedWorld(hub, r, self.rank_hosts, self.host_names, self.timeout_s)
             for r in range(self.size)
         ]
 
+    def worlds(self) -> list[SimulatedWorld]:
+        """A fresh set of connected worlds, one per rank (for a caller's own threads)."""
+        return self._connected(_Hub(self.size, self.on_step))
+
+    def pause(self) -> bool:
+        """From a rank of a cooperative run: let the other ranks that are ready take their
+        turns first; False when none is (see :meth:`gpubw.world.tasks.TaskHub.pause`)."""
+        return self.tasks.pause() if self.tasks is not None else False
+
     def run(
-        self, fn: Callable[[SimulatedWorld], T], join_timeout_s: float | None = None
+        self,
+        fn: Callable[[SimulatedWorld], T],
+        join_timeout_s: float | None = None,
+        stop: Callable[[], BaseException | None] | None = None,
     ) -> list[RankOutcome[T]]:
-        """Run ``fn(world)`` on every rank, each in its own thread, and return how each ended.
+        """Run ``fn(world)`` on every rank and return how each ended.
 
         A rank still running after ``join_timeout_s`` (default: twice the collective bound)
         is reported ``hung``; its thread is a daemon and is left behind, never waited for.
         ``join_timeout_s=math.inf`` waits for rank 0 however long it runs (a whole run: every
-        collective it makes is bounded), then for the others up to twice the bound."""
+        collective it makes is bounded), then for the others up to twice the bound.
+        ``stop`` (cooperative runs only), polled once per completed collective: once it
+        returns an exception, every rank raises it at its collectives while it is
+        ``interruptible`` (:attr:`SimulatedWorld.interruptible`)."""
+        if self.cooperative:
+            return self._run_tasks(fn, join_timeout_s, stop)
+        if stop is not None:
+            raise ValueError("stop= needs a cooperative cluster")
+        return self._run_threads(fn, join_timeout_s)
+
+    def _run_tasks(
+        self,
+        fn: Callable[[SimulatedWorld], T],
+        join_timeout_s: float | None,
+        stop: Callable[[], BaseException | None] | None,
+    ) -> list[RankOutcome[T]]:
+        """:meth:`run` with the ranks taking turns (:class:`gpubw.world.tasks.TaskHub`)."""
+        hub = self.tasks = TaskHub(self.size, self.on_step, stop)
+        outcomes: list[RankOutcome[T] | None] = [None] * self.size
+        root_done = threading.Event()
+
+        def body(world: SimulatedWorld) -> None:
+            outcomes[world.rank], why = _outcome(fn, world)
+            hub.leave(world.rank, why)
+            if world.rank == 0:
+                root_done.set()
+
+        thread = threading.Thread(
+            target=hub.run, args=(body, self._connected(hub)), name="gpubw-ranks", daemon=True
+        )
+        self._wait(hub, [thread], join_timeout_s, root_done)
+        return [o if o is not None else RankOutcome(r, hung=True) for r, o in enumerate(outcomes)]
+
+    def _run_threads(
+        self, fn: Callable[[SimulatedWorld], T], join_timeout_s: float | None
+    ) -> list[RankOutcome[T]]:
+        """:meth:`run` with one thread per rank."""
         worlds = self.worlds()
         hub = worlds[0]._hub
         outcomes: list[RankOutcome[T] | None] = [None] * self.size
+        root_done = threading.Event()
 
         def body(world: SimulatedWorld) -> None:
-            try:
-                value = fn(world)
-            except BaseException as exc:  # a rank's failure is its outcome, never lost
-                outcomes[world.rank] = RankOutcome(world.rank, error=exc)
-                hub.leave(world.rank, f"{type(exc).__name__}: {exc}")
-            else:
-                outcomes[world.rank] = RankOutcome(world.rank, value=value)
-                hub.leave(world.rank, "it finished")
+            outcomes[world.rank], why = _outcome(fn, world)
+            hub.leave(world.rank, why)
+            if world.rank == 0:
+                root_done.set()
 
         threads = [
             threading.Thread(target=body, args=(w,), name=f"gpubw-rank-{w.rank}", daemon=True)
             for w in worlds
         ]
+        self._wait(hub, threads, join_timeout_s, root_done)
+        return [o if o is not None else RankOutcome(r, hung=True) for r, o in enumerate(outcomes)]
+
+    def _wait(
+        self,
+        hub: _Hub | TaskHub,
+        threads: Sequence[threading.Thread],
+        join_timeout_s: float | None,
+        root_done: threading.Event,
+    ) -> None:
+        """Start ``threads`` and wait for them (see :meth:`run`), interruptibly."""
         bound = 2 * self.timeout_s if join_timeout_s is None else join_timeout_s
         try:
             for t in threads:
                 t.start()
             if math.isinf(bound):
-                _join(threads[:1], math.inf)
+                while not root_done.wait(0.05) and any(t.is_alive() for t in threads):
+                    pass
                 bound = 2 * self.timeout_s
             _join(threads, time.monotonic() + bound)
         except BaseException as exc:
@@ -241,7 +326,17 @@ class SimulatedCluster:
             hub.interrupt(exc)
             _join([t for t in threads if t.ident is not None], time.monotonic() + self.timeout_s)
             raise
-        return [o if o is not None else RankOutcome(r, hung=True) for r, o in enumerate(outcomes)]
+
+
+def _outcome(
+    fn: Callable[[SimulatedWorld], T], world: SimulatedWorld
+) -> tuple[RankOutcome[T], str]:
+    """How ``fn(world)`` ended, and why the rank leaves the world (never raises)."""
+    try:
+        value = fn(world)
+    except BaseException as exc:  # a rank's failure is its outcome, never lost
+        return RankOutcome(world.rank, error=exc), f"{type(exc).__name__}: {exc}"
+    return RankOutcome(world.rank, value=value), "it finished"
 
 
 def _join(threads: Sequence[threading.Thread], deadline: float) -> None:

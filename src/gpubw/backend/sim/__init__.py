@@ -43,7 +43,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -94,6 +94,11 @@ class SimEngine:
         self.multicasts: dict[int, Multicast] = {}
         self.views: list[SimulatedBackend] = []
         self._ids = itertools.count(1)
+        #: how a rank view waits for another rank to change device memory (a gate's flag):
+        #: None, on ``cond`` (ranks as free threads); else the ranks' turn-taking (ranks that
+        #: pass one baton: :meth:`gpubw.world.simulated.SimulatedCluster.pause`), which returns
+        #: False once no other rank can run
+        self.pause: Callable[[], bool] | None = None
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -113,6 +118,24 @@ class SimEngine:
                 latest = max(v._now for v in live)
                 for v in live:
                     v._now = latest
+
+    def wait_for_ranks(self, deadline: float) -> bool:
+        """Let another rank change device memory (call holding the lock); False once
+        waiting is pointless: ``deadline`` (``time.monotonic()``) passed, or no other rank
+        can run."""
+        if self.pause is not None:
+            # the other ranks are threads too: give up every level of the lock while they
+            # take their turns, as Condition.wait does with an RLock
+            saved = self.lock._release_save()  # type: ignore[attr-defined]
+            try:
+                return self.pause()
+            finally:
+                self.lock._acquire_restore(saved)  # type: ignore[attr-defined]
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        self.cond.wait(min(remaining, 0.05))
+        return True
 
     def live_allocations(self) -> list[tuple[int, int, int | None]]:
         """(pointer, bytes, global device or None for host) of every live allocation."""
@@ -510,11 +533,8 @@ class SimulatedBackend(SharingMixin, Backend):
             # A gate whose flag another rank releases: wait for that rank (real time,
             # bounded), rather than run the virtual clock into a false gate timeout.
             deadline = time.monotonic() + timeout_s
-            while self._engine.held_remotely(s):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._shared.cond.wait(min(remaining, 0.05))
+            while self._engine.held_remotely(s) and self._shared.wait_for_ranks(deadline):
+                pass
             # other ranks may have run the device side past this rank's clock: its wait
             # starts no earlier than that (the bound is then not spent on the past)
             self._now = max(self._now, self._engine.t)

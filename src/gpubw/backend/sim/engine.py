@@ -293,6 +293,9 @@ class Engine:
             return until() if until is not None else False
         self._rates = {}
         self.streams = [s for s in self.streams if not (s.destroyed and s.idle())]
+        if not self.streams:  # nothing on the device side: only the clock moves
+            self.t = max(self.t, limit)
+            return until() if until is not None else False
         stalls = 0
         while True:
             self._start_ready()

@@ -39,6 +39,17 @@ _ALIGN = 512
 
 
 # -- content --------------------------------------------------------------------------------
+def cyclic(period: np.ndarray, start: int, n: int) -> np.ndarray:
+    """``n`` values of ``period`` read cyclically from index ``start`` on (what indexing
+    with ``(start + arange(n)) % len(period)`` gives, without an index array)."""
+    start %= len(period)
+    return np.resize(np.concatenate((period[start:], period[:start])), n)
+
+
+#: the byte parity classes of one period of two groups: [c] is True where class c
+_PARITY = tuple(np.repeat(np.array([c == 0, c == 1]), GROUP_BYTES) for c in (0, 1))
+
+
 class Zero:
     """All bytes zero."""
 
@@ -69,8 +80,7 @@ class Pattern:
     periodic = True
 
     def values(self, lo: int, hi: int, patterns: dict[int, np.ndarray]) -> np.ndarray:
-        idx = (np.arange(lo, hi, dtype=np.int64) - self.shift) % PATTERN_BYTES
-        return patterns[self.key][idx]
+        return cyclic(patterns[self.key], lo - self.shift, hi - lo)
 
     def shifted(self, s: int) -> Pattern:
         return Pattern(self.key, (self.shift + s) % PATTERN_BYTES)
@@ -150,11 +160,10 @@ class Symbolic:
         out = np.zeros(n, dtype=np.uint8)
         if n <= 0:
             return out
-        parity = class_of(np.arange(lo, lo + n, dtype=np.int64))
         for c in (0, 1):
             for a, b, d in self.cls[c].extract(lo, lo + n):
                 vals = d.values(a, b, patterns)
-                sel = parity[a - lo : b - lo] == c
+                sel = cyclic(_PARITY[c], a, b - a)
                 out[a - lo : b - lo][sel] = vals[sel]
         return out
 
@@ -172,10 +181,10 @@ class Symbolic:
                 # Zero and pattern content repeat every PATTERN_BYTES, as does the expected
                 # pattern and the parity classes: one period decides.
                 hi = min(b, a + PATTERN_BYTES + 2 * GROUP_BYTES) if d.periodic else b
-                pos = np.arange(a, hi, dtype=np.int64)
                 actual = d.values(a, hi, patterns)
-                expected = expected_all[(pos - lo) % PATTERN_BYTES]
-                bad = np.flatnonzero((actual != expected) & (class_of(pos) == c))
+                expected = cyclic(expected_all, a - lo, hi - a)
+                mine = cyclic(_PARITY[c], a, hi - a)
+                bad = np.flatnonzero((actual != expected) & mine)
                 if bad.size:
                     off = a + int(bad[0]) - lo
                     best = off if best is None else min(best, off)
