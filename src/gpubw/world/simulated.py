@@ -267,13 +267,7 @@ class SimulatedCluster:
         hub = self.tasks = TaskHub(self.size, self.on_step, stop)
         outcomes: list[RankOutcome[T] | None] = [None] * self.size
         root_done = threading.Event()
-
-        def body(world: SimulatedWorld) -> None:
-            outcomes[world.rank], why = _outcome(fn, world)
-            hub.leave(world.rank, why)
-            if world.rank == 0:
-                root_done.set()
-
+        body = _rank_body(fn, hub, outcomes, root_done)
         thread = threading.Thread(
             target=hub.run, args=(body, self._connected(hub)), name="gpubw-ranks", daemon=True
         )
@@ -288,13 +282,7 @@ class SimulatedCluster:
         hub = worlds[0]._hub
         outcomes: list[RankOutcome[T] | None] = [None] * self.size
         root_done = threading.Event()
-
-        def body(world: SimulatedWorld) -> None:
-            outcomes[world.rank], why = _outcome(fn, world)
-            hub.leave(world.rank, why)
-            if world.rank == 0:
-                root_done.set()
-
+        body = _rank_body(fn, hub, outcomes, root_done)
         threads = [
             threading.Thread(target=body, args=(w,), name=f"gpubw-rank-{w.rank}", daemon=True)
             for w in worlds
@@ -326,6 +314,24 @@ class SimulatedCluster:
             hub.interrupt(exc)
             _join([t for t in threads if t.ident is not None], time.monotonic() + self.timeout_s)
             raise
+
+
+def _rank_body(
+    fn: Callable[[SimulatedWorld], T],
+    hub: _Hub | TaskHub,
+    outcomes: list[RankOutcome[T] | None],
+    root_done: threading.Event,
+) -> Callable[[SimulatedWorld], None]:
+    """What each rank's thread runs: ``fn``, its outcome kept in ``outcomes``, then the rank
+    leaves the hub (rank 0 also sets ``root_done``)."""
+
+    def body(world: SimulatedWorld) -> None:
+        outcomes[world.rank], why = _outcome(fn, world)
+        hub.leave(world.rank, why)
+        if world.rank == 0:
+            root_done.set()
+
+    return body
 
 
 def _outcome(
