@@ -33,3 +33,31 @@ def test_no_child_output_is_decoded_with_the_locale() -> None:
         for line in _locale_decoded_calls(path)
     ]
     assert found == [], "use encoding='utf-8' instead of text=True: " + ", ".join(found)
+
+
+def _deadlines(path: Path) -> list[int]:
+    """Lines of ``path`` that give Hypothesis a ``deadline`` other than None."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        for kw in node.keywords
+        if kw.arg == "deadline"
+        and not (isinstance(kw.value, ast.Constant) and kw.value.value is None)
+    ]
+
+
+def test_no_property_test_has_a_deadline() -> None:
+    """Property tests run without Hypothesis's per-example deadline (conftest's profile): a
+    deadline fails a test on a loaded machine, not a property."""
+    from hypothesis import settings
+
+    assert settings().deadline is None, "tests/conftest.py loads a profile without deadline"
+    found = [
+        f"{path.relative_to(HERE.parent)}:{line}"
+        for root in ROOTS
+        for path in sorted(root.rglob("tests/*.py")) + sorted(root.glob("test_*.py"))
+        for line in _deadlines(path)
+    ]
+    assert found == [], "no deadline= but None in property tests: " + ", ".join(found)
