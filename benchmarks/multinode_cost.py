@@ -3,8 +3,10 @@
     mpirun -np 2 python3 benchmarks/multinode_cost.py OUTDIR [--poll-max-us U] [gpubw options ...]
 
 Runs ``gpubw [gpubw options]`` in every rank, in this process, with timers around the parts
-of a multinode testcase: each cell (one ``measure_ranks`` call), each collective of the world
-(barrier, bcast, gather, allgather, allreduce, agree: every one goes through ``World._run``),
+of a multinode testcase: each cell a rank takes part in (its ``_measure_own_pairs``: a rank
+outside a cell takes no part in it), each collective of the world or of a group of ranks
+(barrier, bcast, gather, allgather, allreduce, agree, the groups' allgather and agree: every
+one goes through ``World._run``; those between two cells are the series' hand-overs),
 and each collective allocation (``SharedBuffer.create``: the export and import of one
 buffer's handle by every rank). A cell's time *outside the copies* is its wall time minus
 the time of its measured copies (samples x loops x bytes / the sample's bandwidth, the
@@ -13,15 +15,13 @@ copies, queuing, verification and the agreement points. Each rank writes
 OUTDIR/cost-rank<R>.json (every cell and testcase); rank 0 prints one line per testcase:
 
     key  cells  cell wall (ms)  copies (ms)  outside (ms)  share  collectives/cell  (ms)
-    allocations (ms, per testcase)  testcase wall outside cells (ms)
+    allocations (ms, per testcase)  testcase wall outside cells (ms)  hand-overs (per cell, ms)
 
 ``--poll-max-us U`` sets the longest sleep between two polls of a waiting MPI rank
 (``gpubw.world.mpi._MAX_SLEEP_S``, 200 µs in gpubw) for this run: what the agreements cost
 with a tighter poll.
 
-Times are means per cell in milliseconds, from rank 0 (the issuing rank of half the cells of a
-2-rank N x N testcase; its collective time then includes waiting for the other rank's
-copies: the ``collective_ms_issuing`` field of the JSON keeps the cells rank 0 issued).
+Times are means per cell in milliseconds, from rank 0, over the cells it issues.
 """
 
 from __future__ import annotations
@@ -45,25 +45,25 @@ _cells: list[dict[str, Any]] = []
 _testcases: list[dict[str, Any]] = []
 _alloc: dict[str, list[float]] = defaultdict(list)
 _outside_cells: dict[str, list[float]] = defaultdict(list)
+_handovers: dict[str, list[float]] = defaultdict(list)
 
 
-def _copy_seconds(m: Any) -> float:
-    """The measured copies' time of one cell: per sample, the slowest pair's bytes x loops /
-    its bandwidth, summed over samples."""
-    samples = len(m.pair_samples[0]) if m.pair_samples else 0
+def _copy_seconds(part: dict[int, tuple[int, tuple[float, ...]]], loops: int) -> float:
+    """The measured copies' time of this rank's pairs of one cell: per sample, the slowest
+    pair's bytes x loops / its bandwidth, summed over samples."""
+    figures = list(part.values())
+    samples = len(figures[0][1]) if figures else 0
     total = 0.0
     for s in range(samples):
-        total += max(
-            n * m.loops / rates[s] for n, rates in zip(m.counted_bytes, m.pair_samples) if rates[s]
-        )
+        total += max(n * loops / rates[s] for n, rates in figures if rates[s])
     return total
 
 
 def _wrap_run(orig: Callable[..., Any]) -> Callable[..., Any]:
-    def timed(self: Any, name: str, timeout_s: Any, body: Any) -> Any:
+    def timed(self: Any, name: str, timeout_s: Any, body: Any, group: Any = None) -> Any:
         t0 = time.perf_counter()
         try:
-            return orig(self, name, timeout_s, body)
+            return orig(self, name, timeout_s, body, group)
         finally:
             dt = time.perf_counter() - t0
             cell = _state["cell"]
@@ -72,30 +72,26 @@ def _wrap_run(orig: Callable[..., Any]) -> Callable[..., Any]:
                 cell["collective_s"] += dt
             elif _state["key"] is not None:
                 _outside_cells[_state["key"]].append(dt)
+                if group is not None:
+                    _handovers[_state["key"]].append(dt)
 
     return timed
 
 
 def _wrap_measure(orig: Callable[..., Any]) -> Callable[..., Any]:
     def timed(self: Any, pairs: Any, gate: Any) -> Any:
-        me = self.world.rank
-        cell = {
-            "key": _state["key"],
-            "collectives": 0,
-            "collective_s": 0.0,
-            "issuing": any(p.rank == me for p in pairs),
-        }
+        cell = {"key": _state["key"], "collectives": 0, "collective_s": 0.0, "issuing": True}
         _state["cell"] = cell
         t0 = time.perf_counter()
         try:
-            m = orig(self, pairs, gate)
+            part, labels = orig(self, pairs, gate)
         finally:
             cell["wall_s"] = time.perf_counter() - t0
             _state["cell"] = None
-        cell["copies_s"] = _copy_seconds(m)
-        cell["bytes"] = int(sum(m.counted_bytes))
+        cell["copies_s"] = _copy_seconds(part, self.loops)
+        cell["bytes"] = int(sum(n for n, _ in part.values()))
         _cells.append(cell)
-        return m
+        return part, labels
 
     return timed
 
@@ -127,7 +123,7 @@ def _wrap_one(orig: Callable[..., Any]) -> Callable[..., Any]:
 def _install() -> None:
     base.World._run = _wrap_run(base.World._run)  # type: ignore[method-assign]
     op = measurement.MemcpyOperation
-    op.measure_ranks = _wrap_measure(op.measure_ranks)  # type: ignore[method-assign]
+    op._measure_own_pairs = _wrap_measure(op._measure_own_pairs)  # type: ignore[method-assign]
     create = shared.SharedBuffer.create.__func__  # type: ignore[attr-defined]
     shared.SharedBuffer.create = classmethod(_timed_create(create))  # type: ignore[assignment]
     core._run_one = _wrap_one(core._run_one)
@@ -151,6 +147,8 @@ def _summary(key: str, wall_s: float) -> dict[str, Any]:
         "allocations": len(_alloc[key]),
         "allocation_ms_total": sum(_alloc[key]) * 1e3,
         "collectives_outside_cells": len(_outside_cells[key]),
+        "handovers": len(_handovers[key]),
+        "handover_ms": _mean(_handovers[key]) * 1e3,
         "testcase_wall_ms": wall_s * 1e3,
         "outside_cells_ms": (wall_s - sum(c["wall_s"] for c in cells)) * 1e3,
     }
@@ -163,14 +161,14 @@ def _print(rows: list[dict[str, Any]]) -> None:
     print(
         f"{'testcase':58} {'cells':>5} {'cell ms':>9} {'copies':>9} {'outside':>8} "
         f"{'share':>6} {'coll/cell':>9} {'coll ms':>8} {'allocs':>6} {'alloc ms':>9} "
-        f"{'setup ms':>9}"
+        f"{'setup ms':>9} {'hand-overs':>10} {'ms':>6}"
     )
     for r in rows:
         print(
             f"{r['key']:58} {r['cells']:5d} {r['cell_wall_ms']:9.2f} {r['copies_ms']:9.2f} "
             f"{r['outside_ms']:8.2f} {r['outside_share']:6.1%} {r['collectives_per_cell']:9.1f} "
             f"{r['collective_ms']:8.2f} {r['allocations']:6d} {r['allocation_ms_total']:9.1f} "
-            f"{r['outside_cells_ms']:9.1f}"
+            f"{r['outside_cells_ms']:9.1f} {r['handovers']:10d} {r['handover_ms']:6.2f}"
         )
 
 

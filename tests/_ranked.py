@@ -40,7 +40,9 @@ def run_ranks(
 ) -> list[RankOutcome[Any]]:
     """``fn(system)`` on every rank of a cluster of ``hosts`` (ranks per host)."""
     engine = SimEngine(model(preset))
-    cluster = SimulatedCluster(list(hosts), timeout_s=timeout_s, on_step=engine.align_clocks)
+    cluster = SimulatedCluster(
+        list(hosts), timeout_s=timeout_s, on_step=engine.align_clocks, on_group=engine.align_group
+    )
 
     def body(world: World) -> Any:
         view = engine.rank_view(

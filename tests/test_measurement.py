@@ -416,9 +416,9 @@ def _rank_system(rank: int, agreement: Agreement) -> Any:
 
 
 def test_rank_sync_relays_the_first_ranks_release() -> None:
-    """Across ranks: every rank closes its gate at the start, rank 0 also zeroes the flag;
-    the first rank's stream 0 relays, every other stream waits on the flag; only the first
-    rank opens its gate."""
+    """Across ranks: every rank closes its gate at the start, the first rank also zeroes
+    the flag; the first rank's stream 0 relays, every other stream waits on the flag; only
+    the first rank opens its gate."""
     flag = _Recorder(owner=0, flag_pointer=0x1000)
     first = RankSync(_rank_system(1, Agreement(ok=True)), flag, first=True)  # type: ignore[arg-type]
     other = RankSync(_rank_system(0, Agreement(ok=True)), flag, first=False)  # type: ignore[arg-type]
@@ -439,7 +439,7 @@ def test_rank_sync_relays_the_first_ranks_release() -> None:
         ("enqueue_wait", ("s0", 2.0), {"flag": 0x1000}),
         ("enqueue_wait", ("s1", 2.0), {"flag": 0x1000}),
     ]
-    assert flag.calls == [("reset", (), {})]  # by rank 0, the flag's owner
+    assert flag.calls == [("reset", (), {})]  # by the first rank (rank 1), not the owner
 
 
 def test_a_steps_error_is_raised_at_once_on_one_process_and_agreed_across_ranks() -> None:

@@ -632,3 +632,69 @@ def test_a_rank_that_is_not_its_hosts_first_touches_only_its_own_device(
     )
     assert set(statuses(report).values()) == {"Passed"}, report.testcases
     assert touched == {0: {0, 1}, 1: {1}}
+
+
+def _series_on_4_ranks(fail_in: int | None) -> list[Any]:
+    """Four ranks (h200x8, one host) measure a series of three cells issued by rank 1,
+    rank 1 and rank 2 (a bad copy in cell ``fail_in``): each rank's figures or error, and
+    the groups of every collective it took part in."""
+
+    def fn(system: System) -> tuple[Any, list[Any]]:
+        world, me = system.world, system.world.rank
+        seen: list[Any] = []
+        run = world._run
+
+        def counted(name: str, timeout_s: Any, body: Any, group: Any = None) -> Any:
+            seen.append(group)
+            return run(name, timeout_s, body, group)
+
+        op = MemcpyOperation(system, CE, loops=2)
+        with RankGate.create(system) as gate:
+            cells = []
+            for k, issuer in enumerate((1, 1, 2)):
+                copy = None
+                if me == issuer:
+                    a = DeviceBuffer.allocate(system, system.rank_device, 1 << 20)
+                    size = (2 << 20) if k == fail_in else (1 << 20)
+                    copy = Copy(a, DeviceBuffer.allocate(system, system.rank_device, size))
+                cells.append([RankCopy(issuer, copy)])
+            world._run = counted
+            try:
+                result: Any = [len(c.pair_samples[0]) for c in op.measure_series(cells, gate)]
+            except RemoteRankError as exc:
+                result = str(exc).split(": <")[0]
+            finally:
+                world._run = run
+        return result, seen
+
+    outcomes = run_ranks("h200x8", [4], fn, SMALL)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    return [o.value for o in outcomes]
+
+
+def test_a_series_takes_no_collective_of_the_ranks_outside_a_cell() -> None:
+    """Rank 3 issues nothing: it takes part only in the series' last (world) collective;
+    rank 0 takes part in every cell (one sample: three steps and the cell's end) and every
+    hand-over; every rank ends with every cell."""
+    values = _series_on_4_ranks(None)
+    assert [v[0] for v in values] == [[1, 1, 1]] * 4
+    seen = [v[1] for v in values]
+    cell = [(0, 1)] * 4
+    assert seen[0] == [*cell, (0, 1), *cell, (0, 1, 2), *[(0, 2)] * 4, None]
+    assert seen[1] == [*cell, (0, 1), *cell, (0, 1, 2), None]
+    assert seen[2] == [(0, 1, 2), *[(0, 2)] * 4, None]
+    assert seen[3] == [None]
+
+
+def test_an_error_in_a_cell_of_a_series_is_raised_on_every_rank_after_it() -> None:
+    """A bad copy in the first cell (rank 1's, before its first step): the cell's group
+    raises it at its first agreement, no later cell is measured, and every rank (also the
+    ranks outside the cell) raises the same error at the series' end."""
+    values = _series_on_4_ranks(0)
+    assert [v[0] for v in values] == ["rank 1: copy sizes differ"] * 4
+    assert [v[1] for v in values] == [
+        [(0, 1), (0, 1), (0, 1, 2), None],
+        [(0, 1), (0, 1), (0, 1, 2), None],
+        [(0, 1, 2), None],
+        [None],
+    ]

@@ -2,18 +2,20 @@
 
 For one matrix cell a testcase hands :meth:`MemcpyOperation.measure` a list of copies (source,
 destination); they all run at once, each on its own stream in the context of its executing
-device. Across the ranks of a world (:meth:`MemcpyOperation.measure_ranks`, the multinode
-testcases) every rank runs the same protocol for its own pairs of the cell, also a rank that
-has none.
+device. Across the ranks of a world (:meth:`MemcpyOperation.measure_series`, the multinode
+testcases) the ranks that issue a copy of the cell and rank 0 (the cell's *group*) run the
+same protocol, each for its own pairs (rank 0 for none where it issues none); the other
+ranks take no part in the cell (see "A series of cells across ranks" below).
 
 One sequence serves both (:meth:`MemcpyOperation._sample`); what differs is injected as a
 :class:`Sync`. :class:`LocalSync` is one process's: the spin gate, opened by gpubw, nothing to
 agree on. :class:`RankSync` is a rank's: the spin gate plus the device flag of a
 :class:`gpubw.measure.rank_gate.RankGate`, which carries the first rank's release to the
-others, and an agreement point (:func:`gpubw.memory.shared.agreed`) at the end of steps 1, 4
-and 7, so that an error on one rank is raised on every rank at the same point. Each sample:
+others, and an agreement point among the cell's group (:func:`gpubw.memory.shared.agreed`)
+at the end of steps 1, 4 and 7, so that an error on one rank is raised on every rank of the
+cell at the same point. Each sample:
 
-1. Across ranks: close the host gate, and rank 0 zeroes the device flag; agree.
+1. Across ranks: close the host gate, and the first rank zeroes the device flag; agree.
 2. Fill every copy's buffers (outside the timing) and wait for it, so that no fill overlaps a
    timed copy.
 3. Close the gate (one process; across ranks it closed in step 1); hold every stream behind it
@@ -28,10 +30,27 @@ and 7, so that an error on one rank is raised on every rank at the same point. E
 7. Rates: bandwidth per pair = counted bytes x loops / (end - start); TOTAL: all pairs' bytes x
    loops / (stream 0's start -> the last end). Across ranks: agree.
 
-After the last sample: across ranks every rank's error is agreed on once more and the ranks'
-per-pair samples are gathered in one collective, so every rank holds the whole cell. The
+After the last sample: across ranks the cell's group agrees on its errors once more (one
+made outside a step: a bad copy, a stream that could not be made, a failed cleanup). The
 statistic (median or mean) of each pair's samples, and of the TOTAL samples, gives the cell's
 FIRST, SUM, VECTOR or TOTAL figure (:class:`CellMeasurement`; across ranks no TOTAL).
+
+**A series of cells across ranks** (:meth:`MemcpyOperation.measure_series`): every rank
+walks the same list of cells, each measured by its group only, one after the other:
+
+- rank 0 takes part in every cell (in its group: :func:`cell_ranks`), so a rank that dies or
+  hangs in a cell is found within one step's bound, as when every rank took part;
+- between cell k - 1 and cell k the groups of both cells agree (a *hand-over*): cell k
+  starts once cell k - 1 has ended, and the first error so far travels on; a rank waits at a
+  hand-over for the cells since its last one, each within its bound
+  (:meth:`MemcpyOperation.cell_bound_s`);
+- after an error no later cell is measured (its ranks skip it);
+- after the last cell every rank takes part once: the world gathers every rank's figures and
+  errors, and every rank either holds every cell or raises the same
+  :class:`~gpubw.memory.shared.RemoteRankError`.
+
+So a cell costs agreements among its own ranks (2 or 3 in an N x N testcase), not the whole
+world's: a rack of N ranks pays O(1) per cell, not O(N).
 
 Cleanup: each stream and event is owned as soon as it exists; whatever fails (a create, a
 sample, Ctrl-C), the gate is opened (across ranks the device flag set too), the streams are
@@ -57,6 +76,7 @@ from gpubw.memory.shared import RemoteRankError, agreed
 from gpubw.memory.system import System
 from gpubw.model.errors import GateTimeoutError, GpubwError, UsageError, VerificationError
 from gpubw.model.options import WARMUP_ITERATIONS
+from gpubw.world.base import WorldError
 
 if TYPE_CHECKING:
     from gpubw.measure.rank_gate import RankGate
@@ -230,14 +250,23 @@ class LocalSync(Sync):
 class RankSync(Sync):
     """One rank of a cross-rank cell: the host gate plus the rank gate's device flag, which
     carries the release of the rank that issues the cell's first pair (``first``) to every
-    other rank's streams; each step ends at an agreement point."""
+    other rank's streams; each step ends at an agreement point among the cell's ranks
+    (``group``; None: the whole world)."""
 
     releaser = "the first rank"
 
-    def __init__(self, system: System, rank_gate: RankGate, *, first: bool) -> None:
+    def __init__(
+        self,
+        system: System,
+        rank_gate: RankGate,
+        *,
+        first: bool,
+        group: tuple[int, ...] | None = None,
+    ) -> None:
         super().__init__(system)
         self.rank_gate = rank_gate
         self.first = first
+        self.group = group
 
     def step(self, work: Callable[[], None], bound_s: float | None = None) -> None:
         """Run the step, then agree: if any rank failed, every rank raises the same
@@ -248,13 +277,14 @@ class RankSync(Sync):
         except GpubwError as exc:
             error = exc
         world = self.system.world
-        agreed(world, error, None if bound_s is None else bound_s + world.timeout_s)
+        bound = None if bound_s is None else bound_s + world.timeout_s
+        agreed(world, error, bound, self.group)
 
     def begin(self) -> None:
-        """Close the host gate and (rank 0) zero the device flag: on every rank before any
-        rank holds a stream (the agreement that ends step 1)."""
+        """Close the host gate and (the first rank) zero the device flag: on every rank of
+        the cell before any of them holds a stream (the agreement that ends step 1)."""
         self.system.gate.close()
-        if self.system.world.rank == self.rank_gate.owner:
+        if self.first:
             self.rank_gate.reset()
 
     def close(self) -> None:
@@ -356,55 +386,55 @@ class MemcpyOperation:
         )
 
     def measure_ranks(self, pairs: Sequence[RankCopy], rank_gate: RankGate) -> CellMeasurement:
-        """Run every rank's pairs of one cell simultaneously for ``samples`` samples. Every
-        rank calls this with the same global pair list (``RankCopy.copy`` set where the rank
-        issues it), also a rank with no pairs of its own. Returns the whole cell, every
-        pair's samples, on every rank."""
-        world = self.world
-        if not pairs:
-            raise UsageError("measure_ranks() needs at least one pair")
+        """One cell across ranks: :meth:`measure_series` of that cell alone."""
+        return self.measure_series([pairs], rank_gate)[0]
+
+    def measure_series(
+        self, cells: Sequence[Sequence[RankCopy]], rank_gate: RankGate
+    ) -> list[CellMeasurement]:
+        """Every cell of ``cells`` across ranks, one after the other, each measured by the
+        ranks that issue its pairs (the module's "A series of cells across ranks"). Every
+        rank calls this with the same cells (``RankCopy.copy`` set where the rank issues
+        it), also a rank with no pair in any of them, right after a collective of the
+        whole world. Returns every cell, every pair's samples, on every rank."""
+        if not cells or not all(cells):
+            raise UsageError("measure_series() needs cells of at least one pair each")
         if self.kind is Kind.TOTAL:
             # the same on every rank, so every rank raises it here without a collective
             raise UsageError(
                 "a TOTAL figure is not measured across ranks; allowed: FIRST, SUM, VECTOR"
             )
-        error: BaseException | None = None
-        mine: tuple[dict[int, tuple[int, tuple[float, ...]]], dict[int, str]] = ({}, {})
-        try:
-            mine = self._measure_own_pairs(pairs, rank_gate)
-        except RemoteRankError:
-            raise  # every rank raised it at the same agreement point already
-        except GpubwError as exc:
-            error = exc
-        # after the last sample: every rank's error, if any, is everyone's
-        agreed(world, error)
-        merged: dict[int, tuple[int, tuple[float, ...]]] = {}
-        names: dict[int, str] = {}
-        for part, part_labels in world.allgather(mine):
-            merged.update(part)
-            names.update(part_labels)
-        order = range(len(pairs))
-        return CellMeasurement(
-            counted_bytes=tuple(merged[i][0] for i in order),
-            loops=self.loops,
-            pair_samples=tuple(merged[i][1] for i in order),
-            total_samples=(),
-            statistic=self.system.options.statistic,
-            pair_labels=tuple(names[i] for i in order),
-        )
+        return _Series(self, cells, rank_gate).run()
+
+    def cell_bound_s(self) -> float:
+        """How long one cell across ranks may take, whatever happens in it: each sample's
+        three steps with their bounds and agreements, and the cell's setup and last
+        agreement."""
+        options, timeout_s = self.system.options, float(self.world.timeout_s)
+        step_s = 2 * options.gate_timeout_s + options.sync_timeout_s
+        return options.samples * (step_s + 3 * timeout_s) + 2 * timeout_s
 
     def _measure_own_pairs(
         self, pairs: Sequence[RankCopy], rank_gate: RankGate
     ) -> tuple[dict[int, tuple[int, tuple[float, ...]]], dict[int, str]]:
-        """This rank's part of :meth:`measure_ranks`, {pair index: (counted, samples)} and
-        {pair index: label}: the protocol with a :class:`RankSync`, so every sample has its
-        agreement points also on a rank without pairs."""
+        """This rank's part of one cell, {pair index: (counted, samples)} and {pair index:
+        label}: the protocol with a :class:`RankSync` among the cell's ranks, then their
+        agreement on an error made outside a step."""
         me = self.world.rank
+        group = cell_ranks(pairs)
         indexes = [i for i, p in enumerate(pairs) if p.rank == me]
         copies = [c for c in (pairs[i].copy for i in indexes) if c is not None]
-        if len(copies) < len(indexes):
-            raise UsageError(f"rank {me} issues a pair of the cell but has no buffers for it")
-        cell = self._run(copies, RankSync(self.system, rank_gate, first=pairs[0].rank == me))
+        try:
+            if len(copies) < len(indexes):
+                raise UsageError(f"rank {me} issues a pair of the cell but has no buffers for it")
+            sync = RankSync(self.system, rank_gate, first=pairs[0].rank == me, group=group)
+            cell = self._run(copies, sync)
+        except (RemoteRankError, WorldError):
+            raise  # every rank of the cell raised it at the same point already; or broken
+        except GpubwError as exc:
+            agreed(self.world, exc, group=group)  # raises it on every rank of the cell
+            raise AssertionError("unreachable: an agreement on an error raises") from exc
+        agreed(self.world, None, group=group)
         return (
             {i: (cell.counted[k], tuple(cell.pair_samples[k])) for k, i in enumerate(indexes)},
             {i: _pair_label(c) for i, c in zip(indexes, copies)},
@@ -583,6 +613,101 @@ class MemcpyOperation:
                     f"issued by device {job.exec_device.ordinal}",
                     exc.offset,
                 ) from None
+
+
+#: one rank's figures of the cells it measured: {cell: ({pair: (counted, samples)}, labels)}
+_Figures = dict[int, tuple[dict[int, tuple[int, tuple[float, ...]]], dict[int, str]]]
+
+
+def cell_ranks(pairs: Sequence[RankCopy]) -> tuple[int, ...]:
+    """A cell's group, in increasing order: the ranks that issue its pairs, and rank 0,
+    which takes part in every cell (without copies where it issues none), so that a rank
+    that dies or hangs in a cell is found within one step's bound, as before."""
+    return tuple(sorted({0, *(p.rank for p in pairs)}))
+
+
+class _Series:
+    """:meth:`MemcpyOperation.measure_series` on one rank (the module's "A series of cells
+    across ranks")."""
+
+    def __init__(
+        self, op: MemcpyOperation, cells: Sequence[Sequence[RankCopy]], rank_gate: RankGate
+    ) -> None:
+        self.op = op
+        self.cells = cells
+        self.rank_gate = rank_gate
+        self.world = op.world
+        self.groups = [cell_ranks(pairs) for pairs in cells]
+        self.bound_s = op.cell_bound_s()
+        #: the first error of the series as this rank knows it: (failing rank, message)
+        self.error: tuple[int, str] | None = None
+        self.cause: BaseException | None = None
+        self.mine: _Figures = {}
+        #: the last hand-over this rank took part in (0: the series' start)
+        self.last = 0
+
+    def run(self) -> list[CellMeasurement]:
+        me = self.world.rank
+        for k, group in enumerate(self.groups):
+            if k > 0 and me in self._hand_over_group(k):
+                self._hand_over(k)
+            if me in group and self.error is None:
+                self._measure(k)
+        return self._gather()
+
+    def _hand_over_group(self, k: int) -> tuple[int, ...]:
+        """The groups of cells k - 1 and k (rank 0 among them)."""
+        return tuple(sorted({*self.groups[k - 1], *self.groups[k]}))
+
+    def _wait_s(self, k: int) -> float:
+        """How long this rank may wait at hand-over k (or at the end, k = the cell count):
+        the cells since the last hand-over it took part in, each bounded."""
+        return (k - self.last) * self.bound_s + float(self.world.timeout_s)
+
+    def _hand_over(self, k: int) -> None:
+        group = self._hand_over_group(k)
+        errors = self.world.group_allgather(self.error, group, timeout_s=self._wait_s(k))
+        self.error = min((e for e in errors if e is not None), default=None)
+        self.last = k
+
+    def _measure(self, k: int) -> None:
+        """This rank's pairs of cell k; an error that the cell's ranks agreed on is kept
+        (a broken world propagates)."""
+        try:
+            self.mine[k] = self.op._measure_own_pairs(self.cells[k], self.rank_gate)
+        except RemoteRankError as exc:
+            self.error, self.cause = (exc.rank, exc.remote_message), exc.__cause__
+
+    def _gather(self) -> list[CellMeasurement]:
+        """Every rank's figures and errors, once: every cell, or the first error raised
+        on every rank."""
+        gathered = self.world.allgather(
+            (self.error, self.mine), timeout_s=self._wait_s(len(self.cells))
+        )
+        errors = [e for e, _ in gathered if e is not None]
+        if errors:
+            rank, message = min(errors)
+            raise RemoteRankError(rank, message) from self.cause
+        pairs: dict[int, dict[int, tuple[int, tuple[float, ...]]]] = {}
+        names: dict[int, dict[int, str]] = {}
+        for _, figures in gathered:
+            for k, (part, labels) in figures.items():
+                pairs.setdefault(k, {}).update(part)
+                names.setdefault(k, {}).update(labels)
+        return [self._cell(pairs[k], names[k], len(c)) for k, c in enumerate(self.cells)]
+
+    def _cell(
+        self, pairs: dict[int, tuple[int, tuple[float, ...]]], names: dict[int, str], count: int
+    ) -> CellMeasurement:
+        order = range(count)
+        return CellMeasurement(
+            counted_bytes=tuple(pairs[i][0] for i in order),
+            loops=self.op.loops,
+            pair_samples=tuple(pairs[i][1] for i in order),
+            total_samples=(),
+            statistic=self.op.system.options.statistic,
+            pair_labels=tuple(names[i] for i in order),
+        )
 
 
 def bytes_per_second(nbytes: int, seconds: float) -> float:

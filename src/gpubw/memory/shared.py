@@ -90,12 +90,21 @@ def _text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def agreed(world: World, error: BaseException | None, timeout_s: float | None = None) -> None:
-    """One agreement point of a cross-rank protocol: every rank passes its own error (or
-    None); if any rank failed, every rank raises the same :class:`RemoteRankError`
-    (``rank <r>: <message>`` of the lowest failing rank; the failing rank's own error is
-    its ``__cause__``), so all ranks unwind together."""
-    agreement = world.agree(None if error is None else _text(error), timeout_s=timeout_s)
+def agreed(
+    world: World,
+    error: BaseException | None,
+    timeout_s: float | None = None,
+    group: tuple[int, ...] | None = None,
+) -> None:
+    """One agreement point of a cross-rank protocol: every rank (of ``group`` if given)
+    passes its own error (or None); if any failed, every one raises the same
+    :class:`RemoteRankError` (``rank <r>: <message>`` of the lowest failing rank; the
+    failing rank's own error is its ``__cause__``), so they all unwind together."""
+    text = None if error is None else _text(error)
+    if group is None:
+        agreement = world.agree(text, timeout_s=timeout_s)
+    else:
+        agreement = world.group_agree(text, group, timeout_s=timeout_s)
     if not agreement.ok:
         assert agreement.failed_rank is not None
         raise RemoteRankError(agreement.failed_rank, agreement.message or "failed") from error

@@ -132,7 +132,11 @@ def run_rack(
     hosts = simulation.hosts or (len(simulation.model.devices),)
     engine = SimEngine(simulation.model)
     cluster = SimulatedCluster(
-        list(hosts), timeout_s=timeout_s, on_step=engine.align_clocks, cooperative=True
+        list(hosts),
+        timeout_s=timeout_s,
+        on_step=engine.align_clocks,
+        cooperative=True,
+        on_group=engine.align_group,
     )
     engine.pause = cluster.pause  # a rank waiting for another's release lets it run
 

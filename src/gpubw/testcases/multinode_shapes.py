@@ -2,12 +2,13 @@
 
 N is the world size and "GPU g" is rank g's device. Every rank runs the same shape: buffers
 shared by a rank with all (U(o), MC(o)) are made and freed collectively, in the same order on
-every rank; a local buffer L(o) exists only on o. Each cell hands
-:meth:`~gpubw.measure.measurement.MemcpyOperation.measure_ranks` the global pair list (a pair's copy
-only on its exec rank), so every rank joins every agreement point and ends with the whole
-cell. gpubw allocates each rank's U once per testcase (at the testcase's size) and reuses it
-across cells where nvbandwidth re-allocates per cell: the same copies, far fewer collective
-allocations.
+every rank; a local buffer L(o) exists only on o. Every rank hands
+:meth:`~gpubw.measure.measurement.MemcpyOperation.measure_series` the global pair list of
+each cell (a pair's copy only on its exec rank): the ranks of a cell agree among themselves,
+and every rank ends with every cell (an N x N testcase's cells in one series: a cell costs
+its own ranks' agreements, not the world's). gpubw allocates each rank's U once per testcase
+(at the testcase's size) and reuses it across cells where nvbandwidth re-allocates per cell:
+the same copies, far fewer collective allocations.
 """
 
 from __future__ import annotations
@@ -204,8 +205,9 @@ def _grid(
         shared = Shared(testcase, stack)
         gate = shared.gate()
         buffers = [[shared.unicast(o, size) for o in range(n)] for _ in range(sets)]
-        for r, c in cells:
-            grid[r][c] = op.measure_ranks(flow(testcase.world, r, c, buffers), gate)
+        flows = [flow(testcase.world, r, c, buffers) for r, c in cells]
+        for (r, c), cell in zip(cells, op.measure_series(flows, gate) if flows else []):
+            grid[r][c] = cell
     return grid, notes
 
 

@@ -14,6 +14,14 @@ calls :meth:`World.close` last, which ends the run (MPI_Abort) when the world is
 Every rank must call the same collectives in the same order. Values travel pickled (as over
 MPI), so they must be picklable and small: handles, figures, statuses, not buffers.
 
+**Groups.** :meth:`World.group_allgather` and :meth:`World.group_agree` are the same bounded
+collectives among some ranks only (a sorted tuple of ranks, this one among them); the other
+ranks take no part and do not wait. Every member of a group must call that group's
+collectives in the same order (each group counts its own steps); they may interleave with
+the world's and other groups' collectives as the program's order has it. A multinode cell
+agrees among the ranks that copy in it, not the whole world
+(:mod:`gpubw.measure.measurement`).
+
 Implementations: :class:`SingleWorld` (one process, size 1, here), ``MpiWorld``
 (:mod:`gpubw.world.mpi`, imports mpi4py) and ``SimulatedWorld``
 (:mod:`gpubw.world.simulated`, N ranks as threads of one process).
@@ -186,6 +194,8 @@ class World(abc.ABC):
         self._broken: str | None = None
         self._closed = False
         self._seq = 0
+        #: steps taken by each group this rank belongs to (see :meth:`group_allgather`)
+        self._group_seqs: dict[tuple[int, ...], int] = {}
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -267,6 +277,56 @@ class World(abc.ABC):
         failures = tuple((r, m) for r, m in enumerate(values) if m is not None)
         return Agreement(ok=not failures, failures=failures)
 
+    def group_allgather(
+        self, value: Any, group: Sequence[int], timeout_s: float | None = None
+    ) -> list[Any]:
+        """Every member's value, in the order of ``group`` (distinct ranks in increasing
+        order, this rank among them), on every member; the other ranks take no part."""
+        members = self._members(group)
+        if len(members) == 1:
+            return [value]
+        values: list[Any] = self._run(
+            "group allgather",
+            timeout_s,
+            lambda s, dl: self._group_exchange("group allgather", members, s, value, dl),
+            members,
+        )
+        return values
+
+    def group_agree(
+        self,
+        error: str | BaseException | None,
+        group: Sequence[int],
+        timeout_s: float | None = None,
+    ) -> Agreement:
+        """:meth:`agree` among the ranks of ``group`` only (failures name world ranks)."""
+        members = self._members(group)
+        mine = None if error is None else _error_message(error)
+        if len(members) == 1:
+            values = [mine]
+        else:
+            values = self._run(
+                "group agree",
+                timeout_s,
+                lambda s, dl: self._group_exchange("group agree", members, s, mine, dl),
+                members,
+            )
+        failures = tuple((r, m) for r, m in zip(members, values) if m is not None)
+        return Agreement(ok=not failures, failures=failures)
+
+    def _members(self, group: Sequence[int]) -> tuple[int, ...]:
+        members = tuple(group)
+        if (
+            self.rank not in members
+            or list(members) != sorted(set(members))
+            or not 0 <= members[0] <= members[-1] < self.size
+        ):
+            raise ValueError(
+                f"group must be distinct ranks in [0, {self.size}) in increasing order, "
+                f"this rank ({self.rank}) among them; got {members}"
+            )
+        return members
+
     def abort(self, exit_code: int = 1) -> None:
         """End every rank now (after a broken world, once rank 0 has written its report)."""
         raise SystemExit(exit_code)
@@ -299,7 +359,15 @@ class World(abc.ABC):
         if not 0 <= root < self.size:
             raise ValueError(f"root must be a rank in [0, {self.size}), got {root}")
 
-    def _run(self, name: str, timeout_s: float | None, body: Callable[[int, float], Any]) -> Any:
+    def _run(
+        self,
+        name: str,
+        timeout_s: float | None,
+        body: Callable[[int, float], Any],
+        group: tuple[int, ...] | None = None,
+    ) -> Any:
+        """Run one collective (of the world, or of ``group``): its step number, its bound,
+        and a broken world on any failure (see the module docstring)."""
         if self._broken is not None:
             raise WorldError(
                 f"rank {self.rank}: {name} refused: the world is broken ({self._broken})"
@@ -307,8 +375,12 @@ class World(abc.ABC):
         bound = self.timeout_s if timeout_s is None else timeout_s
         if bound <= 0:
             raise ValueError(f"timeout_s must be > 0, got {bound}")
-        seq = self._seq
-        self._seq += 1
+        if group is None:
+            seq = self._seq
+            self._seq += 1
+        else:
+            seq = self._group_seqs.get(group, 0)
+            self._group_seqs[group] = seq + 1
         try:
             return body(seq, time.monotonic() + bound)
         except CollectiveExpired as expired:
@@ -339,6 +411,12 @@ class World(abc.ABC):
     def _bcast(self, name: str, seq: int, value: Any, root: int, deadline: float) -> Any: ...
 
     @abc.abstractmethod
+    def _group_exchange(
+        self, name: str, group: tuple[int, ...], seq: int, value: Any, deadline: float
+    ) -> list[Any]:
+        """Every member's value, in group order: step ``seq`` of ``group`` (2+ ranks)."""
+
+    @abc.abstractmethod
     def _gather(
         self, name: str, seq: int, value: Any, root: int, deadline: float
     ) -> list[Any] | None: ...
@@ -360,6 +438,11 @@ class SingleWorld(World):
 
     def _gather(self, name: str, seq: int, value: Any, root: int, deadline: float) -> list[Any]:
         return [value]
+
+    def _group_exchange(
+        self, name: str, group: tuple[int, ...], seq: int, value: Any, deadline: float
+    ) -> list[Any]:
+        raise AssertionError("a world of one rank has no group of two ranks")
 
 
 def device_assignment(world: World, device_count: int) -> DeviceAssignment:

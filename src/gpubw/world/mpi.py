@@ -7,6 +7,8 @@ non-blocking calls polled against a deadline: ``Ibarrier`` for the barrier, and 
 rest. A rank that died or hangs thus makes the others raise :class:`WorldTimeoutError`
 naming the collective, the rank and the bound. Every message carries the collective's step
 and name, so ranks calling different collectives is reported, not mismatched silently.
+Collectives of a group of ranks (a multinode cell's) travel on a communicator of their own,
+through the group's first rank, each message carrying the group and its step.
 
 Ranks on one host are found with ``Split_type(COMM_TYPE_SHARED)`` (the ranks sharing memory
 with this one), never by comparing host names; that split is a blocking MPI call made once,
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -31,9 +34,9 @@ from gpubw.world.base import (
 
 #: Polling back-off while a non-blocking call is pending (seconds): short enough for the
 #: per-sample barriers, long enough not to steal a shared CPU from the ranks being waited on.
-#: A multinode cell has 11 agreement points; with 8 ranks under Open MPI on one H200 a
-#: back-off of up to 200 µs made them 8.5 ms of a cell, up to 50 µs 3.5 ms (20 µs: 3.1 ms),
-#: benchmarks/README.md "The real cost of a multinode cell".
+#: A multinode cell had 11 agreement points across every rank; with 8 ranks under Open MPI
+#: on one H200 a back-off of up to 200 µs made them 8.5 ms of a cell, up to 50 µs 3.5 ms
+#: (20 µs: 3.1 ms), benchmarks/README.md "The real cost of a multinode cell".
 _FIRST_SLEEP_S = 20e-6
 _MAX_SLEEP_S = 50e-6
 
@@ -59,6 +62,13 @@ def _wait(test: Callable[[], bool], deadline: float, waiting_for: Callable[[], s
         sleep = min(sleep * 2, _MAX_SLEEP_S)
 
 
+def _group_tag(key: tuple[tuple[int, ...], int]) -> int:
+    """The MPI tag of a group's step: a hash of (group, step). Two steps sharing a tag are
+    still received in order (MPI keeps one sender's messages of one tag in order, and every
+    rank receives its messages in the program's order); the message names its step."""
+    return zlib.crc32(repr(key).encode("ascii")) % 32768
+
+
 def library_version(raw: str) -> str:
     """MPI_Get_library_version's text for the report: without the C string's NUL that some
     libraries leave in it (Open MPI 4.1.6 did: the report's ``mpi_library`` ended in
@@ -78,9 +88,12 @@ class MpiWorld(World):
         host_names: tuple[str, ...],
         timeout_s: float,
         library: str,
+        group_comm: Any = None,
     ) -> None:
         super().__init__(comm.Get_rank(), comm.Get_size(), rank_hosts, host_names, timeout_s)
         self._comm = comm
+        #: the groups' messages (never mixed with the world's; see _group_exchange)
+        self._group_comm = group_comm
         #: the MPI library's version string (nvbandwidth prints it as "MPI version: ...")
         self.library = library
 
@@ -103,6 +116,7 @@ class MpiWorld(World):
                 "launcher's (use the mpiexec of the MPI that mpi4py loads, or srun --mpi=pmix)"
             )
         comm = world_comm.Dup()  # gpubw's messages never meet anyone else's
+        group_comm = world_comm.Dup()  # nor do its groups' meet its world's
         rank = comm.Get_rank()
         local = comm.Split_type(mpi.COMM_TYPE_SHARED, key=rank)
         try:
@@ -121,7 +135,7 @@ class MpiWorld(World):
         leaders = sorted({lead for lead, _, _ in found})
         rank_hosts = tuple(leaders.index(lead) for lead, _, _ in found)
         host_names = tuple(found[lead][1] for lead in leaders)
-        world = cls(comm, rank_hosts, host_names, timeout_s, library)
+        world = cls(comm, rank_hosts, host_names, timeout_s, library, group_comm)
         world.host_pids = frozenset().union(*(pids for lead, _, pids in found if lead == leader))
         world._seq = probe._seq
         atexit.register(world._at_exit)
@@ -132,8 +146,14 @@ class MpiWorld(World):
     def _tag(self, seq: int) -> int:
         return seq % 32768  # MPI guarantees tags up to 32767
 
-    def _send_all(self, dests: list[int], message: Any, seq: int, deadline: float) -> None:
-        requests = [self._comm.isend(message, dest=d, tag=self._tag(seq)) for d in dests]
+    def _send_all(
+        self, dests: list[int], message: Any, seq: Any, deadline: float, comm: Any = None
+    ) -> None:
+        """Send ``message`` to every rank of ``dests`` (world step ``seq``, or a group's
+        (group, step) on ``comm``), bounded."""
+        comm = self._comm if comm is None else comm
+        tag = self._tag(seq) if isinstance(seq, int) else _group_tag(seq)
+        requests = [comm.isend(message, dest=d, tag=tag) for d in dests]
         try:
             _wait(
                 lambda: all(r.Test() for r in requests),
@@ -150,11 +170,13 @@ class MpiWorld(World):
                     r.Cancel()
             raise
 
-    def _receive(self, source: int, name: str, seq: int, deadline: float) -> Any:
+    def _receive(self, source: int, name: str, seq: Any, deadline: float, comm: Any = None) -> Any:
+        comm = self._comm if comm is None else comm
+        tag = self._tag(seq) if isinstance(seq, int) else _group_tag(seq)
         found: list[Any] = []
 
         def arrived() -> bool:
-            msg = self._comm.improbe(source=source, tag=self._tag(seq))
+            msg = comm.improbe(source=source, tag=tag)
             if msg is not None:
                 found.append(msg.recv())
             return bool(found)
@@ -193,7 +215,35 @@ class MpiWorld(World):
         _wait(all_in, deadline, lambda: "nothing from rank(s) " + ", ".join(map(str, pending)))
         return [values[r] for r in range(self.size)]
 
-    def _check(self, message: Any, source: int, name: str, seq: int) -> Any:
+    def _group_exchange(
+        self, name: str, group: tuple[int, ...], seq: int, value: Any, deadline: float
+    ) -> list[Any]:
+        """Through the group's first rank: the others send it their value, it sends every
+        member the list. A message's step is (group, seq), so that a message of another
+        group or step is reported, never taken for this one."""
+        leader, key, comm = group[0], (group, seq), self._group_comm
+        if self.rank != leader:
+            self._send_all([leader], (key, name, value), key, deadline, comm)
+            values: list[Any] = self._receive(leader, name, key, deadline, comm)
+            return values
+        found: dict[int, Any] = {leader: value}
+        pending = list(group[1:])
+        tag = _group_tag(key)
+
+        def all_in() -> bool:
+            for r in list(pending):
+                msg = comm.improbe(source=r, tag=tag)
+                if msg is not None:
+                    found[r] = self._check(msg.recv(), r, name, key)
+                    pending.remove(r)
+            return not pending
+
+        _wait(all_in, deadline, lambda: "nothing from rank(s) " + ", ".join(map(str, pending)))
+        values = [found[r] for r in group]
+        self._send_all(list(group[1:]), (key, name, values), key, deadline, comm)
+        return values
+
+    def _check(self, message: Any, source: int, name: str, seq: Any) -> Any:
         their_seq, their_name, value = message
         if (their_seq, their_name) != (seq, name):
             raise WorldError(
@@ -214,6 +264,9 @@ class MpiWorld(World):
         if self._comm is not None:
             self._comm.Free()
             self._comm = None
+        if self._group_comm is not None:
+            self._group_comm.Free()
+            self._group_comm = None
 
     def _at_exit(self) -> None:
         # Runs before mpi4py's MPI_Finalize: a process leaving with a broken world (an

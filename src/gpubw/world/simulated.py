@@ -38,15 +38,22 @@ def _ranks(missing: Sequence[int]) -> str:
 
 
 class _Hub:
-    """The rendezvous of one simulated world: contributions per collective step."""
+    """The rendezvous of one simulated world: contributions per collective step (of the
+    world, or of a group of ranks: keyed by the group and its step)."""
 
-    def __init__(self, size: int, on_step: Callable[[int, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        on_step: Callable[[int, str], None] | None = None,
+        on_group: Callable[[tuple[int, ...]], None] | None = None,
+    ) -> None:
         self.size = size
         self.on_step = on_step
+        self.on_group = on_group
         self.cond = threading.Condition()
-        #: step -> rank -> (collective name, pickled value)
-        self.slots: dict[int, dict[int, tuple[str, bytes]]] = {}
-        self.taken: dict[int, int] = {}
+        #: step (or (group, step)) -> rank -> (collective name, pickled value)
+        self.slots: dict[Any, dict[int, tuple[str, bytes]]] = {}
+        self.taken: dict[Any, int] = {}
         #: rank -> why it left (its function returned or raised)
         self.departed: dict[int, str] = {}
         #: Ctrl-C / SIGTERM that reached the process: every rank raises it at its collectives
@@ -60,29 +67,24 @@ class _Hub:
         value: Any,
         deadline: float,
         interruptible: bool = False,
+        group: tuple[int, ...] | None = None,
     ) -> list[Any]:
+        members = tuple(range(self.size)) if group is None else group
+        key: Any = seq if group is None else (group, seq)
         data = pickle.dumps(value)
         with self.cond:
             self._check_interrupted()
-            slot = self.slots.setdefault(seq, {})
+            slot = self.slots.setdefault(key, {})
             slot[rank] = (name, data)
-            if len(slot) == self.size and self.on_step is not None:
-                # the last rank to arrive: every other rank is blocked in this step
-                self.on_step(seq, name)
+            if len(slot) == len(members):
+                # the last rank to arrive: every other member is blocked in this step
+                if group is None and self.on_step is not None:
+                    self.on_step(seq, name)
+                elif group is not None and self.on_group is not None:
+                    self.on_group(group)
             self.cond.notify_all()
-            while len(slot) < self.size:
-                self._check_interrupted()
-                missing = [r for r in range(self.size) if r not in slot]
-                gone = [r for r in missing if r in self.departed]
-                if gone:
-                    raise WorldError(
-                        f"rank {rank}: {name} cannot complete: rank {gone[0]} left the world "
-                        f"({self.departed[gone[0]]})"
-                    )
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise CollectiveExpired(f"no contribution from {_ranks(missing)}")
-                self.cond.wait(remaining)
+            while len(slot) < len(members):
+                self._wait_for(slot, members, rank, name, deadline)
             names = {r: n for r, (n, _) in slot.items()}
             if len(set(names.values())) > 1:
                 calls = ", ".join(f"rank {r} {n}" for r, n in sorted(names.items()))
@@ -90,11 +92,34 @@ class _Hub:
                     f"rank {rank}: the ranks called different collectives at step {seq} "
                     f"({calls}): {OUT_OF_STEP}"
                 )
-            values = [pickle.loads(slot[r][1]) for r in range(self.size)]
-            self.taken[seq] = self.taken.get(seq, 0) + 1
-            if self.taken[seq] == self.size:
-                del self.slots[seq], self.taken[seq]
+            values = [pickle.loads(slot[r][1]) for r in members]
+            self.taken[key] = self.taken.get(key, 0) + 1
+            if self.taken[key] == len(members):
+                del self.slots[key], self.taken[key]
             return values
+
+    def _wait_for(
+        self,
+        slot: dict[int, tuple[str, bytes]],
+        members: tuple[int, ...],
+        rank: int,
+        name: str,
+        deadline: float,
+    ) -> None:
+        """One wait (holding ``cond``) for the members missing from ``slot``: raise if one
+        left or the deadline passed."""
+        self._check_interrupted()
+        missing = [r for r in members if r not in slot]
+        gone = [r for r in missing if r in self.departed]
+        if gone:
+            raise WorldError(
+                f"rank {rank}: {name} cannot complete: rank {gone[0]} left the world "
+                f"({self.departed[gone[0]]})"
+            )
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise CollectiveExpired(f"no contribution from {_ranks(missing)}")
+        self.cond.wait(remaining)
 
     def _check_interrupted(self) -> None:
         if self.interruption is not None:
@@ -138,6 +163,12 @@ class SimulatedWorld(World):
 
     def _exchange(self, seq: int, name: str, value: Any, deadline: float) -> list[Any]:
         return self._hub.exchange(self.rank, seq, name, value, deadline, self.interruptible)
+
+    def _group_exchange(
+        self, name: str, group: tuple[int, ...], seq: int, value: Any, deadline: float
+    ) -> list[Any]:
+        hub = self._hub
+        return hub.exchange(self.rank, seq, name, value, deadline, self.interruptible, group)
 
     def _barrier(self, name: str, seq: int, deadline: float) -> None:
         self._exchange(seq, name, None, deadline)
@@ -194,7 +225,8 @@ class SimulatedCluster:
 
     ``on_step(step, name)``, if given, is called once per completed collective, by the last
     rank to arrive, while every other rank is still blocked in it: a deterministic point at
-    which a shared simulated engine can line up the ranks' clocks."""
+    which a shared simulated engine can line up the ranks' clocks; ``on_group(ranks)`` is
+    the same for a collective of a group of ranks (:meth:`World.group_allgather`)."""
 
     def __init__(
         self,
@@ -203,6 +235,7 @@ class SimulatedCluster:
         host_names: Sequence[str] | None = None,
         on_step: Callable[[int, str], None] | None = None,
         cooperative: bool = False,
+        on_group: Callable[[tuple[int, ...]], None] | None = None,
     ) -> None:
         per_host = [hosts] if isinstance(hosts, int) else list(hosts)
         if not per_host or any(n < 1 for n in per_host):
@@ -217,6 +250,7 @@ class SimulatedCluster:
         self.size = len(self.rank_hosts)
         self.timeout_s = timeout_s
         self.on_step = on_step
+        self.on_group = on_group
         self.cooperative = cooperative
         #: the hub of the cooperative run in progress (or last run)
         self.tasks: TaskHub | None = None
@@ -229,7 +263,7 @@ class SimulatedCluster:
 
     def worlds(self) -> list[SimulatedWorld]:
         """A fresh set of connected worlds, one per rank (for a caller's own threads)."""
-        return self._connected(_Hub(self.size, self.on_step))
+        return self._connected(_Hub(self.size, self.on_step, self.on_group))
 
     def pause(self) -> bool:
         """From a rank of a cooperative run: let the other ranks that are ready take their
@@ -264,7 +298,7 @@ class SimulatedCluster:
         stop: Callable[[], BaseException | None] | None,
     ) -> list[RankOutcome[T]]:
         """:meth:`run` with the ranks taking turns (:class:`gpubw.world.tasks.TaskHub`)."""
-        hub = self.tasks = TaskHub(self.size, self.on_step, stop)
+        hub = self.tasks = TaskHub(self.size, self.on_step, stop, self.on_group)
         outcomes: list[RankOutcome[T] | None] = [None] * self.size
         root_done = threading.Event()
         body = _rank_body(fn, hub, outcomes, root_done)

@@ -13,6 +13,10 @@ The **last** rank to arrive computes the answer **once** (values unpickled once;
 again, in rank order. A collective thus costs one wake-up per rank: O(1) per rank, whatever
 N. Ranks run in a fixed order between two collectives: a run is deterministic.
 
+A collective of a group of ranks (:meth:`gpubw.world.base.World.group_allgather`: a
+multinode cell's ranks) is a rendezvous of its own, keyed by the group and its step; it
+completes when the group's last member arrives, and only the members take turns in it.
+
 What the thread hub (:class:`gpubw.world.simulated._Hub`) promises holds here too: values
 travel pickled (a rank never holds another rank's mutable object), ranks calling different
 collectives at one step is an error, a rank that left (its function returned or raised)
@@ -94,6 +98,21 @@ class _Answer:
         return values
 
 
+class _Rendezvous:
+    """One collective in progress: its members, and for each member that arrived its
+    (name, pickled value, arrival time) and its parked task."""
+
+    __slots__ = ("arrived", "members", "parked")
+
+    def __init__(self, members: tuple[int, ...]) -> None:
+        self.members = members
+        self.arrived: dict[int, tuple[str, bytes, float]] = {}
+        self.parked: dict[int, _Task] = {}
+
+    def missing(self) -> list[int]:
+        return [r for r in self.members if r not in self.arrived]
+
+
 class _Task:
     """One rank's thread and its turn: ``go`` is held (locked) while the rank waits for the
     baton; whoever hands it the baton leaves the value it resumes with in ``value``."""
@@ -116,27 +135,28 @@ class TaskHub:
         size: int,
         on_step: Callable[[int, str], None] | None = None,
         stop: Callable[[], BaseException | None] | None = None,
+        on_group: Callable[[tuple[int, ...]], None] | None = None,
     ) -> None:
         self.size = size
         self.on_step = on_step
+        self.on_group = on_group
         self.stop = stop
+        self._everyone = tuple(range(size))
         #: the rank that holds the baton (the one running), and the ranks waiting for it
         self._running: _Task | None = None
         self._ready: deque[tuple[_Task, Any]] = deque()
         self._done = threading.Event()
-        #: the collective in progress: rank -> (name, pickled value, arrival), and the
-        #: ranks parked in it
-        self._arrived: dict[int, tuple[str, bytes, float]] = {}
-        self._parked: dict[int, _Task] = {}
+        #: the collectives in progress, by (group or None for the world, step)
+        self._pending: dict[tuple[tuple[int, ...] | None, int], _Rendezvous] = {}
         #: rank -> why it left (its function returned or raised)
         self.departed: dict[int, str] = {}
         #: Ctrl-C in the waiting thread: every rank raises it at its next collective
         self.interruption: BaseException | None = None
         #: what ``stop`` returned (once): interruptible ranks raise it at their collectives
         self.stopped: BaseException | None = None
-        #: collectives completed (every rank took part once in each)
+        #: collectives completed (of the world, and of groups)
         self.steps = 0
-        #: turns taken: the baton handed to a rank (about one per rank per collective: a
+        #: turns taken: the baton handed to a rank (about one per member per collective: a
         #: collective costs no round through the other ranks)
         self.turns = 0
 
@@ -170,7 +190,7 @@ class TaskHub:
 
     def _leave_turns(self) -> None:
         """The running rank has ended: the baton to the next ready rank, or the run is over."""
-        if not self._ready and self._parked:
+        if not self._ready and self._pending:
             self._stalled()
         if self._ready:
             self._hand_on()
@@ -204,7 +224,7 @@ class TaskHub:
     def _stalled(self) -> None:
         """No rank can run, yet some wait in a collective: a rank that is neither ready nor
         parked was lost (a bug). Fail the waiting ones rather than wait for ever."""
-        missing = [r for r in range(self.size) if r not in self._arrived]
+        missing = sorted({r for rv in self._pending.values() for r in rv.missing()})
         self._fail_parked(
             lambda rank, name: WorldError(
                 f"rank {rank}: {name} cannot complete: {_ranks(missing)} can no longer run"
@@ -230,18 +250,25 @@ class TaskHub:
         value: Any,
         deadline: float,
         interruptible: bool = False,
+        group: tuple[int, ...] | None = None,
     ) -> list[Any]:
-        """Every rank's ``value``, by rank, once every rank has called this for step
-        ``seq`` (see the module docstring for what fails it)."""
+        """Every member's ``value``, in member order, once every member of ``group`` (None:
+        every rank) has called this for that group's step ``seq`` (see the module
+        docstring for what fails it)."""
         self._check_interrupted(interruptible)
         data = pickle.dumps(value)
+        key = (group, seq)
+        rv = self._pending.get(key)
+        if rv is None:
+            rv = self._pending[key] = _Rendezvous(self._everyone if group is None else group)
         if self.departed:
-            self._check_departed(rank, name)
-        self._arrived[rank] = (name, data, time.monotonic())
+            self._check_departed(rank, name, rv)
+        rv.arrived[rank] = (name, data, time.monotonic())
         assert self._running is not None and self._running.rank == rank
-        self._parked[rank] = self._running
-        if len(self._arrived) == self.size:
-            self._complete(seq)
+        rv.parked[rank] = self._running
+        if len(rv.arrived) == len(rv.members):
+            del self._pending[key]
+            self._complete(rv, seq, group)
         answer: _Answer = self._switch()
         self._check_interrupted(interruptible)
         return answer.result(rank, name, deadline)
@@ -251,20 +278,19 @@ class TaskHub:
         if exc is None and interruptible:
             exc = self.stopped
         if exc is not None:
-            if self._parked:  # they raise it too, at once
+            if self._pending:  # they raise it too, at once
                 self._fail_parked(lambda rank, name: again(exc))
             raise again(exc)  # one instance per rank (its own traceback)
 
-    def _check_departed(self, rank: int, name: str) -> None:
-        gone = [r for r in sorted(self.departed) if r not in self._arrived and r != rank]
+    def _check_departed(self, rank: int, name: str, rv: _Rendezvous) -> None:
+        gone = [r for r in sorted(self.departed) if r in rv.missing() and r != rank]
         if gone:
             raise _left(gone[0], self.departed[gone[0]])(rank, name)
 
-    def _complete(self, seq: int) -> None:
-        """The last rank arrived: the answer, once, for every rank; every rank ready again
-        (in rank order)."""
-        arrived, self._arrived = self._arrived, {}
-        parked, self._parked = self._parked, {}
+    def _complete(self, rv: _Rendezvous, seq: int, group: tuple[int, ...] | None) -> None:
+        """The last member arrived: the answer, once, for every member; every member ready
+        again (in rank order)."""
+        arrived = rv.arrived
         answer = _Answer()
         names = {n for n, _, _ in arrived.values()}
         if len(names) > 1:
@@ -272,29 +298,37 @@ class TaskHub:
             text = f"the ranks called different collectives at step {seq} ({calls}): {OUT_OF_STEP}"
             answer.failure = lambda rank, _name: WorldError(f"rank {rank}: {text}")
         else:
-            self._fill(answer, arrived, seq, names.pop())
+            self._fill(answer, rv, seq, group, names.pop())
         self.steps += 1
-        for r in range(self.size):
-            self._ready.append((parked[r], answer))
+        for r in rv.members:
+            self._ready.append((rv.parked[r], answer))
 
     def _fill(
-        self, answer: _Answer, arrived: dict[int, tuple[str, bytes, float]], seq: int, name: str
+        self,
+        answer: _Answer,
+        rv: _Rendezvous,
+        seq: int,
+        group: tuple[int, ...] | None,
+        name: str,
     ) -> None:
-        """The values of a completed collective (and the step's hooks: ``stop``, ``on_step``)."""
+        """The values of a completed collective (and the step's hooks: ``stop``, and
+        ``on_step`` for the world's or ``on_group`` for a group's)."""
         try:
             if self.stopped is None and self.stop is not None:
                 self.stopped = self.stop()
-            if self.on_step is not None:
+            if group is None and self.on_step is not None:
                 self.on_step(seq, name)
+            elif group is not None and self.on_group is not None:
+                self.on_group(group)
         except Exception as exc:  # every rank raises it, instead of waiting for ever
             error = exc
             answer.failure = lambda _rank, _name: again(error)
             return
-        answer.arrivals = {r: a[2] for r, a in arrived.items()}
+        answer.arrivals = {r: a[2] for r, a in rv.arrived.items()}
         answer.last_arrival = max(answer.arrivals.values())
-        datas = [arrived[r][1] for r in range(self.size)]
+        datas = [rv.arrived[r][1] for r in rv.members]
         if all(d == _NONE for d in datas):
-            answer.values = [None] * self.size
+            answer.values = [None] * len(datas)
             return
         values = [pickle.loads(d) for d in datas]
         if all(_frozen(v) for v in values):
@@ -302,12 +336,22 @@ class TaskHub:
         else:
             answer.blob = pickle.dumps(values)
 
-    def _fail_parked(self, failure: Callable[[int, str], BaseException]) -> None:
-        """Every rank parked in the collective in progress raises ``failure(rank, name)``."""
+    def _fail_parked(
+        self,
+        failure: Callable[[int, str], BaseException],
+        which: Callable[[_Rendezvous], bool] = lambda rv: True,
+    ) -> None:
+        """Every rank parked in a collective in progress (``which`` of them: all by
+        default) raises ``failure(rank, name)``, in rank order."""
+        failed = {k: rv for k, rv in self._pending.items() if which(rv)}
+        if not failed:
+            return
         answer = _Answer()
         answer.failure = failure
-        parked, self._parked = self._parked, {}
-        self._arrived = {}
+        parked: dict[int, _Task] = {}
+        for key, rv in failed.items():
+            del self._pending[key]
+            parked.update(rv.parked)
         for r in sorted(parked):
             self._ready.append((parked[r], answer))
 
@@ -320,9 +364,15 @@ class TaskHub:
     def leave(self, rank: int, why: str) -> None:
         """``rank`` has left the world: a collective it never reached fails at once."""
         self.departed.setdefault(rank, why)  # the first reason (abort) is the real one
-        if self._parked and rank not in self._arrived:
-            gone = min(r for r in self.departed if r not in self._arrived)
-            self._fail_parked(_left(gone, self.departed[gone]))
+        for rv in list(self._pending.values()):
+            if rank in rv.missing():
+                gone = min(r for r in self.departed if r in rv.missing())
+                self._fail_parked(_left(gone, self.departed[gone]), _this(rv))
+
+
+def _this(rv: _Rendezvous) -> Callable[[_Rendezvous], bool]:
+    """Selects ``rv`` alone (of the collectives in progress)."""
+    return lambda other: other is rv
 
 
 def _left(gone: int, why: str) -> Callable[[int, str], BaseException]:

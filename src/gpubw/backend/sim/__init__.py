@@ -31,7 +31,8 @@ showing its host's devices with host-local ordinals and keeping its own host clo
 separate processes: separate clocks). One lock guards every entry into the engine, so rank
 threads (:class:`gpubw.world.simulated.SimulatedCluster`) may call their views concurrently;
 ``engine.align_clocks`` (the cluster's ``on_step``) sets every rank's clock to the latest one
-at each collective, as a barrier takes the time of its last arrival. A plain
+at each collective, as a barrier takes the time of its last arrival (``engine.align_group``,
+its ``on_group``: the clocks of a group's ranks at the group's collectives). A plain
 ``SimulatedBackend(system)`` is the one view of its own engine (host 0, the whole system when
 the model has a single host): single-node output is unchanged.
 """
@@ -114,6 +115,16 @@ class SimEngine:
         ``on_step``: it runs while every rank is blocked in the collective)."""
         with self.lock:
             live = [v for v in self.views if not v.closed]
+            if live:
+                latest = max(v._now for v in live)
+                for v in live:
+                    v._now = latest
+
+    def align_group(self, ranks: tuple[int, ...]) -> None:
+        """:meth:`align_clocks` for the views of ``ranks`` only (a SimulatedCluster's
+        ``on_group``: a collective of those ranks alone)."""
+        with self.lock:
+            live = [v for v in self.views if not v.closed and v.rank in ranks]
             if live:
                 latest = max(v._now for v in live)
                 for v in live:
