@@ -18,8 +18,8 @@ MIB = 1 << 20
 
 
 def test_presets_listed() -> None:
-    """PRESETS and names() list the five built-in systems."""
-    assert set(PRESETS) == {"h200x1", "h200x2", "h200x8", "pcie4", "gb200nvl72"}
+    """PRESETS and names() list the six built-in systems."""
+    assert set(PRESETS) == {"h200x1", "h200x2", "h200x8", "pcie4", "gb200nvl72", "gb200nvl72x8"}
     assert names() == list(PRESETS)
 
 
