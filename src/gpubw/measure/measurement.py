@@ -404,7 +404,8 @@ class MemcpyOperation:
         copies = [c for c in (pairs[i].copy for i in indexes) if c is not None]
         if len(copies) < len(indexes):
             raise UsageError(f"rank {me} issues a pair of the cell but has no buffers for it")
-        cell = self._run(copies, RankSync(self.system, rank_gate, first=pairs[0].rank == me))
+        first = rank_gate.relays([p.rank for p in pairs])  # per NVLink domain
+        cell = self._run(copies, RankSync(self.system, rank_gate, first=first))
         return (
             {i: (cell.counted[k], tuple(cell.pair_samples[k])) for k, i in enumerate(indexes)},
             {i: _pair_label(c) for i, c in zip(indexes, copies)},

@@ -257,7 +257,7 @@ class SimulatedBackend(SharingMixin, Backend):
 
     @locked
     def nvlink_domain(self, device: int) -> str:
-        """The model's NVLink domain of ``device`` (``nvl<index>``, :attr:`SimSystem.nvlink_domains`)."""
+        """The model's NVLink domain of ``device``: ``nvl<index>`` (``nvlink_domains``)."""
         return self.model.domain_name(self._global(device))
 
     def node_facts(self) -> NodeFacts:
