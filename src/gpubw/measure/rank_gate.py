@@ -55,11 +55,12 @@ class RankGate:
         try:
             for owner in owners:
                 flags.append(SharedBuffer.create(system, owner, 4))
-            words = HostBuffer.allocate(system, None, 8)
-            words.write(struct.pack("<ii", 0, 1))
         except RemoteRankError:
             _close_flags(flags)  # every rank is here: the closes are collective
-            raise
+            raise  # (a WorldError leaves them to the run's sharing, as below)
+        try:
+            words = HostBuffer.allocate(system, None, 8)
+            words.write(struct.pack("<ii", 0, 1))
         except GpubwError as exc:
             error = exc
         try:
