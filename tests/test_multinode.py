@@ -698,3 +698,116 @@ def test_an_error_in_a_cell_of_a_series_is_raised_on_every_rank_after_it() -> No
         [(0, 1, 2), None],
         [None],
     ]
+
+
+# -- NVLink domains ----------------------------------------------------------------------------
+#: one N x N, one fan, one multicast and the bisect testcase
+DOMAIN_KEYS = [
+    "multinode_device_to_device_memcpy_read_ce",
+    "multinode_device_to_device_all_to_one_write_sm",
+    "multinode_device_to_device_broadcast_one_to_all_sm",
+    "multinode_bisect_write_ce",
+]
+
+
+def two_domains() -> Any:
+    """8 GB200 GPUs on 4 hosts of 2, in 2 NVLink domains of 4 (two racks, cut down)."""
+    from gpubw.backend.presets import system_from_dict
+
+    doc = {"base": "gb200nvl72", "name": "tworacks", "count": 8, "hosts": [2, 2, 2, 2],
+           "nvlink_domains": [4, 4]}  # fmt: skip
+    return system_from_dict(doc)
+
+
+def _domain_report(monkeypatch: pytest.MonkeyPatch, options: RunOptions) -> Report:
+    for name in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+                 "GPUBW_DISABLE_MULTICAST"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    return ranked_report(two_domains(), [2, 2, 2, 2], options, DOMAIN_KEYS, timeout_s=60)
+
+
+def test_cells_across_nvlink_domains_are_none_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """8 ranks in 2 NVLink domains of 4: every N x N cell within a domain measured, the 32
+    across None and counted in the note (text too); the fan and the multicast column
+    measured per domain; bisect pairs within a domain; the JSON validates and says 2."""
+    report = _domain_report(monkeypatch, SMALL)
+    assert set(statuses(report).values()) == {"Passed"}, report.testcases
+    grid, fan, multicast, halves = (t.matrices[0] for t in report.testcases)
+    for r in range(8):
+        for c in range(8):
+            assert (grid.values[r][c] is not None) == (r != c and r // 4 == c // 4), (r, c)
+    note = dict(grid.notes)["nvlink_domains"]
+    assert note["domains"] == 2 and note["names"] == ["nvl0", "nvl1"] and note["across"] == 32
+    assert all(v is not None for v in fan.values[0] + multicast.values[0])
+    assert halves.row_labels == ("0->2", "1->3", "2->0", "3->1", "4->6", "5->7", "6->4", "7->5")
+    assert all(row[0] is not None for row in halves.values)
+    doc = json.loads(dumps(report))  # dumps validates against the schema
+    assert doc["world"]["nvlink_domains"] == 2
+    assert [p["nvlink_domain"] for p in doc["world"]["processes"]] == ["nvl0"] * 4 + ["nvl1"] * 4
+    out = text(report)
+    assert "NVLink domains: 2 (nvl0: 4 ranks, nvl1: 4 ranks)" in out
+    assert "(32 cells pair GPUs of different NVLink domains (2 NVLink domains: nvl0, nvl1);" in out
+
+
+def test_devices_of_one_domain_make_a_run_of_one_domain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--devices naming the 4 GPUs of domain 0 (by PCI bus id): 1 domain in JSON and text, no
+    domains note, every cell among them measured, the rest None."""
+    buses = [d.pci_bus_id for d in two_domains().devices[:4]]
+    options = attrs.evolve(SMALL, devices=tuple(buses))
+    report = _domain_report(monkeypatch, options)
+    assert set(statuses(report).values()) == {"Passed"}, report.testcases
+    for t in report.testcases:
+        assert all("nvlink_domains" not in dict(m.notes) for m in t.matrices), t.key
+    grid = report.testcases[0].matrices[0]
+    for r in range(8):
+        for c in range(8):
+            assert (grid.values[r][c] is not None) == (r != c and r < 4 and c < 4), (r, c)
+    assert json.loads(dumps(report))["world"]["nvlink_domains"] == 1
+    assert "NVLink domains: 1 (nvl0: 4 ranks)" in text(report)
+
+
+def test_sampled_pairs_stay_within_nvlink_domains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--sample-pairs 8 over 2 domains of 4: 8 cells, all within a domain, every rank a row
+    and a column once at least; the sampled note counts the 24 cells within domains."""
+    options = attrs.evolve(SMALL, sample_pairs=8, seed=3)
+    for name in ("NCCL_NVLS_ENABLE", "GPUBW_DISABLE_MULTICAST"):
+        monkeypatch.delenv(name, raising=False)
+    report = ranked_report(two_domains(), [2, 2, 2, 2], options, DOMAIN_KEYS[:1], timeout_s=60)
+    grid = report.testcases[0].matrices[0]
+    cells = [(r, c) for r in range(8) for c in range(8) if grid.values[r][c] is not None]
+    assert len(cells) == 8 and all(r // 4 == c // 4 for r, c in cells)
+    assert {r for r, _ in cells} == {c for _, c in cells} == set(range(8))
+    assert dict(grid.notes)["sampled"] == {"cells": 24, "measured": 8, "seed": 3}
+    assert dict(grid.notes)["nvlink_domains"]["across"] == 32
+
+
+def test_the_rank_gate_has_one_flag_per_nvlink_domain() -> None:
+    """RankGate: one flag per domain, owned by its lowest rank, mapped by its ranks only;
+    the relay of a cell is the first of its ranks in each domain."""
+
+    def body(system: System) -> tuple[int, int, list[bool], bool, bool]:
+        with RankGate.create(system) as gate:
+            return (
+                gate.owner,
+                len(gate.flags),
+                [f.mapped for f in gate.flags],
+                gate.relays([5, 1, 6, 2]),
+                gate.flag_pointer != 0,
+            )
+
+    engine = two_domains()
+    from gpubw.backend.sim import SimEngine
+
+    sim = SimEngine(engine)
+    cluster = SimulatedCluster([2, 2, 2, 2], timeout_s=30, on_step=sim.align_clocks)
+
+    def run(world: Any) -> Any:
+        view = sim.rank_view(world.rank, cluster.rank_hosts[world.rank])
+        with System(view, SMALL, world=world) as system:
+            return body(system)
+
+    out = [o.value for o in cluster.run(run)]
+    assert [o[0] for o in out] == [0] * 4 + [4] * 4
+    assert all(o[1] == 2 and o[4] for o in out)
+    assert [o[2] for o in out] == [[True, False]] * 4 + [[False, True]] * 4
+    assert [r for r, o in enumerate(out) if o[3]] == [1, 5]

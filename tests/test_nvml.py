@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
 import re
+import socket
 import subprocess
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -334,7 +337,8 @@ def test_every_nvml_name_used_exists_in_the_real_binding():
     source = Path(nvml_read.__file__).read_text(encoding="utf-8")
     names = set(re.findall(r"\bnv\.(nvml\w+|NVML_\w+)", source))
     names |= set(re.findall(r'"(nvmlDevice\w+|NVML_\w+)"', source))
-    names -= {"nvmlDeviceGetCurrentClocksEventReasons"}  # optional (newer name), getattr'd
+    # optional (newer names), looked for with hasattr/getattr
+    names -= {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetGpuFabricInfoV"}
     assert len(names) > 25
     missing = sorted(n for n in names if not hasattr(pynvml, n))
     assert missing == []
@@ -404,3 +408,73 @@ def test_session_remembers_why_nvml_cannot_be_used():
         facts = session.facts()
         assert not facts.available and "Driver Not Loaded" in facts.reason
     assert fake.calls == ["init"]  # no shutdown of what never started
+
+
+class _FabricInfoV(ctypes.Structure):
+    """nvmlGpuFabricInfo_v2_t, as nvidia-ml-py lays it out."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("clusterUuid", ctypes.c_ubyte * 16),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_ubyte),
+        ("healthMask", ctypes.c_uint),
+    ]
+
+
+def fabric_pynvml(state: int = 3, status: int = 0, *, has_call: bool = True) -> Any:
+    """A pynvml stand-in whose one GPU (0000:1b:00.0) answers the fabric info query with
+    ``state`` and ``status`` (or lacks the call)."""
+    fake = fake_pynvml()
+    fake.nvmlDeviceGetHandleByPciBusId = lambda bus: 0 if bus == b"0000:1b:00.0" else 1 / 0
+
+    def info_v(h: Any, ref: Any) -> int:
+        info = ref._obj
+        info.clusterUuid[:] = list(range(1, 17))
+        info.cliqueId, info.state, info.status = 7, state, status
+        return 0
+
+    if has_call:
+        fake.c_nvmlGpuFabricInfoV_t = _FabricInfoV
+        fake.nvmlGpuFabricInfo_v2 = 2
+        fake.nvmlDeviceGetGpuFabricInfoV = info_v
+    return fake
+
+
+def test_fabric_domain_is_the_cluster_uuid_and_clique_once_registered():
+    """A GPU whose fabric registration completed is in domain <clusterUuid hex>/<cliqueId>."""
+    with nvml_read.Session(fabric_pynvml()) as session:
+        assert session.fabric_domain("0000:1b:00.0") == "0102030405060708090a0b0c0d0e0f10/7"
+
+
+@pytest.mark.parametrize(
+    "fake",
+    [
+        fabric_pynvml(state=2),  # registration in progress
+        fabric_pynvml(status=1),  # completed with an error
+        fabric_pynvml(has_call=False),  # an NVML (or nvidia-ml-py) without the call
+    ],
+    ids=["in-progress", "failed", "no-call"],
+)
+def test_no_fabric_domain_without_a_completed_registration(fake: Any):
+    """No domain where the registration is not complete or the call is missing; never
+    raises, also for a GPU NVML does not know."""
+    with nvml_read.Session(fake) as session:
+        assert session.fabric_domain("0000:1b:00.0") is None
+        assert session.fabric_domain("0000:99:00.0") is None
+
+
+def test_a_backend_without_fabric_info_is_its_hosts_domain(monkeypatch: pytest.MonkeyPatch):
+    """Backend.nvlink_domain falls back to the host's name where NVML cannot say (no
+    library here, no call there), and takes the fabric's domain where it can."""
+    from gpubw.backend import base
+    from gpubw.backend.presets import from_preset
+
+    sim = from_preset("h200x2")  # a Backend whose devices() is known; the base's method
+    assert base.Backend.nvlink_domain(sim, 0) == socket.gethostname()  # no pynvml here
+    sim.__dict__["_nvml_session"] = nvml_read.Session(fabric_pynvml(has_call=False))
+    assert base.Backend.nvlink_domain(sim, 0) == socket.gethostname()
+    sim.__dict__["_nvml_session"] = nvml_read.Session(fabric_pynvml())
+    assert base.Backend.nvlink_domain(sim, 0).endswith("0f10/7")
+    sim.close()

@@ -18,8 +18,8 @@ MIB = 1 << 20
 
 
 def test_presets_listed() -> None:
-    """PRESETS and names() list the five built-in systems."""
-    assert set(PRESETS) == {"h200x1", "h200x2", "h200x8", "pcie4", "gb200nvl72"}
+    """PRESETS and names() list the six built-in systems."""
+    assert set(PRESETS) == {"h200x1", "h200x2", "h200x8", "pcie4", "gb200nvl72", "gb200nvl72x8"}
     assert names() == list(PRESETS)
 
 
@@ -304,6 +304,61 @@ def test_gb200nvl72_is_a_rack_of_18_hosts() -> None:
     assert d.nominal_memory_bandwidth == pytest.approx(8.0e12, rel=1e-3)
     assert [x.numa_node for x in system.devices[:4]] == [0, 0, 1, 1]
     assert len(SimulatedBackend(system).devices()) == 4  # one process: its own host
+
+
+def test_gb200nvl72x8_is_eight_racks_in_eight_nvlink_domains() -> None:
+    """576 GPUs on 144 hosts of 4, one NVLink domain per rack of 72: peers only within a
+    rack, at the one rack's rates; PCI bus ids stay unique; a rank view names its domain."""
+    system = load_system("gb200nvl72x8")
+    assert len(system.devices) == 576 and system.host_sizes == (4,) * 144
+    assert system.domain_sizes == (72,) * 8
+    assert [system.domain_of(d) for d in (0, 71, 72, 575)] == [0, 0, 1, 7]
+    assert len(system.peers) == 8 * 72 * 71
+    assert system.peer_rate(72, 143) == load_system("gb200nvl72").peers[(0, 71)]
+    assert system.peer_rate(71, 72) is None and system.peer_rate(0, 575) is None
+    assert len({d.pci_bus_id for d in system.devices}) == 576
+    assert len({d.uuid for d in system.devices}) == 576
+    from gpubw.backend.sim import SimEngine
+
+    view = SimEngine(system).rank_view(300, 75)  # host 75: devices 300-303, rack 4
+    assert [view.nvlink_domain(i) for i in range(4)] == ["nvl4"] * 4
+
+
+def test_every_other_preset_is_one_nvlink_domain() -> None:
+    """Without nvlink_domains every device is in one domain, named nvl0."""
+    for name in ("h200x1", "h200x2", "h200x8", "pcie4", "gb200nvl72"):
+        system = load_system(name)
+        assert system.nvlink_domains is None and system.domain_sizes == (len(system.devices),)
+        assert {system.domain_name(d) for d in range(len(system.devices))} == {"nvl0"}
+
+
+def test_json_nvlink_domains(tmp_path: Path) -> None:
+    """A system file's nvlink_domains (devices per domain) splits the devices; the base's
+    peers (or "all") that cross domains are dropped; a bad value is one line naming it."""
+    path = tmp_path / "racks.json"
+    doc = {"base": "gb200nvl72", "count": 8, "hosts": [2, 2, 2, 2], "nvlink_domains": [4, 4]}
+    path.write_text(json.dumps(doc))
+    system = load_system(str(path))
+    assert system.domain_sizes == (4, 4) and system.domain_of(4) == 1
+    assert set(system.peers) == {
+        (a, b) for a in range(8) for b in range(8) if a != b and a // 4 == b // 4
+    }
+    for bad, message in (
+        ({**doc, "nvlink_domains": [4, 3]}, r": nvlink_domains must add up to the 8 devices"),
+        ({**doc, "nvlink_domains": [8, 0]}, r": nvlink_domains must be a list of device counts"),
+        ({**doc, "nvlink_domains": "rack"}, r": nvlink_domains must be a list .* got \"rack\"$"),
+        ({**doc, "nvlink_domains": [3, 5]}, r": host 1 \(devices 2-3\) spans several NVLink"),
+        (
+            {**doc, "peers": {"pairs": [[0, 5]]}},
+            r": peer pair \(0, 5\) crosses NVLink domains 0 and 1",
+        ),
+    ):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(UsageError, match=message) as info:
+            load_system(str(path))
+        assert "\n" not in str(info.value)
+    path.write_text(json.dumps({**doc, "nvlink_domains": None}))
+    assert load_system(str(path)).nvlink_domains is None
 
 
 def test_other_presets_are_one_host_without_fabric() -> None:

@@ -91,3 +91,19 @@ def test_parse_sample_pairs() -> None:
         with pytest.raises(UsageError, match=f"invalid pair sample '{bad}': expected") as info:
             parse_sample_pairs(bad)
         assert info.value.param == "sample_pairs"
+
+
+def test_groups_keep_the_sample_within_them() -> None:
+    """With groups (NVLink domains) every sampled cell pairs two devices of one group, every
+    device is still a source and a destination, a share is of the cells within groups, and
+    one group samples exactly as no groups."""
+    groups = (0, 0, 0, 1, 1, 1, 1, 2, 2)
+    within = sum(1 for s in range(9) for d in range(9) if s != d and groups[s] == groups[d])
+    for seed in range(5):
+        cells = sample_pairs(9, 9, seed, groups=groups)
+        assert len(cells) == 9 and all(groups[s] == groups[d] for s, d in cells)
+        assert {s for s, _ in cells} == {d for _, d in cells} == set(range(9))
+        assert sample_pairs(9, 9, seed, groups=groups) == cells
+        assert sample_pairs(9, 9, seed, groups=(0,) * 9) == sample_pairs(9, 9, seed)
+    assert sample_size(9, 0.5, groups=groups) == within // 2
+    assert len(sample_pairs(9, 1.0, 0, groups=groups)) == within == 20

@@ -691,3 +691,39 @@ def test_one_rank_shares_with_itself() -> None:
         assert u.is_owner and u.device == 2 and u.allocated == 2 * MIB
     pool.close()
     assert backend.live_allocations() == []
+
+
+# -- NVLink domains ------------------------------------------------------------------------------
+def _two_domains() -> SimSystem:
+    """8 GB200 GPUs on 4 hosts of 2, in 2 NVLink domains of 4."""
+    doc = {"base": "gb200nvl72", "count": 8, "hosts": [2, 2, 2, 2], "nvlink_domains": [4, 4]}
+    return system_from_dict(doc)
+
+
+def test_a_shared_buffer_is_mapped_only_within_its_owners_domain() -> None:
+    """U(5) over 8 ranks in 2 domains: ranks 4-7 map it (the same bytes), ranks 0-3 hold a
+    placeholder; the collective teardown leaves nothing; the domains are gathered once."""
+
+    def body(r: Rank) -> tuple[bool, tuple[str, ...]]:
+        with SharedBuffer.create(r.sharing, owner=5, nbytes=SIZE) as u:
+            mapped = u.mapped and u.ptr != 0
+        return mapped, r.sharing.rank_domains()
+
+    engine, out = run_ranks(_two_domains(), [2, 2, 2, 2], body)
+    assert [v[0] for v in values(out)] == [False] * 4 + [True] * 4
+    assert all(v[1] == ("nvl0",) * 4 + ("nvl1",) * 4 for v in values(out))
+    assert engine.live_allocations() == [] and engine.exports == {}
+
+
+@pytest.mark.usefixtures("multicast_allowed")
+def test_a_multicast_object_spans_its_owners_domain() -> None:
+    """MC(0) over 8 ranks in 2 domains: 4 members (ranks 0-3) join and map it, the others
+    only take the collective steps; nothing is left."""
+
+    def body(r: Rank) -> bool:
+        with MulticastBuffer.create(r.sharing, owner=0, nbytes=SIZE) as mc:
+            return bool(mc.mapped)
+
+    engine, out = run_ranks(_two_domains(), [2, 2, 2, 2], body)
+    assert values(out) == [True] * 4 + [False] * 4
+    assert engine.live_allocations() == [] and engine.multicasts == {}

@@ -267,3 +267,24 @@ def test_a_rank_behind_the_device_clock_waits_from_the_device_clock() -> None:
         b.memcpy_async(bufs[3][1], bufs[2][1], n, sb)  # runs from ~5.4 ms to ~10.9 ms
         b.synchronize(sb, 8e-3)
     assert b.now >= engine.engine.t - 1e-9
+
+
+@pytest.mark.usefixtures("multicast_allowed")
+def test_nothing_is_shared_across_nvlink_domains() -> None:
+    """On 2 racks a fabric import or a multicast join by a GPU of the other rack is refused
+    with CUDA_ERROR_NOT_PERMITTED, as a real fabric refuses it; within a rack both work."""
+    from gpubw.backend.presets import system_from_dict
+
+    doc = {"base": "gb200nvl72", "count": 8, "hosts": [2, 2, 2, 2], "nvlink_domains": [4, 4]}
+    engine = SimEngine(system_from_dict(doc))
+    owner, near, far = engine.rank_view(0, 0), engine.rank_view(2, 1), engine.rank_view(4, 2)
+    ptr, handle = owner.export_device(0, MIB, "fabric")
+    with pytest.raises(CudaError, match=r"NOT_PERMITTED.*device 0 \(nvl0\) and device 4 \(nvl1\)"):
+        far.import_device(0, handle, "fabric", MIB)
+    near.close_import(near.import_device(0, handle, "fabric", MIB))
+    key, mc = owner.multicast_create(0, MIB, 2, "fabric")
+    with pytest.raises(CudaError, match=r"NOT_PERMITTED.*different NVLink domains"):
+        far.multicast_join(0, mc, "fabric", MIB)
+    owner.multicast_free(key)
+    owner.free_exported(ptr)
+    assert engine.live_allocations() == []

@@ -193,6 +193,17 @@ class Backend(abc.ABC):
         raises."""
         return self.nvml.facts()
 
+    def nvlink_domain(self, device: int) -> str:
+        """The NVLink domain of ``device``: the GPUs that NVLink, fabric handles and
+        multicast objects reach from it. NVML's GPU fabric info (``<clusterUuid>/<cliqueId>``)
+        where the GPU registered with a fabric; else (no NVML, no such call, no fabric, the
+        registration not complete) this host's name, as the GPUs of one host reach each
+        other and no other. Never raises for what NVML lacks."""
+        import socket
+
+        found = self.nvml.fabric_domain(self.devices()[device].pci_bus_id)
+        return found if found is not None else socket.gethostname()
+
     def gpu_processes(self) -> dict[str, tuple[int, ...]] | None:
         """PCI bus id -> pids of the compute processes on that GPU (this one included), or
         None where NVML cannot say. Cheap enough to ask before and after every testcase."""

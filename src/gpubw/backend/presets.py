@@ -14,6 +14,9 @@ Presets (figures from docs/simulate.md; the H200 ones follow the measured refere
 * ``gb200nvl72`` - a GB200 NVL72 rack: 72 GPUs on 18 hosts of 4, every GPU reaching every
   other through NVLink 5 switches, Grace NVLink-C2C host links, fabric handles (IMEX). A
   single process sees host 0's four GPUs; simulated ranks see their own host's.
+* ``gb200nvl72x8`` - eight GB200 NVL72 racks (576 GPUs on 144 hosts of 4): NVLink, fabric
+  handles and multicast reach only within a rack (one NVLink domain per rack); racks reach
+  each other over InfiniBand, which gpubw does not measure, so no peer access between racks.
 """
 
 from __future__ import annotations
@@ -224,18 +227,40 @@ def gb200_device(system: str, ordinal: int) -> DeviceInfo:
 
 def gb200nvl72() -> SimSystem:
     """A GB200 NVL72 rack: 18 hosts of 4 GPUs, one NVLink domain, IMEX present."""
-    n = GB200_HOSTS * GB200_PER_HOST
+    return gb200_racks("gb200nvl72", 1)
+
+
+#: racks of the gb200nvl72x8 preset
+GB200_RACKS = 8
+
+
+def gb200nvl72x8() -> SimSystem:
+    """Eight GB200 NVL72 racks (576 GPUs): NVLink within each rack only, one NVLink domain
+    per rack, racks joined by InfiniBand (no peer access between them)."""
+    return gb200_racks("gb200nvl72x8", GB200_RACKS)
+
+
+def gb200_racks(name: str, racks: int) -> SimSystem:
+    """``racks`` GB200 NVL72 racks of 18 hosts of 4 GPUs, each rack one NVLink domain (every
+    GPU of a rack reaching every other of it through NVLink 5 switches), IMEX present."""
+    per_rack = GB200_HOSTS * GB200_PER_HOST
+    n = per_rack * racks
     return SimSystem(
-        name="gb200nvl72",
-        devices=tuple(gb200_device("gb200nvl72", i) for i in range(n)),
+        name=name,
+        devices=tuple(gb200_device(name, i) for i in range(n)),
         host_links=(GB200_HOST_LINK,) * n,
-        peers={pair: GB200_NVLINK for pair in iter_pairs(n)},
+        peers={
+            (r * per_rack + a, r * per_rack + b): GB200_NVLINK
+            for r in range(racks)
+            for a, b in iter_pairs(per_rack)
+        },
         peer_bidirectional_factor=0.985,
         local_copy=GB200_LOCAL,
         host_memory_bandwidth=None,
         latency=Latency(host=0.9e-6, peer=0.95e-6, local=0.6e-6),
-        hosts=(GB200_PER_HOST,) * GB200_HOSTS,
+        hosts=(GB200_PER_HOST,) * (GB200_HOSTS * racks),
         handle_kinds=frozenset({"fabric", "posix-fd", "ipc"}),
+        nvlink_domains=None if racks == 1 else (per_rack,) * racks,
     )
 
 
@@ -246,6 +271,7 @@ PRESETS: dict[str, Callable[[], SimSystem]] = {
     "h200x8": h200x8,
     "pcie4": pcie4,
     "gb200nvl72": gb200nvl72,
+    "gb200nvl72x8": gb200nvl72x8,
 }
 
 

@@ -132,6 +132,7 @@ _TOP_KEYS = {
     "other_processes",
     "huge_pages",
     "hosts",
+    "nvlink_domains",
     "handle_kinds",
     "multicast_rate",
     "rank_faults",
@@ -541,21 +542,33 @@ def _node_model_keys(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
             raise UsageError(str(exc)) from None
 
 
-def _ranks_keys(d: dict[str, Any], kw: dict[str, Any], n: int) -> None:
-    """``hosts``, ``handle_kinds`` and ``multicast_rate`` of a system file (multinode)."""
-    if "hosts" in d:
-        hosts = d["hosts"]
-        if hosts is not None and (
-            not isinstance(hosts, list)
-            or not hosts
-            or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hosts)
+def _counts(d: Mapping[str, Any], kw: dict[str, Any], n: int, key: str, per: str) -> None:
+    """``hosts`` or ``nvlink_domains``: device counts per ``per`` adding up to ``n`` (null:
+    one holding every device); a base preset's that no longer fits the device count is
+    dropped."""
+    if key in d:
+        counts = d[key]
+        if counts is not None and (
+            not isinstance(counts, list)
+            or not counts
+            or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in counts)
         ):
-            raise UsageError(f"hosts must be a list of device counts per host, got {hosts!r}")
-        if hosts is not None and sum(hosts) != n:
-            raise UsageError(f"hosts must add up to the {n} devices, got {hosts} = {sum(hosts)}")
-        kw["hosts"] = None if hosts is None else tuple(hosts)
-    elif kw.get("hosts") is not None and sum(kw["hosts"]) != n:
-        kw["hosts"] = None  # a base preset's layout that no longer fits the device count
+            raise UsageError(
+                f"{key} must be a list of device counts per {per} (each >= 1) or null, got "
+                f"{json.dumps(counts)}"
+            )
+        if counts is not None and sum(counts) != n:
+            raise UsageError(f"{key} must add up to the {n} devices, got {counts} = {sum(counts)}")
+        kw[key] = None if counts is None else tuple(counts)
+    elif kw.get(key) is not None and sum(kw[key]) != n:
+        kw[key] = None
+
+
+def _ranks_keys(d: dict[str, Any], kw: dict[str, Any], n: int) -> None:
+    """``hosts``, ``nvlink_domains``, ``handle_kinds`` and ``multicast_rate`` of a system file
+    (multinode)."""
+    _counts(d, kw, n, "hosts", "host")
+    _counts(d, kw, n, "nvlink_domains", "NVLink domain")
     if "handle_kinds" in d:
         kinds = d["handle_kinds"]
         allowed = ("fabric", "posix-fd", "ipc")
@@ -616,6 +629,8 @@ def build_system(
     else:
         peers = {p: r for p, r in base_peers.items() if p[0] < n and p[1] < n}
     kw = _model_fields(d, base, n, plugin_kernels)
+    if not isinstance(d.get("peers", {}).get("pairs"), list):  # "all" or the base's pairs
+        peers = _within_domains(peers, kw.get("nvlink_domains"), n)
     if peer_factor is not None:
         kw["peer_bidirectional_factor"] = peer_factor
     if "nvml" in kw:  # a downtrained PCIe link also slows that device's host link
@@ -626,6 +641,17 @@ def build_system(
         return SimSystem(name=name, devices=devices, host_links=links, peers=peers, **kw)
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
+
+
+def _within_domains(
+    peers: dict[tuple[int, int], Rate], domains: tuple[int, ...] | None, n: int
+) -> dict[tuple[int, int], Rate]:
+    """``peers`` without the pairs that cross NVLink domains (NVLink reaches only within a
+    domain); a pair listed by hand that crosses them is the model's error instead."""
+    if domains is None:
+        return peers
+    of = [d for d, size in enumerate(domains) for _ in range(size)]
+    return {(a, b): r for (a, b), r in peers.items() if a < n and b < n and of[a] == of[b]}
 
 
 def _base(d: Mapping[str, Any], presets: Mapping[str, Callable[[], SimSystem]]) -> SimSystem | None:

@@ -261,6 +261,44 @@ def _clocks(nv: ModuleType, r: _Reader, h: Any) -> Clocks:
     )
 
 
+#: nvmlGpuFabricState_t: the GPU's registration with the fabric manager is complete
+FABRIC_STATE_COMPLETED = 3
+
+
+def _fabric_struct(nv: ModuleType, h: Any) -> Any:
+    """The GPU's fabric info: ``nvmlDeviceGetGpuFabricInfoV`` (version 2) where the module
+    has it, else ``nvmlDeviceGetGpuFabricInfo``; raises what NVML (or a missing name)
+    raises."""
+    import ctypes
+
+    if hasattr(nv, "nvmlDeviceGetGpuFabricInfoV") and hasattr(nv, "c_nvmlGpuFabricInfoV_t"):
+        info = nv.c_nvmlGpuFabricInfoV_t()
+        info.version = getattr(nv, "nvmlGpuFabricInfo_v2", info.version)
+        nv.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(info))
+        return info
+    info = nv.c_nvmlGpuFabricInfo_t()
+    nv.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
+    return info
+
+
+def fabric_domain(nv: ModuleType, h: Any) -> str | None:
+    """The NVLink domain of the GPU with NVML handle ``h``: ``<clusterUuid>/<cliqueId>`` of
+    its fabric info once its registration completed; None where NVML lacks the call, the GPU
+    is on no fabric (NOT_SUPPORTED: an NVLink within one host, or PCIe) or the registration
+    is not complete. Never raises."""
+    try:
+        info = _fabric_struct(nv, h)
+        state = int(info.state)
+        status = int(getattr(info, "status", 0))
+        cluster = bytes(bytearray(info.clusterUuid))
+        clique = int(info.cliqueId)
+    except Exception:  # NVMLError_NotSupported, FunctionNotFound, an old module's names
+        return None
+    if state != FABRIC_STATE_COMPLETED or status != 0 or not any(cluster):
+        return None
+    return f"{cluster.hex()}/{clique}"
+
+
 class Session:
     """One NVML initialisation for a whole run: ``nvmlInit`` once, each device's handle and
     PCI bus id looked up once, ``nvmlShutdown`` at :meth:`close`. On the 2 x H200 test
@@ -366,6 +404,19 @@ class Session:
                 return out
             except Exception:
                 return None
+
+    def fabric_domain(self, pci_bus_id: str) -> str | None:
+        """:func:`fabric_domain` of the GPU at ``pci_bus_id``; None where NVML is not
+        available or cannot say. Never raises."""
+        with self._lock:
+            nv = self._open()
+            if nv is None:
+                return None
+            try:
+                h = nv.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode())
+            except Exception:
+                return None
+            return fabric_domain(nv, h)
 
     def close(self) -> None:
         """``nvmlShutdown`` if this session initialised NVML; safe to call twice (a later

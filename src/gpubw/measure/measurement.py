@@ -427,8 +427,8 @@ class MemcpyOperation:
         try:
             if len(copies) < len(indexes):
                 raise UsageError(f"rank {me} issues a pair of the cell but has no buffers for it")
-            sync = RankSync(self.system, rank_gate, first=pairs[0].rank == me, group=group)
-            cell = self._run(copies, sync)
+            first = rank_gate.relays([p.rank for p in pairs])  # per NVLink domain
+            cell = self._run(copies, RankSync(self.system, rank_gate, first=first, group=group))
         except (RemoteRankError, WorldError):
             raise  # every rank of the cell raised it at the same point already; or broken
         except GpubwError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
 from gpubw.model.errors import UsageError
 
@@ -21,17 +22,33 @@ def _cell_count(n: int, diagonal: bool) -> int:
     return n * n if diagonal else n * (n - 1)
 
 
-def sample_size(n: int, k_or_fraction: int | float, diagonal: bool = False) -> int:
+def _allowed(groups: Sequence[int] | None, s: int, d: int) -> bool:
+    """Whether cell (s, d) pairs devices of one group (every cell without groups)."""
+    return groups is None or groups[s] == groups[d]
+
+
+def sample_size(
+    n: int,
+    k_or_fraction: int | float,
+    diagonal: bool = False,
+    groups: Sequence[int] | None = None,
+) -> int:
     """How many cells :func:`sample_pairs` keeps for ``n`` devices.
 
     An int is a number of cells; it must be at least ``n`` (one per device, to cover each as
     source and destination). A float in (0, 1] is a share of all cells, rounded up and raised
-    to ``n`` when smaller. Either is capped at the number of cells."""
+    to ``n`` when smaller. Either is capped at the number of cells. ``groups`` (a group per
+    device, e.g. its NVLink domain) leaves only the cells within a group: the share is of
+    those, and the cap too."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"the device count must be an int >= 1, got {n!r}")
     if not diagonal and n < 2:
         raise ValueError("pairs between distinct devices need at least 2 devices, got 1")
     total = _cell_count(n, diagonal)
+    if groups is not None:
+        total = sum(
+            1 for s in range(n) for d in range(n) if (diagonal or s != d) and groups[s] == groups[d]
+        )
     if isinstance(k_or_fraction, bool):
         raise ValueError(f"the sample size must be an int or a fraction, got {k_or_fraction!r}")
     if isinstance(k_or_fraction, int):
@@ -49,24 +66,40 @@ def sample_size(n: int, k_or_fraction: int | float, diagonal: bool = False) -> i
 
 
 def sample_pairs(
-    n: int, k_or_fraction: int | float, seed: int, diagonal: bool = False
+    n: int,
+    k_or_fraction: int | float,
+    seed: int,
+    diagonal: bool = False,
+    groups: Sequence[int] | None = None,
 ) -> frozenset[Pair]:
     """A deterministic sample of the ``(src, dst)`` cells of an ``n``×``n`` testcase.
 
     ``diagonal`` says whether the testcase measures ``src == dst`` cells (most N×N testcases
     do not). See :func:`sample_size` for ``k_or_fraction``. Every device appears at least
-    once as a source and once as a destination."""
-    size = sample_size(n, k_or_fraction, diagonal)
+    once as a source and once as a destination. ``groups`` (a group per device: its NVLink
+    domain) keeps the sample within groups: the cycle runs through each group's devices
+    (in the order of the one shuffle, so one group samples as no groups do) and the rest are
+    drawn from the cells within a group; a device alone in its group has no cell."""
+    size = sample_size(n, k_or_fraction, diagonal, groups)
     rng = random.Random(seed)
-    if size == _cell_count(n, diagonal):
-        return frozenset((s, d) for s in range(n) for d in range(n) if diagonal or s != d)
+    cells = [
+        (s, d)
+        for s in range(n)
+        for d in range(n)
+        if (diagonal or s != d) and _allowed(groups, s, d)
+    ]
+    if size == len(cells):
+        return frozenset(cells)
     order = list(range(n))
     rng.shuffle(order)
-    chosen = {(order[i], order[(i + 1) % n]) for i in range(n)}
-    rest = [
-        (s, d) for s in range(n) for d in range(n) if (diagonal or s != d) and (s, d) not in chosen
-    ]
-    chosen.update(rng.sample(rest, size - n))
+    chosen: set[Pair] = set()
+    for group in sorted(set(groups)) if groups is not None else [None]:
+        ring = [i for i in order if group is None or groups is None or groups[i] == group]
+        chosen.update((ring[i], ring[(i + 1) % len(ring)]) for i in range(len(ring)))
+    if not diagonal:
+        chosen = {(s, d) for s, d in chosen if s != d}
+    rest = [rc for rc in cells if rc not in chosen]
+    chosen.update(rng.sample(rest, max(size - len(chosen), 0)))
     return frozenset(chosen)
 
 

@@ -212,6 +212,7 @@ class Sharing:
         #: why POSIX-fd was given up after its end-to-end test ("" if it was not)
         self.posix_fd_failure = ""
         self.live: set[SharedBuffer | MulticastBuffer] = set()
+        self._domains: tuple[str, ...] | None = None
 
     @property
     def backend(self) -> Backend:
@@ -275,6 +276,23 @@ class Sharing:
             raise self._error
         self._kind = best
         return best
+
+    # -- NVLink domains, gathered once ------------------------------------------------------
+    def rank_domains(self) -> tuple[str, ...]:
+        """Every rank's NVLink domain (:meth:`gpubw.backend.base.Backend.nvlink_domain` of its
+        device), by rank. COLLECTIVE on the first call (every rank at the same point: the
+        first multinode shape or shared buffer); later calls return it without
+        communicating. A WorldError propagates and is not remembered."""
+        if self._domains is None:
+            mine = self.backend.nvlink_domain(self.device)
+            self._domains = tuple(str(d) for d in self.world.allgather(mine))
+        return self._domains
+
+    def domain_ranks(self, rank: int) -> tuple[int, ...]:
+        """The ranks in rank ``rank``'s NVLink domain, ascending (``rank`` among them).
+        Collective on the first call, as :meth:`rank_domains`."""
+        domains = self.rank_domains()
+        return tuple(r for r, d in enumerate(domains) if d == domains[rank])
 
     def _posix_fd_end_to_end(self) -> str:
         """Export one granule as POSIX-fd on each host's first rank, pass its descriptor to
@@ -352,13 +370,16 @@ def _check_owner(world: World, owner: int) -> None:
 
 
 class SharedBuffer(Buffer):
-    """Device memory of rank ``owner`` (``U(owner)``), mapped by every rank of the world.
+    """Device memory of rank ``owner`` (``U(owner)``), mapped by every rank of the owner's
+    NVLink domain (:meth:`Sharing.domain_ranks`: fabric handles reach no further).
 
     ``ptr`` is this rank's mapping (the owner's own, or the imported one), ``nbytes`` the
     size asked for (copies use it), ``allocated`` that size rounded up to the handle kind's
     granularity, ``device`` and ``context_device`` this rank's local device (whose context
     issues work on it here), ``label`` nvbandwidth's verbose name ``Multinode node <owner>``.
-    Fill and verify work as on any buffer, from this rank's device."""
+    Fill and verify work as on any buffer, from this rank's device. On a rank of another
+    domain it is a placeholder (``mapped`` False, ``ptr`` 0) that only joins the collective
+    destroy: nothing may use it."""
 
     is_host = False
 
@@ -376,7 +397,9 @@ class SharedBuffer(Buffer):
         self.owner = owner
         self.allocated = allocated
         self.kind = kind
-        self._local_done = False
+        #: whether this rank maps the memory (False: a rank of another NVLink domain)
+        self.mapped = bool(ptr)
+        self._local_done = not self.mapped
 
     @property
     def is_owner(self) -> bool:
@@ -392,16 +415,21 @@ class SharedBuffer(Buffer):
         owner allocates and exports, the handle is broadcast, the others import; a failure
         anywhere raises :class:`RemoteRankError` on every rank after undoing what was done
         (a :class:`SharingError` of the handle-kind agreement, or a WorldError, propagate
-        as they are). ``owner_of`` is the run's :class:`Sharing` or what holds it."""
+        as they are). ``owner_of`` is the run's :class:`Sharing` or what holds it. Only the
+        ranks of the owner's NVLink domain import; the others get a placeholder
+        (``mapped`` False)."""
         sharing = _sharing_of(owner_of)
         world, backend, device = sharing.world, sharing.backend, sharing.device
         _check_owner(world, owner)
         sharing.pool.check_request(False, device, nbytes)
         kind = sharing.handle_kind()
+        members = sharing.domain_ranks(owner)  # collective on the first call
+        imports = world.rank != owner and world.rank in members
         ptr: int | None = None
         error: BaseException | None = None
         offer: tuple[Any, int, str | None] | None = None
         server: FdServer | None = None
+        offered = False  # the owner's offer came: an unwinding rank meets the others' barrier
         if world.rank == owner:
             try:
                 ptr, offer, server = _export_offer(sharing, kind, nbytes)
@@ -412,7 +440,8 @@ class SharedBuffer(Buffer):
             if sent[0] is not None:
                 raise RemoteRankError(owner, sent[0]) from error
             handle, granularity, address = sent[1]
-            if world.rank != owner:
+            offered = True
+            if imports:
                 try:
                     with _descriptor(sharing, kind, address) as fd:
                         ptr = backend.import_device(device, handle, kind, nbytes, fd)
@@ -430,13 +459,12 @@ class SharedBuffer(Buffer):
                     else:
                         backend.close_import(ptr)
                         _quiet_barrier(world)
-            elif world.rank != owner and error is not None:
+            elif world.rank != owner and (error is not None or (offered and not imports)):
                 _quiet_barrier(world)
             raise
         _close(server)
-        assert ptr is not None
         allocated = -(-nbytes // granularity) * granularity
-        buf = cls(sharing, owner, ptr, nbytes, allocated, kind)
+        buf = cls(sharing, owner, ptr or 0, nbytes, allocated, kind)
         sharing.live.add(buf)
         return buf
 
@@ -499,7 +527,9 @@ class MulticastBuffer(Buffer):
         self.sharing = sharing
         self.owner = owner
         self.key = key
-        self._local_done = False
+        #: whether this rank joined (False: a rank of another NVLink domain, a placeholder)
+        self.mapped = bool(ptr)
+        self._local_done = not self.mapped
 
     @property
     def label(self) -> str:
@@ -510,7 +540,9 @@ class MulticastBuffer(Buffer):
         """COLLECTIVE: the owner creates the object for all ranks' devices, its handle is
         broadcast, every rank joins (imports and adds its device), then - after all joined -
         binds its own memory and maps the object. Failures as :meth:`SharedBuffer.create`.
-        Needs a handle kind of fabric or posix-fd (SharingError with ipc)."""
+        Needs a handle kind of fabric or posix-fd (SharingError with ipc). The object spans
+        the owner's NVLink domain: the ranks of other domains only join the collective steps
+        and get a placeholder (``mapped`` False)."""
         sharing = _sharing_of(owner_of)
         world, backend, device = sharing.world, sharing.backend, sharing.device
         _check_owner(world, owner)
@@ -521,6 +553,8 @@ class MulticastBuffer(Buffer):
                 "multicast objects are shared with fabric or posix-fd handles; the ranks "
                 "agreed on legacy CUDA IPC, which cannot share them"
             )
+        members = sharing.domain_ranks(owner)
+        member = world.rank in members
         created: int | None = None
         key: int | None = None
         error: BaseException | None = None
@@ -528,7 +562,7 @@ class MulticastBuffer(Buffer):
         server: FdServer | None = None
         if world.rank == owner:
             try:
-                created, handle = backend.multicast_create(device, nbytes, world.size, kind)
+                created, handle = backend.multicast_create(device, nbytes, len(members), kind)
                 server = _fd_server(sharing, kind, handle)
                 offer = (handle, _address(server))
             except GpubwError as exc:
@@ -539,15 +573,17 @@ class MulticastBuffer(Buffer):
                 raise RemoteRankError(owner, sent[0]) from error
             handle, address = sent[1]
             try:
-                with _descriptor(sharing, kind, None if world.rank == owner else address) as fd:
-                    key = backend.multicast_join(device, handle, kind, nbytes, fd)
+                if member:
+                    with _descriptor(sharing, kind, None if world.rank == owner else address) as fd:
+                        key = backend.multicast_join(device, handle, kind, nbytes, fd)
             except GpubwError as exc:
                 error = exc
             agreed(world, error)  # every device added before anyone binds
             _close(server)
             ptr: int | None = None
             try:
-                ptr = backend.multicast_map(key)  # type: ignore[arg-type]
+                if key is not None:
+                    ptr = backend.multicast_map(key)
             except GpubwError as exc:
                 error = exc
             agreed(world, error)
@@ -558,8 +594,8 @@ class MulticastBuffer(Buffer):
                 for k in {key, created} - {None}:
                     backend.multicast_free(k)  # type: ignore[arg-type]
             raise
-        assert key is not None and ptr is not None
-        buf = cls(sharing, owner, key, ptr, nbytes)
+        assert member == (key is not None and ptr is not None)
+        buf = cls(sharing, owner, key or 0, ptr or 0, nbytes)
         sharing.live.add(buf)
         return buf
 

@@ -77,6 +77,8 @@ class Ranks:
                 "device": device,
                 "name": getattr(info, "name", "unknown"),
                 "pci": getattr(info, "pci_short", "") if info is not None else "",
+                "nvlink_domain": _domain(system, device, info is not None),
+                "selected": system.selected(device),
             }
             warning = device_assignment(self.world, system.device_count).warning
             gathered = self.world.allgather((mine, warning))
@@ -175,6 +177,7 @@ class Ranks:
                 "hosts": list(world.host_names),
                 "rank_hosts": list(world.rank_hosts),
                 "processes": self._processes,
+                "nvlink_domains": domain_count(self._processes),
                 "mpi_library": getattr(world, "library", None),
                 "handle_type": self.system.handle_kind,
                 "launcher": getattr(world, "launcher", None),
@@ -184,6 +187,17 @@ class Ranks:
             (world.host_names[h], tuple(results)) for h, results in sorted(self._hosts.items())
         ]
         return fields
+
+
+def _domain(system: System, device: int, present: bool) -> str:
+    """This rank's NVLink domain (its host's name where it has no GPU)."""
+    return system.backend.nvlink_domain(device) if present else system.world.host_name
+
+
+def domain_count(processes: list[dict[str, Any]]) -> int:
+    """How many NVLink domains the measured ranks' GPUs span (the ranks whose GPU
+    ``--devices`` selects; every rank without it)."""
+    return len({p.get("nvlink_domain") for p in processes if p.get("selected", True)})
 
 
 def _evolve(result: TestcaseResult, status: Status, message: str) -> TestcaseResult:

@@ -51,6 +51,8 @@ from gpubw.testcases.shapes import (
 
 #: the reason every multinode testcase is waived in a run of one rank
 ONE_RANK = "needs an MPI run of 2 or more ranks (world size is 1)"
+#: why the cells that pair GPUs of different NVLink domains are None (the domains note)
+ACROSS = "not measured: NVLink and fabric handles reach only within an NVLink domain"
 #: the axes of a 1 x N figure per rank (the one row names no end: its figure is the column
 #: rank's, into, out of or multicast from its GPU), and of figures of the whole world at once
 PER_RANK = Axes(AXIS_NONE, AXIS_RANK, ROW_TO_COLUMN)
@@ -65,15 +67,21 @@ class MultinodeTestcase(Testcase):
     multicast = False
     #: the ranks whose GPU is selected (--devices); None: every rank (see gather_selection)
     _ranks: frozenset[int] | None = None
+    #: each rank's NVLink domain, by rank (see gather_selection)
+    _domains: tuple[str, ...] = ()
 
     @property
     def world(self) -> Any:
         return self.system.world
 
     def gather_selection(self) -> None:
-        """Collective, at the top of every shape: which ranks' GPUs ``--devices`` selects.
-        A rank whose GPU is not selected still joins every collective step (the world stays
-        whole) but issues no copy, and the cells of its row and column are None."""
+        """Collective, at the top of every shape: which ranks' GPUs ``--devices`` selects,
+        and each rank's NVLink domain (gathered once per run by the run's sharing). A rank
+        whose GPU is not selected still joins every collective step (the world stays whole)
+        but issues no copy, and the cells of its row and column are None; so are the cells
+        of two ranks in different domains (NVLink and fabric handles reach only within a
+        domain)."""
+        self._domains = self.system.sharing.rank_domains()
         if self.system.selection is None:
             self._ranks = None
             return
@@ -84,6 +92,28 @@ class MultinodeTestcase(Testcase):
         """Whether rank ``index``'s GPU is measured (the rows and columns of a multinode
         matrix are ranks)."""
         return self._ranks is None or index in self._ranks
+
+    def domain_groups(self) -> tuple[int, ...] | None:
+        """Each rank's NVLink domain as an index (in order of first appearance), or None
+        where every rank is in one domain (after :meth:`gather_selection`)."""
+        names = list(dict.fromkeys(self._domains))
+        return None if len(names) < 2 else tuple(names.index(d) for d in self._domains)
+
+    def members(self, rank: int) -> list[int]:
+        """The ranks of rank ``rank``'s NVLink domain, ascending."""
+        if not self._domains:
+            return list(range(self.world.size))
+        return [r for r, d in enumerate(self._domains) if d == self._domains[rank]]
+
+    def domain_notes(self, across: int) -> tuple[tuple[str, Any], ...]:
+        """The ``nvlink_domains`` note of a matrix of a run whose selected ranks span several
+        NVLink domains: ``{domains, names, across, reason}``, ``across`` the cells not
+        measured because they pair GPUs of different domains; none for one domain."""
+        names = list(dict.fromkeys(d for r, d in enumerate(self._domains) if self.selected(r)))
+        if len(names) < 2:
+            return ()
+        note = {"domains": len(names), "names": names, "across": across, "reason": ACROSS}
+        return (("nvlink_domains", note),)
 
     def filter(self) -> bool:
         world = self.world
@@ -200,7 +230,11 @@ def _grid(
     n = testcase.world.size
     testcase.gather_selection()
     grid: Grid = [[None] * n for _ in range(n)]
-    cells, notes = sampled_cells(testcase, n)
+    groups = testcase.domain_groups()
+    cells, notes = sampled_cells(testcase, n, groups)
+    chosen = [r for r in range(n) if testcase.selected(r)]
+    across = sum(1 for r in chosen for c in chosen if groups is not None and groups[r] != groups[c])
+    notes += testcase.domain_notes(across)
     with contextlib.ExitStack() as stack:
         shared = Shared(testcase, stack)
         gate = shared.gate()
@@ -276,18 +310,16 @@ def fan(plan: Plan, *, into: bool) -> list[Matrix]:
         gate = shared.gate()
         mine = shared.local(world.rank, size)
         for g in range(n):
-            if not testcase.selected(g):
+            others = [j for j in testcase.members(g) if j != g]  # g's NVLink domain
+            if not testcase.selected(g) or not others:
                 row.append(None)
                 continue
             with contextlib.ExitStack() as stack:
                 column = Shared(testcase, stack)
                 stride = -(-size // PART_ALIGN) * PART_ALIGN
-                fresh = iter(parts(column.unicast(g, stride * (n - 1)), n - 1, size))
+                whole = column.unicast(g, stride * len(others))
                 pairs = []
-                for j in range(n):
-                    if j == g:
-                        continue
-                    theirs = next(fresh)
+                for j, theirs in zip(others, parts(whole, len(others), size)):
                     if not testcase.selected(j):
                         continue
                     local = mine if world.rank == j else None
@@ -301,6 +333,7 @@ def fan(plan: Plan, *, into: bool) -> list[Matrix]:
         f"({plan.copy_text(counted_bytes_of(row, None))}), "
         "each rank's figure summed"
     )
+    plan = attrs.evolve(plan, notes=(*plan.notes, *testcase.domain_notes(0)))
     return [bandwidth_matrix(plan, Kind.SUM, [row], text, axes=PER_RANK)]
 
 
@@ -334,27 +367,48 @@ def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:
         "counted once, summed over ranks"
     )
     axes = WHOLE_WORLD if all_at_once else PER_RANK
+    # each multicast object spans its owner's NVLink domain
+    plan = attrs.evolve(plan, notes=(*plan.notes, *testcase.domain_notes(0)))
     return [bandwidth_matrix(plan, Kind.SUM, [row], text, axes=axes)]
 
 
-def bisect_labels(n: int) -> tuple[str, ...]:
-    """nvbandwidth's row labels of the bisect test: ``<i>-><p>``, p = (i + n/2) mod n, each
-    number right-aligned to the digit width of n - 1."""
+def bisect_labels(n: int, partners: Sequence[int] | None = None) -> tuple[str, ...]:
+    """nvbandwidth's row labels of the bisect test: ``<i>-><p>``, p = (i + n/2) mod n (or
+    ``partners[i]``), each number right-aligned to the digit width of n - 1."""
     w = len(str(n - 1))
-    return tuple(f"{i:>{w}}->{(i + n // 2) % n:>{w}}" for i in range(n))
+    if partners is None:
+        partners = [(i + n // 2) % n for i in range(n)]
+    return tuple(f"{i:>{w}}->{partners[i]:>{w}}" for i in range(n))
+
+
+def bisect_partners(testcase: MultinodeTestcase, n: int) -> list[int]:
+    """Each rank's bisect partner: the rank N_d/2 further on among the N_d ranks of its
+    NVLink domain (wrapping round), which is nvbandwidth's (i + N/2) mod N where every rank
+    is in one domain; a rank alone in its domain is its own partner (no copy)."""
+    out = []
+    for i in range(n):
+        members = testcase.members(i)
+        k = len(members)
+        out.append(members[(members.index(i) + k // 2) % k])
+    return out
 
 
 def bisect(plan: Plan) -> list[Matrix]:
-    """Every rank i at once receives from its partner p = (i + N/2) mod N: S(p) -> D(i),
-    issued by p (a write). Row i (labelled ``i->p``, the reverse of the data's direction,
-    as nvbandwidth) holds the copy into i. VECTOR, N x 1."""
+    """Every rank i at once receives from its partner p (:func:`bisect_partners`: (i + N/2)
+    mod N within one NVLink domain): S(p) -> D(i), issued by p (a write). Row i (labelled
+    ``i->p``, the reverse of the data's direction, as nvbandwidth) holds the copy into i.
+    VECTOR, N x 1; a rank alone in its domain has no partner (None)."""
     testcase, size = _multinode(plan), plan.size
     world = testcase.world
     n = world.size
     testcase.gather_selection()
     op = plan.operation(Kind.VECTOR, Prefer.SRC)
-    partner = [(i + n // 2) % n for i in range(n)]
-    rows = [i for i in range(n) if testcase.selected(i) and testcase.selected(partner[i])]
+    partner = bisect_partners(testcase, n)
+    rows = [
+        i
+        for i in range(n)
+        if testcase.selected(i) and testcase.selected(partner[i]) and partner[i] != i
+    ]
     m = None
     with contextlib.ExitStack() as stack:
         shared = Shared(testcase, stack)
@@ -365,12 +419,26 @@ def bisect(plan: Plan) -> list[Matrix]:
             m = op.measure_ranks(
                 [pair(world, partner[i], src[partner[i]], dst[i]) for i in rows], gate
             )
+    return [_bisect_matrix(plan, testcase, m, rows, partner)]
+
+
+def _bisect_matrix(
+    plan: Plan,
+    testcase: MultinodeTestcase,
+    m: CellMeasurement | None,
+    rows: Sequence[int],
+    partner: Sequence[int],
+) -> Matrix:
+    """The bisect test's N x 1 matrix: row i the copy into i (None where not measured)."""
+    n = len(partner)
     grid: Grid = [[m if i in rows else None] for i in range(n)]
     text = (
         f"bytes of the copy into the row's rank "
         f"({plan.copy_text(counted_bytes_of([m], None))}), "
         "counted once; every rank's copy runs at the same time"
     )
+    alone = sum(1 for i in range(n) if partner[i] == i and testcase.selected(i))
+    plan = attrs.evolve(plan, notes=(*plan.notes, *testcase.domain_notes(alone)))
     # the pair labels (i->p) name both ends themselves: no axis gpubw looks a device up in
     matrix = bandwidth_matrix(plan, Kind.VECTOR, grid, text, axes=WHOLE_WORLD)
     where = {i: k for k, i in enumerate(rows)}
@@ -378,12 +446,10 @@ def bisect(plan: Plan) -> list[Matrix]:
     samples = [
         [None if m is None or i not in where else m.pair_samples[where[i]]] for i in range(n)
     ]
-    return [
-        attrs.evolve(
-            matrix,
-            row_labels=bisect_labels(n),
-            column_labels=("0",),
-            values=values,
-            samples=samples,
-        )
-    ]
+    return attrs.evolve(
+        matrix,
+        row_labels=bisect_labels(n, partner),
+        column_labels=("0",),
+        values=values,
+        samples=samples,
+    )

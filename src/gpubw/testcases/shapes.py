@@ -154,18 +154,23 @@ def _measure_grid(
 
 
 def sampled_cells(
-    testcase: Testcase, n: int
+    testcase: Testcase, n: int, groups: Sequence[int] | None = None
 ) -> tuple[list[tuple[int, int]], tuple[tuple[str, Any], ...]]:
     """The off-diagonal cells of an n x n testcase to measure, in row-major order, and the
     matrix notes that say so: every cell whose row and column are selected
-    (:meth:`Testcase.selected`: ``--devices``), no notes; with ``--sample-pairs`` the deterministic
-    sample of :func:`gpubw.measure.sampling.sample_pairs` (same on every rank and every run for one
-    seed) and a ``sampled`` note ``{cells, measured, seed}`` (the rest stay None)."""
+    (:meth:`Testcase.selected`: ``--devices``) and, with ``groups`` (a group per row: the
+    NVLink domains of a multinode run), in one group; no notes; with ``--sample-pairs`` the
+    deterministic sample of :func:`gpubw.measure.sampling.sample_pairs` (same on every rank and
+    every run for one seed, within the groups) and a ``sampled`` note ``{cells, measured,
+    seed}`` (the rest stay None)."""
     every = [
         (r, c)
         for r in range(n)
         for c in range(n)
-        if r != c and testcase.selected(r) and testcase.selected(c)
+        if r != c
+        and testcase.selected(r)
+        and testcase.selected(c)
+        and (groups is None or groups[r] == groups[c])
     ]
     options = testcase.system.options
     k = getattr(options, "sample_pairs", None)
@@ -175,7 +180,7 @@ def sampled_cells(
 
     seed = getattr(options, "seed", 0)
     try:
-        chosen = sample_pairs(n, k, seed)
+        chosen = sample_pairs(n, k, seed, groups=groups)
     except ValueError as exc:
         raise UsageError(f"--sample-pairs {k}: {exc}", param="sample_pairs") from None
     cells = [rc for rc in every if rc in chosen]

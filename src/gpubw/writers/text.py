@@ -210,8 +210,9 @@ class TextWriter(Writer):
 
 def world_lines(world: dict[str, Any]) -> list[str]:
     """The ranks of a multi-rank run after the device list, as nvbandwidth's multinode build:
-    one line per rank ``Process <rank> (<host>): device <d>: <name> (<pci>)``, and a blank
-    line (``MPI version:`` goes in the version block)."""
+    one line per rank ``Process <rank> (<host>): device <d>: <name> (<pci>)``, gpubw's line
+    on the NVLink domains the measured ranks span, and a blank line (``MPI version:`` goes in
+    the version block)."""
     out = []
     width = len(str(max(int(world.get("size", 1)) - 1, 0)))
     for p in world.get("processes") or ():
@@ -220,7 +221,25 @@ def world_lines(world: dict[str, Any]) -> list[str]:
             f"Process {p.get('rank', 0):>{width}} ({p.get('host', '')}): device "
             f"{p.get('device', 0)}: {p.get('name', 'unknown')}{pci}"
         )
+    out += domain_lines(world)
     return [*out, ""] if out else []
+
+
+def domain_lines(world: dict[str, Any]) -> list[str]:
+    """``NVLink domains: <n> (<name>: <k> ranks, ...)``: how many NVLink domains the measured
+    ranks span, each with its measured ranks (the first 8 named); none for a report without
+    the count."""
+    count = world.get("nvlink_domains")
+    if count is None:
+        return []
+    ranks: dict[str, int] = {}
+    for p in world.get("processes") or ():
+        if p.get("selected", True) and p.get("nvlink_domain") is not None:
+            name = str(p["nvlink_domain"])
+            ranks[name] = ranks.get(name, 0) + 1
+    named = [f"{n}: {k} rank{'s' if k != 1 else ''}" for n, k in list(ranks.items())[:8]]
+    more = ", ..." if len(ranks) > 8 else ""
+    return [f"NVLink domains: {count}" + (f" ({', '.join(named)}{more})" if named else "")]
 
 
 def host_summary_lines(report: Report) -> list[str]:
@@ -257,8 +276,26 @@ def _emit(stream: TextIO, lines: list[str]) -> None:
 
 
 def matrix_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[str]:
-    """The header, the table, SUM (MIN/MAX/AVG), gpubw's counting line, a blank line."""
-    return [*table_lines(m, verbose, perf), counting_line(m), ""]
+    """The header, the table, SUM (MIN/MAX/AVG), gpubw's counting line (and the NVLink
+    domains line of a multinode matrix over several domains), a blank line."""
+    return [*table_lines(m, verbose, perf), counting_line(m), *domains_note_lines(m), ""]
+
+
+def domains_note_lines(m: Matrix) -> list[str]:
+    """A multinode matrix over several NVLink domains (its ``nvlink_domains`` note): how many
+    cells pair GPUs of different domains and why they are not measured."""
+    note = dict(m.notes).get("nvlink_domains")
+    if not isinstance(note, dict):
+        return []
+    names = ", ".join(str(n) for n in note.get("names", ())[:8])
+    if len(note.get("names", ())) > 8:
+        names += ", ..."
+    domains = f"{note.get('domains')} NVLink domains: {names}"
+    across = int(note.get("across", 0))
+    if not across:
+        return [f"(measured within each of {domains})"]
+    cells = f"{across} cell{'s' if across != 1 else ''}"
+    return [f"({cells} pair GPUs of different NVLink domains ({domains}); {note.get('reason')})"]
 
 
 def table_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[str]:

@@ -266,6 +266,11 @@ class SimulatedBackend(SharingMixin, Backend):
     def devices(self) -> Sequence[DeviceInfo]:
         return self._devices
 
+    @locked
+    def nvlink_domain(self, device: int) -> str:
+        """The model's NVLink domain of ``device``: ``nvl<index>`` (``nvlink_domains``)."""
+        return self.model.domain_name(self._global(device))
+
     def node_facts(self) -> NodeFacts:
         """The model's NVML-like facts (:mod:`gpubw.backend.sim.facts`): the first reading
         of this backend is the ``nvml`` ones, every later one (the end of a run, between soak

@@ -237,6 +237,10 @@ class SimSystem:
     #: NVML-like facts read after the first reading (the end of a run, between soak
     #: repetitions): {"device": {...}, "devices": {"3": {...}}} over ``nvml``
     nvml_end: Mapping[str, Any] = attrs.field(factory=dict)
+    #: devices per NVLink domain, in device order (None: every device in one domain): NVLink,
+    #: fabric handles and multicast objects reach only within a domain (GB200 NVL72 racks
+    #: joined by InfiniBand); each host lies in one domain
+    nvlink_domains: tuple[int, ...] | None = attrs.field(default=None, converter=_hosts_tuple)
 
     def faults_of_rank(self, rank: int | None) -> Faults | None:
         """The faults simulated rank ``rank`` runs with (None: none given)."""
@@ -291,6 +295,7 @@ class SimSystem:
                 f"hosts must be device counts >= 1 per host adding up to {n}, got "
                 f"{list(self.hosts)}"
             )
+        self._check_domains()
         unknown = sorted(set(self.handle_kinds) - set(_HANDLE_KINDS))
         if unknown:
             raise ValueError(
@@ -298,6 +303,46 @@ class SimSystem:
             )
         if self.multicast_rate is not None and not self.multicast_rate > 0:
             raise ValueError("multicast_rate must be positive (or null for the peer rate)")
+
+    def _check_domains(self) -> None:
+        """ValueError unless ``nvlink_domains`` splits the devices into whole hosts and no
+        peer link crosses two domains."""
+        n, sizes = len(self.devices), self.nvlink_domains
+        if sizes is None:
+            return
+        if not sizes or any(s < 1 for s in sizes) or sum(sizes) != n:
+            raise ValueError(
+                f"nvlink_domains must be device counts >= 1 per domain adding up to {n}, got "
+                f"{list(sizes)}"
+            )
+        for host in range(len(self.host_sizes)):
+            devices = self.host_devices(host)
+            if len({self.domain_of(d) for d in devices}) > 1:
+                raise ValueError(
+                    f"host {host} (devices {devices[0]}-{devices[-1]}) spans several NVLink "
+                    "domains; a domain holds whole hosts"
+                )
+        for a, b in self.peers:
+            if self.domain_of(a) != self.domain_of(b):
+                raise ValueError(
+                    f"peer pair ({a}, {b}) crosses NVLink domains {self.domain_of(a)} and "
+                    f"{self.domain_of(b)}; NVLink reaches only within a domain"
+                )
+
+    @property
+    def domain_sizes(self) -> tuple[int, ...]:
+        """Devices per NVLink domain (one domain holding every device unless
+        ``nvlink_domains`` says more)."""
+        return self.nvlink_domains if self.nvlink_domains is not None else (len(self.devices),)
+
+    def domain_of(self, device: int) -> int:
+        """The NVLink domain (an index) of (global) device ``device``."""
+        return _index_of(self.domain_sizes, device, len(self.devices))
+
+    def domain_name(self, device: int) -> str:
+        """The name of (global) device ``device``'s NVLink domain, as a backend reports it:
+        ``nvl<index>``."""
+        return f"nvl{self.domain_of(device)}"
 
     @property
     def host_sizes(self) -> tuple[int, ...]:
@@ -314,17 +359,22 @@ class SimSystem:
 
     def host_of(self, device: int) -> int:
         """The host holding (global) device ``device``."""
-        start = 0
-        for host, size in enumerate(self.host_sizes):
-            if device < start + size:
-                return host
-            start += size
-        raise ValueError(f"no device {device}; devices are 0..{len(self.devices) - 1}")
+        return _index_of(self.host_sizes, device, len(self.devices))
 
     def peer_rate(self, src: int, dst: int) -> Rate | None:
         """The link used by a copy from ``src``'s memory to ``dst``'s (either direction's
         entry), or None if the two devices have no peer link."""
         return self.peers.get((src, dst)) or self.peers.get((dst, src))
+
+
+def _index_of(sizes: Iterable[int], device: int, n: int) -> int:
+    """The group (host, domain) of ``sizes`` consecutive devices that holds ``device``."""
+    start = 0
+    for index, size in enumerate(sizes):
+        if 0 <= device < start + size:
+            return index
+        start += size
+    raise ValueError(f"no device {device}; devices are 0..{n - 1}")
 
 
 def iter_pairs(n: int) -> Iterable[tuple[int, int]]:

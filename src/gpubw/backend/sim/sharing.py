@@ -259,6 +259,19 @@ class SharingMixin:
             )
         return handle
 
+    def _check_domain(self, owner: int, device: int, call: str) -> None:
+        """Refuse (CUDA_ERROR_NOT_PERMITTED, as a fabric handle of another NVLink domain is
+        refused) to map memory of global device ``owner`` on global device ``device`` when
+        the model puts them in different NVLink domains."""
+        model = self._shared.model
+        if model.domain_of(owner) != model.domain_of(device):
+            raise CudaError(
+                call,
+                "CUDA_ERROR_NOT_PERMITTED",
+                f"device {owner} ({model.domain_name(owner)}) and device {device} "
+                f"({model.domain_name(device)}) are in different NVLink domains",
+            )
+
     @locked
     def import_device(
         self, device: int, handle: Any, kind: str, nbytes: int, fd: int | None = None
@@ -269,6 +282,7 @@ class SharingMixin:
         call = "cuIpcOpenMemHandle" if kind == IPC else "cuMemImportFromShareableHandle"
         self._check_kind(kind, call)
         _, token, _, pointer, size, owner_device, _ = self._parse(handle, kind, call)
+        self._check_domain(owner_device, g, call)
         if kind == POSIX_FD:
             _check_descriptor(fd, handle, call)
         if nbytes > size:
@@ -366,6 +380,7 @@ class SharingMixin:
             mc = shared.multicasts.get(mc_id)
             if mc is None:
                 raise CudaError(call, "CUDA_ERROR_INVALID_VALUE", "the object was released")
+            self._check_domain(mc.owner_device, g, "cuMulticastAddDevice")
         else:  # another process's object: this process sees its own member only
             mc = Multicast(shared.next_id(), size, 1, kind, self.host, g, shadow=True)
             shared.multicasts[mc.id] = mc
