@@ -2,13 +2,15 @@
 process, as ``gpubw --simulate gb200nvl72 -p multinode`` does for N = 72).
 
     python benchmarks/multinode_scale.py N [--sample-pairs K|FRACTION] [-t KEY ...] [-i S]
+        [--racks R] [--each]
 
 N GPUs on hosts of 4, every GPU reaching every other over NVLink (one NVLink domain: the
 first N GPUs of the gb200nvl72 preset for N <= 72; beyond 72, a rack of that kind with N
-GPUs, as one NVLink domain, which no product of today is); every option but N is gpubw's
-default unless given. Prints one line: N, sampling, testcases, wall seconds, CPU seconds
-(user + system of this process), the 1-minute load average before and after, collectives
-and rank turns, statuses.
+GPUs, as one NVLink domain, which no product of today is); ``--racks R``: N = 72 x R GPUs,
+R NVL72 racks, each its own NVLink domain (the gb200nvl72x8 preset for R = 8). Every option
+but N is gpubw's default unless given. Prints one line: N, sampling, testcases, wall
+seconds, CPU seconds (user + system of this process), the 1-minute load average before and
+after, collectives and rank turns, statuses; ``--each`` also each testcase's seconds.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 import attrs
 
 from gpubw import api
-from gpubw.backend.presets import GB200_PER_HOST, gb200_device, gb200nvl72
+from gpubw.backend.presets import GB200_PER_HOST, gb200_device, gb200_racks, gb200nvl72
 from gpubw.backend.sim import SimSystem
 from gpubw.backend.sim.model import iter_pairs
 from gpubw.measure.sampling import parse_sample_pairs
@@ -58,12 +60,16 @@ def main() -> None:
     p.add_argument("--sample-pairs", type=parse_sample_pairs)
     p.add_argument("-t", nargs="+", default=[])
     p.add_argument("-i", type=int, default=RunOptions().samples)
+    p.add_argument("--racks", type=int, default=0)
+    p.add_argument("--each", action="store_true")
     args = p.parse_args()
     options = RunOptions(
         samples=args.i, sample_pairs=args.sample_pairs, seed=0, world_timeout_s=600.0
     )
     selection, _ = api.select(args.t, [] if args.t else ["multinode"])
-    model = rack(args.n)
+    if args.racks and args.n != 72 * args.racks:
+        raise SystemExit(f"--racks {args.racks} needs N = {72 * args.racks}, got {args.n}")
+    model = gb200_racks(f"gb200nvl72x{args.racks}", args.racks) if args.racks else rack(args.n)
     hubs: list[tasks.TaskHub] = []
     made = tasks.TaskHub.__init__
 
@@ -84,6 +90,9 @@ def main() -> None:
         f"load {load:.1f}->{os.getloadavg()[0]:.1f} collectives {steps} turns {turns} "
         f"{dict(counts)}"
     )
+    if args.each:
+        for t in report.testcases:
+            print(f"  {t.key:58} {t.status.value:8} {t.duration_s:8.1f} s")
 
 
 if __name__ == "__main__":

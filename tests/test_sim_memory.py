@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpubw.backend.sim import SimulatedBackend
 from gpubw.model.errors import CudaError, SimulationError, UsageError
@@ -67,3 +69,53 @@ def test_zero_size_allocation_is_a_usage_error(backend: SimulatedBackend) -> Non
     """A zero-byte allocation is refused like the real backend does."""
     with pytest.raises(UsageError):
         backend.alloc_device(0, 0)
+
+
+def _naive_assign(segs: list, lo: int, hi: int, desc: object) -> list:
+    """The segment list after one write, the simple way: cut every segment the write
+    overlaps, insert it, sort, merge every run of equal neighbours."""
+    if hi <= lo:
+        return segs
+    out: list = []
+    for a, b, d in segs:
+        if b <= lo or a >= hi:
+            out.append((a, b, d))
+            continue
+        if a < lo:
+            out.append((a, lo, d))
+        if b > hi:
+            out.append((hi, b, d))
+    out.append((lo, hi, desc))
+    out.sort(key=lambda seg: seg[0])
+    merged: list = []
+    for a, b, d in out:
+        if merged and merged[-1][1] == a and merged[-1][2] == d:
+            merged[-1] = (merged[-1][0], b, d)
+        else:
+            merged.append((a, b, d))
+    return merged
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 64), st.integers(0, 64), st.sampled_from(["x", "y", "z"])),
+        max_size=40,
+    )
+)
+def test_segments_match_the_simple_algorithm(writes: list[tuple[int, int, str]]) -> None:
+    """Any sequence of writes leaves the segments (and what any range extracts) as cutting,
+    sorting and merging the whole list would: bisection changes only the cost."""
+    from gpubw.backend.sim.memory import ZERO, Segments
+
+    segs = Segments(64)
+    expected: list = [(0, 64, ZERO)]
+    for lo, hi, d in writes:
+        lo, hi = min(lo, hi), max(lo, hi)
+        segs.assign(lo, hi, d)  # type: ignore[arg-type]
+        expected = _naive_assign(expected, lo, hi, d)
+        assert segs.segs == expected
+        assert segs.starts == [a for a, _, _ in expected]
+        assert segs.extract(lo, hi) == [
+            (max(a, lo), min(b, hi), x) for a, b, x in expected if a < hi and b > lo
+        ]

@@ -112,35 +112,52 @@ Seg = tuple[int, int, Desc]
 
 
 class Segments:
-    """Sorted, non-overlapping (start, end, desc) covering [0, size)."""
+    """Sorted, non-overlapping (start, end, desc) covering [0, size), adjacent segments of
+    equal desc merged; ``starts`` holds each segment's start (found by bisection, so that an
+    allocation written in many parts, as an all-to-one column's, costs O(log n) a lookup)."""
 
     def __init__(self, size: int) -> None:
         self.segs: list[Seg] = [(0, size, ZERO)]
+        self.starts: list[int] = [0]
+
+    def _index(self, offset: int) -> int:
+        """The index of the segment holding ``offset`` (within [0, size))."""
+        return bisect.bisect_right(self.starts, offset) - 1
 
     def extract(self, lo: int, hi: int) -> list[Seg]:
-        return [(max(a, lo), min(b, hi), d) for a, b, d in self.segs if a < hi and b > lo]
+        if hi <= lo or lo < 0:  # degenerate ranges: as the whole-list scan always gave
+            return [(max(a, lo), min(b, hi), d) for a, b, d in self.segs if a < hi and b > lo]
+        i, j = self._index(lo), self._index(hi - 1)
+        return [(max(a, lo), min(b, hi), d) for a, b, d in self.segs[i : j + 1]]
 
     def assign(self, lo: int, hi: int, desc: Desc) -> None:
         if hi <= lo:
             return
-        out: list[Seg] = []
-        for a, b, d in self.segs:
-            if b <= lo or a >= hi:
-                out.append((a, b, d))
-                continue
-            if a < lo:
-                out.append((a, lo, d))
-            if b > hi:
-                out.append((hi, b, d))
-        out.append((lo, hi, desc))
-        out.sort(key=lambda seg: seg[0])
-        merged: list[Seg] = []
-        for a, b, d in out:
-            if merged and merged[-1][1] == a and merged[-1][2] == d:
-                merged[-1] = (merged[-1][0], b, d)
+        segs = self.segs
+        i, j = self._index(lo), self._index(hi - 1)
+        a, _, left = segs[i]
+        _, b, right = segs[j]
+        new: list[Seg] = []
+        if a < lo:
+            new.append((a, lo, left))
+        new.append((lo, hi, desc))
+        if b > hi:
+            new.append((hi, b, right))
+        # merge with the neighbours on either side (the rest is merged already)
+        if i > 0 and segs[i - 1][2] == new[0][2]:
+            i -= 1
+            new[0] = (segs[i][0], new[0][1], new[0][2])
+        if j + 1 < len(segs) and segs[j + 1][2] == new[-1][2]:
+            j += 1
+            new[-1] = (new[-1][0], segs[j][1], new[-1][2])
+        merged: list[Seg] = [new[0]]
+        for seg in new[1:]:
+            if merged[-1][2] == seg[2]:
+                merged[-1] = (merged[-1][0], seg[1], seg[2])
             else:
-                merged.append((a, b, d))
-        self.segs = merged
+                merged.append(seg)
+        segs[i : j + 1] = merged
+        self.starts[i : j + 1] = [seg[0] for seg in merged]
 
 
 def class_of(positions: np.ndarray) -> np.ndarray:
