@@ -25,6 +25,7 @@ from gpubw.memory.shared import (
     SharedBuffer,
     Sharing,
     SharingError,
+    destroy_all,
 )
 from gpubw.model.errors import CudaError, GateTimeoutError, VerificationError
 from gpubw.model.options import RunOptions
@@ -727,3 +728,110 @@ def test_a_multicast_object_spans_its_owners_domain() -> None:
     engine, out = run_ranks(_two_domains(), [2, 2, 2, 2], body)
     assert values(out) == [True] * 4 + [False] * 4
     assert engine.live_allocations() == [] and engine.multicasts == {}
+
+
+# -- every rank's buffer at once (create_all) -------------------------------------------------
+def _counting(world: SimulatedWorld) -> list[Any]:
+    """The groups of the collectives ``world`` takes part in from now on (None: the world)."""
+    seen: list[Any] = []
+    run = world._run
+
+    def counted(name: str, timeout_s: Any, body: Any, group: Any = None) -> Any:
+        seen.append(name)
+        return run(name, timeout_s, body, group)
+
+    world._run = counted  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.parametrize("preset", ["gb200nvl72", "h200x2"], ids=["fabric", "posix-fd"])
+def test_every_ranks_buffer_at_once_in_two_collectives(preset: str) -> None:
+    """Every rank's U at once: each rank owns its own and maps the others (it verifies the
+    next owner's fill), in two collectives to make and two to free, whatever N; nothing is
+    left."""
+
+    def body(r: Rank) -> tuple[list[bool], list[str]]:
+        r.sharing.handle_kind()
+        r.sharing.rank_domains()
+        seen = _counting(r.world)
+        bufs = SharedBuffer.create_all(r.sharing, SIZE)
+        made = list(seen)
+        me, nxt = r.world.rank, (r.world.rank + 1) % r.world.size
+        with r.backend.stream(r.device) as s:
+            bufs[me].fill(SRC_SEED + me, SIZE, stream=s, exec_device=r.device)
+            r.backend.synchronize(s, 5.0)
+            r.world.barrier()
+            bufs[nxt].verify(SRC_SEED + nxt, SIZE, stream=s, exec_device=r.device)
+        destroy_all(bufs)
+        destroy_all(bufs)  # twice: nothing more
+        return [b.is_owner for b in bufs], made + seen[len(made) + 1 :]
+
+    hosts = [2, 2] if preset == "gb200nvl72" else [2]
+    engine, out = run_ranks(load_system(preset), hosts, body)
+    n = sum(hosts)
+    for rank, (owners, collectives) in enumerate(values(out)):
+        assert owners == [o == rank for o in range(n)]
+        assert collectives == ["allgather", "agree", "barrier", "barrier"]
+    assert engine.live_allocations() == [] and engine.exports == {}
+
+
+def test_an_import_failure_in_create_all_unwinds_every_rank() -> None:
+    """One rank's import failing: every rank raises the same error, the imports made are
+    unmapped and every export freed; nothing is left."""
+
+    def body(r: Rank) -> str:
+        r.sharing.handle_kind()
+        if r.world.rank == 2:
+
+            def refuse(device: int, handle: Any, kind: str, nbytes: int, fd: Any = None) -> int:
+                raise CudaError("cuMemImportFromShareableHandle", "CUDA_ERROR_NOT_PERMITTED")
+
+            r.backend.import_device = refuse  # type: ignore[method-assign]
+        with pytest.raises(RemoteRankError) as info:
+            SharedBuffer.create_all(r.sharing, SIZE)
+        return str(info.value)
+
+    engine, out = run_ranks(load_system("gb200nvl72"), [4], body)
+    assert (
+        values(out)
+        == ["rank 2: cuMemImportFromShareableHandle failed: CUDA_ERROR_NOT_PERMITTED"] * 4
+    )
+    assert engine.live_allocations() == [] and engine.exports == {}
+
+
+def test_an_export_failure_in_create_all_fails_every_rank_alike() -> None:
+    """Rank 1's out-of-memory: every rank's RemoteRankError names it, the other exports are
+    freed, and the next create_all works."""
+
+    def body(r: Rank) -> str:
+        r.sharing.handle_kind()
+        if r.world.rank == 1:
+            r.backend.faults = Faults(alloc_fail_after=0)
+        with pytest.raises(RemoteRankError) as info:
+            SharedBuffer.create_all(r.sharing, SIZE)
+        r.backend.faults = Faults()
+        destroy_all(SharedBuffer.create_all(r.sharing, SIZE))
+        return str(info.value)
+
+    engine, out = run_ranks(load_system("h200x2"), [2], body)
+    assert (
+        values(out) == ["rank 1: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (injected fault)"] * 2
+    )
+    assert engine.live_allocations() == []
+
+
+def test_every_ranks_buffer_is_mapped_only_within_its_domain() -> None:
+    """create_all over 8 ranks in 2 domains: each rank maps its own domain's 4 buffers and
+    holds placeholders for the other domain's; nothing is left."""
+
+    def body(r: Rank) -> list[bool]:
+        bufs = SharedBuffer.create_all(r.sharing, SIZE)
+        try:
+            return [b.mapped and b.ptr != 0 for b in bufs]
+        finally:
+            destroy_all(bufs)
+
+    engine, out = run_ranks(_two_domains(), [2, 2, 2, 2], body)
+    for rank, mapped in enumerate(values(out)):
+        assert mapped == [(o < 4) == (rank < 4) for o in range(8)]
+    assert engine.live_allocations() == [] and engine.exports == {}

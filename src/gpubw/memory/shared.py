@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -468,6 +468,47 @@ class SharedBuffer(Buffer):
         sharing.live.add(buf)
         return buf
 
+    @classmethod
+    def create_all(cls, owner_of: Sharing | Any, nbytes: int) -> list[SharedBuffer]:
+        """COLLECTIVE: U(0), ..., U(N-1) at once, every rank the owner of its own, in two
+        collectives whatever N (:meth:`create` per owner takes two each): every rank
+        exports, the offers are gathered, every rank imports its domain's others, then one
+        agreement. A failure anywhere raises :class:`RemoteRankError` on every rank after
+        undoing what was done. Destroy them with :func:`destroy_all` (two barriers), not
+        one by one."""
+        sharing = _sharing_of(owner_of)
+        world, device = sharing.world, sharing.device
+        sharing.pool.check_request(False, device, nbytes)
+        kind = sharing.handle_kind()
+        sharing.domain_ranks(0)  # every rank's domain (collective on the first call)
+        mine: tuple[int, tuple[Any, int, str | None], FdServer | None] | None = None
+        error: BaseException | None = None
+        try:
+            mine = _export_offer(sharing, kind, nbytes)
+        except GpubwError as exc:
+            error = exc
+        ptrs: dict[int, int] = {}
+        imported = False  # every rank got as far as importing: unwinding meets a barrier
+        try:
+            offers = world.allgather((None if error is None else _text(error), mine and mine[1]))
+            failed = [(r, e) for r, (e, _) in enumerate(offers) if e is not None]
+            if failed:
+                raise RemoteRankError(*failed[0]) from error
+            imported = True
+            error = _import_all(sharing, kind, nbytes, [o for _, o in offers], ptrs)
+            agreed(world, error)  # every importer has its descriptors: stop serving them
+        except BaseException:
+            _unwind_all(sharing, mine, ptrs, barrier=imported)
+            raise
+        assert mine is not None
+        _close(mine[2])
+        ptrs[world.rank] = mine[0]
+        granularity = mine[1][1]
+        allocated = -(-nbytes // granularity) * granularity
+        bufs = [cls(sharing, o, ptrs.get(o, 0), nbytes, allocated, kind) for o in range(world.size)]
+        sharing.live.update(bufs)
+        return bufs
+
     def destroy(self) -> None:
         """COLLECTIVE: barrier, importers unmap, barrier, the owner releases. Never raises
         because of another rank: if the world is broken, each rank frees its own part
@@ -511,6 +552,72 @@ class SharedBuffer(Buffer):
             f"<SharedBuffer {self.label} {self.nbytes} bytes ({self.kind}) at 0x{self.ptr:x} "
             f"on rank {self.sharing.world.rank}>"
         )
+
+
+def _import_all(
+    sharing: Sharing,
+    kind: str,
+    nbytes: int,
+    offers: list[tuple[Any, int, str | None]],
+    ptrs: dict[int, int],
+) -> BaseException | None:
+    """This rank's imports of :meth:`SharedBuffer.create_all`: every other owner's of its
+    NVLink domain, into ``ptrs`` (owner -> mapping); the first error, or None."""
+    world, backend, device = sharing.world, sharing.backend, sharing.device
+    for owner in sharing.domain_ranks(world.rank):
+        if owner == world.rank:
+            continue
+        handle, _, address = offers[owner]
+        try:
+            with _descriptor(sharing, kind, address) as fd:
+                ptrs[owner] = backend.import_device(device, handle, kind, nbytes, fd)
+        except GpubwError as exc:
+            return exc
+    return None
+
+
+def _unwind_all(
+    sharing: Sharing,
+    mine: tuple[int, Any, FdServer | None] | None,
+    ptrs: dict[int, int],
+    *,
+    barrier: bool,
+) -> None:
+    """Undo a failed :meth:`SharedBuffer.create_all` on this rank: stop serving, unmap its
+    imports, wait (where every rank got as far as importing) for the others to unmap
+    theirs, free its export."""
+    with contextlib.suppress(GpubwError):
+        if mine is not None:
+            _close(mine[2])
+        for ptr in ptrs.values():
+            sharing.backend.close_import(ptr)
+        if barrier:
+            _quiet_barrier(sharing.world)
+        if mine is not None:
+            sharing.backend.free_exported(mine[0])
+
+
+def destroy_all(bufs: Sequence[SharedBuffer]) -> None:
+    """COLLECTIVE: free what :meth:`SharedBuffer.create_all` made, in two barriers: every
+    rank unmaps its imports, then frees its own. Never raises because of another rank: if
+    the world is broken, each rank frees its own part without waiting. Safe to call
+    twice."""
+    live = [b for b in bufs if not b._freed]
+    if not live:
+        return
+    for b in live:
+        b._freed = True
+    ok = _quiet_barrier(live[0].sharing.world)
+    try:
+        for b in live:
+            if not b.is_owner:
+                b.release_local()
+    finally:
+        if ok:
+            _quiet_barrier(live[0].sharing.world)
+        for b in live:
+            if b.is_owner:
+                b.release_local()
 
 
 class MulticastBuffer(Buffer):

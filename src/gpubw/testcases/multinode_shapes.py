@@ -29,7 +29,7 @@ from gpubw.measure.measurement import (
 )
 from gpubw.measure.rank_gate import RankGate
 from gpubw.memory.buffers import Buffer, DeviceBuffer
-from gpubw.memory.shared import MulticastBuffer, SharedBuffer
+from gpubw.memory.shared import MulticastBuffer, SharedBuffer, destroy_all
 from gpubw.model.results import (
     AXIS_NONE,
     AXIS_RANK,
@@ -142,6 +142,13 @@ class Shared:
         self.world = testcase.world
         self._stack = stack
 
+    def unicast_all(self, nbytes: int) -> list[Any]:
+        """U(0), ..., U(N-1): every rank's device memory, mapped by the ranks of its NVLink
+        domain, made and freed in two collectives each, whatever N."""
+        bufs = SharedBuffer.create_all(self.system, nbytes)
+        self._stack.callback(destroy_all, bufs)
+        return bufs
+
     def unicast(self, owner: int, nbytes: int) -> Any:
         """U(owner): device memory of ``owner`` mapped by every rank (collective)."""
         buf = SharedBuffer.create(self.system, owner, nbytes)
@@ -238,7 +245,7 @@ def _grid(
     with contextlib.ExitStack() as stack:
         shared = Shared(testcase, stack)
         gate = shared.gate()
-        buffers = [[shared.unicast(o, size) for o in range(n)] for _ in range(sets)]
+        buffers = [shared.unicast_all(size) for _ in range(sets)]
         flows = [flow(testcase.world, r, c, buffers) for r, c in cells]
         for (r, c), cell in zip(cells, op.measure_series(flows, gate) if flows else []):
             grid[r][c] = cell
@@ -413,8 +420,8 @@ def bisect(plan: Plan) -> list[Matrix]:
     with contextlib.ExitStack() as stack:
         shared = Shared(testcase, stack)
         gate = shared.gate()
-        src = [shared.unicast(o, size) for o in range(n)]
-        dst = [shared.unicast(o, size) for o in range(n)]
+        src = shared.unicast_all(size)
+        dst = shared.unicast_all(size)
         if rows:
             m = op.measure_ranks(
                 [pair(world, partner[i], src[partner[i]], dst[i]) for i in rows], gate
