@@ -8,10 +8,11 @@ outside a cell takes no part in it), each collective of the world or of a group 
 (barrier, bcast, gather, allgather, allreduce, agree, the groups' allgather and agree: every
 one goes through ``World._run``; those between two cells are the series' hand-overs),
 and each collective allocation (``SharedBuffer.create``: the export and import of one
-buffer's handle by every rank). A cell's time *outside the copies* is its wall time minus
-the time of its measured copies (samples x loops x bytes / the sample's bandwidth, the
-slowest pair of each sample: what the events timed); it holds the fills, the warm-up
-copies, queuing, verification and the agreement points. Each rank writes
+buffer's handle by every rank; ``create_all``: every rank's at once). A cell's time
+*outside the copies* is its wall time minus the time of its measured copies (samples x
+loops x bytes / the sample's bandwidth, the slowest pair of each sample: what the events
+timed); it holds the fills, the warm-up copies, queuing, verification and the agreement
+points. Each rank writes
 OUTDIR/cost-rank<R>.json (every cell and testcase); rank 0 prints one line per testcase:
 
     key  cells  cell wall (ms)  copies (ms)  outside (ms)  share  collectives/cell  (ms)
@@ -21,7 +22,9 @@ OUTDIR/cost-rank<R>.json (every cell and testcase); rank 0 prints one line per t
 (``gpubw.world.mpi._MAX_SLEEP_S``, 200 µs in gpubw) for this run: what the agreements cost
 with a tighter poll.
 
-Times are means per cell in milliseconds, from rank 0, over the cells it issues.
+Times are means per cell in milliseconds, from rank 0, over the cells it issues; the JSON
+also has the cells it only watches (rank 0 takes part in every cell: ``cells_watched``,
+``watched_cell_ms``).
 """
 
 from __future__ import annotations
@@ -80,7 +83,9 @@ def _wrap_run(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 def _wrap_measure(orig: Callable[..., Any]) -> Callable[..., Any]:
     def timed(self: Any, pairs: Any, gate: Any) -> Any:
-        cell = {"key": _state["key"], "collectives": 0, "collective_s": 0.0, "issuing": True}
+        me = self.world.rank
+        issuing = any(p.rank == me for p in pairs)  # else rank 0 watching another's cell
+        cell = {"key": _state["key"], "collectives": 0, "collective_s": 0.0, "issuing": issuing}
         _state["cell"] = cell
         t0 = time.perf_counter()
         try:
@@ -97,10 +102,10 @@ def _wrap_measure(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _timed_create(create: Callable[..., Any]) -> Callable[..., Any]:
-    def timed(cls: Any, owner_of: Any, owner: int, nbytes: int) -> Any:
+    def timed(cls: Any, *args: Any) -> Any:
         t0 = time.perf_counter()
         try:
-            return create(cls, owner_of, owner, nbytes)
+            return create(cls, *args)
         finally:
             _alloc[_state["key"]].append(time.perf_counter() - t0)
 
@@ -124,8 +129,9 @@ def _install() -> None:
     base.World._run = _wrap_run(base.World._run)  # type: ignore[method-assign]
     op = measurement.MemcpyOperation
     op._measure_own_pairs = _wrap_measure(op._measure_own_pairs)  # type: ignore[method-assign]
-    create = shared.SharedBuffer.create.__func__  # type: ignore[attr-defined]
-    shared.SharedBuffer.create = classmethod(_timed_create(create))  # type: ignore[assignment]
+    for name in ("create", "create_all"):  # one owner's, every owner's at once
+        create = getattr(shared.SharedBuffer, name).__func__
+        setattr(shared.SharedBuffer, name, classmethod(_timed_create(create)))
     core._run_one = _wrap_one(core._run_one)
 
 
@@ -134,23 +140,24 @@ def _mean(values: list[float]) -> float:
 
 
 def _summary(key: str, wall_s: float) -> dict[str, Any]:
-    cells = [c for c in _cells if c["key"] == key]
-    issuing = [c for c in cells if c["issuing"]]
+    every = [c for c in _cells if c["key"] == key]
+    cells = [c for c in every if c["issuing"]]
     per = {
         "key": key,
         "cells": len(cells),
+        "cells_watched": len(every) - len(cells),
+        "watched_cell_ms": _mean([c["wall_s"] for c in every if not c["issuing"]]) * 1e3,
         "cell_wall_ms": _mean([c["wall_s"] for c in cells]) * 1e3,
         "copies_ms": _mean([c["copies_s"] for c in cells]) * 1e3,
         "collectives_per_cell": _mean([c["collectives"] for c in cells]),
         "collective_ms": _mean([c["collective_s"] for c in cells]) * 1e3,
-        "collective_ms_issuing": _mean([c["collective_s"] for c in issuing]) * 1e3,
         "allocations": len(_alloc[key]),
         "allocation_ms_total": sum(_alloc[key]) * 1e3,
         "collectives_outside_cells": len(_outside_cells[key]),
         "handovers": len(_handovers[key]),
         "handover_ms": _mean(_handovers[key]) * 1e3,
         "testcase_wall_ms": wall_s * 1e3,
-        "outside_cells_ms": (wall_s - sum(c["wall_s"] for c in cells)) * 1e3,
+        "outside_cells_ms": (wall_s - sum(c["wall_s"] for c in every)) * 1e3,
     }
     per["outside_ms"] = per["cell_wall_ms"] - per["copies_ms"]
     per["outside_share"] = per["outside_ms"] / per["cell_wall_ms"] if cells else 0.0
