@@ -9,6 +9,8 @@ as source and once as destination) and adds cells drawn uniformly from the rest.
 
 from __future__ import annotations
 
+import collections
+import functools
 import math
 import random
 from collections.abc import Sequence
@@ -45,10 +47,9 @@ def sample_size(
     if not diagonal and n < 2:
         raise ValueError("pairs between distinct devices need at least 2 devices, got 1")
     total = _cell_count(n, diagonal)
-    if groups is not None:
-        total = sum(
-            1 for s in range(n) for d in range(n) if (diagonal or s != d) and groups[s] == groups[d]
-        )
+    if groups is not None:  # the cells within a group, from the groups' sizes: O(n)
+        sizes = collections.Counter(groups[:n]).values()
+        total = sum(m * m if diagonal else m * (m - 1) for m in sizes)
     if isinstance(k_or_fraction, bool):
         raise ValueError(f"the sample size must be an int or a fraction, got {k_or_fraction!r}")
     if isinstance(k_or_fraction, int):
@@ -71,6 +72,22 @@ def sample_pairs(
     seed: int,
     diagonal: bool = False,
     groups: Sequence[int] | None = None,
+) -> frozenset[Pair]:
+    """See :func:`_sample_pairs`; the last few answers are kept (the ranks of a simulated
+    rack, threads of one process, ask the same question: each would draw from all n x n
+    cells again)."""
+    return _sample_pairs(
+        n, k_or_fraction, seed, diagonal, None if groups is None else tuple(groups)
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _sample_pairs(
+    n: int,
+    k_or_fraction: int | float,
+    seed: int,
+    diagonal: bool,
+    groups: tuple[int, ...] | None,
 ) -> frozenset[Pair]:
     """A deterministic sample of the ``(src, dst)`` cells of an ``n``×``n`` testcase.
 

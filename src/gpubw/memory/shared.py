@@ -213,6 +213,7 @@ class Sharing:
         self.posix_fd_failure = ""
         self.live: set[SharedBuffer | MulticastBuffer] = set()
         self._domains: tuple[str, ...] | None = None
+        self._members: dict[str, tuple[int, ...]] | None = None
 
     @property
     def backend(self) -> Backend:
@@ -292,7 +293,12 @@ class Sharing:
         """The ranks in rank ``rank``'s NVLink domain, ascending (``rank`` among them).
         Collective on the first call, as :meth:`rank_domains`."""
         domains = self.rank_domains()
-        return tuple(r for r, d in enumerate(domains) if d == domains[rank])
+        if self._members is None:  # each domain's ranks, once (asked per buffer and cell)
+            members: dict[str, list[int]] = {}
+            for r, d in enumerate(domains):
+                members.setdefault(d, []).append(r)
+            self._members = {d: tuple(rs) for d, rs in members.items()}
+        return self._members[domains[rank]]
 
     def _posix_fd_end_to_end(self) -> str:
         """Export one granule as POSIX-fd on each host's first rank, pass its descriptor to

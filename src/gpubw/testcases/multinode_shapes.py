@@ -47,6 +47,7 @@ from gpubw.testcases.shapes import (
     counted_bytes_of,
     first_copy_matrices,
     sampled_cells,
+    within_groups,
 )
 
 #: the reason every multinode testcase is waived in a run of one rank
@@ -240,7 +241,7 @@ def _grid(
     groups = testcase.domain_groups()
     cells, notes = sampled_cells(testcase, n, groups)
     chosen = [r for r in range(n) if testcase.selected(r)]
-    across = sum(1 for r in chosen for c in chosen if groups is not None and groups[r] != groups[c])
+    across = 0 if groups is None else within_groups(chosen, None) - within_groups(chosen, groups)
     notes += testcase.domain_notes(across)
     with contextlib.ExitStack() as stack:
         shared = Shared(testcase, stack)

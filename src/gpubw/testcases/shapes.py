@@ -20,6 +20,7 @@ first) and picks a shape; the shape walks the cells, measures each with a
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import enum
 from collections.abc import Callable, Sequence
@@ -163,18 +164,16 @@ def sampled_cells(
     deterministic sample of :func:`gpubw.measure.sampling.sample_pairs` (same on every rank and
     every run for one seed, within the groups) and a ``sampled`` note ``{cells, measured,
     seed}`` (the rest stay None)."""
-    every = [
-        (r, c)
-        for r in range(n)
-        for c in range(n)
-        if r != c
-        and testcase.selected(r)
-        and testcase.selected(c)
-        and (groups is None or groups[r] == groups[c])
-    ]
+    chosen_rows = [r for r in range(n) if testcase.selected(r)]
     options = testcase.system.options
     k = getattr(options, "sample_pairs", None)
     if k is None or n < 2:
+        every = [
+            (r, c)
+            for r in chosen_rows
+            for c in chosen_rows
+            if r != c and (groups is None or groups[r] == groups[c])
+        ]
         return every, ()
     from gpubw.measure.sampling import sample_pairs
 
@@ -183,8 +182,23 @@ def sampled_cells(
         chosen = sample_pairs(n, k, seed, groups=groups)
     except ValueError as exc:
         raise UsageError(f"--sample-pairs {k}: {exc}", param="sample_pairs") from None
-    cells = [rc for rc in every if rc in chosen]
-    return cells, (("sampled", {"cells": len(every), "measured": len(cells), "seed": seed}),)
+    # the sample's cells of selected rows and columns, row-major (not every cell: a rank of
+    # a rack makes this list, and every simulated rank of one, so it costs O(K log K))
+    picked = set(chosen_rows)
+    cells = sorted(
+        (r, c)
+        for r, c in chosen
+        if r != c and r in picked and c in picked and (groups is None or groups[r] == groups[c])
+    )
+    total = within_groups(chosen_rows, groups)
+    return cells, (("sampled", {"cells": total, "measured": len(cells), "seed": seed}),)
+
+
+def within_groups(rows: Sequence[int], groups: Sequence[int] | None) -> int:
+    """The off-diagonal cells among ``rows`` whose row and column share a group (every one
+    without groups): sum over groups of m (m - 1), in O(len(rows))."""
+    sizes = collections.Counter(None if groups is None else groups[r] for r in rows)
+    return sum(m * (m - 1) for m in sizes.values())
 
 
 # -- words for Matrix.bytes_counted ---------------------------------------------------------
