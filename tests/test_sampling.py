@@ -107,3 +107,45 @@ def test_groups_keep_the_sample_within_them() -> None:
         assert sample_pairs(9, 9, seed, groups=(0,) * 9) == sample_pairs(9, 9, seed)
     assert sample_size(9, 0.5, groups=groups) == within // 2
     assert len(sample_pairs(9, 1.0, 0, groups=groups)) == within == 20
+
+
+@given(
+    st.integers(2, 24),
+    st.integers(0, 2**16),
+    st.lists(st.integers(0, 2), min_size=24, max_size=24),
+    st.lists(st.booleans(), min_size=24, max_size=24),
+    st.one_of(st.none(), st.floats(0.05, 1.0)),
+)
+def test_sampled_cells_are_the_sample_of_every_cell(
+    n: int, seed: int, group_of: list[int], chosen: list[bool], fraction: float | None
+) -> None:
+    """A testcase's cells (with --devices and NVLink domains) are, in row-major order, the
+    selected in-group cells that the sample holds, and the note counts every such cell; the
+    same as filtering all n x n cells, without listing them."""
+    from gpubw.model.options import RunOptions
+    from gpubw.testcases.shapes import sampled_cells
+
+    groups = tuple(group_of[:n])
+    k = max(n, round(n * n * fraction)) if fraction is not None else None
+
+    class Fake:
+        class system:
+            options = RunOptions(sample_pairs=k, seed=seed)
+
+        @staticmethod
+        def selected(index: int) -> bool:
+            return chosen[index]
+
+    every = [
+        (r, c)
+        for r in range(n)
+        for c in range(n)
+        if r != c and chosen[r] and chosen[c] and groups[r] == groups[c]
+    ]
+    cells, notes = sampled_cells(Fake, n, groups)  # type: ignore[arg-type]
+    if k is None:
+        assert (cells, notes) == (every, ())
+        return
+    sample = sample_pairs(n, k, seed, groups=groups)
+    assert cells == [rc for rc in every if rc in sample]
+    assert dict(notes)["sampled"] == {"cells": len(every), "measured": len(cells), "seed": seed}
