@@ -383,9 +383,17 @@ def test_an_allocation_failure_on_the_owner_fails_every_rank_alike() -> None:
     assert engine.live_allocations() == []
 
 
-def test_an_import_failure_unwinds_every_rank() -> None:
+@pytest.mark.parametrize(
+    "create",
+    [
+        lambda sharing: SharedBuffer.create(sharing, owner=0, nbytes=SIZE),
+        lambda sharing: SharedBuffer.create_all(sharing, SIZE),
+    ],
+    ids=["one-owner", "every-owner"],
+)
+def test_an_import_failure_unwinds_every_rank(create: Callable[[Sharing], Any]) -> None:
     """An import failing on one rank of four: every rank raises the same error, the ranks
-    that imported unmap, the owner frees; nothing is left."""
+    that imported unmap, the owners free; nothing is left."""
 
     def body(r: Rank) -> str:
         r.sharing.handle_kind()
@@ -396,7 +404,7 @@ def test_an_import_failure_unwinds_every_rank() -> None:
 
             r.backend.import_device = refuse  # type: ignore[method-assign]
         with pytest.raises(RemoteRankError) as info:
-            SharedBuffer.create(r.sharing, owner=0, nbytes=SIZE)
+            create(r.sharing)
         return str(info.value)
 
     engine, out = run_ranks(load_system("gb200nvl72"), [4], body)
@@ -772,30 +780,6 @@ def test_every_ranks_buffer_at_once_in_two_collectives(preset: str) -> None:
     for rank, (owners, collectives) in enumerate(values(out)):
         assert owners == [o == rank for o in range(n)]
         assert collectives == ["allgather", "agree", "barrier", "barrier"]
-    assert engine.live_allocations() == [] and engine.exports == {}
-
-
-def test_an_import_failure_in_create_all_unwinds_every_rank() -> None:
-    """One rank's import failing: every rank raises the same error, the imports made are
-    unmapped and every export freed; nothing is left."""
-
-    def body(r: Rank) -> str:
-        r.sharing.handle_kind()
-        if r.world.rank == 2:
-
-            def refuse(device: int, handle: Any, kind: str, nbytes: int, fd: Any = None) -> int:
-                raise CudaError("cuMemImportFromShareableHandle", "CUDA_ERROR_NOT_PERMITTED")
-
-            r.backend.import_device = refuse  # type: ignore[method-assign]
-        with pytest.raises(RemoteRankError) as info:
-            SharedBuffer.create_all(r.sharing, SIZE)
-        return str(info.value)
-
-    engine, out = run_ranks(load_system("gb200nvl72"), [4], body)
-    assert (
-        values(out)
-        == ["rank 2: cuMemImportFromShareableHandle failed: CUDA_ERROR_NOT_PERMITTED"] * 4
-    )
     assert engine.live_allocations() == [] and engine.exports == {}
 
 
