@@ -35,11 +35,13 @@ def mpirun(
     flags: tuple[str, ...] = (),
     limit: float = 90,
     env: dict[str, str] | None = None,
+    ranks: int = 2,
 ) -> tuple[int, str, str, float]:
-    """mpiexec -n 2 (the wrapper) gpubw ARGS; the whole process group killed past ``limit``."""
+    """mpiexec -n RANKS (the wrapper) gpubw ARGS; the whole process group killed past
+    ``limit``."""
     mpiexec = _mpiexec()
     assert mpiexec is not None
-    argv = [mpiexec, *flags, "-n", "2", sys.executable, str(RANK_SCRIPT), *args]
+    argv = [mpiexec, *flags, "-n", str(ranks), sys.executable, str(RANK_SCRIPT), *args]
     env = {**os.environ, "FAULT": fault, **(env or {})}
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -297,3 +299,22 @@ def test_a_signal_before_mpi_starts_gives_the_interrupted_report(tmp_path: Path)
     doc = report(tmp_path / "r.json")
     assert doc["interrupted"] is True and doc["exit_code"] == 130 and doc["testcases"] == []
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_four_ranks_measure_every_cell_in_groups_over_mpi(tmp_path: Path) -> None:
+    """mpiexec -n 4 (--simulate h200x8): an N x N testcase of lone cells and one of two-rank
+    cells, each cell agreeing among its ranks and rank 0 on MPI's group communicator, hand-
+    overs between them: every off-diagonal cell measured, both Passed, exit 0."""
+    keys = [
+        "multinode_device_to_device_memcpy_read_ce",
+        "multinode_device_to_device_bidirectional_memcpy_write_ce",
+    ]
+    fast = ["--simulate", "h200x8", *FAST[2:]]
+    rc, _, err, _ = mpirun(tmp_path, [*fast, "-t", *keys, "-j", "-o", "r.json"], ranks=4)
+    assert rc == 0, err
+    tests = by_key(report(tmp_path / "r.json"))
+    for key in keys:
+        assert tests[key]["status"] == "Passed", tests[key]["message"]
+        values = tests[key]["matrices"][0]["values"]
+        measured = [(r, c) for r, row in enumerate(values) for c, v in enumerate(row) if v]
+        assert measured == [(r, c) for r in range(4) for c in range(4) if r != c], key
