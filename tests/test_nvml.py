@@ -337,8 +337,13 @@ def test_every_nvml_name_used_exists_in_the_real_binding():
     source = Path(nvml_read.__file__).read_text(encoding="utf-8")
     names = set(re.findall(r"\bnv\.(nvml\w+|NVML_\w+)", source))
     names |= set(re.findall(r'"(nvmlDevice\w+|NVML_\w+)"', source))
-    # optional (newer names), looked for with hasattr/getattr
-    names -= {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetGpuFabricInfoV"}
+    # optional (newer names), looked for with hasattr/getattr, or (the fabric info, which
+    # nvidia-ml-py 11.510, gpubw's minimum, lacks) called where a missing name means "none"
+    names -= {
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetGpuFabricInfoV",
+        "nvmlDeviceGetGpuFabricInfo",
+    }
     assert len(names) > 25
     missing = sorted(n for n in names if not hasattr(pynvml, n))
     assert missing == []
