@@ -18,11 +18,11 @@ class RankGate:
     """The device flags of the cross-rank spin gate: one int per NVLink domain, in memory
     owned by the domain's lowest rank and mapped by that domain's ranks (shared buffers,
     made collectively, once per testcase; a flag reaches no further than fabric handles do),
-    plus a small host buffer holding the words 0 and 1 that are copied into them. Each
-    domain's owner zeroes its flag before each sample; in each domain the relay kernel of
-    the first rank with a pair of the cell (:meth:`relays`) sets it when its host gate opens;
-    every other gate kernel of the domain waits on it. Close it collectively (a context
-    manager)."""
+    plus a small host buffer holding the words 0 and 1 that are copied into them. In each
+    domain the first rank with a pair of the cell (:meth:`relays`) zeroes its flag before
+    each sample (the owner may take no part in the cell) and its relay kernel sets it when
+    its host gate opens; every other gate kernel of the domain waits on it. Close it
+    collectively (a context manager)."""
 
     #: the owner rank of this rank's flag: the lowest rank of its NVLink domain (0 where
     #: every rank is in one domain)
