@@ -25,7 +25,6 @@ from gpubw.memory.shared import (
     SharedBuffer,
     Sharing,
     SharingError,
-    destroy_all,
 )
 from gpubw.model.errors import CudaError, GateTimeoutError, VerificationError
 from gpubw.model.options import RunOptions
@@ -770,8 +769,8 @@ def test_every_ranks_buffer_at_once_in_two_collectives(preset: str) -> None:
             r.backend.synchronize(s, 5.0)
             r.world.barrier()
             bufs[nxt].verify(SRC_SEED + nxt, SIZE, stream=s, exec_device=r.device)
-        destroy_all(bufs)
-        destroy_all(bufs)  # twice: nothing more
+        SharedBuffer.destroy_all(bufs)
+        SharedBuffer.destroy_all(bufs)  # twice: nothing more
         return [b.is_owner for b in bufs], made + seen[len(made) + 1 :]
 
     hosts = [2, 2] if preset == "gb200nvl72" else [2]
@@ -794,7 +793,7 @@ def test_an_export_failure_in_create_all_fails_every_rank_alike() -> None:
         with pytest.raises(RemoteRankError) as info:
             SharedBuffer.create_all(r.sharing, SIZE)
         r.backend.faults = Faults()
-        destroy_all(SharedBuffer.create_all(r.sharing, SIZE))
+        SharedBuffer.destroy_all(SharedBuffer.create_all(r.sharing, SIZE))
         return str(info.value)
 
     engine, out = run_ranks(load_system("h200x2"), [2], body)
@@ -813,7 +812,7 @@ def test_every_ranks_buffer_is_mapped_only_within_its_domain() -> None:
         try:
             return [b.mapped and b.ptr != 0 for b in bufs]
         finally:
-            destroy_all(bufs)
+            SharedBuffer.destroy_all(bufs)
 
     engine, out = run_ranks(_two_domains(), [2, 2, 2, 2], body)
     for rank, mapped in enumerate(values(out)):

@@ -480,7 +480,7 @@ class SharedBuffer(Buffer):
         collectives whatever N (:meth:`create` per owner takes two each): every rank
         exports, the offers are gathered, every rank imports its domain's others, then one
         agreement. A failure anywhere raises :class:`RemoteRankError` on every rank after
-        undoing what was done. Destroy them with :func:`destroy_all` (two barriers), not
+        undoing what was done. Destroy them with :meth:`destroy_all` (two barriers), not
         one by one."""
         sharing = _sharing_of(owner_of)
         world, device = sharing.world, sharing.device
@@ -514,6 +514,29 @@ class SharedBuffer(Buffer):
         bufs = [cls(sharing, o, ptrs.get(o, 0), nbytes, allocated, kind) for o in range(world.size)]
         sharing.live.update(bufs)
         return bufs
+
+    @classmethod
+    def destroy_all(cls, bufs: Sequence[SharedBuffer]) -> None:
+        """COLLECTIVE: free what :meth:`SharedBuffer.create_all` made, in two barriers: every
+        rank unmaps its imports, then frees its own. Never raises because of another rank: if
+        the world is broken, each rank frees its own part without waiting. Safe to call
+        twice."""
+        live = [b for b in bufs if not b._freed]
+        if not live:
+            return
+        for b in live:
+            b._freed = True
+        ok = _quiet_barrier(live[0].sharing.world)
+        try:
+            for b in live:
+                if not b.is_owner:
+                    b.release_local()
+        finally:
+            if ok:
+                _quiet_barrier(live[0].sharing.world)
+            for b in live:
+                if b.is_owner:
+                    b.release_local()
 
     def destroy(self) -> None:
         """COLLECTIVE: barrier, importers unmap, barrier, the owner releases. Never raises
@@ -601,29 +624,6 @@ def _unwind_all(
             _quiet_barrier(sharing.world)
         if mine is not None:
             sharing.backend.free_exported(mine[0])
-
-
-def destroy_all(bufs: Sequence[SharedBuffer]) -> None:
-    """COLLECTIVE: free what :meth:`SharedBuffer.create_all` made, in two barriers: every
-    rank unmaps its imports, then frees its own. Never raises because of another rank: if
-    the world is broken, each rank frees its own part without waiting. Safe to call
-    twice."""
-    live = [b for b in bufs if not b._freed]
-    if not live:
-        return
-    for b in live:
-        b._freed = True
-    ok = _quiet_barrier(live[0].sharing.world)
-    try:
-        for b in live:
-            if not b.is_owner:
-                b.release_local()
-    finally:
-        if ok:
-            _quiet_barrier(live[0].sharing.world)
-        for b in live:
-            if b.is_owner:
-                b.release_local()
 
 
 class MulticastBuffer(Buffer):

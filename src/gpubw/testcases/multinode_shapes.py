@@ -29,7 +29,7 @@ from gpubw.measure.measurement import (
 )
 from gpubw.measure.rank_gate import RankGate
 from gpubw.memory.buffers import Buffer, DeviceBuffer
-from gpubw.memory.shared import MulticastBuffer, SharedBuffer, destroy_all
+from gpubw.memory.shared import MulticastBuffer, SharedBuffer
 from gpubw.model.results import (
     AXIS_NONE,
     AXIS_RANK,
@@ -147,7 +147,7 @@ class Shared:
         """U(0), ..., U(N-1): every rank's device memory, mapped by the ranks of its NVLink
         domain, made and freed in two collectives each, whatever N."""
         bufs = SharedBuffer.create_all(self.system, nbytes)
-        self._stack.callback(destroy_all, bufs)
+        self._stack.callback(SharedBuffer.destroy_all, bufs)
         return bufs
 
     def unicast(self, owner: int, nbytes: int) -> Any:
