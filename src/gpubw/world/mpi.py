@@ -52,6 +52,15 @@ def _import_mpi() -> Any:
     return MPI
 
 
+def _abort_run(exit_code: int) -> None:
+    """MPI_Abort on MPI_COMM_WORLD, never on gpubw's duplicate of it. MPICH (ch4) ends a
+    duplicate by messages to its ranks, which a hung rank never reads: it lives on until the
+    launcher notices the aborting rank's exit, or forever where the launcher does not clean
+    up (``mpiexec -disable-auto-cleanup``; a CI run lost 90 s to it). On the world
+    communicator it asks the launcher (PMI abort), which kills every rank, hung or not."""
+    _import_mpi().COMM_WORLD.Abort(exit_code)
+
+
 def _wait(test: Callable[[], bool], deadline: float, waiting_for: Callable[[], str]) -> None:
     """Poll ``test`` until it is true, or raise CollectiveExpired at ``deadline``."""
     sleep = _FIRST_SLEEP_S
@@ -257,7 +266,7 @@ class MpiWorld(World):
 
     def abort(self, exit_code: int = 1) -> None:
         """MPI_Abort: ends every rank of the run (the launcher exits with ``exit_code``)."""
-        self._comm.Abort(exit_code)
+        _abort_run(exit_code)
 
     def _free(self) -> None:
         """Free gpubw's communicator; MPI itself is finalized by mpi4py at exit."""
@@ -272,4 +281,4 @@ class MpiWorld(World):
         # Runs before mpi4py's MPI_Finalize: a process leaving with a broken world (an
         # uncaught error, a caller that forgot close()) must not hang in MPI_Finalize.
         if self._broken is not None and self._comm is not None:
-            self._comm.Abort(1)
+            _abort_run(1)
