@@ -176,3 +176,19 @@ def test_engine_runs_without_a_facade() -> None:
     assert engine.advance(1.0, until=lambda: all(s.idle() for s in streams)) is not False
     assert engine.t == pytest.approx(2e-3)  # not 3e-3: the two devices ran concurrently
     assert event.time == pytest.approx(1e-3)
+
+
+def test_synchronizing_an_idle_stream_does_not_move_the_clock() -> None:
+    """Waiting on a stream with no work returns at once, even beside other idle streams: the
+    device clock stays where it was (not pushed to the wait's bound)."""
+    from gpubw.backend.sim.engine import Engine, Op
+    from gpubw.backend.sim.faults import FaultInjector, Faults
+
+    engine = Engine(load_system("h200x2"), FaultInjector(Faults()))
+    idle, other = engine.new_stream(0, 0.0), engine.new_stream(1, 0.0)
+    op = Op("fixed", 0.0, "work")
+    op.duration = 1e-3
+    engine.enqueue(other, op, 0.0)
+    assert engine.advance(5.0, until=other.idle) is True
+    assert engine.advance(10.0, until=idle.idle) is True
+    assert engine.t == pytest.approx(1e-3)
