@@ -650,11 +650,14 @@ def test_mpi_lost_rank_gives_a_clear_error_not_a_hang(tmp_path: Path, fault: str
 def _aborted(rc: int, err: str, code: int) -> None:
     """Rank 0 called MPI_Abort with ``code`` and mpiexec failed: with that code, or with the
     SIGKILL (9) hydra sent the hung rank, whichever it records first (9 seen once, with
-    three test suites on a 2-core machine; as when a rank dies, below). On MPI_COMM_WORLD:
-    an abort of gpubw's duplicate of it only messages the other ranks, which a hung rank
-    never reads (it lived on until hydra noticed rank 0's exit: a CI run lost 90 s to it)."""
-    assert re.search(rf"MPI_Abort\(MPI_COMM_WORLD, {code}\) - process 0", err), err
+    three test suites on a 2-core machine; as when a rank dies, below). That the hung rank
+    ended at all is the callers' time bound: with hydra's clean-up off only the abort can
+    end it. MPICH's own "MPI_Abort(...)" line is not required: hydra may kill rank 0 before
+    forwarding it (seen under load: rc 5, empty stderr); where it came, it names
+    MPI_COMM_WORLD, never gpubw's duplicate (whose abort only messages the other ranks)."""
     assert rc in (code, 9), err
+    if "MPI_Abort" in err:
+        assert re.search(rf"MPI_Abort\(MPI_COMM_WORLD, {code}\) - process 0", err), err
 
 
 @needs_mpi
