@@ -192,3 +192,31 @@ def test_synchronizing_an_idle_stream_does_not_move_the_clock() -> None:
     assert engine.advance(5.0, until=other.idle) is True
     assert engine.advance(10.0, until=idle.idle) is True
     assert engine.t == pytest.approx(1e-3)
+
+
+def test_rates_kept_between_events_equal_a_full_recomputation() -> None:
+    """Flows starting and ending one by one (shared links, both directions, host memory)
+    get the rates a fresh engine computes for the same flows, bit for bit."""
+    import random
+
+    from gpubw.backend.sim.engine import Engine, Flow
+    from gpubw.backend.sim.faults import FaultInjector, Faults
+    from gpubw.backend.sim.model import HOSTMEM
+
+    model = load_system("h200x8")
+    links = [("tx", 0), ("rx", 1), ("tx", 1), ("rx", 0), ("h2d", 2), ("d2h", 2), ("mem", 3)]
+    rng = random.Random(7)
+    flows = [
+        Flow((*rng.sample(links, rng.randint(1, 2)), *((HOSTMEM,) * (i % 3 == 0))), 1e9 + i, 1.0)
+        for i in range(12)
+    ]
+    engine = Engine(model, FaultInjector(Faults()))
+    active: list[Flow] = []
+    for _ in range(60):
+        f = rng.choice(flows)
+        active = [g for g in active if g is not f] if f in active else [*active, f]
+        engine._compute_rates(list(active))
+        fresh = Engine(model, FaultInjector(Faults()))
+        fresh._compute_rates(list(active))
+        assert {k: engine._rates[k] for k in map(id, active)} == fresh._rates
+        assert set(engine._rates) == set(map(id, active))

@@ -134,6 +134,13 @@ class Engine:
         self.streams: list[Stream] = []
         self.events: set[Event] = set()
         self._rates: dict[int, float] = {}
+        #: the flows ``_rates`` holds, as given and by id (held, so their ids stay theirs),
+        #: how many of them use each resource, and which use it
+        self._rated: list[Flow] = []
+        self._rated_ids: dict[int, Flow] = {}
+        self._count: dict[Resource, int] = {}
+        self._users: dict[Resource, dict[int, Flow]] = {}
+        self._terms: dict[Resource, tuple[Resource | None, float]] = {}
         self._ids = 0
         self._rng = random.Random(model.seed)
         #: a gate waiting on a flag in device memory was ever started (multi-rank protocol)
@@ -220,45 +227,71 @@ class Engine:
         else:
             op.phase_end = t + op.overhead
 
-    def _op_end(self, op: Op) -> float | None:
-        """When ``op`` will end if nothing changes (flows at their current rate)."""
-        if op.kind == "gate":
-            return op.end if op.end is not None else op.deadline
-        if op.kind != "xfer":
-            return op.end
-        if self.t < op.phase_end:
-            return op.phase_end
-        live = [f for f in op.flows if f.remaining > 0]
-        if not live:
-            return self.t
-        return min(self.t + f.remaining / self._rates[id(f)] for f in live)
+    def _link_terms(self, r: Resource) -> tuple[Resource | None, float]:
+        """``r``'s other direction and the factor it runs at while that is busy too (both
+        fixed by the model: looked up once per resource)."""
+        terms = self._terms.get(r)
+        if terms is None:
+            rev = reverse(r)
+            factor = 1.0
+            if rev is not None:
+                factor = (
+                    self.model.host_links[r[1]].bidirectional_factor
+                    if r[0] in ("h2d", "d2h")
+                    else self.model.peer_bidirectional_factor
+                )
+            terms = self._terms[r] = (rev, factor)
+        return terms
 
     def _compute_rates(self, active: list[Flow]) -> None:
-        count: dict[Resource, int] = {}
-        for f in active:
-            for r in f.resources:
+        """Every active flow's rate: its peak times its smallest share of a resource (a link
+        busy both ways runs at its bidirectional factor), capped by host memory.
+
+        A flow's rate depends only on how many active flows use each of its resources and
+        their other directions, so only the flows on a resource that a flow starting or
+        ending uses are recomputed (with the same arithmetic: the rates are those of a full
+        recomputation, bit for bit)."""
+        if active == self._rated:  # the same flows (compared by identity): the same rates
+            return
+        was = self._rated_ids
+        now = {id(f): f for f in active}
+        count, users, rates = self._count, self._users, self._rates
+        dirty: set[Resource] = set()
+        for k in was.keys() - now.keys():
+            del rates[k]
+            for r in was[k].resources:
+                count[r] -= 1
+                del users[r][k]
+                dirty.add(r)
+        for k in now.keys() - was.keys():
+            for r in now[k].resources:
                 count[r] = count.get(r, 0) + 1
-        rates: dict[int, float] = {}
-        cap = self.model.host_memory_bandwidth
-        for f in active:
-            share = 1.0
-            limit = float("inf")
-            for r in f.resources:
-                if r == HOSTMEM:
-                    if cap is not None:
-                        limit = min(limit, cap * f.jitter / count[r])
-                    continue
-                factor = 1.0
-                rev = reverse(r)
-                if rev is not None and count.get(rev, 0):
-                    factor = (
-                        self.model.host_links[r[1]].bidirectional_factor
-                        if r[0] in ("h2d", "d2h")
-                        else self.model.peer_bidirectional_factor
-                    )
-                share = min(share, factor / count[r])
-            rates[id(f)] = min(f.peak * share, limit)
-        self._rates = rates
+                users.setdefault(r, {})[k] = now[k]
+                dirty.add(r)
+        changed: dict[int, Flow] = {}
+        for r in dirty:
+            changed.update(users.get(r, ()))
+            rev = self._link_terms(r)[0]
+            if rev is not None:
+                changed.update(users.get(rev, ()))
+        for k, f in changed.items():
+            rates[k] = self._rate(f)
+        self._rated, self._rated_ids = active, now
+
+    def _rate(self, f: Flow) -> float:
+        count = self._count
+        share = 1.0
+        limit = float("inf")
+        for r in f.resources:
+            if r == HOSTMEM:
+                cap = self.model.host_memory_bandwidth
+                if cap is not None:
+                    limit = min(limit, cap * f.jitter / count[r])
+                continue
+            rev, both = self._link_terms(r)
+            factor = both if rev is not None and count.get(rev, 0) else 1.0
+            share = min(share, factor / count[r])
+        return min(f.peak * share, limit)
 
     def _finish(self, s: Stream, op: Op) -> None:
         op.done = True
@@ -291,8 +324,7 @@ class Engine:
         there); returns whether ``until()`` holds at the end."""
         if self.injector.sync_hang:
             return until() if until is not None else False
-        self._rates = {}
-        self.streams = [s for s in self.streams if not (s.destroyed and s.idle())]
+        self._prune()
         if not self.streams:  # nothing on the device side: only the clock moves
             self.t = max(self.t, limit)
             return until() if until is not None else False
@@ -301,25 +333,7 @@ class Engine:
             self._start_ready()
             if until is not None and until():
                 return True
-            active = [
-                f
-                for s in self.streams
-                if s.cur is not None and s.cur.kind == "xfer" and self.t >= s.cur.phase_end
-                for f in s.cur.flows
-                if f.remaining > 0
-            ]
-            self._compute_rates(active)
-            candidates: list[float] = []
-            for s in self.streams:
-                if s.cur is not None:
-                    end = self._op_end(s.cur)
-                    if end is not None:
-                        candidates.append(end)
-                elif s.queue:
-                    head = s.queue[0]
-                    if head.kind != "wait" or head.record is None or head.record.done:
-                        candidates.append(max(s.free_at, head.submit))
-            nxt = min(candidates) if candidates else None
+            active, nxt = self._scan()
             if nxt is None or nxt > limit:
                 self._progress(active, max(0.0, limit - self.t))
                 self.t = max(self.t, limit)
@@ -333,18 +347,69 @@ class Engine:
             nxt = max(nxt, self.t)
             self._progress(active, nxt - self.t)
             self.t = nxt
-            for s in self.streams:
-                op = s.cur
-                if op is None:
-                    continue
-                if op.kind == "xfer":
-                    if self.t >= op.phase_end and all(f.remaining <= 0 for f in op.flows):
-                        self._finish(s, op)
-                else:
-                    end = self._op_end(op)
-                    if end is not None and end <= self.t:
-                        self._finish(s, op)
+            self._finish_due()
+            self._prune()
+
+    def _prune(self) -> None:
+        """Forget destroyed streams once their work is done."""
+        if any(s.destroyed for s in self.streams):
             self.streams = [s for s in self.streams if not (s.destroyed and s.idle())]
+
+    def _scan(self) -> tuple[list[Flow], float | None]:
+        """The flows moving now (their rates computed) and the next time anything starts or
+        ends if nothing changes (None: nothing will)."""
+        t = self.t
+        active: list[Flow] = []
+        nxt: float | None = None
+        for s in self.streams:
+            op = s.cur
+            if op is None:
+                if s.queue:
+                    head = s.queue[0]
+                    if head.kind != "wait" or head.record is None or head.record.done:
+                        c = max(s.free_at, head.submit)
+                        nxt = c if nxt is None or c < nxt else nxt
+                continue
+            kind = op.kind
+            if kind == "xfer":
+                if t < op.phase_end:
+                    c = op.phase_end
+                else:
+                    live = [f for f in op.flows if f.remaining > 0]
+                    if live:
+                        active.extend(live)
+                        continue
+                    c = t
+            elif kind == "gate":
+                c = op.end if op.end is not None else op.deadline
+            elif op.end is None:
+                continue
+            else:
+                c = op.end
+            nxt = c if nxt is None or c < nxt else nxt
+        self._compute_rates(active)
+        rates = self._rates
+        for f in active:
+            c = t + f.remaining / rates[id(f)]
+            nxt = c if nxt is None or c < nxt else nxt
+        return active, nxt
+
+    def _finish_due(self) -> None:
+        """Finish every running op whose end has come, in stream order."""
+        t = self.t
+        for s in self.streams:
+            op = s.cur
+            if op is None:
+                continue
+            kind = op.kind
+            if kind == "xfer":
+                if t >= op.phase_end and _drained(op.flows):
+                    self._finish(s, op)
+            elif kind == "gate":
+                if (op.end if op.end is not None else op.deadline) <= t:
+                    self._finish(s, op)
+            elif op.end is not None and op.end <= t:
+                self._finish(s, op)
 
     def _progress(self, active: list[Flow], dt: float) -> None:
         if dt <= 0:
@@ -358,30 +423,40 @@ class Engine:
 
     def _start_ready(self) -> None:
         """Start every head op that can start at the current time (zero-length ops chain)."""
+        t = self.t
         progressed = True
         while progressed:
             progressed = False
             for s in self.streams:
-                if s.cur is None and s.queue:
+                op = s.cur
+                if op is None:
+                    if not s.queue:
+                        continue
                     head = s.queue[0]
-                    if max(s.free_at, head.submit) > self.t:
+                    if max(s.free_at, head.submit) > t:
                         continue
                     if head.kind == "wait" and head.record is not None and not head.record.done:
                         continue
                     s.queue.popleft()
-                    s.cur = head
+                    s.cur = op = head
                     self._start(s, head)
                     progressed = True
-                op = s.cur
-                if op is not None and self._finishes_now(op):
+                if self._finishes_now(op, t):
                     self._finish(s, op)
                     progressed = True
 
-    def _finishes_now(self, op: Op) -> bool:
-        if op.kind in ("record", "wait"):
+    @staticmethod
+    def _finishes_now(op: Op, t: float) -> bool:
+        kind = op.kind
+        if kind == "xfer":
+            return t >= op.phase_end and _drained(op.flows)
+        if kind == "record" or kind == "wait":
             return True
-        if op.kind in ("fixed", "plugin"):
-            return op.end is not None and op.end <= self.t
-        if op.kind == "xfer":
-            return self.t >= op.phase_end and all(f.remaining <= 0 for f in op.flows)
+        if kind == "fixed" or kind == "plugin":
+            return op.end is not None and op.end <= t
         return False
+
+
+def _drained(flows: list[Flow]) -> bool:
+    """Whether every flow has moved all its bytes."""
+    return all(f.remaining <= 0 for f in flows)
