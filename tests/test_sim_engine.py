@@ -210,6 +210,7 @@ def test_rates_kept_between_events_equal_a_full_recomputation() -> None:
         Flow((*rng.sample(links, rng.randint(1, 2)), *((HOSTMEM,) * (i % 3 == 0))), 1e9 + i, 1.0)
         for i in range(12)
     ]
+    flows.append(Flow((HOSTMEM,), 5e11, 1.0))  # host to host: memory only
     engine = Engine(model, FaultInjector(Faults()))
     active: list[Flow] = []
     for _ in range(60):

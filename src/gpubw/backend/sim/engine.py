@@ -66,12 +66,14 @@ class Event:
 
 
 class Flow:
-    __slots__ = ("jitter", "peak", "remaining", "resources", "total")
+    __slots__ = ("hostmem", "jitter", "links", "peak", "remaining", "resources", "total")
 
     def __init__(
         self, resources: tuple[Resource, ...], peak: float, nbytes: float, jitter: float = 1.0
     ) -> None:
         self.resources = resources
+        self.links = tuple(r for r in resources if r != HOSTMEM)  # shared equally
+        self.hostmem = HOSTMEM in resources  # capped by the model's host memory bandwidth
         self.jitter = jitter
         self.peak = peak * jitter
         self.remaining = float(nbytes)
@@ -140,6 +142,7 @@ class Engine:
         self._rated_ids: dict[int, Flow] = {}
         self._count: dict[Resource, int] = {}
         self._users: dict[Resource, dict[int, Flow]] = {}
+        self._share: dict[Resource, float] = {}
         self._terms: dict[Resource, tuple[Resource | None, float]] = {}
         self._ids = 0
         self._rng = random.Random(model.seed)
@@ -261,7 +264,7 @@ class Engine:
             del rates[k]
             for r in was[k].resources:
                 count[r] -= 1
-                del users[r][k]
+                users[r].pop(k, None)
                 dirty.add(r)
         for k in now.keys() - was.keys():
             for r in now[k].resources:
@@ -274,24 +277,28 @@ class Engine:
             rev = self._link_terms(r)[0]
             if rev is not None:
                 changed.update(users.get(rev, ()))
+                self._set_share(rev)
+            self._set_share(r)
         for k, f in changed.items():
             rates[k] = self._rate(f)
         self._rated, self._rated_ids = active, now
 
+    def _set_share(self, r: Resource) -> None:
+        """The share of link ``r`` each of its flows gets: its factor (bidirectional while
+        its other direction is used too) over the flows using it."""
+        n = self._count.get(r, 0)
+        if n == 0 or r == HOSTMEM:
+            self._share.pop(r, None)
+            return
+        rev, both = self._link_terms(r)
+        self._share[r] = (both if rev is not None and self._count.get(rev, 0) else 1.0) / n
+
     def _rate(self, f: Flow) -> float:
-        count = self._count
-        share = 1.0
-        limit = float("inf")
-        for r in f.resources:
-            if r == HOSTMEM:
-                cap = self.model.host_memory_bandwidth
-                if cap is not None:
-                    limit = min(limit, cap * f.jitter / count[r])
-                continue
-            rev, both = self._link_terms(r)
-            factor = both if rev is not None and count.get(rev, 0) else 1.0
-            share = min(share, factor / count[r])
-        return min(f.peak * share, limit)
+        rate = f.peak * min((1.0, *map(self._share.__getitem__, f.links)))
+        cap = self.model.host_memory_bandwidth
+        if f.hostmem and cap is not None:
+            rate = min(rate, cap * f.jitter / self._count[HOSTMEM])
+        return rate
 
     def _finish(self, s: Stream, op: Op) -> None:
         op.done = True
