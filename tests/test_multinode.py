@@ -19,6 +19,7 @@ from gpubw.measure import measurement
 from gpubw.measure.initiators import CE
 from gpubw.measure.measurement import CellMeasurement, Copy, MemcpyOperation, RankCopy
 from gpubw.measure.rank_gate import RankGate
+from gpubw.measure.sampling import sample_columns
 from gpubw.memory.buffers import DeviceBuffer
 from gpubw.memory.shared import RemoteRankError
 from gpubw.memory.system import System
@@ -28,7 +29,7 @@ from gpubw.model.report_io import dumps
 from gpubw.model.results import BANDWIDTH, Axes, Matrix, Report, Status, axes_from_header
 from gpubw.runner.registry import Registry
 from gpubw.testcases import BUILTINS, MULTINODE
-from gpubw.testcases.multinode_shapes import ONE_RANK, bisect_labels
+from gpubw.testcases.multinode_shapes import FIGURES_NOTE, ONE_RANK, bisect_labels
 from gpubw.testcases.shapes import sampled_cells
 from gpubw.world.simulated import SimulatedCluster
 from gpubw.writers.text import TextWriter, matrix_lines
@@ -672,6 +673,27 @@ def _series_on_4_ranks(fail_in: int | None) -> list[Any]:
     return [o.value for o in outcomes]
 
 
+def test_only_rank_0_builds_the_n_by_n_matrices() -> None:
+    """An N x N testcase on 4 ranks: rank 0 returns the 4 x 4 matrix (every cell); the others,
+    which report nothing, one N/A cell each, with the same key and the note naming rank 0
+    (no rank but 0 builds N x N matrices: O(N^3) for a simulated rack)."""
+    key = "multinode_device_to_device_memcpy_read_ce"
+
+    def fn(system: System) -> list[Any]:
+        return list(entry(key).create(system).run(1 << 20, 2))
+
+    outcomes = run_ranks("h200x8", [4], fn, SMALL)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    (full,) = outcomes[0].value
+    assert full.key == key and len(full.values) == 4
+    assert sum(v is not None for row in full.values for v in row) == 12
+    assert FIGURES_NOTE not in dict(full.notes)
+    for outcome in outcomes[1:]:
+        (stand_in,) = outcome.value
+        assert (stand_in.key, stand_in.values) == (key, ((None,),))
+        assert dict(stand_in.notes)[FIGURES_NOTE] == 0
+
+
 def test_a_series_takes_no_collective_of_the_ranks_outside_a_cell() -> None:
     """Rank 3 issues nothing: it takes part only in the series' last (world) collective;
     rank 0 takes part in every cell (one sample: three steps and the cell's end) and every
@@ -779,6 +801,22 @@ def test_sampled_pairs_stay_within_nvlink_domains(monkeypatch: pytest.MonkeyPatc
     assert {r for r, _ in cells} == {c for _, c in cells} == set(range(8))
     assert dict(grid.notes)["sampled"] == {"cells": 24, "measured": 8, "seed": 3}
     assert dict(grid.notes)["nvlink_domains"]["across"] == 32
+
+
+def test_sampled_columns_stay_within_nvlink_domains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--sample-pairs 8 over 2 domains of 4: #43 measures ceil(4 x 8 / 24) = 2 columns of
+    each domain (each its domain's other 3 GPUs at once), the rest None, counted in the
+    sampled note; every rank issues a copy in some measured column."""
+    options = attrs.evolve(SMALL, sample_pairs=8, seed=3)
+    for name in ("NCCL_NVLS_ENABLE", "GPUBW_DISABLE_MULTICAST"):
+        monkeypatch.delenv(name, raising=False)
+    report = ranked_report(two_domains(), [2, 2, 2, 2], options, DOMAIN_KEYS[1:2], timeout_s=60)
+    (row,) = report.testcases[0].matrices[0].values
+    measured = [g for g, v in enumerate(row) if v is not None]
+    assert [sum(1 for g in measured if g // 4 == d) for d in (0, 1)] == [2, 2]
+    assert sorted(measured) == sorted(sample_columns(8, 8, 3, (0,) * 4 + (1,) * 4))
+    notes = dict(report.testcases[0].matrices[0].notes)
+    assert notes["sampled"] == {"cells": 8, "measured": 4, "seed": 3}
 
 
 def test_the_rank_gate_has_one_flag_per_nvlink_domain() -> None:

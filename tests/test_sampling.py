@@ -1,4 +1,5 @@
-"""Pair sampling for N×N testcases: size, coverage, determinism and bad input."""
+"""Pair sampling for N×N testcases and the columns of 1 x N ones: size, coverage,
+determinism and bad input."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpubw.measure.sampling import parse_sample_pairs, sample_pairs, sample_size
+from gpubw.measure.sampling import parse_sample_pairs, sample_columns, sample_pairs, sample_size
 from gpubw.model.errors import UsageError
 
 
@@ -149,3 +150,45 @@ def test_sampled_cells_are_the_sample_of_every_cell(
     sample = sample_pairs(n, k, seed, groups=groups)
     assert cells == [rc for rc in every if rc in sample]
     assert dict(notes)["sampled"] == {"cells": len(every), "measured": len(cells), "seed": seed}
+
+
+@given(
+    st.integers(2, 40),
+    st.integers(0, 2**32),
+    st.one_of(st.floats(1e-6, 1.0, allow_nan=False), st.integers(0, 2000)),
+    st.lists(st.integers(0, 3), min_size=40, max_size=40),
+)
+def test_sampled_columns_keep_the_share_of_pairs_in_every_group(
+    n: int, seed: int, k: float | int, group_of: list[int]
+) -> None:
+    """Each group of m >= 2 devices keeps ceil(m x size / cells) of its m columns, at least
+    one (every device then takes part); a lone device none; the same seed, the same
+    columns; one group as no groups."""
+    groups = tuple(group_of[:n])
+    if isinstance(k, int):
+        k = max(k, n)
+    size = sample_size(n, k, groups=groups)
+    cells = sample_size(n, 1.0, groups=groups)
+    columns = sample_columns(n, k, seed, groups)
+    assert columns == sample_columns(n, k, seed, groups)
+    for g in set(groups):
+        members = [d for d in range(n) if groups[d] == g]
+        m = len(members)
+        kept = [d for d in members if d in columns]
+        want = 0 if m < 2 else min(m, max(1, -(-m * size // cells)))
+        assert len(kept) == want
+    assert sample_columns(n, k, seed, (0,) * n) == sample_columns(n, k, seed)
+
+
+def test_sampled_columns_of_a_rack() -> None:
+    """72 GPUs: --sample-pairs 72 keeps 2 columns (142 pairs), 10 % 8 (one per 5,112 / 512
+    cells of each column's 71), every pair all 72; 8 racks of 72 with 576: 2 per rack."""
+    assert len(sample_columns(72, 72, 0)) == 2
+    assert len(sample_columns(72, 0.1, 0)) == 8
+    assert sample_columns(72, 5112, 0) == frozenset(range(72))
+    assert sample_columns(72, 72, 0) != sample_columns(72, 72, 1)
+    racks = tuple(d // 72 for d in range(576))
+    columns = sample_columns(576, 576, 0, racks)
+    assert sorted(sum(1 for c in columns if c // 72 == r) for r in range(8)) == [2] * 8
+    with pytest.raises(ValueError, match="at least 72"):
+        sample_columns(72, 71, 0)

@@ -1,4 +1,5 @@
-"""Pair sampling for N×N testcases: measure a deterministic subset of the cells.
+"""Pair sampling for N×N testcases: measure a deterministic subset of the cells (and of the
+columns of the multinode 1 x N testcases: :func:`sample_columns`).
 
 On a 72-GPU rack an N×N testcase has 5,112 off-diagonal cells; ``--sample-pairs`` measures
 only some of them. The sample is reproducible (same ``n``, size and seed → same cells) and
@@ -117,6 +118,36 @@ def _sample_pairs(
         chosen = {(s, d) for s, d in chosen if s != d}
     rest = [rc for rc in cells if rc not in chosen]
     chosen.update(rng.sample(rest, max(size - len(chosen), 0)))
+    return frozenset(chosen)
+
+
+def sample_columns(
+    n: int,
+    k_or_fraction: int | float,
+    seed: int,
+    groups: Sequence[int] | None = None,
+) -> frozenset[int]:
+    """A deterministic sample of the columns of a 1 x N testcase whose column ``g`` is
+    every other device of ``g``'s group copying at once (``n - 1`` pairs, or ``m - 1`` in a
+    group of ``m``).
+
+    The same share of pairs as :func:`sample_pairs` keeps of an N x N testcase's cells:
+    ``ceil(m x size / cells)`` columns of each group of ``m >= 2`` devices (``size`` and
+    ``cells`` as :func:`sample_size` counts them), and at least one, so that every device
+    of the group takes part (as the column's device or as one of the others); drawn
+    uniformly from the group's devices with ``random.Random(seed)``. A device alone in its
+    group has no column. ``--sample-pairs 72`` on 72 devices: 2 columns (142 pairs)."""
+    size = sample_size(n, k_or_fraction, False, groups)
+    members: dict[int | None, list[int]] = collections.defaultdict(list)
+    for d in range(n):
+        members[None if groups is None else groups[d]].append(d)
+    cells = sum(len(m) * (len(m) - 1) for m in members.values())
+    rng = random.Random(seed)
+    chosen: set[int] = set()
+    for _, devices in sorted(members.items(), key=lambda item: item[1][0]):
+        m = len(devices)
+        if m >= 2:
+            chosen.update(rng.sample(devices, min(m, max(1, -(-m * size // cells)))))
     return frozenset(chosen)
 
 

@@ -14,7 +14,7 @@ the same copies, far fewer collective allocations.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import attrs
@@ -30,6 +30,7 @@ from gpubw.measure.measurement import (
 from gpubw.measure.rank_gate import RankGate
 from gpubw.memory.buffers import Buffer, DeviceBuffer
 from gpubw.memory.shared import MulticastBuffer, SharedBuffer
+from gpubw.model.errors import UsageError
 from gpubw.model.results import (
     AXIS_NONE,
     AXIS_RANK,
@@ -58,6 +59,10 @@ ACROSS = "not measured: NVLink and fabric handles reach only within an NVLink do
 #: rank's, into, out of or multicast from its GPU), and of figures of the whole world at once
 PER_RANK = Axes(AXIS_NONE, AXIS_RANK, ROW_TO_COLUMN)
 WHOLE_WORLD = Axes(AXIS_NONE, AXIS_NONE, ROW_TO_COLUMN)
+
+
+#: the note of the stand-in N x N matrices of a rank other than 0: the rank that reports them
+FIGURES_NOTE = "figures_on_rank"
 
 
 class MultinodeTestcase(Testcase):
@@ -237,7 +242,6 @@ def _grid(
     testcase, size = _multinode(plan), plan.size
     n = testcase.world.size
     testcase.gather_selection()
-    grid: Grid = [[None] * n for _ in range(n)]
     groups = testcase.domain_groups()
     cells, notes = sampled_cells(testcase, n, groups)
     chosen = [r for r in range(n) if testcase.selected(r)]
@@ -248,8 +252,15 @@ def _grid(
         gate = shared.gate()
         buffers = [shared.unicast_all(size) for _ in range(sets)]
         flows = [flow(testcase.world, r, c, buffers) for r, c in cells]
-        for (r, c), cell in zip(cells, op.measure_series(flows, gate) if flows else []):
-            grid[r][c] = cell
+        measured = op.measure_series(flows, gate) if flows else []
+    if testcase.world.rank != 0:
+        # Only rank 0 reports the figures (every rank holds them: the series gathers them
+        # for its errors' sake). The others stand in with one N/A cell rather than each
+        # building the N x N matrices: O(N^2) a rank, O(N^3) for a simulated rack's ranks.
+        return [[None]], (*notes, (FIGURES_NOTE, 0))
+    grid: Grid = [[None] * n for _ in range(n)]
+    for (r, c), cell in zip(cells, measured):
+        grid[r][c] = cell
     return grid, notes
 
 
@@ -311,6 +322,7 @@ def fan(plan: Plan, *, into: bool) -> list[Matrix]:
     world = testcase.world
     n = world.size
     testcase.gather_selection()
+    columns, notes = sampled_columns(testcase, n)
     op = plan.operation(Kind.SUM, Prefer.SRC)
     row: list[CellMeasurement | None] = []
     with contextlib.ExitStack() as run_stack:
@@ -319,7 +331,7 @@ def fan(plan: Plan, *, into: bool) -> list[Matrix]:
         mine = shared.local(world.rank, size)
         for g in range(n):
             others = [j for j in testcase.members(g) if j != g]  # g's NVLink domain
-            if not testcase.selected(g) or not others:
+            if not testcase.selected(g) or not others or g not in columns:
                 row.append(None)
                 continue
             with contextlib.ExitStack() as stack:
@@ -341,8 +353,37 @@ def fan(plan: Plan, *, into: bool) -> list[Matrix]:
         f"({plan.copy_text(counted_bytes_of(row, None))}), "
         "each rank's figure summed"
     )
-    plan = attrs.evolve(plan, notes=(*plan.notes, *testcase.domain_notes(0)))
+    plan = attrs.evolve(plan, notes=(*plan.notes, *notes, *testcase.domain_notes(0)))
     return [bandwidth_matrix(plan, Kind.SUM, [row], text, axes=PER_RANK)]
+
+
+def sampled_columns(
+    testcase: MultinodeTestcase, n: int
+) -> tuple[Collection[int], tuple[tuple[str, Any], ...]]:
+    """The columns of a 1 x N testcase to measure and the matrix notes that say so: every
+    column, no notes; with ``--sample-pairs``, the columns of
+    :func:`gpubw.measure.sampling.sample_columns` (within NVLink domains, the same on every
+    rank for one seed) and a ``sampled`` note ``{cells, measured, seed}`` counting columns
+    (those whose GPU and at least one other of its domain are selected)."""
+    options = testcase.system.options
+    k = getattr(options, "sample_pairs", None)
+    if k is None:
+        return range(n), ()
+    from gpubw.measure.sampling import sample_columns
+
+    seed = getattr(options, "seed", 0)
+    try:
+        chosen = sample_columns(n, k, seed, groups=testcase.domain_groups())
+    except ValueError as exc:
+        raise UsageError(f"--sample-pairs {k}: {exc}", param="sample_pairs") from None
+    eligible = [
+        g
+        for g in range(n)
+        if testcase.selected(g)
+        and any(j != g and testcase.selected(j) for j in testcase.members(g))
+    ]
+    measured = sum(1 for g in eligible if g in chosen)
+    return chosen, (("sampled", {"cells": len(eligible), "measured": measured, "seed": seed}),)
 
 
 def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:

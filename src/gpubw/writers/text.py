@@ -276,9 +276,28 @@ def _emit(stream: TextIO, lines: list[str]) -> None:
 
 
 def matrix_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[str]:
-    """The header, the table, SUM (MIN/MAX/AVG), gpubw's counting line (and the NVLink
-    domains line of a multinode matrix over several domains), a blank line."""
-    return [*table_lines(m, verbose, perf), counting_line(m), *domains_note_lines(m), ""]
+    """The header, the table, SUM (MIN/MAX/AVG), gpubw's counting line (and the sample's
+    line of a sampled matrix, the NVLink domains line of a multinode matrix over several
+    domains), a blank line."""
+    return [
+        *table_lines(m, verbose, perf),
+        counting_line(m),
+        *sampled_note_lines(m),
+        *domains_note_lines(m),
+        "",
+    ]
+
+
+def sampled_note_lines(m: Matrix) -> list[str]:
+    """A sampled matrix (its ``sampled`` note, --sample-pairs): how many of its cells the
+    sample measured; the others print N/A."""
+    note = dict(m.notes).get("sampled")
+    if not isinstance(note, dict):
+        return []
+    return [
+        f"(sampled: {note.get('measured')} of {note.get('cells')} cells measured, "
+        f"--sample-pairs with seed {note.get('seed')}; the others are N/A)"
+    ]
 
 
 def domains_note_lines(m: Matrix) -> list[str]:
