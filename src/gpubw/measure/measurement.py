@@ -390,13 +390,15 @@ class MemcpyOperation:
         return self.measure_series([pairs], rank_gate)[0]
 
     def measure_series(
-        self, cells: Sequence[Sequence[RankCopy]], rank_gate: RankGate
+        self, cells: Sequence[Sequence[RankCopy]], rank_gate: RankGate, *, keep: bool = True
     ) -> list[CellMeasurement]:
         """Every cell of ``cells`` across ranks, one after the other, each measured by the
         ranks that issue its pairs (the module's "A series of cells across ranks"). Every
         rank calls this with the same cells (``RankCopy.copy`` set where the rank issues
         it), also a rank with no pair in any of them, right after a collective of the
-        whole world. Returns every cell, every pair's samples, on every rank."""
+        whole world. Returns every cell, every pair's samples, on every rank; where
+        ``keep`` is False (a rank that does not report them) nothing, once the series has
+        ended as on every rank (the same error raised, or none)."""
         if not cells or not all(cells):
             raise UsageError("measure_series() needs cells of at least one pair each")
         if self.kind is Kind.TOTAL:
@@ -404,7 +406,7 @@ class MemcpyOperation:
             raise UsageError(
                 "a TOTAL figure is not measured across ranks; allowed: FIRST, SUM, VECTOR"
             )
-        return _Series(self, cells, rank_gate).run()
+        return _Series(self, cells, rank_gate).run(keep)
 
     def cell_bound_s(self) -> float:
         """How long one cell across ranks may take, whatever happens in it: each sample's
@@ -646,14 +648,14 @@ class _Series:
         #: the last hand-over this rank took part in (0: the series' start)
         self.last = 0
 
-    def run(self) -> list[CellMeasurement]:
+    def run(self, keep: bool) -> list[CellMeasurement]:
         me = self.world.rank
         for k, group in enumerate(self.groups):
             if k > 0 and me in self._hand_over_group(k):
                 self._hand_over(k)
             if me in group and self.error is None:
                 self._measure(k)
-        return self._gather()
+        return self._gather(keep)
 
     def _hand_over_group(self, k: int) -> tuple[int, ...]:
         """The groups of cells k - 1 and k (rank 0 among them)."""
@@ -678,9 +680,9 @@ class _Series:
         except RemoteRankError as exc:
             self.error, self.cause = (exc.rank, exc.remote_message), exc.__cause__
 
-    def _gather(self) -> list[CellMeasurement]:
-        """Every rank's figures and errors, once: every cell, or the first error raised
-        on every rank."""
+    def _gather(self, keep: bool) -> list[CellMeasurement]:
+        """Every rank's figures and errors, once: every cell (none unless ``keep``), or the
+        first error raised on every rank."""
         gathered = self.world.allgather(
             (self.error, self.mine), timeout_s=self._wait_s(len(self.cells))
         )
@@ -688,6 +690,8 @@ class _Series:
         if errors:
             rank, message = min(errors)
             raise RemoteRankError(rank, message) from self.cause
+        if not keep:
+            return []
         pairs: dict[int, dict[int, tuple[int, tuple[float, ...]]]] = {}
         names: dict[int, dict[int, str]] = {}
         for _, figures in gathered:

@@ -207,8 +207,8 @@ class Sharing:
         self.prefer = prefer
         self._kind: str | None = None
         self._error: SharingError | None = None
-        #: every rank's probes, by rank (after :meth:`handle_kind`)
-        self.probes: tuple[RankProbes, ...] = ()
+        #: every rank's probes as (kind, ok, error), by rank (after :meth:`handle_kind`)
+        self._gathered: list[tuple[tuple[str, bool, str], ...]] = []
         #: why POSIX-fd was given up after its end-to-end test ("" if it was not)
         self.posix_fd_failure = ""
         self.live: set[SharedBuffer | MulticastBuffer] = set()
@@ -220,6 +220,16 @@ class Sharing:
         return self.pool.backend
 
     # -- the handle kind, agreed once -----------------------------------------------------
+    @property
+    def probes(self) -> tuple[RankProbes, ...]:
+        """Every rank's probes, by rank (after :meth:`handle_kind`; made when asked: a
+        simulated rack's N ranks would each make N)."""
+        hosts = self.world.rank_hosts
+        return tuple(
+            RankProbes(r, hosts[r], tuple(HandleProbe(*t) for t in p))
+            for r, p in enumerate(self._gathered)
+        )
+
     @property
     def agreed_kind(self) -> str | None:
         """The agreed handle kind, or None before :meth:`handle_kind` succeeded (for the
@@ -241,11 +251,11 @@ class Sharing:
             mine = tuple(self.backend.handle_probes(self.device))
         except GpubwError as exc:
             mine = tuple(HandleProbe(k, False, _text(exc)) for k in HANDLE_KINDS)
-        gathered = world.allgather(mine)
-        self.probes = tuple(
-            RankProbes(r, world.rank_hosts[r], tuple(p)) for r, p in enumerate(gathered)
-        )
-        common = [k for k in HANDLE_KINDS if all(rp.ok(k) for rp in self.probes)]
+        # as plain tuples: a simulated rack's ranks then share one gathered list instead of
+        # each unpickling N x 3 probes (O(N^2) in one process)
+        self._gathered = world.allgather(tuple((p.kind, p.ok, p.error) for p in mine))
+        usable = [{kind for kind, ok, _ in p if ok} for p in self._gathered]
+        common = [k for k in HANDLE_KINDS if all(k in kinds for kinds in usable)]
         if POSIX_FD in common and FABRIC not in common and world.size > 1:
             failure = self._posix_fd_end_to_end()
             if failure:

@@ -252,11 +252,12 @@ def _grid(
         gate = shared.gate()
         buffers = [shared.unicast_all(size) for _ in range(sets)]
         flows = [flow(testcase.world, r, c, buffers) for r, c in cells]
-        measured = op.measure_series(flows, gate) if flows else []
-    if testcase.world.rank != 0:
-        # Only rank 0 reports the figures (every rank holds them: the series gathers them
-        # for its errors' sake). The others stand in with one N/A cell rather than each
-        # building the N x N matrices: O(N^2) a rank, O(N^3) for a simulated rack's ranks.
+        reports = testcase.world.rank == 0
+        measured = op.measure_series(flows, gate, keep=reports) if flows else []
+    if not reports:
+        # Only rank 0 reports the figures. The others stand in with one N/A cell rather
+        # than each building every cell and the N x N matrices: O(N^2) a rank, O(N^3) for
+        # a simulated rack's ranks in one process.
         return [[None]], (*notes, (FIGURES_NOTE, 0))
     grid: Grid = [[None] * n for _ in range(n)]
     for (r, c), cell in zip(cells, measured):
