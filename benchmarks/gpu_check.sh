@@ -70,6 +70,8 @@
 #                several ranks share a GPU when there are fewer), COST_SEL (default -p multinode)
 #                at COST_MIB (default "512 2") MiB: each cell's time outside the copies, the
 #                collectives and allocations -> $OUT/cost-<tag>-np<N>-b<MiB>/cost-rank<R>.json
+#   sampled4     issue 23: mpirun -np 4 -p multinode --sample-pairs 4 (sampled cells and columns,
+#                the ranks other than 0 building no N x N matrix), what each matrix measured
 #   nvbwmn       issue 23 item 6: build NVIDIA nvbandwidth's multinode flavour from the source
 #                carried in .nvbw-src/ (never committed; needs CMake, Boost and Open MPI on the
 #                machine) and run it under mpirun -np 2: what it measures, or why it cannot
@@ -137,6 +139,15 @@ for step in "$@"; do
         echo "$name rc=$?"
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' world:', {k: d.get('world', {}).get(k) for k in ('size', 'handle_type', 'mpi_library')}); [print(' ', t['key'], t['status'], t['message'][:300]) for t in d['testcases'] if t['status']!='Passed']" "$OUT/$name-$tag.json"
       done
+      tail -3 "$OUT/log-$tag.txt" ;;
+    sampled4)  # issue 23: 4 ranks on the GPU(s), --sample-pairs 4: the N x N testcases measure 4 of
+      # 12 cells, #43/#44 2 of 4 columns (ceil(4 x 4 / 12)); ranks 1-3 build no N x N matrix
+      timeout 900 mpirun --allow-run-as-root --oversubscribe -np 4 -x NCCL_NVLS_ENABLE \
+        -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x GPUBW_CACHE_DIR -x PYTHONPATH \
+        -x PYTHONUNBUFFERED python3 -m gpubw -p multinode --sample-pairs 4 --seed 1 -b 64MiB -j \
+        -o "$OUT/sampled4-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+      echo "sampled4 rc=$?"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(' ', t['key'], t['status'], [(m['key'][-12:], sum(v is not None for r in m['values'] for v in r), m.get('notes', {}).get('sampled')) for m in t['matrices']], t['message'][:200]) for t in d['testcases']]" "$OUT/sampled4-$tag.json"
       tail -3 "$OUT/log-$tag.txt" ;;
     tests) python3 -m pytest -q -m gpu -p no:cacheprovider -o testpaths="tests $([ -d /tmp/site/gpubw_stream ] && echo plugins/gpubw-stream/tests)" 2>&1 | grep -v -i warn | tail -15 ;;
     full) rm -rf "$GPUBW_CACHE_DIR"; suite full ;;
