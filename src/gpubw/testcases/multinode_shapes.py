@@ -75,6 +75,8 @@ class MultinodeTestcase(Testcase):
     _ranks: frozenset[int] | None = None
     #: each rank's NVLink domain, by rank (see gather_selection)
     _domains: tuple[str, ...] = ()
+    #: each domain's ranks, ascending (see gather_selection)
+    _members: dict[str, list[int]]
 
     @property
     def world(self) -> Any:
@@ -88,6 +90,9 @@ class MultinodeTestcase(Testcase):
         of two ranks in different domains (NVLink and fabric handles reach only within a
         domain)."""
         self._domains = self.system.sharing.rank_domains()
+        self._members = {}
+        for r, d in enumerate(self._domains):
+            self._members.setdefault(d, []).append(r)
         if self.system.selection is None:
             self._ranks = None
             return
@@ -106,10 +111,11 @@ class MultinodeTestcase(Testcase):
         return None if len(names) < 2 else tuple(names.index(d) for d in self._domains)
 
     def members(self, rank: int) -> list[int]:
-        """The ranks of rank ``rank``'s NVLink domain, ascending."""
+        """The ranks of rank ``rank``'s NVLink domain, ascending (a list of the testcase's
+        own: every rank asks for every column's, O(N) each, so they are made once)."""
         if not self._domains:
             return list(range(self.world.size))
-        return [r for r, d in enumerate(self._domains) if d == self._domains[rank]]
+        return self._members[self._domains[rank]]
 
     def domain_notes(self, across: int) -> tuple[tuple[str, Any], ...]:
         """The ``nvlink_domains`` note of a matrix of a run whose selected ranks span several
