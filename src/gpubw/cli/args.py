@@ -370,7 +370,9 @@ def _add_rank_options(add: Callable[..., Any]) -> None:
         type=parse_sample_pairs,
         action=_Once,
         help="measure only K cells (or a fraction, e.g. 0.1 or 10%%) of every N x N testcase, "
-        "every device at least once as source and destination; the others are null",
+        "every device at least once as source and destination, and the same share of the "
+        "pairs of the multinode 1 x N column testcases (at least one column per NVLink "
+        "domain); the others are null",
     )
     add(
         "--seed",
