@@ -30,7 +30,6 @@ from gpubw.measure.measurement import (
 from gpubw.measure.rank_gate import RankGate
 from gpubw.memory.buffers import Buffer, DeviceBuffer
 from gpubw.memory.shared import MulticastBuffer, SharedBuffer
-from gpubw.model.errors import UsageError
 from gpubw.model.results import (
     AXIS_NONE,
     AXIS_RANK,
@@ -46,8 +45,10 @@ from gpubw.testcases.shapes import (
     bandwidth_matrix,
     bidirectional_matrices,
     counted_bytes_of,
+    drawn,
     first_copy_matrices,
     sampled_cells,
+    sampled_note,
     within_groups,
 )
 
@@ -379,10 +380,7 @@ def sampled_columns(
     from gpubw.measure.sampling import sample_columns
 
     seed = getattr(options, "seed", 0)
-    try:
-        chosen = sample_columns(n, k, seed, groups=testcase.domain_groups())
-    except ValueError as exc:
-        raise UsageError(f"--sample-pairs {k}: {exc}", param="sample_pairs") from None
+    chosen = drawn(k, lambda: sample_columns(n, k, seed, groups=testcase.domain_groups()))
     eligible = [
         g
         for g in range(n)
@@ -390,7 +388,7 @@ def sampled_columns(
         and any(j != g and testcase.selected(j) for j in testcase.members(g))
     ]
     measured = sum(1 for g in eligible if g in chosen)
-    return chosen, (("sampled", {"cells": len(eligible), "measured": measured, "seed": seed}),)
+    return chosen, sampled_note(len(eligible), measured, seed)
 
 
 def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:

@@ -24,7 +24,7 @@ import collections
 import contextlib
 import enum
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -46,6 +46,8 @@ from gpubw.model.results import (
 )
 from gpubw.model.sizes import format_size
 from gpubw.testcases.base import Testcase
+
+T = TypeVar("T")
 
 Grid = list[list[CellMeasurement | None]]
 
@@ -178,10 +180,7 @@ def sampled_cells(
     from gpubw.measure.sampling import sample_pairs
 
     seed = getattr(options, "seed", 0)
-    try:
-        chosen = sample_pairs(n, k, seed, groups=groups)
-    except ValueError as exc:
-        raise UsageError(f"--sample-pairs {k}: {exc}", param="sample_pairs") from None
+    chosen = drawn(k, lambda: sample_pairs(n, k, seed, groups=groups))
     # the sample's cells of selected rows and columns, row-major (not every cell: a rank of
     # a rack makes this list, and every simulated rank of one, so it costs O(K log K))
     picked = set(chosen_rows)
@@ -191,7 +190,21 @@ def sampled_cells(
         if r != c and r in picked and c in picked and (groups is None or groups[r] == groups[c])
     )
     total = within_groups(chosen_rows, groups)
-    return cells, (("sampled", {"cells": total, "measured": len(cells), "seed": seed}),)
+    return cells, sampled_note(total, len(cells), seed)
+
+
+def drawn(k: int | float, draw: Callable[[], T]) -> T:
+    """``draw()``, a sample of ``--sample-pairs k``; its ValueError (a size this run cannot
+    use) as the usage error that names the option."""
+    try:
+        return draw()
+    except ValueError as exc:
+        raise UsageError(f"--sample-pairs {k}: {exc}", param="sample_pairs") from None
+
+
+def sampled_note(cells: int, measured: int, seed: int) -> tuple[tuple[str, Any], ...]:
+    """The ``sampled`` matrix note: of ``cells`` that a full run measures, ``measured``."""
+    return (("sampled", {"cells": cells, "measured": measured, "seed": seed}),)
 
 
 def within_groups(rows: Sequence[int], groups: Sequence[int] | None) -> int:
@@ -568,10 +581,12 @@ __all__ = [
     "bidirectional",
     "bidirectional_matrices",
     "copy_text",
+    "drawn",
     "host_traffic",
     "labels",
     "n_by_n",
     "one_by_n",
     "one_to_all",
     "sampled_cells",
+    "sampled_note",
 ]
