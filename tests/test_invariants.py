@@ -349,12 +349,46 @@ def _before_gpubw(err: str) -> bool:
     install it before any import that is not already loaded by the interpreter."""
     frames = [line.strip() for line in err.splitlines() if line.lstrip().startswith('File "')]
     ours = [line for line in frames if f"{os.sep}gpubw{os.sep}" in line]
-    return (
-        err.rstrip().endswith("KeyboardInterrupt")
-        and "During handling" not in err
-        and bool(frames)
-        and all(_early_frame(line) for line in ours)
-    )
+    if not err.rstrip().endswith("KeyboardInterrupt") or not frames:
+        return False
+    if err.startswith(_SITE_FAILED) and not ours:
+        # the interpreter itself, still importing site (its own KeyError of an import cache
+        # miss being handled when the signal came): it exits 1 with this banner
+        return True
+    return "During handling" not in err and all(_early_frame(line) for line in ours)
+
+
+#: how CPython reports an exception while it imports ``site`` at start-up
+_SITE_FAILED = "Fatal Python error: init_import_site: Failed to import the site module"
+
+#: that report as the stress run of 2026-12-02 caught it (a SIGINT 16 ms after the start)
+_SITE_INTERRUPTED = (
+    _SITE_FAILED
+    + """
+Python runtime state: initialized
+Traceback (most recent call last):
+  File "<frozen importlib._bootstrap_external>", line 1437, in _path_importer_cache
+KeyError: '/tmp/s31/run1/src'
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "<frozen importlib._bootstrap>", line 1176, in _find_and_load
+  File "<frozen site>", line 548, in execsitecustomize
+  File "<frozen importlib._bootstrap_external>", line 1417, in _path_hooks
+KeyboardInterrupt
+"""
+)
+
+
+def test_a_signal_while_python_imports_site_is_before_gpubw() -> None:
+    """The interpreter's own start-up failure (no gpubw frame) is before gpubw; the same
+    chain with a gpubw frame in it, or not ending in KeyboardInterrupt, is not."""
+    assert _before_gpubw(_SITE_INTERRUPTED)
+    frame = f'  File "{os.sep}x{os.sep}gpubw{os.sep}runner{os.sep}core.py", line 9, in run\n'
+    ours = _SITE_INTERRUPTED.replace("KeyboardInterrupt\n", frame + "KeyboardInterrupt\n")
+    assert not _before_gpubw(ours)
+    assert not _before_gpubw(_SITE_INTERRUPTED.replace("KeyboardInterrupt", "ValueError"))
 
 
 def _check_signalled(folder: Path, code: int, out: str, err: str) -> None:
