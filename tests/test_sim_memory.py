@@ -119,3 +119,30 @@ def test_segments_match_the_simple_algorithm(writes: list[tuple[int, int, str]])
         assert segs.extract(lo, hi) == [
             (max(a, lo), min(b, hi), x) for a, b, x in expected if a < hi and b > lo
         ]
+
+
+def test_patterns_with_the_same_bytes_share_a_key_and_others_do_not() -> None:
+    """pattern_key: equal content anywhere gets one key; a byte changed between the sampled
+    bytes still makes a new pattern (the sample only narrows the comparison)."""
+    import numpy as np
+
+    from gpubw.backend.presets import load_system
+    from gpubw.backend.sim.memory import PATTERN_BYTES, Memory
+
+    memory = Memory(load_system("h200x2"))
+    content = np.random.default_rng(7).integers(0, 256, PATTERN_BYTES, dtype=np.uint8)
+    allocs = [memory.location(memory.alloc_device(d, PATTERN_BYTES), 1, "t")[0] for d in (0, 1)]
+    for a in allocs:
+        memory.write(a, 0, content)
+    first = memory.pattern_key(allocs[0], 0)
+    assert memory.pattern_key(allocs[1], 0) == first
+    changed = content.copy()
+    changed[4097] ^= 0xFF  # not one of the sampled bytes (every 4096th)
+    memory.write(allocs[1], 0, changed)
+    second = memory.pattern_key(allocs[1], 0)
+    assert second != first
+    assert (memory.patterns[second] == changed).all()
+    memory.write(allocs[0], 0, np.zeros(PATTERN_BYTES, dtype=np.uint8))
+    assert (memory.patterns[first] == content).all()  # kept, not a view of the allocation
+    memory.write(allocs[1], 0, content)
+    assert memory.pattern_key(allocs[1], 0) == first
