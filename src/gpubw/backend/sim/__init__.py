@@ -491,7 +491,7 @@ class SimulatedBackend(SharingMixin, Backend):
         if isinstance(stream, Stream) and stream.destroyed:
             return
         s = self._stream(stream, "cuStreamDestroy")
-        s.destroyed = True  # pending work still runs, as with the driver
+        self._engine.destroy(s)  # pending work still runs, as with the driver
         self._engine.advance(self._now)
 
     @locked

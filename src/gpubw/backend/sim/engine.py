@@ -145,6 +145,8 @@ class Engine:
         self._share: dict[Resource, float] = {}
         self._terms: dict[Resource, tuple[Resource | None, float]] = {}
         self._ids = 0
+        #: streams destroyed but not forgotten yet (their work was still running)
+        self._destroyed = 0
         self._rng = random.Random(model.seed)
         #: a gate waiting on a flag in device memory was ever started (multi-rank protocol)
         self.remote_gates = False
@@ -359,8 +361,15 @@ class Engine:
 
     def _prune(self) -> None:
         """Forget destroyed streams once their work is done."""
-        if any(s.destroyed for s in self.streams):
+        if self._destroyed:
             self.streams = [s for s in self.streams if not (s.destroyed and s.idle())]
+            self._destroyed = sum(s.destroyed for s in self.streams)
+
+    def destroy(self, s: Stream) -> None:
+        """``s`` was destroyed: its pending work still runs, then it is forgotten."""
+        if not s.destroyed:
+            s.destroyed = True
+            self._destroyed += 1
 
     def _scan(self) -> tuple[list[Flow], float | None]:
         """The flows moving now (their rates computed) and the next time anything starts or
@@ -410,8 +419,12 @@ class Engine:
                 continue
             kind = op.kind
             if kind == "xfer":
-                if t >= op.phase_end and _drained(op.flows):
-                    self._finish(s, op)
+                if t >= op.phase_end:
+                    for f in op.flows:
+                        if not f.remaining <= 0:
+                            break
+                    else:  # drained
+                        self._finish(s, op)
             elif kind == "gate":
                 if (op.end if op.end is not None else op.deadline) <= t:
                     self._finish(s, op)
@@ -429,7 +442,12 @@ class Engine:
                 f.remaining = 0.0
 
     def _start_ready(self) -> None:
-        """Start every head op that can start at the current time (zero-length ops chain)."""
+        """Start every head op that can start at the current time (zero-length ops chain).
+
+        Passes over the streams until one changes nothing; an op that ends at once (a record,
+        a wait, a drained copy, a fixed or plugin op whose end has come) ends in the pass
+        that starts it. The tests are written out: this runs for every stream at every
+        event."""
         t = self.t
         progressed = True
         while progressed:
@@ -440,7 +458,7 @@ class Engine:
                     if not s.queue:
                         continue
                     head = s.queue[0]
-                    if max(s.free_at, head.submit) > t:
+                    if s.free_at > t or head.submit > t:
                         continue
                     if head.kind == "wait" and head.record is not None and not head.record.done:
                         continue
@@ -448,22 +466,22 @@ class Engine:
                     s.cur = op = head
                     self._start(s, head)
                     progressed = True
-                if self._finishes_now(op, t):
+                kind = op.kind
+                if kind == "xfer":
+                    if t < op.phase_end:
+                        continue
+                    for f in op.flows:
+                        if not f.remaining <= 0:
+                            break
+                    else:  # drained
+                        self._finish(s, op)
+                        progressed = True
+                elif (
+                    kind == "record"
+                    or kind == "wait"
+                    or (
+                        (kind == "fixed" or kind == "plugin") and op.end is not None and op.end <= t
+                    )
+                ):
                     self._finish(s, op)
                     progressed = True
-
-    @staticmethod
-    def _finishes_now(op: Op, t: float) -> bool:
-        kind = op.kind
-        if kind == "xfer":
-            return t >= op.phase_end and _drained(op.flows)
-        if kind == "record" or kind == "wait":
-            return True
-        if kind == "fixed" or kind == "plugin":
-            return op.end is not None and op.end <= t
-        return False
-
-
-def _drained(flows: list[Flow]) -> bool:
-    """Whether every flow has moved all its bytes."""
-    return all(f.remaining <= 0 for f in flows)
