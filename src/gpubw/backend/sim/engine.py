@@ -66,7 +66,7 @@ class Event:
 
 
 class Flow:
-    __slots__ = ("hostmem", "jitter", "links", "peak", "remaining", "resources", "total")
+    __slots__ = ("hostmem", "jitter", "links", "peak", "rate", "remaining", "resources", "total")
 
     def __init__(
         self, resources: tuple[Resource, ...], peak: float, nbytes: float, jitter: float = 1.0
@@ -78,6 +78,8 @@ class Flow:
         self.peak = peak * jitter
         self.remaining = float(nbytes)
         self.total = float(nbytes)
+        #: bytes per second while the engine's active flows are what they are
+        self.rate = 0.0
 
 
 class Op:
@@ -135,13 +137,12 @@ class Engine:
         self.t = 0.0  # the device side has been run up to here
         self.streams: list[Stream] = []
         self.events: set[Event] = set()
-        self._rates: dict[int, float] = {}
-        #: the flows ``_rates`` holds, as given and by id (held, so their ids stay theirs),
-        #: how many of them use each resource, and which use it
+        #: the flows whose rates are set (as given, and as a set), how many of them use each
+        #: resource, and which use it
         self._rated: list[Flow] = []
-        self._rated_ids: dict[int, Flow] = {}
+        self._rated_set: set[Flow] = set()
         self._count: dict[Resource, int] = {}
-        self._users: dict[Resource, dict[int, Flow]] = {}
+        self._users: dict[Resource, set[Flow]] = {}
         self._share: dict[Resource, float] = {}
         self._terms: dict[Resource, tuple[Resource | None, float]] = {}
         self._ids = 0
@@ -258,22 +259,20 @@ class Engine:
         recomputation, bit for bit)."""
         if active == self._rated:  # the same flows (compared by identity): the same rates
             return
-        was = self._rated_ids
-        now = {id(f): f for f in active}
-        count, users, rates = self._count, self._users, self._rates
+        was, now = self._rated_set, set(active)
+        count, users = self._count, self._users
         dirty: set[Resource] = set()
-        for k in was.keys() - now.keys():
-            del rates[k]
-            for r in was[k].resources:
+        for f in was - now:
+            for r in f.resources:
                 count[r] -= 1
-                users[r].pop(k, None)
+                users[r].discard(f)
                 dirty.add(r)
-        for k in now.keys() - was.keys():
-            for r in now[k].resources:
+        for f in now - was:
+            for r in f.resources:
                 count[r] = count.get(r, 0) + 1
-                users.setdefault(r, {})[k] = now[k]
+                users.setdefault(r, set()).add(f)
                 dirty.add(r)
-        changed: dict[int, Flow] = {}
+        changed: set[Flow] = set()
         for r in dirty:
             changed.update(users.get(r, ()))
             rev = self._link_terms(r)[0]
@@ -281,9 +280,9 @@ class Engine:
                 changed.update(users.get(rev, ()))
                 self._set_share(rev)
             self._set_share(r)
-        for k, f in changed.items():
-            rates[k] = self._rate(f)
-        self._rated, self._rated_ids = active, now
+        for f in changed:
+            f.rate = self._rate(f)
+        self._rated, self._rated_set = active, now
 
     def _set_share(self, r: Resource) -> None:
         """The share of link ``r`` each of its flows gets: its factor (bidirectional while
@@ -391,9 +390,12 @@ class Engine:
                 if t < op.phase_end:
                     c = op.phase_end
                 else:
-                    live = [f for f in op.flows if f.remaining > 0]
-                    if live:
-                        active.extend(live)
+                    moving = False
+                    for f in op.flows:
+                        if f.remaining > 0:
+                            active.append(f)
+                            moving = True
+                    if moving:
                         continue
                     c = t
             elif kind == "gate":
@@ -404,9 +406,8 @@ class Engine:
                 c = op.end
             nxt = c if nxt is None or c < nxt else nxt
         self._compute_rates(active)
-        rates = self._rates
         for f in active:
-            c = t + f.remaining / rates[id(f)]
+            c = t + f.remaining / f.rate
             nxt = c if nxt is None or c < nxt else nxt
         return active, nxt
 
@@ -435,7 +436,7 @@ class Engine:
         if dt <= 0:
             return
         for f in active:
-            rate = self._rates[id(f)]
+            rate = f.rate
             f.remaining -= rate * dt
             # done when what is left is float noise (in bytes, or in time at this rate)
             if f.remaining <= 1e-9 * f.total + 1e-6 or f.remaining <= rate * 1e-11:
