@@ -393,11 +393,14 @@ def sampled_columns(
 
 def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:
     """L(g) -> MC(g) issued by g: column g alone (1 x N), or every g at once (1 x 1). Copies
-    use the size rounded down to whole 4-byte words (spec 3.5). SUM."""
+    use the size rounded down to whole 4-byte words (spec 3.5). SUM. Column g reaches every
+    other GPU of g's NVLink domain: ``--sample-pairs`` samples the columns as
+    :func:`fan`'s (:func:`sampled_columns`)."""
     testcase = _multinode(plan)
     world = testcase.world
     n = world.size
     testcase.gather_selection()
+    columns, notes = (range(n), ()) if all_at_once else sampled_columns(testcase, n)
     nbytes = plan.size // 4 * 4
     op = plan.operation(Kind.SUM, Prefer.SRC)
     row: list[CellMeasurement | None] = []
@@ -405,8 +408,9 @@ def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:
         shared = Shared(testcase, stack)
         gate = shared.gate()
         mine = shared.local(world.rank, nbytes)
-        chosen = [g for g in range(n) if testcase.selected(g)]
-        groups = [chosen] if all_at_once else [[g] if g in chosen else [] for g in range(n)]
+        chosen = [g for g in range(n) if testcase.selected(g) and g in columns]
+        measured = set(chosen)
+        groups = [chosen] if all_at_once else [[g] if g in measured else [] for g in range(n)]
         for group in groups:
             if not group:
                 row.append(None)
@@ -422,7 +426,7 @@ def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:
     )
     axes = WHOLE_WORLD if all_at_once else PER_RANK
     # each multicast object spans its owner's NVLink domain
-    plan = attrs.evolve(plan, notes=(*plan.notes, *testcase.domain_notes(0)))
+    plan = attrs.evolve(plan, notes=(*plan.notes, *notes, *testcase.domain_notes(0)))
     return [bandwidth_matrix(plan, Kind.SUM, [row], text, axes=axes)]
 
 
