@@ -818,3 +818,59 @@ def test_every_ranks_buffer_is_mapped_only_within_its_domain() -> None:
     for rank, mapped in enumerate(values(out)):
         assert mapped == [(o < 4) == (rank < 4) for o in range(8)]
     assert engine.live_allocations() == [] and engine.exports == {}
+
+
+# -- every rank's multicast object at once (MulticastBuffer.create_all) ------------------------
+@pytest.mark.usefixtures("multicast_allowed")
+def test_every_ranks_multicast_object_at_once_in_three_collectives() -> None:
+    """MC(g) of all 8 ranks at once over 2 domains of 4: each rank maps its own domain's 4
+    objects (placeholders for the others'), each object has its domain's 4 members; three
+    collectives to make and two to free, whatever N; nothing is left."""
+
+    def body(r: Rank) -> tuple[list[bool], list[int], list[str]]:
+        r.sharing.handle_kind()
+        r.sharing.rank_domains()
+        seen = _counting(r.world)
+        bufs = MulticastBuffer.create_all(r.sharing, range(8), SIZE)
+        made = list(seen)
+        members = []
+        for b in bufs:
+            found = r.backend.engine.memory.find(b.ptr, SIZE) if b.mapped else None
+            if found is not None and found[0].members is not None:
+                members.append(len(found[0].members))
+        r.world.barrier()
+        MulticastBuffer.destroy_all(bufs)
+        MulticastBuffer.destroy_all(bufs)  # twice: nothing more
+        return [b.mapped for b in bufs], members, made + seen[len(made) + 1 :]
+
+    engine, out = run_ranks(_two_domains(), [2, 2, 2, 2], body)
+    for rank, (mapped, members, collectives) in enumerate(values(out)):
+        assert mapped == [(o < 4) == (rank < 4) for o in range(8)]
+        assert members == [4] * 4
+        assert collectives == ["allgather", "agree", "agree", "barrier", "barrier"]
+    assert engine.live_allocations() == [] and engine.multicasts == {}
+
+
+@pytest.mark.usefixtures("multicast_allowed")
+def test_a_failure_in_multicast_create_all_fails_every_rank_alike() -> None:
+    """Rank 2 cannot bind memory to the objects (out of memory): every rank's
+    RemoteRankError names it, every object is freed, and the next create_all works."""
+
+    def body(r: Rank) -> tuple[str, int]:
+        r.sharing.handle_kind()
+        if r.world.rank == 2:
+            r.backend.faults = Faults(alloc_fail_after=0)
+        with pytest.raises(RemoteRankError) as info:
+            MulticastBuffer.create_all(r.sharing, range(4), SIZE)
+        r.world.barrier()
+        left = len(r.backend.engine.multicasts)  # every rank has unwound
+        r.world.barrier()  # every rank has counted
+        r.backend.faults = Faults()
+        MulticastBuffer.destroy_all(MulticastBuffer.create_all(r.sharing, range(4), SIZE))
+        return str(info.value), left
+
+    engine, out = run_ranks(load_system("gb200nvl72"), [4], body)
+    ((message, left),) = set(values(out))
+    assert message.startswith("rank 2: ") and "OUT_OF_MEMORY" in message
+    assert left == 0
+    assert engine.live_allocations() == [] and engine.multicasts == {}

@@ -636,6 +636,40 @@ def _unwind_all(
             sharing.backend.free_exported(mine[0])
 
 
+def _multicast_kind(sharing: Sharing, nbytes: int) -> str:
+    """The handle kind a multicast object of ``nbytes`` is shared with (the ranks' agreed
+    one); SharingError where that is legacy CUDA IPC, which cannot share one."""
+    sharing.pool.check_request(False, sharing.device, nbytes)
+    kind = sharing.handle_kind()
+    if kind == IPC:
+        raise SharingError(
+            "multicast objects are shared with fabric or posix-fd handles; the ranks "
+            "agreed on legacy CUDA IPC, which cannot share them"
+        )
+    return kind
+
+
+def _join_all(
+    sharing: Sharing,
+    kind: str,
+    nbytes: int,
+    owners: Sequence[int],
+    offers: list[tuple[str | None, tuple[Any, str | None]]],
+    keys: dict[int, int],
+) -> BaseException | None:
+    """This rank's joins of :meth:`MulticastBuffer.create_all`: the object of every owner of
+    its NVLink domain (``owners``), into ``keys`` (owner -> key); the first error, or None."""
+    world, backend, device = sharing.world, sharing.backend, sharing.device
+    for owner in owners:
+        handle, address = offers[owner][1]
+        try:
+            with _descriptor(sharing, kind, None if world.rank == owner else address) as fd:
+                keys[owner] = backend.multicast_join(device, handle, kind, nbytes, fd)
+        except GpubwError as exc:
+            return exc
+    return None
+
+
 class MulticastBuffer(Buffer):
     """An NVLink multicast object of rank ``owner`` (``MC(owner)``) that every rank joined
     with its own device's memory: ``ptr`` is this rank's multicast mapping; a store to it
@@ -669,13 +703,7 @@ class MulticastBuffer(Buffer):
         sharing = _sharing_of(owner_of)
         world, backend, device = sharing.world, sharing.backend, sharing.device
         _check_owner(world, owner)
-        sharing.pool.check_request(False, device, nbytes)
-        kind = sharing.handle_kind()
-        if kind == IPC:
-            raise SharingError(
-                "multicast objects are shared with fabric or posix-fd handles; the ranks "
-                "agreed on legacy CUDA IPC, which cannot share them"
-            )
+        kind = _multicast_kind(sharing, nbytes)
         members = sharing.domain_ranks(owner)
         member = world.rank in members
         created: int | None = None
@@ -721,6 +749,79 @@ class MulticastBuffer(Buffer):
         buf = cls(sharing, owner, key or 0, ptr or 0, nbytes)
         sharing.live.add(buf)
         return buf
+
+    @classmethod
+    def create_all(
+        cls, owner_of: Sharing | Any, owners: Sequence[int], nbytes: int
+    ) -> list[MulticastBuffer]:
+        """COLLECTIVE: MC(g) of every g of ``owners`` at once (all-to-all broadcast), in three
+        collectives whatever their number (:meth:`create` takes three each): every owner
+        creates its object for its NVLink domain, the handles are gathered, every rank joins
+        the objects of its domain's owners, one agreement (every device added before anyone
+        binds), every rank maps them, one agreement. Failures as :meth:`create`, on every
+        rank alike, after undoing what was done. Destroy them with :meth:`destroy_all`."""
+        sharing = _sharing_of(owner_of)
+        world, backend, device = sharing.world, sharing.backend, sharing.device
+        for owner in owners:
+            _check_owner(world, owner)
+        kind = _multicast_kind(sharing, nbytes)
+        mine = set(sharing.domain_ranks(world.rank))
+        created: int | None = None
+        keys: dict[int, int] = {}
+        ptrs: dict[int, int] = {}
+        error: BaseException | None = None
+        offer: tuple[Any, str | None] = (None, None)
+        server: FdServer | None = None
+        if world.rank in owners:
+            try:
+                created, handle = backend.multicast_create(device, nbytes, len(mine), kind)
+                server = _fd_server(sharing, kind, handle)
+                offer = (handle, _address(server))
+            except GpubwError as exc:
+                error = exc
+        try:
+            offers = world.allgather((None if error is None else _text(error), offer))
+            failed = [(r, e) for r, (e, _) in enumerate(offers) if e is not None]
+            if failed:
+                raise RemoteRankError(*failed[0]) from error
+            error = _join_all(sharing, kind, nbytes, [o for o in owners if o in mine], offers, keys)
+            agreed(world, error)  # every device added before anyone binds
+            _close(server)
+            try:
+                for owner, key in keys.items():
+                    ptrs[owner] = backend.multicast_map(key)
+            except GpubwError as exc:
+                error = exc
+            agreed(world, error)
+        except BaseException:
+            _close(server)
+            with contextlib.suppress(GpubwError):
+                _quiet_barrier(world)
+                for k in {*keys.values(), created} - {None}:
+                    backend.multicast_free(k)  # type: ignore[arg-type]
+            raise
+        bufs = [cls(sharing, o, keys.get(o, 0), ptrs.get(o, 0), nbytes) for o in owners]
+        sharing.live.update(bufs)
+        return bufs
+
+    @classmethod
+    def destroy_all(cls, bufs: Sequence[MulticastBuffer]) -> None:
+        """COLLECTIVE: free what :meth:`create_all` made, in two barriers: barrier, every
+        rank releases its parts (the last made first), barrier. Never raises because of
+        another rank; safe to call twice."""
+        live = [b for b in bufs if not b._freed]
+        if not live:
+            return
+        for b in live:
+            b._freed = True
+        world = live[0].sharing.world
+        ok = _quiet_barrier(world)
+        try:
+            for b in reversed(live):
+                b.release_local()
+        finally:
+            if ok:
+                _quiet_barrier(world)
 
     def destroy(self) -> None:
         """COLLECTIVE: barrier, every rank unmaps and releases its part, barrier."""

@@ -174,6 +174,13 @@ class Shared:
         self._stack.callback(buf.close)
         return buf
 
+    def multicast_all(self, owners: Sequence[int], nbytes: int) -> list[Any]:
+        """MC(g) of every g of ``owners`` at once, made and freed in three and two
+        collectives whatever their number."""
+        bufs = MulticastBuffer.create_all(self.system, owners, nbytes)
+        self._stack.callback(MulticastBuffer.destroy_all, bufs)
+        return bufs
+
     def local(self, owner: int, nbytes: int) -> DeviceBuffer | None:
         """L(owner): plain memory on the owner's device, made only on the owner."""
         if self.world.rank != owner:
@@ -417,7 +424,11 @@ def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:
                 continue
             with contextlib.ExitStack() as cell_stack:
                 cell = Shared(testcase, cell_stack)
-                pairs = [pair(world, g, mine, cell.multicast(g, nbytes)) for g in group]
+                if all_at_once:
+                    objects = cell.multicast_all(group, nbytes)
+                else:
+                    objects = [cell.multicast(g, nbytes) for g in group]
+                pairs = [pair(world, g, mine, mc) for g, mc in zip(group, objects)]
                 row.append(op.measure_ranks(pairs, gate))
     text = (
         "bytes written to the multicast object by each issuing rank "
