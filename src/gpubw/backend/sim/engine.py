@@ -295,7 +295,11 @@ class Engine:
         self._share[r] = (both if rev is not None and self._count.get(rev, 0) else 1.0) / n
 
     def _rate(self, f: Flow) -> float:
-        rate = f.peak * min((1.0, *map(self._share.__getitem__, f.links)))
+        share, least = self._share, 1.0
+        for r in f.links:
+            if share[r] < least:
+                least = share[r]
+        rate = f.peak * least
         cap = self.model.host_memory_bandwidth
         if f.hostmem and cap is not None:
             rate = min(rate, cap * f.jitter / self._count[HOSTMEM])
@@ -332,7 +336,8 @@ class Engine:
         there); returns whether ``until()`` holds at the end."""
         if self.injector.sync_hang:
             return until() if until is not None else False
-        self._prune()
+        if self._destroyed:
+            self._prune()
         if not self.streams:  # nothing on the device side: only the clock moves
             self.t = max(self.t, limit)
             return until() if until is not None else False
@@ -356,7 +361,8 @@ class Engine:
             self._progress(active, nxt - self.t)
             self.t = nxt
             self._finish_due()
-            self._prune()
+            if self._destroyed:
+                self._prune()
 
     def _prune(self) -> None:
         """Forget destroyed streams once their work is done."""
@@ -405,7 +411,8 @@ class Engine:
             else:
                 c = op.end
             nxt = c if nxt is None or c < nxt else nxt
-        self._compute_rates(active)
+        if active != self._rated:
+            self._compute_rates(active)
         for f in active:
             c = t + f.remaining / f.rate
             nxt = c if nxt is None or c < nxt else nxt
