@@ -94,6 +94,8 @@ class SimEngine:
         self.exports: dict[int, Export] = {}
         self.multicasts: dict[int, Multicast] = {}
         self.views: list[SimulatedBackend] = []
+        #: the views of each rank (a group collective aligns its members' clocks only)
+        self.rank_views: dict[int | None, list[SimulatedBackend]] = {}
         self._ids = itertools.count(1)
         #: how a rank view waits for another rank to change device memory (a gate's flag):
         #: None, on ``cond`` (ranks as free threads); else the ranks' turn-taking (ranks that
@@ -124,7 +126,8 @@ class SimEngine:
         """:meth:`align_clocks` for the views of ``ranks`` only (a SimulatedCluster's
         ``on_group``: a collective of those ranks alone)."""
         with self.lock:
-            live = [v for v in self.views if not v.closed and v.rank in ranks]
+            views = self.rank_views
+            live = [v for r in ranks for v in views.get(r, ()) if not v.closed]
             if live:
                 latest = max(v._now for v in live)
                 for v in live:
@@ -204,6 +207,7 @@ class SimulatedBackend(SharingMixin, Backend):
         self.view_id = engine.next_id()
         self._init_sharing()
         engine.views.append(self)
+        engine.rank_views.setdefault(rank, []).append(self)
 
     @property
     def faults(self) -> Faults:
