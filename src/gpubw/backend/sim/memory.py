@@ -475,7 +475,11 @@ class Memory:
         if n <= 0:
             return
         if dst.sym is None or src.sym is None:
-            if dst.sym is not None and src.data is not None:
+            if parity is None and dst.data is not None and src.data is not None:
+                values = src.data[soff : soff + n]  # real -> real: one copy, not two
+                dst.generation += 1
+                dst.data[doff : doff + len(values)] = values  # numpy handles an overlap
+            elif dst.sym is not None and src.data is not None:
                 self.write(dst, doff, src.data[soff : soff + n].copy(), parity)
             else:
                 self.write(dst, doff, self.read(src, soff, n), parity)
