@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -649,6 +649,46 @@ def _multicast_kind(sharing: Sharing, nbytes: int) -> str:
     return kind
 
 
+@attrs.define
+class _McOffer:
+    """An owner's multicast object on offer: what it created (None: nothing, or not an
+    owner), the (handle, descriptor address) offered, the descriptor server, or its error."""
+
+    created: int | None = None
+    offer: tuple[Any, str | None] = (None, None)
+    server: FdServer | None = None
+    error: BaseException | None = None
+
+    @classmethod
+    def make(cls, sharing: Sharing, kind: str, nbytes: int, devices: int, owner: bool) -> _McOffer:
+        """The object for ``devices`` devices, created and offered where ``owner``."""
+        made = cls()
+        if owner:
+            try:
+                made.created, handle = sharing.backend.multicast_create(
+                    sharing.device, nbytes, devices, kind
+                )
+                made.server = _fd_server(sharing, kind, handle)
+                made.offer = (handle, _address(made.server))
+            except GpubwError as exc:
+                made.error = exc
+        return made
+
+    @property
+    def text(self) -> str | None:
+        """The error as the other ranks are told it (None: no error)."""
+        return None if self.error is None else _text(self.error)
+
+    def unwind(self, sharing: Sharing, keys: Iterable[int | None]) -> None:
+        """A failed creation on this rank: stop serving, wait for the other ranks (where
+        the world still works), free the joined ``keys`` and what this rank created."""
+        _close(self.server)
+        with contextlib.suppress(GpubwError):
+            _quiet_barrier(sharing.world)
+            for k in {*keys, self.created} - {None}:
+                sharing.backend.multicast_free(k)  # type: ignore[arg-type]
+
+
 def _join_all(
     sharing: Sharing,
     kind: str,
@@ -706,20 +746,11 @@ class MulticastBuffer(Buffer):
         kind = _multicast_kind(sharing, nbytes)
         members = sharing.domain_ranks(owner)
         member = world.rank in members
-        created: int | None = None
         key: int | None = None
-        error: BaseException | None = None
-        offer: tuple[Any, str | None] = (None, None)
-        server: FdServer | None = None
-        if world.rank == owner:
-            try:
-                created, handle = backend.multicast_create(device, nbytes, len(members), kind)
-                server = _fd_server(sharing, kind, handle)
-                offer = (handle, _address(server))
-            except GpubwError as exc:
-                error = exc
+        made = _McOffer.make(sharing, kind, nbytes, len(members), world.rank == owner)
+        error, server = made.error, made.server
         try:
-            sent = world.bcast((None if error is None else _text(error), offer), root=owner)
+            sent = world.bcast((made.text, made.offer), root=owner)
             if sent[0] is not None:
                 raise RemoteRankError(owner, sent[0]) from error
             handle, address = sent[1]
@@ -739,11 +770,7 @@ class MulticastBuffer(Buffer):
                 error = exc
             agreed(world, error)
         except BaseException:
-            _close(server)
-            with contextlib.suppress(GpubwError):
-                _quiet_barrier(world)
-                for k in {key, created} - {None}:
-                    backend.multicast_free(k)  # type: ignore[arg-type]
+            made.unwind(sharing, [key])
             raise
         assert member == (key is not None and ptr is not None)
         buf = cls(sharing, owner, key or 0, ptr or 0, nbytes)
@@ -761,26 +788,17 @@ class MulticastBuffer(Buffer):
         binds), every rank maps them, one agreement. Failures as :meth:`create`, on every
         rank alike, after undoing what was done. Destroy them with :meth:`destroy_all`."""
         sharing = _sharing_of(owner_of)
-        world, backend, device = sharing.world, sharing.backend, sharing.device
+        world, backend = sharing.world, sharing.backend
         for owner in owners:
             _check_owner(world, owner)
         kind = _multicast_kind(sharing, nbytes)
         mine = set(sharing.domain_ranks(world.rank))
-        created: int | None = None
         keys: dict[int, int] = {}
         ptrs: dict[int, int] = {}
-        error: BaseException | None = None
-        offer: tuple[Any, str | None] = (None, None)
-        server: FdServer | None = None
-        if world.rank in owners:
-            try:
-                created, handle = backend.multicast_create(device, nbytes, len(mine), kind)
-                server = _fd_server(sharing, kind, handle)
-                offer = (handle, _address(server))
-            except GpubwError as exc:
-                error = exc
+        made = _McOffer.make(sharing, kind, nbytes, len(mine), world.rank in owners)
+        error, server = made.error, made.server
         try:
-            offers = world.allgather((None if error is None else _text(error), offer))
+            offers = world.allgather((made.text, made.offer))
             failed = [(r, e) for r, (e, _) in enumerate(offers) if e is not None]
             if failed:
                 raise RemoteRankError(*failed[0]) from error
@@ -794,11 +812,7 @@ class MulticastBuffer(Buffer):
                 error = exc
             agreed(world, error)
         except BaseException:
-            _close(server)
-            with contextlib.suppress(GpubwError):
-                _quiet_barrier(world)
-                for k in {*keys.values(), created} - {None}:
-                    backend.multicast_free(k)  # type: ignore[arg-type]
+            made.unwind(sharing, keys.values())
             raise
         bufs = [cls(sharing, o, keys.get(o, 0), ptrs.get(o, 0), nbytes) for o in owners]
         sharing.live.update(bufs)
