@@ -234,9 +234,21 @@ def hold_stdout(*, keep: bool = False) -> None:
     import atexit
 
     _hold = _Hold(keep)
-    sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - held until released
+    sys.stdout = _sink()
     if keep:  # flushed as the process ends (the command's quick exit runs atexit too)
         atexit.register(_flush, _hold.stream)
+
+
+def _sink() -> io.TextIOWrapper:
+    """``sys.stdout`` while held: text to ``os.devnull`` with no buffer, and so no lock.
+
+    A late plugin thread that prints holds a buffered stream's lock while it writes; if the
+    interpreter ends then, flushing that stream at shutdown cannot take the lock and CPython
+    aborts the process ("could not acquire lock for <_io.BufferedWriter name='/dev/null'>
+    at interpreter shutdown"). A text layer written through straight to the file (no
+    BufferedWriter) has no such lock; ``.buffer`` and ``fileno()`` still work."""
+    raw = io.FileIO(os.devnull, "w")
+    return io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
 
 
 def report_stdout() -> Any:
