@@ -598,7 +598,7 @@ def test_threads_printing_into_the_held_stdout_cannot_abort_the_exit() -> None:
         ran = subprocess.run(
             [sys.executable, "-c", _LATE_PRINTERS],
             capture_output=True,
-            text=True,
+            encoding="utf-8",
             timeout=120,
         )
         assert (ran.returncode, ran.stderr) == (0, "")
