@@ -874,3 +874,35 @@ def test_a_failure_in_multicast_create_all_fails_every_rank_alike() -> None:
     assert message.startswith("rank 2: ") and "OUT_OF_MEMORY" in message
     assert left == 0
     assert engine.live_allocations() == [] and engine.multicasts == {}
+
+
+@pytest.mark.usefixtures("multicast_allowed")
+def test_one_failing_free_in_destroy_all_leaves_the_other_objects_freed() -> None:
+    """Rank 0's free of the last object made fails: destroy_all still frees rank 0's parts
+    of the 3 others (they are gone once every rank released its part), then raises."""
+
+    def body(r: Rank) -> tuple[str, int]:
+        bufs = MulticastBuffer.create_all(r.sharing, range(4), SIZE)
+        failed = ""
+        if r.world.rank == 0:
+            free = r.backend.multicast_free
+
+            def fails_once(key: int) -> None:
+                r.backend.multicast_free = free  # type: ignore[method-assign]
+                raise CudaError("cuMemRelease", "CUDA_ERROR_UNKNOWN", "injected")
+
+            r.backend.multicast_free = fails_once  # type: ignore[method-assign]
+            with pytest.raises(CudaError) as info:
+                MulticastBuffer.destroy_all(bufs)
+            failed = str(info.value)
+        else:
+            MulticastBuffer.destroy_all(bufs)
+        r.world.barrier()
+        left = len(r.backend.engine.multicasts)
+        r.world.barrier()  # every rank has counted before the pools close
+        return failed, left
+
+    engine, out = run_ranks(load_system("gb200nvl72"), [4], body)
+    assert "injected" in values(out)[0][0]
+    assert [left for _, left in values(out)] == [1] * 4
+    assert engine.multicasts == {}  # the pool's close freed the rest

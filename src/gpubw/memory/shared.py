@@ -359,15 +359,24 @@ class Sharing:
     def close(self) -> None:
         """Free, locally and without collectives, every shared buffer still alive (after an
         error or Ctrl-C; the backend's own close frees the rest). Safe to call twice."""
-        errors: list[BaseException] = []
-        for buf in list(self.live):
-            try:
-                buf.release_local()
-            except BaseException as exc:
-                errors.append(exc)
-        self.live.clear()
-        if errors:
-            raise errors[0]
+        try:
+            _release_each(list(self.live))
+        finally:
+            self.live.clear()
+
+
+def _release_each(bufs: Iterable[Any]) -> None:
+    """Free this rank's part of every one of ``bufs`` (``release_local``), each tried even
+    after one failed, so that one failing free leaves nothing else held; then raise the
+    first failure."""
+    errors: list[BaseException] = []
+    for buf in bufs:
+        try:
+            buf.release_local()
+        except BaseException as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 def _sharing_of(owner: Sharing | Any) -> Sharing:
@@ -538,15 +547,11 @@ class SharedBuffer(Buffer):
             b._freed = True
         ok = _quiet_barrier(live[0].sharing.world)
         try:
-            for b in live:
-                if not b.is_owner:
-                    b.release_local()
+            _release_each(b for b in live if not b.is_owner)
         finally:
             if ok:
                 _quiet_barrier(live[0].sharing.world)
-            for b in live:
-                if b.is_owner:
-                    b.release_local()
+            _release_each(b for b in live if b.is_owner)
 
     def destroy(self) -> None:
         """COLLECTIVE: barrier, importers unmap, barrier, the owner releases. Never raises
@@ -831,8 +836,7 @@ class MulticastBuffer(Buffer):
         world = live[0].sharing.world
         ok = _quiet_barrier(world)
         try:
-            for b in reversed(live):
-                b.release_local()
+            _release_each(reversed(live))
         finally:
             if ok:
                 _quiet_barrier(world)
