@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from gpubw.backend.base import MULTICAST_OFF
 from gpubw.model.report_io import validate
 from test_world import NO_CLEANUP, _mpiexec, needs_mpi
 
@@ -86,6 +87,18 @@ def test_two_ranks_run_every_multinode_testcase(tmp_path: Path) -> None:
     assert world["size"] == 2 and world["rank_hosts"] == [0, 0]
     assert world["handle_type"] == "posix-fd" and world["mpi_library"].startswith("MPICH")
     assert [p["device"] for p in world["processes"]] == [0, 1]
+
+
+def test_two_processes_share_a_multicast_object(tmp_path: Path) -> None:
+    """mpiexec -n 2 gpubw --simulate gb200nvl72 with multicast allowed: each process sees
+    only its own member of a multicast object, and both multicast testcases pass."""
+    allowed = {name: "" for name, _ in MULTICAST_OFF}
+    args = ["--simulate", "gb200nvl72", *FAST[2:], "-t", *MULTICAST, "-j", "-o", "r.json"]
+    rc, _, err, _ = mpirun(tmp_path, args, env=allowed)
+    assert rc == 0, err
+    doc = report(tmp_path / "r.json")
+    assert [t["status"] for t in doc["testcases"]] == ["Passed"] * 2
+    assert doc["world"]["size"] == 2 and doc["world"]["handle_type"] == "fabric"
 
 
 def test_the_command_itself_leaves_through_mpi_finalize(tmp_path: Path) -> None:

@@ -203,6 +203,21 @@ def test_multicast_follows_the_drivers_order() -> None:
 
 
 @pytest.mark.usefixtures("multicast_allowed")
+def test_a_multicast_object_of_a_process_binds_with_its_own_members_only() -> None:
+    """Two processes' backends (an MPI run of simulated ranks): each engine sees only its own
+    member of a 2-device object, so each binds without waiting for the other's join."""
+    model = load_system("gb200nvl72")
+    creator, other = SimulatedBackend(model), SimulatedBackend(model)
+    key, handle = creator.multicast_create(0, 3 * MIB, 2, "fabric")
+    creator.multicast_join(0, handle, "fabric", 3 * MIB)
+    theirs = other.multicast_join(1, handle, "fabric", 3 * MIB)
+    assert creator.multicast_map(key) and other.multicast_map(theirs)
+    for backend, k in ((creator, key), (other, theirs)):
+        backend.multicast_free(k)
+        assert backend.live_allocations() == []
+
+
+@pytest.mark.usefixtures("multicast_allowed")
 def test_multicast_needs_fabric_or_posix_fd() -> None:
     """IPC handles cannot carry multicast objects; fabric is refused without IMEX."""
     engine = SimEngine(load_system("h200x8"))

@@ -7,7 +7,9 @@ allocation*: same bytes, same device, hence a copy from an imported buffer is a 
 owner's links, as on hardware. A token from another engine (another process: a real MPI
 run of simulated backends) becomes a *shadow* allocation on the owner's device in this
 engine: the rank that copies fills and verifies both sides itself, so content stays exact;
-only the links are this process's own view.
+only the links are this process's own view. Likewise a multicast object made by a process's
+own backend (not a rank view) binds once this process's members joined: the others join in
+their processes, unseen here, and each process models the traffic of its own members.
 
 Which handle kinds work is the model's ``handle_kinds`` (``fabric`` needs IMEX); POSIX-fd and
 IPC handles work on one host only. A POSIX-fd export makes a real file descriptor (a memfd
@@ -125,6 +127,9 @@ class Multicast:
     mapping: Alloc | None = None  # the multicast address range (members in .members)
     released_by_owner: bool = False
     shadow: bool = False
+    #: members may join in other processes, unseen here (a real MPI run of simulated ranks,
+    #: where each process's engine sees its own members only, as with a shadow)
+    foreign: bool = False
 
 
 @attrs.define(eq=False)
@@ -352,6 +357,7 @@ class SharingMixin:
         self._check_kind(kind, "cuMemExportToShareableHandle", export=True)
         shared = self._shared
         mc = Multicast(shared.next_id(), _rounded(nbytes), num_devices, kind, self.host, g)
+        mc.foreign = getattr(self, "rank", None) is None  # members in other processes
         shared.multicasts[mc.id] = mc
         self._joined[mc.id] = Joined(mc, g, created=True)
         token = (_MC_TOKEN, shared.token, kind, mc.id, mc.size, num_devices, self.host)
@@ -405,7 +411,7 @@ class SharingMixin:
         if part is None or part.device not in part.mc.devices:
             raise UsageError(f"{key!r} is not a multicast object this rank joined")
         mc = part.mc
-        if len(mc.devices) < mc.num_devices:
+        if len(mc.devices) < mc.num_devices and not mc.foreign:
             raise CudaError(
                 "cuMulticastBindMem",
                 "CUDA_ERROR_INVALID_VALUE",
