@@ -168,3 +168,29 @@ def test_pointer_chase_latency(backend: SimulatedBackend) -> None:
         assert int.from_bytes(be.host_read(out, 8), "little") == buf + 8 * (stride * steps % nodes)
         per = be.elapsed_seconds(start, end) / steps
         assert latency < per < latency * 1.01
+
+
+def test_a_gates_flag_is_read_again_only_after_its_allocation_is_written(
+    backend: SimulatedBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gate's probe reads its flag once, then again only once the flag's allocation was
+    written (not after writes elsewhere), and then sees the release; a freed flag is gone."""
+    from gpubw.backend.sim.kernels import gate_wait
+
+    flag, other, status = (backend.alloc_host(4, None) for _ in range(3))
+    memory = backend._memory
+    reads: list[int] = []
+    read = memory.read
+    monkeypatch.setattr(memory, "read", lambda a, off, n: reads.append(a.base) or read(a, off, n))
+    with backend.stream(0) as s:
+        op = gate_wait(backend._launch(backend._stream(s, "test")), flag, 10**6, status)
+    assert op.probe is not None
+    assert [op.probe(), op.probe()] == [False, False] and reads == [flag]
+    backend.host_write(other, b"\1\0\0\0")  # memory written elsewhere
+    assert op.probe() is False and reads == [flag]
+    backend.host_write(flag, b"\0\0\0\0")  # its own allocation, still zero: read again
+    assert op.probe() is False and reads == [flag, flag]
+    backend.host_write(flag, b"\1\0\0\0")
+    assert op.probe() is True and op.probe() is True and reads == [flag] * 3
+    backend.free_host(flag)
+    assert op.probe() is None

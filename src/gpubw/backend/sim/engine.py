@@ -151,6 +151,8 @@ class Engine:
         self._rng = random.Random(model.seed)
         #: a gate waiting on a flag in device memory was ever started (multi-rank protocol)
         self.remote_gates = False
+        #: running gates not released yet, in the order they started (re-probed on writes)
+        self._waiting: list[Op] = []
 
     # -- objects ----------------------------------------------------------------------------
     def _next_id(self) -> int:
@@ -193,11 +195,20 @@ class Engine:
         return False
 
     def release_gates(self) -> None:
-        """The host wrote memory: running gates whose flag is now released end soon."""
-        for s in self.streams:
-            op = s.cur
-            if op is not None and op.kind == "gate" and op.end is None and self._gate_open(op):
+        """Memory was written: running gates whose flag is now released end soon. Only the
+        gates still waiting are probed (a rack has one per rank, and every finished copy
+        comes here)."""
+        if not self._waiting:
+            return
+        still: list[Op] = []
+        for op in self._waiting:
+            if op.done or op.end is not None:
+                continue
+            if self._gate_open(op):
                 op.end = self.t + self.model.overheads.gate_poll
+            else:
+                still.append(op)
+        self._waiting = still
 
     # -- the simulation ---------------------------------------------------------------------
     def _gate_open(self, op: Op) -> bool:
@@ -219,6 +230,8 @@ class Engine:
                 )
             elif self._gate_open(op):
                 op.end = t + self.model.overheads.gate_poll
+            else:
+                self._waiting.append(op)
         elif op.kind in ("record", "wait"):
             op.end = t
         elif op.kind == "fixed":
