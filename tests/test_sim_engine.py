@@ -192,6 +192,9 @@ def test_synchronizing_an_idle_stream_does_not_move_the_clock() -> None:
     assert engine.advance(5.0, until=other.idle) is True
     assert engine.advance(10.0, until=idle.idle) is True
     assert engine.t == pytest.approx(1e-3)
+    engine.advance(2e-3)  # the clock moves to a bound only when nothing waits on it
+    assert engine.advance(10.0, until=idle.idle) is True
+    assert engine.t == pytest.approx(2e-3)
 
 
 def test_rates_kept_between_events_equal_a_full_recomputation() -> None:
