@@ -208,15 +208,16 @@ def gate_wait(c: Launch, flag: int, timeout_ns: int, status: int) -> Op:
     memory = c.memory
     op = Op("gate", c.now, "gpubw_gate_wait")
     op.duration = timeout_ns * 1e-9
-    #: the flag's allocation, its generation when last read, and what was read then (a
-    #: gate is re-probed whenever any memory is written: its flag is read again only if
-    #: its own allocation was written since; addresses are never reused)
-    seen: list[Any] = [None, -1, None]
+    # The flag's allocation, its generation when last read, and what was read then: a gate
+    # is re-probed whenever any memory is written, and its flag is read again only if its
+    # own allocation was written since (addresses are never reused).
+    seen: Alloc | None = None
+    seen_generation = -1
+    released = False
 
     def probe() -> bool | None:
-        alloc = seen[0]
-        if alloc is not None and not alloc.freed and alloc.generation == seen[1]:
-            released: bool = seen[2]
+        nonlocal seen, seen_generation, released
+        if seen is not None and not seen.freed and seen.generation == seen_generation:
             return released
         found = memory.find(flag, 4)
         if found is None:
@@ -226,8 +227,8 @@ def gate_wait(c: Launch, flag: int, timeout_ns: int, status: int) -> Op:
             # cannot be seen here; by the cross-rank protocol it comes right after every rank
             # queued its copies, so the gate is open as soon as it runs
             return True
-        released = struct.unpack("<i", memory.read(found[0], found[1], 4).tobytes())[0] != 0
-        seen[:] = [found[0], found[0].generation, released]
+        seen, seen_generation = found[0], found[0].generation
+        released = bool(struct.unpack("<i", memory.read(found[0], found[1], 4).tobytes())[0])
         return released
 
     def on_timeout() -> None:

@@ -168,6 +168,13 @@ class SharingMixin:
     def _tick(self) -> None:
         raise NotImplementedError
 
+    @property
+    def _others_unseen(self) -> bool:
+        """Whether the other ranks run in other processes, unseen by this engine: this is a
+        process's own backend (a real MPI run of simulated ranks), not a rank view of an
+        engine that every rank shares."""
+        return getattr(self, "rank", None) is None
+
     def _check_kind(self, kind: str, call: str, export: bool = False) -> str:
         """``kind`` if the model offers it (and, for an export, no fault refuses it)."""
         try:
@@ -222,7 +229,7 @@ class SharingMixin:
         pointer = self._alloc_shared(g, _rounded(nbytes))
         shared = self._shared
         alloc = shared.memory.allocs[pointer]
-        alloc.foreign = getattr(self, "rank", None) is None  # importers in other processes
+        alloc.foreign = self._others_unseen  # importers may store to it, unseen here
         shared.exports[pointer] = Export(alloc, kind, self.view_id, self.host)
         self._exports.add(pointer)
         token = (_TOKEN, shared.token, kind, pointer, alloc.size, g, self.host)
@@ -357,7 +364,7 @@ class SharingMixin:
         self._check_kind(kind, "cuMemExportToShareableHandle", export=True)
         shared = self._shared
         mc = Multicast(shared.next_id(), _rounded(nbytes), num_devices, kind, self.host, g)
-        mc.foreign = getattr(self, "rank", None) is None  # members in other processes
+        mc.foreign = self._others_unseen  # members may join elsewhere, unseen here
         shared.multicasts[mc.id] = mc
         self._joined[mc.id] = Joined(mc, g, created=True)
         token = (_MC_TOKEN, shared.token, kind, mc.id, mc.size, num_devices, self.host)
