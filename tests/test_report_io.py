@@ -9,8 +9,11 @@ from pathlib import Path
 import attrs
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from _writer_reports import full_report, passed, report, sweep_results
+from gpubw.model import schemas
 from gpubw.model.errors import UsageError
 from gpubw.model.report_io import (
     dumps,
@@ -21,6 +24,7 @@ from gpubw.model.report_io import (
     read_report,
     report_from_dict,
     report_to_dict,
+    validation_errors,
 )
 from gpubw.model.results import BANDWIDTH, LATENCY, Axes, Matrix
 
@@ -231,3 +235,55 @@ def test_read_report_reads_gpubw_and_nvbandwidth_json(tmp_path: Path) -> None:
     junk.write_text("[1, 2")
     with pytest.raises(UsageError, match="is not JSON"):
         read_report(junk)
+
+
+def _doc_with_cells(**cells: object) -> dict:
+    """A valid report (one 1 x 1 matrix) whose matrix's cell arrays are ``cells``."""
+    doc = json.loads(dumps(report([passed("k", [_matrix([[1.0]], samples=[[(1.0, 2.0)]])])])))
+    doc["testcases"][0]["matrices"][0].update(cells)
+    return doc
+
+
+_CELL = st.one_of(
+    st.none(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(),
+    st.booleans(),
+    st.text(max_size=2),
+)
+_ITEM = st.one_of(_CELL, st.lists(_CELL, max_size=2), st.tuples(_CELL))
+
+
+@given(
+    values=st.lists(st.one_of(st.lists(_ITEM, max_size=3), st.tuples(_CELL)), max_size=3),
+    samples=st.one_of(
+        st.none(), st.lists(st.lists(st.one_of(st.none(), st.lists(_ITEM, max_size=2)), max_size=2))
+    ),
+)
+def test_cell_arrays_get_the_schemas_own_errors(values: list, samples: object) -> None:
+    """Whatever the cells hold, the report's errors are those the schema gives cell by cell."""
+    doc = _doc_with_cells(values=values, samples=samples, cv=values)
+    full = schemas.errors(schemas.REPORT, doc, closed=True)
+    assert validation_errors(doc) == full
+
+
+def test_a_576_gpu_report_validates_without_the_schema_walking_its_cells() -> None:
+    """Eight 576 x 576 matrices (a sampled 8-rack run) validate in a fraction of a second,
+    and a bad cell deep in one is still named; the document itself is left as it was."""
+    n = 576
+    values = [[None] * n for _ in range(n)]
+    samples = [[None] * n for _ in range(n)]
+    for i in range(n):
+        values[i][(i + 1) % n] = 1.5e11
+        samples[i][(i + 1) % n] = [1.4e11, 1.5e11, 1.6e11]
+    doc = _doc_with_cells(values=values, samples=samples, stdev=values, cv=values)
+    doc["testcases"] *= 8
+    t0 = time.process_time()  # CPU time: the test machine's cores are shared
+    assert validation_errors(doc) == []
+    assert time.process_time() - t0 < 2.0  # the schema, cell by cell: ~20 s a matrix
+    samples[300][301] = [1.4e11, "fast"]
+    assert validation_errors(doc) == [
+        f"$.testcases[{k}].matrices[0].samples[300][301][1]: 'fast' is not of type 'number', 'null'"
+        for k in range(8)
+    ]
+    assert doc["testcases"][0]["matrices"][0]["values"] is values
