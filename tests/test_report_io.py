@@ -287,3 +287,20 @@ def test_a_576_gpu_report_validates_without_the_schema_walking_its_cells() -> No
         for k in range(8)
     ]
     assert doc["testcases"][0]["matrices"][0]["values"] is values
+
+
+def test_a_matrix_is_written_a_row_a_line_and_reads_back_the_same() -> None:
+    """Each row of values, samples, stdev and cv is one line (a host's matrices too); the
+    text is the same JSON data as the report's."""
+    m = _matrix([[1.0, None], [2.5, 3.0]], samples=[[(1.0, 1.5), None], [(2.5,), (3.0, 3.5)]])
+    note = "a note \x00rows-0 that looks like the layout's mark"
+    r = attrs.evolve(
+        report([passed("k", [attrs.evolve(m, notes=(("values", note),))])]),
+        hosts=(("host2", (passed("k", [m]),)),),
+    )
+    text = dumps(r)
+    assert json.loads(text) == report_to_dict(r)
+    lines = text.splitlines()
+    for row in ("[1.0, null]", "[2.5, 3.0]", "[[1.0, 1.5], null]", "[[2.5], [3.0, 3.5]]"):
+        assert sum(line.strip().rstrip(",") == row for line in lines) == 2, row
+    assert json.loads(text)["testcases"][0]["matrices"][0]["notes"] == {"values": note}

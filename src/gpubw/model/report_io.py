@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
@@ -454,11 +455,43 @@ def report_to_dict(report: Report) -> dict[str, Any]:
 
 
 def dumps(report: Report) -> str:
-    """The validated JSON document (2-space indent, trailing newline); GpubwError naming
-    the first violations if the report does not match the schema."""
+    """The validated JSON document (2-space indent, a row of a matrix's cells a line,
+    trailing newline); GpubwError naming the first violations if the report does not match
+    the schema."""
     doc = report_to_dict(report)
     validate(doc)
-    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    return _layout(doc) + "\n"
+
+
+#: a matrix's row arrays, written a row a line
+_ROWS = ("values", "samples", "stdev", "cv")
+
+
+def _layout(doc: dict[str, Any]) -> str:
+    """``doc`` with a 2-space indent, each row of a matrix's cells on one line (one cell a
+    line made a 576 x 576 matrix ~5 MB of mostly ``null`` and indentation)."""
+    grids: list[list[Any]] = []
+    mark = f"\x00rows-{os.urandom(8).hex()}-"  # stands for a grid in the text (unforgeable)
+    for t in (*doc["testcases"], *(t for h in doc.get("hosts", ()) for t in h["testcases"])):
+        for m in t["matrices"]:
+            for name in _ROWS:
+                if m.get(name):
+                    grids.append(m[name])
+                    m[name] = f"{mark}{len(grids) - 1}"
+    text = json.dumps(doc, indent=2, allow_nan=False)
+    if not grids:
+        return text
+    out: list[str] = []
+    for line in text.split("\n"):
+        key, sep, rest = line.partition(': "\\u0000' + mark[1:])
+        if not sep:
+            out.append(line)
+            continue
+        k = int(rest[: rest.index('"')])
+        pad = " " * (len(key) - len(key.lstrip()))
+        rows = ",\n".join(f"{pad}  {json.dumps(r, allow_nan=False)}" for r in grids[k])
+        out.append(f"{key}: [\n{rows}\n{pad}]{rest[rest.index(chr(34)) + 1 :]}")
+    return "\n".join(out)
 
 
 # -- dict -> Report ----------------------------------------------------------------------
