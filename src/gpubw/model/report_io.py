@@ -26,7 +26,7 @@ import math
 import os
 import statistics
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -128,7 +128,7 @@ def validation_errors(doc: Any, *, closed: bool = True) -> list[str]:
     The cells of the matrices are checked by their types first (:func:`_cells_fine`); the
     schema then sees only the rows of cells that are not fine, at their own indexes, so that
     it names their problems as before. It took ~20 s a 576 x 576 matrix, cell by cell."""
-    return schemas.errors(schemas.REPORT, _without_fine_cells(doc), closed=closed)
+    return schemas.errors(schemas.REPORT, _with_matrices(doc, _thin_cells), closed=closed)
 
 
 #: a matrix's cell arrays: rows of cells (samples: rows of lists of cells, or null)
@@ -159,17 +159,30 @@ def _thinned(grid: Any, depth: int, null_lists: bool = False) -> Any:
     return [[] if _cells_fine(row, depth - 1, null_lists) else row for row in grid]
 
 
-def _without_fine_cells(doc: Any) -> Any:
-    """``doc`` with every matrix's fine cell arrays emptied (copies: ``doc`` is kept);
-    anything not shaped as a report is left as it is, for the schema to judge."""
+def _with_matrices(doc: Any, change: Callable[[dict[str, Any]], None]) -> Any:
+    """A copy of report ``doc`` in which ``change`` was applied to a copy of each matrix
+    (its hosts' too): ``doc`` itself is kept. What is not shaped as a report is left as it
+    is, for the schema to judge."""
     if not isinstance(doc, dict):
         return doc
+
+    def testcase(t: Any) -> Any:
+        if not isinstance(t, dict) or not isinstance(t.get("matrices"), list):
+            return t
+        matrices = []
+        for m in t["matrices"]:
+            if isinstance(m, dict):
+                m = dict(m)
+                change(m)
+            matrices.append(m)
+        return {**t, "matrices": matrices}
+
     out = dict(doc)
     if isinstance(doc.get("testcases"), list):
-        out["testcases"] = [_testcase_without_fine_cells(t) for t in doc["testcases"]]
+        out["testcases"] = [testcase(t) for t in doc["testcases"]]
     if isinstance(doc.get("hosts"), list):
         out["hosts"] = [
-            {**h, "testcases": [_testcase_without_fine_cells(t) for t in h["testcases"]]}
+            {**h, "testcases": [testcase(t) for t in h["testcases"]]}
             if isinstance(h, dict) and isinstance(h.get("testcases"), list)
             else h
             for h in doc["hosts"]
@@ -177,20 +190,13 @@ def _without_fine_cells(doc: Any) -> Any:
     return out
 
 
-def _testcase_without_fine_cells(t: Any) -> Any:
-    if not isinstance(t, dict) or not isinstance(t.get("matrices"), list):
-        return t
-    matrices = []
-    for m in t["matrices"]:
-        if isinstance(m, dict):
-            m = dict(m)
-            for name in _GRIDS:
-                if name in m:
-                    m[name] = _thinned(m[name], 2)
-            if isinstance(m.get("samples"), list):
-                m["samples"] = _thinned(m["samples"], 3, null_lists=True)
-        matrices.append(m)
-    return {**t, "matrices": matrices}
+def _thin_cells(m: dict[str, Any]) -> None:
+    """Empty the fine rows of matrix ``m``'s cell arrays (:func:`_thinned`)."""
+    for name in _GRIDS:
+        if name in m:
+            m[name] = _thinned(m[name], 2)
+    if isinstance(m.get("samples"), list):
+        m["samples"] = _thinned(m["samples"], 3, null_lists=True)
 
 
 def validate(doc: Any, what: str = "report", *, closed: bool = True) -> None:
@@ -472,13 +478,14 @@ def _layout(doc: dict[str, Any]) -> str:
     line made a 576 x 576 matrix ~5 MB of mostly ``null`` and indentation)."""
     grids: list[list[Any]] = []
     mark = f"\x00rows-{os.urandom(8).hex()}-"  # stands for a grid in the text (unforgeable)
-    for t in (*doc["testcases"], *(t for h in doc.get("hosts", ()) for t in h["testcases"])):
-        for m in t["matrices"]:
-            for name in _ROWS:
-                if m.get(name):
-                    grids.append(m[name])
-                    m[name] = f"{mark}{len(grids) - 1}"
-    text = json.dumps(doc, indent=2, allow_nan=False)
+
+    def mark_grids(m: dict[str, Any]) -> None:
+        for name in _ROWS:
+            if m.get(name):
+                grids.append(m[name])
+                m[name] = f"{mark}{len(grids) - 1}"
+
+    text = json.dumps(_with_matrices(doc, mark_grids), indent=2, allow_nan=False)
     if not grids:
         return text
     out: list[str] = []
