@@ -40,6 +40,9 @@ _SCRIPT_NAMES = ("gpubw", "gpubw.exe", "gpubw-script.py", "gpubw-nvbandwidth", "
 _deferred_signal: int | None = None
 #: True in an MPI rank of several: signals before its run are recorded, not acted on
 _recording = False
+#: the standard descriptors (0, 1, 2) that were closed when the command started and that
+#: :func:`standard_streams` opened on /dev/null: ``-o /dev/stdout`` there would lose the report
+closed_at_start: set[int] = set()
 
 
 def exit_quietly(signum: int, _frame: object) -> None:
@@ -115,6 +118,7 @@ def standard_streams() -> None:
         try:
             os.fstat(fd)
         except OSError:
+            closed_at_start.add(fd)
             null = os.open(os.devnull, flags)
             if null != fd:  # not the lowest free descriptor: lower ones are open now
                 os.dup2(null, fd)

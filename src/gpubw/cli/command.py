@@ -626,7 +626,7 @@ def _listeners(
     watch = RunWatch(judging, facts=not (rack and world.size == 1), wait_idle_s=ns.wait_idle)
     live = LiveOutput(make(), fmt, output, mode=progress_mode(ns.quiet, sys.stderr))
     listeners: list[Any] = [watch, live]
-    if world.size > 1 and ns.output is not None:
+    if world.size > 1 and output.rewritable:
         # a rank killed by the launcher takes the others down: keep -o valid meanwhile
         listeners.append(PartialWrites(make, output))
     return listeners, live

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 import attrs
 
 from gpubw.model.console import printable, to_stderr
-from gpubw.model.errors import GpubwError, PluginError
+from gpubw.model.errors import GpubwError, PluginError, UsageError
 from gpubw.model.events import Finished, RunListener, Step
 from gpubw.model.results import Report, TestcaseResult
 from gpubw.model.sizes import format_size
@@ -73,12 +73,20 @@ class Output:
 
         self.path = path
         self._target = None if path is None else OutputTarget(path).check()
+        _refuse_a_closed_stream(self._target)
 
     @property
     def to_stdout(self) -> bool:
         """True when the report goes to standard output (no ``-o``, or ``-o -``): then it is
         written as the run goes."""
         return self._target is None or self._target.is_stdout
+
+    @property
+    def rewritable(self) -> bool:
+        """True when the report goes into a regular file, replaced whole at each write: it
+        can be rewritten as the run goes. Standard output, a device, a FIFO or a descriptor
+        would get every rewrite one after another."""
+        return self._target is not None and not (self._target.is_stdout or self._target.is_direct)
 
     @contextlib.contextmanager
     def stream(self, stdout: TextIO | None = None) -> Iterator[TextIO]:
@@ -91,6 +99,22 @@ class Output:
             return
         with self._target.open("w") as f:
             yield typing.cast(TextIO, f)
+
+
+def _refuse_a_closed_stream(target: Any) -> None:
+    """UsageError when ``-o`` names standard output or error (``-``, ``/dev/stdout``,
+    ``/proc/self/fd/2``) and that descriptor was closed as the command started: it leads to
+    /dev/null now, and a run that wrote its report there would lose it and exit 0."""
+    from gpubw.cli._startup import closed_at_start
+
+    fd = None if target is None else target.descriptor
+    if fd is not None and fd in closed_at_start:
+        name = {0: "standard input", 1: "standard output", 2: "standard error"}[fd]
+        raise UsageError(
+            f"-o/--output {target.path!r}: {name} (descriptor {fd}) was closed when gpubw "
+            "started, so the report would be lost; give a file name, or run gpubw with "
+            f"{name} open"
+        )
 
 
 @contextlib.contextmanager
@@ -233,7 +257,7 @@ class LiveOutput(RunListener):
 
 
 class PartialWrites(RunListener):
-    """Rank 0 of an MPI run with ``-o``: the report so far rewritten into the output after
+    """Rank 0 of an MPI run with ``-o FILE``: the report so far rewritten into the file after
     every testcase, so that a run the launcher kills (a rank lost) leaves a valid partial
     report. Never fatal: the final write reports problems."""
 

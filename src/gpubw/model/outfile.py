@@ -3,7 +3,14 @@
 :class:`OutputTarget` is the one way gpubw writes a file a user chose (``-o``, ``plot -o``,
 ``compare -o``); the kernel cache uses :func:`replace_regular_file`. The rules:
 
-* ``-`` is standard output.
+* ``-`` is standard output, and so is every path that names the process's own descriptor 1
+  (``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``, ``/proc/<own pid>/fd/1``, a link to
+  one of them): the report goes where standard output went when gpubw started, exactly as
+  for ``-``, also while gpubw holds descriptor 1 away from plugin code
+  (:func:`descriptor_of`). Another of the process's own descriptors (``/dev/stderr``,
+  ``/proc/self/fd/3``) is written through that descriptor as it was when the target was
+  checked: in place, never truncated (``>>`` keeps appending), never reopened by name. A
+  descriptor that is not open is a :class:`UsageError` before anything runs.
 * A regular file, or a new name in an existing folder: written atomically (a temporary file
   in the same folder, renamed over the name once complete), keeping an existing file's mode
   (and, where the process may, its owner).
@@ -26,7 +33,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
+import re
 import secrets
 import stat
 import sys
@@ -60,6 +69,41 @@ def _is_direct(path: str) -> bool:
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
+#: the paths that name one of the calling process's own descriptors (after the folders are
+#: resolved: ``/proc/self`` is ``/proc/<pid>``), and the descriptor they name
+_OWN_FD = re.compile(r"/proc/(?P<pid>\d+)(?:/task/\d+)?/fd/(?P<fd>\d+)")
+_STD_NAMES = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def descriptor_of(path: str) -> int | None:
+    """The descriptor of this process that ``path`` names, or None for any other path.
+
+    ``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``, ``/proc/thread-self/fd/N``,
+    ``/proc/<this pid>/fd/N`` and links to any of them (each link of a chain is read; the
+    chain's own descriptor link is never followed into the file behind it). Such a path
+    means "my descriptor N", whatever N leads to: opening it by name later would reach
+    wherever N leads *then* (``/dev/null`` while gpubw holds standard output), and would
+    truncate a file that ``>>`` opened for appending."""
+    current = os.path.abspath(path)
+    for _ in range(_MAX_LINKS):
+        if current in _STD_NAMES:
+            return _STD_NAMES[current]
+        try:
+            folder = os.path.realpath(os.path.dirname(current))
+        except (OSError, ValueError):
+            return None
+        current = os.path.join(folder, os.path.basename(current))
+        own = _OWN_FD.fullmatch(current)
+        if own is not None:
+            return int(own["fd"]) if int(own["pid"]) == os.getpid() else None
+        try:
+            link = os.readlink(current)
+        except (OSError, ValueError):  # not a link, or not there
+            return None
+        current = os.path.normpath(os.path.join(folder, link))
+    return None
+
+
 def _shown(path: str) -> str:
     """A path for a message: quoted, a long one cut (a path from a deep folder may be longer
     than a screen)."""
@@ -77,15 +121,20 @@ class OutputTarget:
         #: the path made absolute now, before anything runs: a plugin that changes the
         #: current folder cannot move the report
         self.absolute = os.path.abspath(path) if path and path != "-" else path
+        #: the process's own descriptor the path names (``/dev/stdout``: 1), found now,
+        #: before anything runs and before gpubw moves any descriptor
+        self.descriptor = 1 if path == "-" else descriptor_of(path) if path else None
 
     @property
     def is_stdout(self) -> bool:
-        return self.path == "-"
+        """True for ``-`` and for every name of this process's descriptor 1."""
+        return self.descriptor == 1
 
     @property
     def is_direct(self) -> bool:
-        """Written in place (a device, FIFO or socket), not atomically replaced."""
-        return not self.is_stdout and _is_direct(self.absolute)
+        """Written in place (a device, FIFO or socket, another of the process's own
+        descriptors), not atomically replaced."""
+        return not self.is_stdout and (self.descriptor is not None or _is_direct(self.absolute))
 
     def resolved(self) -> str:
         """The regular file that an atomic write replaces (links followed, each one checked
@@ -105,6 +154,9 @@ class OutputTarget:
         if os.path.isdir(self.absolute):
             raise UsageError(f"{label} {path!r} is a directory; give a file name")
         check_links(self.absolute, label, path)
+        if self.descriptor is not None:
+            self._check_descriptor(self.descriptor)
+            return self
         if self.is_direct:
             if not os.access(self.absolute, os.W_OK):
                 raise UsageError(f"{label} {path!r} cannot be written: permission denied")
@@ -124,6 +176,21 @@ class OutputTarget:
         else:
             self._check_name(folder, os.path.basename(target))
         return self
+
+    def _check_descriptor(self, fd: int) -> None:
+        """UsageError unless this process's descriptor ``fd`` is open for writing."""
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        except OSError:
+            raise UsageError(
+                f"{self.label} {self.path!r} names descriptor {fd} of gpubw's process, which is "
+                "not open; give a file name, or open that descriptor for writing"
+            ) from None
+        if flags & os.O_ACCMODE == os.O_RDONLY:
+            raise UsageError(
+                f"{self.label} {self.path!r} names descriptor {fd} of gpubw's process, which is "
+                "open for reading only; give a file name, or open that descriptor for writing"
+            )
 
     def _check_folder(self, folder: str) -> None:
         """UsageError unless ``folder`` is an existing folder, naming why (a path too long
@@ -176,9 +243,13 @@ class OutputTarget:
             yield stream
             stream.flush()
             return
+        kwargs: dict[str, Any] = {} if binary else _TEXT
+        if self.descriptor is not None:  # the descriptor itself, as it is: never reopened
+            with open(self.descriptor, "wb" if binary else "w", closefd=False, **kwargs) as f:
+                yield f
+            return
         if self.is_direct:
             check_links(self.absolute, self.label, self.path)
-            kwargs: dict[str, Any] = {} if binary else _TEXT
             with open(self.absolute, "wb" if binary else "w", **kwargs) as f:
                 yield f
             return
