@@ -89,10 +89,6 @@ import importlib
 
 from gpubw.version import __version__
 
-# The modules' old paths (gpubw.measurement, gpubw.results, ...: before the layer packages)
-# are one-line modules in _compat/, found through the package's path (see _compat/README.md).
-__path__.append(__path__[0] + "/_compat")
-
 # typing.TYPE_CHECKING without importing typing (~5 ms of gpubw -l's start-up; deleted below)
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the names below are imported on first use (__getattr__)
