@@ -10,6 +10,8 @@ SRC = Path(__file__).parents[1] / "src" / "gpubw"
 MAX_PARAMETERS = 7
 #: the most lines a function's body has, its docstring not counted ("about a screen")
 MAX_LINES = 60
+#: the most lines a module has (cut longer ones along the seam their docstring names)
+MAX_MODULE_LINES = 600
 
 
 def _functions() -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
@@ -59,4 +61,16 @@ def test_no_function_takes_more_than_seven_parameters() -> None:
 def test_no_function_is_longer_than_a_screen() -> None:
     """No function in src/gpubw is longer than 60 lines, its docstring aside."""
     long = [f"{name} ({_lines(n)} lines)" for name, n in _functions() if _lines(n) > MAX_LINES]
+    assert long == []
+
+
+def test_no_module_is_longer_than_600_lines() -> None:
+    """No module in src/gpubw has more than 600 lines (issue 34)."""
+    modules = sorted(SRC.rglob("*.py"))
+    assert len(modules) > 100
+    long = [
+        f"{p.relative_to(SRC.parent)} ({n})"
+        for p in modules
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
     assert long == []

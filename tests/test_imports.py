@@ -1,6 +1,7 @@
-"""The import graph of src/gpubw: no circles (imports inside functions count), and the layers
-of docs/architecture.md's table: every module in a listed package, no import from its own
-layer's other packages or above, the page's drawing made from the same table."""
+"""The import graph of src/gpubw: no circles (imports inside functions count), and the edges
+of docs/architecture.md's table: every module in a listed package, every import between
+packages an edge of the table (and every edge used), every edge to a lower layer, the rules
+inside a package kept, the page's drawing made from the same table."""
 
 from __future__ import annotations
 
@@ -123,8 +124,10 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 # -- the layer table (docs/architecture.md) -------------------------------------------------
 
 ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
-#: a row of the layer table: | layer | `package` | its job |
-_ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*`([\w.]+)`\s*\|\s*(.+?)\s*\|\s*$")
+#: a row of the layer table: | layer | `package` | may import | its job |
+_ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*`([\w.]+)`\s*\|([^|]*)\|\s*(.+?)\s*\|\s*$")
+#: a row of the table "Inside a package": | `module` | `never imports` | why |
+_WITHIN_ROW = re.compile(r"^\|\s*`([\w.]+)`\s*\|\s*`([\w.]+)`\s*\|")
 DRAWING_START = (
     "<!-- the drawing: made from the table by `python tests/test_imports.py --write` -->"
 )
@@ -138,8 +141,58 @@ def layer_table() -> dict[str, tuple[int, str]]:
     for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
         found = _ROW.match(line)
         if found:
-            rows[found[2]] = (int(found[1]), found[3])
+            rows[found[2]] = (int(found[1]), found[4])
     return rows
+
+
+@functools.cache
+def edge_table() -> dict[str, frozenset[str]]:
+    """Package -> the packages it may import (the column "may import"; ``model`` stands for
+    ``gpubw.model``, a dash for none)."""
+    rows = {}
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        found = _ROW.match(line)
+        if found:
+            names = re.findall(r"`([\w.]+)`", found[3])
+            rows[found[2]] = frozenset(n if n == "gpubw" else f"gpubw.{n}" for n in names)
+    return rows
+
+
+def package_edges(
+    graph: dict[str, set[str]], table: dict[str, tuple[int, str]]
+) -> dict[str, dict[str, str]]:
+    """Package -> each package it imports -> one import that makes the edge (for messages)."""
+    edges: dict[str, dict[str, str]] = {}
+    for module, targets in sorted(graph.items()):
+        own = package_of(module, table)
+        for target in sorted(targets):
+            theirs = package_of(target, table)
+            if own is not None and theirs is not None and theirs != own:
+                edges.setdefault(own, {}).setdefault(theirs, f"{module} imports {target}")
+    return edges
+
+
+def edge_violations(
+    graph: dict[str, set[str]],
+    table: dict[str, tuple[int, str]],
+    allowed: dict[str, frozenset[str]],
+) -> list[str]:
+    """Every import between packages that is not an edge of the table, and every edge of the
+    table that no import uses."""
+    used = package_edges(graph, table)
+    bad = [
+        f"{why}: {theirs} is not in {own}'s 'may import'"
+        for own, targets in sorted(used.items())
+        for theirs, why in sorted(targets.items())
+        if theirs not in allowed.get(own, frozenset())
+    ]
+    bad += [
+        f"{own} may import {theirs}, but no module of it does: take it out of the table"
+        for own, names in sorted(allowed.items())
+        for theirs in sorted(names)
+        if theirs not in used.get(own, {})
+    ]
+    return bad
 
 
 def package_of(module: str, table: dict[str, tuple[int, str]]) -> str | None:
@@ -189,6 +242,41 @@ def test_no_module_imports_its_own_layer_or_above() -> None:
     assert layer_violations(import_graph(), layer_table()) == []
 
 
+def test_every_import_between_packages_is_an_edge_of_the_table() -> None:
+    """Imports between packages follow the table's "may import" column exactly: none that
+    the column lacks, none of the column unused."""
+    assert edge_violations(import_graph(), layer_table(), edge_table()) == []
+
+
+def test_every_edge_of_the_table_goes_down() -> None:
+    """The "may import" column names only packages of lower layers that the table lists."""
+    table, edges = layer_table(), edge_table()
+    assert set(edges) == set(table)
+    bad = sorted(
+        f"{own} -> {theirs}"
+        for own, names in edges.items()
+        for theirs in names
+        if theirs not in table or table[theirs][0] >= table[own][0]
+    )
+    assert bad == []
+
+
+def test_writers_import_only_the_data_model_and_hardware_facts() -> None:
+    """A writer formats: it never reaches the backend, memory or the measurement."""
+    assert edge_table()["gpubw.writers"] <= {"gpubw.model", "gpubw.hw"}
+
+
+def test_the_edge_check_finds_a_missing_and_an_unused_edge() -> None:
+    """The checker itself reports an import the table lacks and an edge nothing uses."""
+    table = {"gpubw.model": (0, ""), "gpubw.hw": (0, ""), "gpubw.writers": (1, "")}
+    graph = {"gpubw.writers.x": {"gpubw.hw.y"}, "gpubw.hw.y": set()}
+    allowed = {"gpubw.writers": frozenset({"gpubw.model"})}
+    assert edge_violations(graph, table, allowed) == [
+        "gpubw.writers.x imports gpubw.hw.y: gpubw.hw is not in gpubw.writers's 'may import'",
+        "gpubw.writers may import gpubw.model, but no module of it does: take it out of the table",
+    ]
+
+
 def test_the_layer_check_finds_an_upward_import() -> None:
     """The checker itself reports a planted upward and a same-layer import."""
     table = {"gpubw.model": (0, ""), "gpubw.hw": (1, ""), "gpubw.world": (1, "")}
@@ -199,32 +287,46 @@ def test_the_layer_check_finds_an_upward_import() -> None:
     ]
 
 
-#: rules inside one package (the table orders packages; these order modules within one)
-WITHIN = [
-    ("gpubw.memory.buffers", "gpubw.memory.system"),  # buffers get the backend, not the System
-    ("gpubw.memory.shared", "gpubw.memory.system"),
-    ("gpubw.measure.rank_gate", "gpubw.measure.measurement"),  # the protocol uses the gate
-    ("gpubw.world.launch_env", "gpubw"),  # read by the CUDA prestart while the command imports
-    ("gpubw.backend.sim", "gpubw.backend.cuda"),
-]
+@functools.cache
+def within_rules() -> list[tuple[str, str]]:
+    """(module, what it never imports), from docs/architecture.md's "Inside a package"."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    section = text[text.index("## Inside a package") : text.index("## The drawing")]
+    return [(m[1], m[2]) for m in map(_WITHIN_ROW.match, section.splitlines()) if m]
+
+
+def test_the_rules_inside_packages_are_read() -> None:
+    """The doc's "Inside a package" table is found and names modules that exist."""
+    rules, modules = within_rules(), _modules()
+    assert len(rules) >= 5
+    assert [r for r in rules if not any(_under(m, r[0]) for m in modules)] == []
 
 
 def _under(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
-@pytest.mark.parametrize(("lower", "higher"), WITHIN)
-def test_within_a_package(lower: str, higher: str) -> None:
+def test_within_a_package() -> None:
     """A module inside a package never imports the ones it sits below, even in a function."""
-    graph = import_graph()
-    bad = sorted(
+    assert within_violations(import_graph(), within_rules()) == []
+
+
+def within_violations(graph: dict[str, set[str]], rules: list[tuple[str, str]]) -> list[str]:
+    """Every import that breaks a rule (module, what it never imports)."""
+    return sorted(
         f"{m} imports {t}"
+        for lower, higher in rules
         for m, targets in graph.items()
         if _under(m, lower)
         for t in targets
         if _under(t, higher) and not _under(t, lower)
     )
-    assert bad == []
+
+
+def test_the_within_check_finds_a_broken_rule() -> None:
+    """The checker itself reports a planted import against a rule, in a submodule too."""
+    graph = {"p.low.x": {"p.high"}, "p.low": {"p.other"}, "p.high": {"p.low"}}
+    assert within_violations(graph, [("p.low", "p.high")]) == ["p.low.x imports p.high"]
 
 
 def test_only_the_mpi_world_imports_mpi4py() -> None:
