@@ -1,9 +1,13 @@
 """The launch examples of examples/ (Slurm, Kubernetes) as far as a CPU machine can check
-them: the manifests parse and name gpubw's real command line, the Slurm script's ranks are
-seen as an srun launch, and its command runs under mpiexec with srun's variables."""
+them: the manifests parse and name gpubw's real command line, the MPIJob follows the
+Kubeflow MPI Operator's v2beta1 conventions (workers' sshd, a rank per GPU slot of its
+hostfile, a report that outlives the pods), the CronJob is the Job's pod on a schedule, the
+examples install gpubw from a wheel of the checkout, the Slurm script's ranks are seen as an
+srun launch, and its command runs under mpiexec with srun's variables."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -17,7 +21,8 @@ import pytest
 
 from gpubw.cli.accept import check_parser
 from gpubw.cli.args import SUBCOMMANDS, parse_command_line, writer_settings
-from gpubw.runner.registry import Writers
+from gpubw.runner.writer_registry import Writers
+from gpubw.version import __version__
 from gpubw.world import detect_launch
 from gpubw.world.launch_env import devices_to_start
 from test_world import _mpiexec, needs_mpi
@@ -122,21 +127,204 @@ def _containers(node: Any) -> list[dict[str, Any]]:
     return found + [c for k, v in node.items() if k != "containers" for c in _containers(v)]
 
 
+def _gpubw_args(command: list[str]) -> list[str]:
+    """What follows ``gpubw`` in a container's command."""
+    assert "gpubw" in command, command
+    return command[command.index("gpubw") + 1 :]
+
+
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
 def test_manifests_parse_and_run_gpubw(path: Path) -> None:
-    """Each manifest is a Kubernetes object whose container runs gpubw (directly or under
-    mpirun) with a command line gpubw accepts."""
+    """Each manifest is a Kubernetes object whose gpubw command line (the container's own, or
+    the MPIJob launcher's under mpirun) is one gpubw accepts."""
     doc = read_yaml(path.read_text(encoding="utf-8"))
-    assert doc["apiVersion"] and doc["kind"] in {"Job", "MPIJob"} and doc["metadata"]["name"]
-    commands = [c["command"] for c in _containers(doc) if "command" in c]
+    kind = doc["kind"]
+    assert doc["apiVersion"] and kind in {"Job", "CronJob", "MPIJob"} and doc["metadata"]["name"]
+    if kind == "MPIJob":  # the workers run sshd for the launcher's mpirun: checked below
+        commands = [_container(doc, "Launcher")["command"]]
+    else:
+        commands = [c["command"] for c in _containers(doc) if "command" in c]
     assert commands, f"{path.name}: no container command"
     for command in commands:
-        assert "gpubw" in command, command
-        args = command[command.index("gpubw") + 1 :]
+        args = _gpubw_args(command)
         check_gpubw_args(args)
-        if doc["kind"] == "MPIJob":
+        if kind == "MPIJob":
             assert command[0] == "mpirun" and "-p" in args  # the multinode testcases
-    assert len(MANIFESTS) == 2
+    assert [p.name for p in MANIFESTS] == ["cronjob.yaml", "job.yaml", "mpijob.yaml"]
+
+
+# -- the MPIJob, as the Kubeflow MPI Operator's kubeflow.org/v2beta1 runs it: the operator
+# -- makes an ssh key pair (a Secret mounted at sshAuthMountPath, /root/.ssh by default) and
+# -- a hostfile (/etc/mpi/hostfile in the launcher, a line "<worker> slots=<slotsPerWorker>"
+# -- per worker); the launcher's mpirun starts the ranks over ssh, so the workers run sshd
+# -- (its own examples: examples/v2beta1/pi/pi.yaml) -------------------------------------
+
+MPIJOB = EXAMPLES / "kubernetes" / "mpijob.yaml"
+#: the Open MPI mpirun options a launcher may use, as in the operator's Open MPI examples,
+#: and how many values each takes (one dash or two, as Open MPI 4 and 5 take them)
+MPIRUN_OPTIONS = {"allow-run-as-root": 0, "hostfile": 1, "np": 1, "bind-to": 1, "map-by": 1, "x": 1}
+
+
+def _container(doc: dict[str, Any], role: str) -> dict[str, Any]:
+    """The one container of the MPIJob's ``role`` (Launcher, Worker)."""
+    (container,) = doc["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def mpirun_options(command: list[str]) -> dict[str, list[str]]:
+    """The options of ``mpirun ... gpubw ...`` before gpubw, by name without dashes, with
+    their values; AssertionError on one this test does not know."""
+    assert command[0] == "mpirun", command
+    options: dict[str, list[str]] = {}
+    i = 1
+    while command[i] != "gpubw":
+        name = command[i].lstrip("-")
+        assert command[i].startswith("-") and name in MPIRUN_OPTIONS, f"mpirun {command[i]}?"
+        count = MPIRUN_OPTIONS[name]
+        options.setdefault(name, []).extend(command[i + 1 : i + 1 + count])
+        i += 1 + count
+    return options
+
+
+def check_mpijob_workers_serve_ssh(doc: dict[str, Any]) -> None:
+    """Every worker runs sshd in the foreground (-D: the container lives as long as it) and
+    is Ready once port 22 answers, the launcher is made only then (no mpirun before the
+    workers' sshd is up), and the operator mounts its keys in the home of the user mpirun
+    runs as (root: --allow-run-as-root)."""
+    worker = _container(doc, "Worker")
+    command = worker.get("command", []) + worker.get("args", [])
+    assert command and command[0].endswith("/sshd"), f"a worker runs {command}, not sshd"
+    assert any(w.startswith("-") and "D" in w for w in command[1:]), command
+    assert worker["readinessProbe"]["tcpSocket"]["port"] == 22
+    assert doc["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    assert "allow-run-as-root" in mpirun_options(_container(doc, "Launcher")["command"])
+    assert doc["spec"]["sshAuthMountPath"] == "/root/.ssh"
+
+
+def check_mpijob_ranks_fill_the_hostfile(doc: dict[str, Any]) -> None:
+    """mpirun reads the operator's hostfile, starts a rank per slot (-np = workers x
+    slotsPerWorker), a slot is a GPU (slotsPerWorker = a worker's nvidia.com/gpu limit), the
+    ranks are not bound to cores (gpubw places each rank's threads itself) and they get the
+    launcher's PATH and LD_LIBRARY_PATH (a process sshd starts does not have the container's
+    environment: gpubw in a virtual environment would not be found)."""
+    spec = doc["spec"]
+    options = mpirun_options(_container(doc, "Launcher")["command"])
+    assert options.get("hostfile") == ["/etc/mpi/hostfile"], options
+    slots, workers = spec["slotsPerWorker"], spec["mpiReplicaSpecs"]["Worker"]["replicas"]
+    assert slots == _container(doc, "Worker")["resources"]["limits"]["nvidia.com/gpu"]
+    assert options["np"] == [str(workers * slots)], (options["np"], workers, slots)
+    assert options["bind-to"] == ["none"]
+    assert {"PATH", "LD_LIBRARY_PATH"} <= set(options["x"]), options
+
+
+def check_mpijob_report_outlives_the_pods(doc: dict[str, Any]) -> None:
+    """The report lands where it is still there after the job: rank 0's standard output
+    (-o -), which mpirun forwards to the launcher's log, or a file on a volume claim mounted
+    in the workers (rank 0 runs on a worker). Never a worker's own folders or an emptyDir:
+    cleanPodPolicy deletes the workers when the job ends."""
+    ns, _ = parse_command_line(_gpubw_args(_container(doc, "Launcher")["command"]))
+    if ns.output in ("-", "/dev/stdout"):
+        return
+    worker_pod = doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    kept = {v["name"] for v in worker_pod.get("volumes", []) if "persistentVolumeClaim" in v}
+    mounts = _container(doc, "Worker").get("volumeMounts", [])
+    on = [m for m in mounts if str(ns.output).startswith(m["mountPath"].rstrip("/") + "/")]
+    assert on and on[0]["name"] in kept, f"-o {ns.output} is lost with the worker pod"
+
+
+def _mpijob() -> dict[str, Any]:
+    return dict(read_yaml(MPIJOB.read_text(encoding="utf-8")))
+
+
+def test_the_mpijob_workers_serve_the_launchers_ssh() -> None:
+    check_mpijob_workers_serve_ssh(_mpijob())
+
+
+def test_the_mpijob_runs_a_rank_per_gpu_of_the_hostfile() -> None:
+    check_mpijob_ranks_fill_the_hostfile(_mpijob())
+
+
+def test_the_mpijob_report_outlives_the_pods() -> None:
+    check_mpijob_report_outlives_the_pods(_mpijob())
+
+
+def _report_on(volume: dict[str, Any]) -> dict[str, Any]:
+    """The MPIJob with its report written to a file on ``volume``, mounted in the workers."""
+    doc = copy.deepcopy(_mpijob())
+    command = _container(doc, "Launcher")["command"]
+    command[command.index("-o") + 1] = "/results/gpubw-rack.json"
+    pod = doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    pod["volumes"] = [{"name": "results", **volume}]
+    pod["containers"][0]["volumeMounts"] = [{"name": "results", "mountPath": "/results"}]
+    return doc
+
+
+def test_the_report_check_takes_a_claim_and_refuses_an_emptydir() -> None:
+    """A report file on a PersistentVolumeClaim outlives the pods; on an emptyDir, or on no
+    volume at all, it does not."""
+    check_mpijob_report_outlives_the_pods(_report_on({"persistentVolumeClaim": {"claimName": "r"}}))
+    with pytest.raises(AssertionError, match="lost with the worker pod"):
+        check_mpijob_report_outlives_the_pods(_report_on({"emptyDir": {}}))
+    doc = _report_on({"emptyDir": {}})
+    _container(doc, "Launcher")["command"][-1] = "/tmp/gpubw-rack.json"
+    with pytest.raises(AssertionError, match="lost with the worker pod"):
+        check_mpijob_report_outlives_the_pods(doc)
+
+
+# -- the one-node Job and its CronJob ------------------------------------------------------
+
+
+def _pod(doc: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec of a Job or a CronJob."""
+    job = doc["spec"]["jobTemplate"] if doc["kind"] == "CronJob" else doc
+    return dict(job["spec"]["template"]["spec"])
+
+
+def test_the_cronjob_runs_the_jobs_pod_on_a_schedule() -> None:
+    """cronjob.yaml is job.yaml's pod (command, GPUs, textfile folder) as a batch/v1 CronJob
+    with a five-field schedule that never runs two at once."""
+    job = read_yaml((EXAMPLES / "kubernetes" / "job.yaml").read_text(encoding="utf-8"))
+    cron = read_yaml((EXAMPLES / "kubernetes" / "cronjob.yaml").read_text(encoding="utf-8"))
+    assert (cron["apiVersion"], cron["kind"]) == ("batch/v1", "CronJob")
+    assert len(cron["spec"]["schedule"].split()) == 5
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    assert cron["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 0
+    assert _pod(cron) == _pod(job)
+
+
+@pytest.mark.parametrize("name", ["job.yaml", "cronjob.yaml"])
+def test_the_gpu_count_says_it_is_the_nodes(name: str) -> None:
+    """The one-node manifests' nvidia.com/gpu limit is commented: it must be the node's GPU
+    count, since gpubw measures every GPU the pod is given."""
+    lines = (EXAMPLES / "kubernetes" / name).read_text(encoding="utf-8").splitlines()
+    (at,) = [i for i, line in enumerate(lines) if "nvidia.com/gpu:" in line]
+    comment = " ".join(line.strip() for line in lines[at - 3 : at] if line.strip()[:1] == "#")
+    assert "the node's GPU count" in comment and "every GPU" in comment, comment
+
+
+# -- installing: gpubw is not on a package index -------------------------------------------
+
+WHEEL_BUILD = "python3 -m pip wheel --no-deps -w dist ."
+#: the wheel that makes, by the checkout's version
+WHEEL = f"gpubw-{__version__}-py3-none-any.whl"
+INDEX_INSTALL = re.compile(r"pip install\s+['\"]?gpubw(\[|['\"\s]|$)")
+
+
+@pytest.mark.parametrize("path", [*MANIFESTS, SBATCH], ids=lambda p: p.name)
+def test_the_examples_install_gpubw_from_a_wheel_of_the_checkout(path: Path) -> None:
+    """Each example says how to install gpubw where it runs: a wheel built in a checkout,
+    installed with its extras, never pip install 'gpubw[...]' from an index."""
+    text = path.read_text(encoding="utf-8")
+    assert not INDEX_INSTALL.search(text), INDEX_INSTALL.search(text)
+    assert WHEEL_BUILD in text and f'pip install "dist/{WHEEL}[' in text
+
+
+def test_the_readme_installs_gpubw_from_the_checkout_or_its_wheel() -> None:
+    """The README installs gpubw from the checkout or a wheel built from it, never by name
+    from an index, and its image recipe builds the wheel."""
+    text = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
+    assert not INDEX_INSTALL.search(text), INDEX_INSTALL.search(text)
+    assert WHEEL_BUILD in text
 
 
 def sbatch_commands() -> list[list[str]]:
