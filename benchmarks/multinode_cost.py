@@ -3,7 +3,7 @@
     mpirun -np 2 python3 benchmarks/multinode_cost.py OUTDIR [--poll-max-us U] [gpubw options ...]
 
 Runs ``gpubw [gpubw options]`` in every rank, in this process, with timers around the parts
-of a multinode testcase: each cell a rank takes part in (its ``_measure_own_pairs``: a rank
+of a multinode testcase: each cell a rank takes part in (``series.measure_own_pairs``: a rank
 outside a cell takes no part in it), each collective of the world or of a group of ranks
 (barrier, bcast, gather, allgather, allreduce, agree, the groups' allgather and agree: every
 one goes through ``World._run``; those between two cells are the series' hand-overs),
@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpubw.cli import main as gpubw_main
-from gpubw.measure import measurement
+from gpubw.measure import series
 from gpubw.memory import shared
 from gpubw.runner import core
 from gpubw.world import base
@@ -127,8 +127,7 @@ def _wrap_one(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 def _install() -> None:
     base.World._run = _wrap_run(base.World._run)  # type: ignore[method-assign]
-    op = measurement.MemcpyOperation
-    op._measure_own_pairs = _wrap_measure(op._measure_own_pairs)  # type: ignore[method-assign]
+    series.measure_own_pairs = _wrap_measure(series.measure_own_pairs)
     for name in ("create", "create_all"):  # one owner's, every owner's at once
         create = getattr(shared.SharedBuffer, name).__func__
         setattr(shared.SharedBuffer, name, classmethod(_timed_create(create)))

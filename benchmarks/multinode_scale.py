@@ -24,9 +24,8 @@ import time
 import attrs
 
 from gpubw import api
-from gpubw.backend.presets import GB200_PER_HOST, gb200_device, gb200_racks, gb200nvl72
-from gpubw.backend.sim import SimSystem
-from gpubw.backend.sim.model import iter_pairs
+from gpubw.backend.sim.model import SimSystem, iter_pairs
+from gpubw.backend.sim.presets import GB200_PER_HOST, gb200_device, gb200_racks, gb200nvl72
 from gpubw.measure.sampling import parse_sample_pairs
 from gpubw.model.options import RunOptions
 from gpubw.runner import core as runner

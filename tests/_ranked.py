@@ -13,15 +13,16 @@ from typing import Any
 
 import attrs
 
-from gpubw import api
-from gpubw.backend.presets import load_system
-from gpubw.backend.sim import SimEngine, SimSystem
+from gpubw.backend.sim.backend import SimEngine
 from gpubw.backend.sim.faults import Faults
+from gpubw.backend.sim.model import SimSystem
+from gpubw.backend.sim.presets import load_system
 from gpubw.memory.system import System
 from gpubw.model.options import RunOptions
 from gpubw.model.results import Report
 from gpubw.runner import core as runner
 from gpubw.runner.simulation import Simulation
+from gpubw.runner.spec import RunSpec, select
 from gpubw.world import World
 from gpubw.world.simulated import RankOutcome, SimulatedCluster
 
@@ -63,9 +64,9 @@ def ranked_report(
     timeout_s: float | None = None,
 ) -> Report:
     """Rank 0's Report of running the selection on every simulated rank."""
-    selection, warnings = api.select(list(testcases), list(prefixes))
+    selection, warnings = select(list(testcases), list(prefixes))
     system = model(preset) if isinstance(preset, str) else preset
     simulation = Simulation(system.name, system, ranks=tuple(hosts))
     if timeout_s is not None:  # the ranks' bound is the run's --world-timeout
         options = attrs.evolve(options, world_timeout_s=timeout_s)
-    return runner.run(runner.RunSpec(selection, options, simulation=simulation, warnings=warnings))
+    return runner.run(RunSpec(selection, options, simulation=simulation, warnings=warnings))

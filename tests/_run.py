@@ -10,6 +10,7 @@ from gpubw.model.events import Finished, RunListener
 from gpubw.model.options import RunOptions
 from gpubw.model.results import Report
 from gpubw.runner import core as runner
+from gpubw.runner.spec import RunSpec
 from gpubw.world import World
 
 
@@ -44,7 +45,7 @@ def run(
         extra.append(runner.ProgressListener(progress))
     if partial is not None:
         extra.append(Partial(partial))
-    spec = runner.RunSpec(
+    spec = RunSpec(
         selection, options or RunOptions(), open_system=opener, listeners=extra, **fields
     )
     return runner.run(spec)

@@ -8,8 +8,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from hypothesis import settings
 
-from gpubw.backend.presets import load_system
-from gpubw.backend.sim import Faults, SimSystem, SimulatedBackend
+from gpubw.backend.sim.backend import SimulatedBackend
+from gpubw.backend.sim.faults import Faults
+from gpubw.backend.sim.model import SimSystem
+from gpubw.backend.sim.presets import load_system
 from gpubw.memory.system import System
 from gpubw.model.options import RunOptions
 

@@ -32,7 +32,7 @@ if FAULT == "early":  # be the command itself: its start-up signal handling (cli
 
 from gpubw.cli import command as cli
 from gpubw.measure.measurement import MemcpyOperation
-from gpubw.memory import shared
+from gpubw.memory import sharing
 from gpubw.model.errors import GpubwError
 from gpubw.testcases import multinode
 
@@ -111,7 +111,7 @@ if __name__ == "__main__":
         sys.exit(cli.main())
     if FAULT == "devices":
         from gpubw.backend.cuda import CudaBackend
-        from gpubw.backend.sim import SimulatedBackend
+        from gpubw.backend.sim.backend import SimulatedBackend
 
         for cls in (CudaBackend, SimulatedBackend):
             for name, position in CONTEXT_CALLS:
@@ -127,5 +127,5 @@ if __name__ == "__main__":
     if FAULT == "hang":
         multinode.MultinodeBidirectionalReadCE.run = hang  # type: ignore[method-assign]
     if FAULT == "fdhang" and RANK == 1:
-        shared.receive_fd = stall_receive
+        sharing.receive_fd = stall_receive
     sys.exit(cli.main(sys.argv[1:]))

@@ -13,12 +13,13 @@ from _cli import run_cli
 from gpubw.acceptance import node as acceptance
 from gpubw.acceptance.expect import Verdict, evaluate
 from gpubw.backend.base import meminfo_huge_pages
-from gpubw.backend.presets import load_system, system_from_dict
-from gpubw.backend.sim import SimulatedBackend
+from gpubw.backend.sim.backend import SimulatedBackend
 from gpubw.backend.sim.facts import link_factor
+from gpubw.backend.sim.presets import load_system, system_from_dict
 from gpubw.model.errors import UsageError
 from gpubw.model.options import EXIT_BELOW_EXPECTATION, RunOptions, exit_status
-from gpubw.model.report_io import dumps, report_from_dict, validate
+from gpubw.model.report_check import validate
+from gpubw.model.report_io import dumps, report_from_dict
 from gpubw.model.results import Report
 
 H2D = "host_to_device_memcpy_ce"
@@ -401,7 +402,7 @@ def test_own_process_is_not_a_warning(monkeypatch):
     """gpubw's own pid among NVML's processes is not another program."""
     model = attrs.evolve(load_system("h200x2"), other_processes={"0": (1234,)})
     monkeypatch.setattr(acceptance, "process_ids", lambda: frozenset({1234}))
-    from gpubw.backend.sim import SimulatedBackend
+    from gpubw.backend.sim.backend import SimulatedBackend
     from gpubw.memory.system import System
 
     watch = acceptance.RunWatch()
@@ -414,7 +415,7 @@ def test_the_runs_other_ranks_are_not_a_warning() -> None:
     """The pids of the run's other ranks on this host (the world's host_pids) among NVML's
     processes are the run itself, not another program; a stranger still is."""
     model = attrs.evolve(load_system("h200x2"), other_processes={"0": (5678, 91)})
-    from gpubw.backend.sim import SimulatedBackend
+    from gpubw.backend.sim.backend import SimulatedBackend
     from gpubw.memory.system import System
     from gpubw.world import SingleWorld
 
@@ -432,7 +433,7 @@ def test_a_process_seen_only_during_a_testcase_is_said_so() -> None:
     """The sampler's sighting reads "pid N, during X" (a call on the H200 printed "at the
     during X")."""
     model = attrs.evolve(load_system("h200x2"), other_processes={"0": (91,)})
-    from gpubw.backend.sim import SimulatedBackend
+    from gpubw.backend.sim.backend import SimulatedBackend
     from gpubw.memory.system import System
 
     watch = acceptance.RunWatch()
@@ -534,7 +535,7 @@ def test_streamed_text_has_verdicts_after_each_matrix(capsys, tmp_path):
 def test_end_facts_are_read_as_the_system_closes(monkeypatch):
     """The end-of-run facts are read first thing in System.close, while the backend (and its
     NVML session) is still open, and finish() uses them without asking again."""
-    from gpubw.backend.sim import SimulatedBackend
+    from gpubw.backend.sim.backend import SimulatedBackend
     from gpubw.memory.system import System
 
     backend = SimulatedBackend(load_system("h200x2"))

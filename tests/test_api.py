@@ -63,6 +63,64 @@ def test_run_matches_the_cli(capsys, tmp_path):
     assert json.loads(gpubw.report_to_json(report)) == api  # to_json validates against the schema
 
 
+def test_the_command_and_the_api_build_one_spec(capsys, monkeypatch):
+    """The same options, given as a command line and as gpubw.run's arguments, build the
+    same RunSpec (gpubw.runner.spec.build_spec): selection, options, simulation, warnings;
+    only what the command line alone records (format, argv) and how it runs (its listeners,
+    its signal handling) differ."""
+    from gpubw.runner import core
+
+    specs: list[Any] = []
+    real = core.run
+
+    def keep(spec: Any, world: Any = None) -> Any:
+        specs.append(spec)
+        return real(spec, world)
+
+    monkeypatch.setattr(core, "run", keep)
+    argv = ["-t", "device_local_copy", "0", "-b", "64MiB", "-i", "3", "--loop-count", "2"]
+    argv += ["--simulate", PRESET, "--sample-pairs", "0.5", "--seed", "7", "-m", "-j", "-q"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    gpubw.run(
+        ["device_local_copy", 0],
+        sizes=["64MiB"],
+        simulate=PRESET,
+        samples=3,
+        loops=2,
+        sample_pairs=0.5,
+        seed=7,
+        statistic="mean",
+    )
+    command, api = specs
+    chosen = [[(e.key, e.index, e.plugin, e.cls) for e in s.selection] for s in specs]
+    assert chosen[0] == chosen[1] and len(chosen[0]) == 2
+    for field in ("options", "warnings", "stop_on_error", "capture_output", "name"):
+        assert getattr(command, field) == getattr(api, field), field
+    sims = [(s.simulation.name, s.simulation.model.name, s.simulation.hosts) for s in specs]
+    assert sims[0] == sims[1] == (PRESET, PRESET, None)  # (the model is the run's own copy)
+    assert command.options.buffer_sizes == (64 * MIB,) and command.options.samples == 3
+    assert command.selection[0].key == "device_local_copy"
+    for field in ("testcase", "testcase_prefixes", "simulate", "output", "perf_formatter"):
+        assert getattr(command.invocation, field) == getattr(api.invocation, field), field
+    assert (command.invocation.format, api.invocation.format) == ("json", None)
+    assert command.invocation.argv == tuple(argv) and api.invocation.argv == ()
+    assert command.handle_signals and not api.handle_signals and not api.listeners
+
+
+def test_run_prints_nothing_and_keeps_its_notes_in_the_report(capfd):
+    """gpubw.run prints nothing, not even a note: a --sample-pairs fraction raised to N cells
+    is a warning of the report (the command also says it on standard error)."""
+    report = gpubw.run(["device_local_copy"], sizes=[MIB], simulate=PRESET, sample_pairs=0.01)
+    assert capfd.readouterr() == ("", "")
+    note = "--sample-pairs 0.01 is 1 of 2 cells, raised to 2 (every device once as source and "
+    assert [w for w in report.warnings if w.startswith("--sample-pairs")] == [note + "destination)"]
+    argv = ["-t", "device_local_copy", "-b", "1", "--simulate", PRESET, "--sample-pairs", "0.01"]
+    assert cli.main([*argv, "-j", "-q"]) == 0
+    out, err = capfd.readouterr()
+    assert err == f"gpubw: {note}destination)\n"
+    assert note + "destination)" in json.loads(out)["warnings"]
+
+
 def test_waived_and_errors_are_entries_not_exceptions(tmp_path):
     """A Waived testcase and a plugin's Error are entries of the report; the others pass."""
     with installed(tmp_path / "site", GOOD):

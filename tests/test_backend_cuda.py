@@ -17,10 +17,10 @@ import pytest
 from cuda.bindings import driver as real_cu
 
 from gpubw.backend import cuda as cuda_backend
+from gpubw.backend import cuda_host
 from gpubw.backend.base import i32, ptr, u32, u64
-from gpubw.backend.cuda import (
-    CudaBackend,
-    _check,
+from gpubw.backend.cuda import CudaBackend, _check
+from gpubw.backend.cuda_support import (
     driver_version_string,
     format_uuid,
     pack_kernel_args,
@@ -454,8 +454,8 @@ def test_the_real_prestart_prepares_kernels_beside_and_settle_waits(
     compute capabilities and driver version read right after cuInit), then makes the two
     verification patterns; kernels_ready() waits for the kernels only (the patterns are
     needed later, at the first fill), settle() for everything, so nothing is left."""
-    from gpubw.backend import cuda_start
-    from gpubw.kernels import cache, patterns
+    from gpubw.backend import cuda_start, nvrtc
+    from gpubw.kernels import patterns
     from gpubw.kernels.modules import GPUBW
     from gpubw.kernels.patterns import DST_SEED, SRC_SEED
 
@@ -479,12 +479,12 @@ def test_the_real_prestart_prepares_kernels_beside_and_settle_waits(
         return (13, 0)
 
     def compile_(cc: Any, version: Any, *, source_text: str, name: str) -> tuple[bytes, Any]:
-        assert source_text == GPUBW.source and name == cache.SOURCE_NAME
+        assert source_text == GPUBW.source and name == nvrtc.SOURCE_NAME
         seen.append((threading.current_thread().name, (cc, version)))
         return b"cubin", None
 
-    monkeypatch.setattr(cache, "nvrtc_version", slow_version)
-    monkeypatch.setattr(cache, "load_or_compile", compile_)
+    monkeypatch.setattr(nvrtc, "nvrtc_version", slow_version)
+    monkeypatch.setattr(nvrtc, "load_or_compile", compile_)
     go_on = threading.Event()
 
     def slow_pattern(seed: int) -> None:
@@ -508,8 +508,8 @@ def test_the_real_prestart_prepares_kernels_beside_and_settle_waits(
 def test_a_command_ending_without_a_run_compiles_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """settle() on a prestart nobody adopted (a refused command line) also stops the kernel
     helper before it compiles: the command does not wait for a compile it will not use."""
-    from gpubw.backend import cuda_start
-    from gpubw.kernels import cache, patterns
+    from gpubw.backend import cuda_start, nvrtc
+    from gpubw.kernels import patterns
 
     driver = FakeDriver()
     monkeypatch.setattr(
@@ -517,8 +517,8 @@ def test_a_command_ending_without_a_run_compiles_nothing(monkeypatch: pytest.Mon
     )
     monkeypatch.setattr(cuda_start, "_driver_module", lambda: driver)
     compiled: list[Any] = []
-    monkeypatch.setattr(cache, "nvrtc_version", lambda: time.sleep(0.3) or (13, 0))
-    monkeypatch.setattr(cache, "load_or_compile", lambda *a, **k: compiled.append(a))
+    monkeypatch.setattr(nvrtc, "nvrtc_version", lambda: time.sleep(0.3) or (13, 0))
+    monkeypatch.setattr(nvrtc, "load_or_compile", lambda *a, **k: compiled.append(a))
     monkeypatch.setattr(patterns, "pattern_bytes", compiled.append)
     assert cuda_start.prestart()
     assert cuda_start.settle() == []
@@ -530,8 +530,8 @@ def test_a_command_ending_during_the_compile_makes_no_patterns(
 ) -> None:
     """settle() while the kernel helper compiles: once that compile returns, the helper
     stops (no patterns, nothing more) and settle() returns."""
-    from gpubw.backend import cuda_start
-    from gpubw.kernels import cache, patterns
+    from gpubw.backend import cuda_start, nvrtc
+    from gpubw.kernels import patterns
 
     driver = FakeDriver()
     monkeypatch.setattr(
@@ -546,8 +546,8 @@ def test_a_command_ending_during_the_compile_makes_no_patterns(
         assert go_on.wait(10)
         made.append(args)
 
-    monkeypatch.setattr(cache, "nvrtc_version", lambda: (13, 0))
-    monkeypatch.setattr(cache, "load_or_compile", compile_)
+    monkeypatch.setattr(nvrtc, "nvrtc_version", lambda: (13, 0))
+    monkeypatch.setattr(nvrtc, "load_or_compile", compile_)
     monkeypatch.setattr(patterns, "pattern_bytes", made.append)
     assert cuda_start.prestart()
     assert compiling.wait(10)
@@ -790,17 +790,17 @@ def test_compile_load_and_launch(
     backend: CudaBackend, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Kernels compile once per cache (a second backend compiles nothing); a copy kernel copies."""
-    from gpubw.kernels import cache as kcache
+    from gpubw.backend import nvrtc
 
     monkeypatch.setenv("GPUBW_CACHE_DIR", str(tmp_path))
     compiles: list[str] = []
-    real = kcache.compile_source
+    real = nvrtc.compile_source
 
-    def counting(text: str, target: Any, name: str = kcache.SOURCE_NAME) -> bytes:
+    def counting(text: str, target: Any, name: str = nvrtc.SOURCE_NAME) -> bytes:
         compiles.append(name)
         return real(text, target, name)
 
-    monkeypatch.setattr(kcache, "compile_source", counting)
+    monkeypatch.setattr(nvrtc, "compile_source", counting)
     backend.load_kernels(0)
     assert compiles
     first = len(compiles)
@@ -1091,7 +1091,7 @@ def test_huge_page_host_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
     dropped here: this machine need not have huge pages; the flags are the only difference.)"""
     driver = HugePageDriver()
     monkeypatch.setattr(cuda_backend, "cu", driver)
-    monkeypatch.setattr(cuda_backend, "HUGE_MMAP_FLAGS", 0x02 | 0x20)
+    monkeypatch.setattr(cuda_host, "HUGE_MMAP_FLAGS", 0x02 | 0x20)
     backend = CudaBackend()
     monkeypatch.setattr(backend, "huge_pages", lambda: (2 << 20, 8))
     backend.enable_host_huge_pages(3 << 20)

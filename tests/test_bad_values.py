@@ -18,13 +18,13 @@ import pytest
 
 import gpubw
 from _cli import run_cli, usage_error
-from gpubw.backend.presets import load_system, system_from_dict
+from gpubw.backend.sim.presets import load_system, system_from_dict
 from gpubw.cli import listing
 from gpubw.model.console import printable
 from gpubw.model.errors import UsageError
 from gpubw.model.options import RunOptions
 from gpubw.model.outfile import OutputTarget
-from gpubw.model.report_io import validate
+from gpubw.model.report_check import validate
 from gpubw.runner import capture
 from gpubw.runner import core as runner
 from gpubw.runner.capture import OutputCapture

@@ -21,7 +21,7 @@ import pytest
 from gpubw.cli import command as cli
 from gpubw.cli.live import LiveOutput, Output
 from gpubw.model import console
-from gpubw.model.report_io import validate
+from gpubw.model.report_check import validate
 
 RUN = ["--simulate", "h200x1", "-t", "0", "host_to_device_memcpy_sm", "-b", "1", "-i", "1"]
 RUN += ["--loop-count", "1"]

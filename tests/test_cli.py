@@ -17,8 +17,10 @@ import pytest
 from _cli import run_cli
 from _plugin_fixtures import BROKEN, GOOD, copy_fixtures, installed, subprocess_env
 from gpubw.cli import command as cli
+from gpubw.cli.args import build_parser
 from gpubw.model import schemas
-from gpubw.runner.registry import BUILTIN_ORDER, Writers
+from gpubw.runner.registry import BUILTIN_ORDER
+from gpubw.runner.writer_registry import Writers
 from gpubw.writers import Writer
 
 PRESET = "h200x2"
@@ -275,7 +277,7 @@ def test_numbers_have_upper_bounds(capsys, option, value, bound):
 )  # fmt: skip
 def test_upper_bounds_are_inclusive(option, value, dest):
     """The bound itself is accepted."""
-    ns = cli.build_parser().parse_args([option, value])
+    ns = build_parser().parse_args([option, value])
     assert getattr(ns, dest) == float(value)
 
 
@@ -360,11 +362,11 @@ def test_list_refuses_options_that_do_not_apply(capsys, tmp_path, argv, flag):
 
 # -- plot routing -------------------------------------------------------------------------
 def test_plot_is_routed_to_gpubw_plot(capsys, monkeypatch):
-    """'gpubw plot ARGS' hands ARGS to gpubw.tools.plot.main and returns its code."""
-    import gpubw.tools.plot
+    """'gpubw plot ARGS' hands ARGS to gpubw.cli.plot.main and returns its code."""
+    import gpubw.cli.plot
 
     seen = []
-    monkeypatch.setattr(gpubw.tools.plot, "main", lambda argv: seen.append(argv) or 0)
+    monkeypatch.setattr(gpubw.cli.plot, "main", lambda argv: seen.append(argv) or 0)
     code, _, _ = run_cli(capsys, "plot", "r.json", "-o", "r.png")
     assert code == 0 and seen == [["r.json", "-o", "r.png"]]
 

@@ -335,11 +335,11 @@ def test_cell_noise_is_sample_stdev_and_cv():
     """stdev is the sample standard deviation, CV = stdev / mean; one sample has no spread."""
     samples = [[(10.0, 12.0, 14.0), (5.0,)]]
     m = host_matrix([12.0, 5.0], samples=samples)
-    ((a, b),) = expect.cell_noise(m)
+    ((a, b),) = m.cell_stats()
     assert a.n == 3 and a.stdev == pytest.approx(statistics.stdev([10, 12, 14]))
     assert a.cv == pytest.approx(2 / 12)
     assert b.n == 1 and b.stdev is None and b.cv is None
-    assert expect.cell_noise(host_matrix([1.0])) == ()
+    assert host_matrix([1.0]).cell_stats() == ()
 
 
 def test_noisy_cell_is_a_warning_not_a_failure():

@@ -29,14 +29,17 @@ from _plugin_fixtures import BROKEN, BROKEN_DIST, GOOD, copy_fixtures, installed
 from _run import run as run_with
 from gpubw import DeviceBuffer, HostBuffer, RunOptions, System
 from gpubw.backend.base import Backend
-from gpubw.backend.presets import load_system, system_from_dict
-from gpubw.backend.sim import Faults, SimulatedBackend
+from gpubw.backend.sim.backend import SimulatedBackend
+from gpubw.backend.sim.faults import Faults
+from gpubw.backend.sim.presets import load_system, system_from_dict
 from gpubw.cli import command as cli
 from gpubw.model.errors import UsageError
-from gpubw.model.report_io import load_report, validate
+from gpubw.model.report_check import validate
+from gpubw.model.report_io import load_report
 from gpubw.model.results import Status
 from gpubw.runner import core as runner
-from gpubw.runner.registry import Entry, Registry, Writers
+from gpubw.runner.registry import Entry, Registry
+from gpubw.runner.writer_registry import Writers
 
 MIB = 1 << 20
 PRESET = "h200x2"

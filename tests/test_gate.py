@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import SimSystemFactory
-from gpubw.backend.sim import Faults, SimulatedBackend
+from gpubw.backend.sim.backend import SimulatedBackend
+from gpubw.backend.sim.faults import Faults
 from gpubw.memory.buffers import DeviceBuffer, HostBuffer
 from gpubw.memory.gate import Gate
 from gpubw.model.errors import GateTimeoutError

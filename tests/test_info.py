@@ -10,6 +10,7 @@ import pytest
 from _cli import run_cli
 from gpubw.acceptance import node as acceptance
 from gpubw.api import open_system
+from gpubw.cli.accept import info_lines
 from gpubw.model.errors import NoDriverError
 
 
@@ -86,7 +87,7 @@ def test_info_without_nvml_still_lists_devices(monkeypatch):
     with open_system("h200x2") as system:
         monkeypatch.setattr(system.backend, "node_facts", lambda: NodeFacts(False, "no pynvml"))
         node = acceptance.info(system)
-    lines = acceptance.info_lines(node)
+    lines = info_lines(node)
     assert "NVML: not available (no pynvml)" in lines
     assert node.links[(0, 1)] == "PCIe"  # peer access, link type unknown without NVML
     assert all("nvml" not in d for d in node.devices)

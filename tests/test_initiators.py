@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import MIB, SimSystemFactory
-from gpubw.backend.presets import load_system
+from gpubw.backend.sim.presets import load_system
 from gpubw.kernels.patterns import SRC_SEED
 from gpubw.measure.initiators import (
     CE,

@@ -32,6 +32,7 @@ from gpubw.api import system_opener
 from gpubw.cli.command import main
 from gpubw.model.report_io import dumps, load_report
 from gpubw.runner.registry import Entry
+from gpubw.runner.spec import select
 
 #: the exit codes gpubw documents (cli module docstring, gpubw -h; 3: below expectation)
 EXIT_CODES = {0, 1, 2, 3, 130, 143}
@@ -273,7 +274,7 @@ def test_any_plugin_result_keeps_the_report_valid(result: Any) -> None:
             return result
 
     cls = type("Random", (Random,), {"key": "random"})
-    selection = [Entry(0, "random", "tests", cls=cls), *gpubw.api.select(["0"])[0]]
+    selection = [Entry(0, "random", "tests", cls=cls), *select(["0"])[0]]
     options = RunOptions(samples=1, loops=1, buffer_sizes=[1 << 20])
     report = run(system_opener("h200x1"), selection, options)
     doc = json.loads(dumps(report))  # dumps validates against the schema

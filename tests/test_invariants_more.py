@@ -22,7 +22,8 @@ import gpubw
 from _ranked import ranked_report
 from gpubw.model.errors import GpubwError
 from gpubw.model.options import RunOptions
-from gpubw.model.report_io import report_to_dict, validate
+from gpubw.model.report_check import validate
+from gpubw.model.report_io import report_to_dict
 from gpubw.runner.registry import Registry
 from gpubw.testcases import MULTINODE
 

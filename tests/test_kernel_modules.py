@@ -163,12 +163,12 @@ def test_module_spec_lookup() -> None:
 
 def test_nvrtc_compiles_a_plugin_module_for_sm90() -> None:
     """NVRTC compiles a plugin module's source to an sm_90 cubin (skipped without NVRTC)."""
-    cache = pytest.importorskip("gpubw.kernels.cache")
+    nvrtc = pytest.importorskip("gpubw.backend.nvrtc")
     try:
-        cache.nvrtc_version()
+        nvrtc.nvrtc_version()
     except gpubw.GpubwError as exc:
         pytest.skip(f"NVRTC is not available: {exc}")
-    image = cache.compile_source(TWICE_SRC, cache.Target("cubin", "sm_90"), "kmtest.cu")
+    image = nvrtc.compile_source(TWICE_SRC, nvrtc.Target("cubin", "sm_90"), "kmtest.cu")
     assert image[:4] == b"\x7fELF"
 
 
@@ -186,7 +186,7 @@ def sim_twice_data(launch: Any, buf: int, n: int) -> None:
 
 
 def _simulated(preset: str = "h200x1") -> Any:
-    presets = pytest.importorskip("gpubw.backend.presets")
+    presets = pytest.importorskip("gpubw.backend.sim.presets")
     return presets.from_preset(preset)
 
 

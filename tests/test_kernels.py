@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gpubw.backend import nvrtc as compiler
 from gpubw.kernels import KERNELS, PATTERN_WORDS, source
 from gpubw.kernels import cache as kcache
 from gpubw.model.errors import KernelCompileError
@@ -29,7 +30,7 @@ C_TYPES = {
 
 def _nvrtc_works() -> bool:
     try:
-        kcache.nvrtc_version()
+        compiler.nvrtc_version()
     except KernelCompileError:
         return False
     return True
@@ -73,7 +74,9 @@ def kernel_signatures(text: str) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def cubins() -> dict[str, bytes]:
-    return {arch: kcache.compile_source(source(), kcache.Target("cubin", arch)) for arch in ARCHS}
+    return {
+        arch: compiler.compile_source(source(), compiler.Target("cubin", arch)) for arch in ARCHS
+    }
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -108,7 +111,7 @@ def test_copy_kernels_do_not_spill(arch: str) -> None:
         arch=arch,
         std="c++17",
         ptxas_options=["-v"],
-        define_macro=list(kcache.compile_options()),
+        define_macro=list(compiler.compile_options()),
     )
     Program(source(), "c++", options).compile("cubin", logs=logs)
     text = logs.getvalue()
@@ -133,14 +136,14 @@ def test_flat_copy_moves_one_element_per_thread() -> None:
 
 def test_pattern_length_is_passed_to_the_compiler() -> None:
     """The pattern length the kernels use comes from gpubw.kernels.PATTERN_WORDS."""
-    assert dict(kcache.compile_options())["GPUBW_PATTERN_WORDS"] == f"{PATTERN_WORDS}ULL"
+    assert dict(compiler.compile_options())["GPUBW_PATTERN_WORDS"] == f"{PATTERN_WORDS}ULL"
 
 
 def test_compile_error_carries_the_log() -> None:
     """A source NVRTC rejects raises KernelCompileError with the compiler's message."""
     bad = 'extern "C" __global__ void broken(int *p) { p[0] = undefined_name; }'
     with pytest.raises(KernelCompileError, match="undefined_name"):
-        kcache.compile_source(bad, kcache.Target("cubin", "sm_90"), "broken.cu")
+        compiler.compile_source(bad, compiler.Target("cubin", "sm_90"), "broken.cu")
 
 
 def test_cache_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -160,47 +163,47 @@ def counted_compiles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[st
     """Route the cache to a temporary directory and count real NVRTC compiles."""
     monkeypatch.setenv("GPUBW_CACHE_DIR", str(tmp_path / "cache"))
     calls: list[str] = []
-    real = kcache.compile_source
+    real = compiler.compile_source
 
-    def counting(text: str, target: kcache.Target, name: str = kcache.SOURCE_NAME) -> bytes:
+    def counting(text: str, target: compiler.Target, name: str = compiler.SOURCE_NAME) -> bytes:
         calls.append(target.arch)
         return real(text, target, name)
 
-    monkeypatch.setattr(kcache, "compile_source", counting)
+    monkeypatch.setattr(compiler, "compile_source", counting)
     return calls
 
 
 def test_cache_stores_and_reuses(counted_compiles: list[str], tmp_path: Path) -> None:
     """The first load compiles and stores; a second load (a second run) compiles nothing."""
-    first, target = kcache.load_or_compile((9, 0), 13000)
-    assert target == kcache.Target("cubin", "sm_90")
+    first, target = compiler.load_or_compile((9, 0), 13000)
+    assert target == compiler.Target("cubin", "sm_90")
     assert counted_compiles == ["sm_90"]
     assert len(list((tmp_path / "cache").glob("*.bin"))) == 1
-    second, _ = kcache.load_or_compile((9, 0), 13000)
+    second, _ = compiler.load_or_compile((9, 0), 13000)
     assert second == first
     assert counted_compiles == ["sm_90"]
 
 
 def test_cache_key_covers_arch_and_driver(counted_compiles: list[str]) -> None:
     """Another architecture or driver version is another entry (compiled again)."""
-    kcache.load_or_compile((9, 0), 13000)
-    kcache.load_or_compile((8, 0), 13000)
-    kcache.load_or_compile((9, 0), 12080)
+    compiler.load_or_compile((9, 0), 13000)
+    compiler.load_or_compile((8, 0), 13000)
+    compiler.load_or_compile((9, 0), 12080)
     assert counted_compiles == ["sm_90", "sm_80", "sm_90"]
 
 
 def test_corrupt_entry_is_recompiled(counted_compiles: list[str], tmp_path: Path) -> None:
     """A damaged cache entry is ignored and replaced by a fresh compile."""
-    good, _ = kcache.load_or_compile((9, 0), 13000)
+    good, _ = compiler.load_or_compile((9, 0), 13000)
     (entry,) = (tmp_path / "cache").glob("*.bin")
     blob = bytearray(entry.read_bytes())
     blob[-100] ^= 0xFF
     entry.write_bytes(bytes(blob))
-    again, _ = kcache.load_or_compile((9, 0), 13000)
+    again, _ = compiler.load_or_compile((9, 0), 13000)
     assert again == good
     assert len(counted_compiles) == 2
     entry.write_bytes(b"")  # truncated
-    assert kcache.load_or_compile((9, 0), 13000)[0] == good
+    assert compiler.load_or_compile((9, 0), 13000)[0] == good
     assert len(counted_compiles) == 3
 
 
@@ -210,22 +213,22 @@ def test_unwritable_cache_is_not_an_error(monkeypatch: pytest.MonkeyPatch, tmp_p
     blocker.write_text("not a directory")
     monkeypatch.setenv("GPUBW_CACHE_DIR", str(blocker / "kernels"))
     compiles: list[Any] = []
-    compile_source = kcache.compile_source
+    compile_source = compiler.compile_source
     monkeypatch.setattr(
-        kcache, "compile_source", lambda *a: compiles.append(a) or compile_source(*a)
+        compiler, "compile_source", lambda *a: compiles.append(a) or compile_source(*a)
     )
-    image, _ = kcache.load_or_compile((8, 0), 13000)
+    image, _ = compiler.load_or_compile((8, 0), 13000)
     assert image[:4] == b"\x7fELF"
     assert list(tmp_path.iterdir()) == [blocker]
     # a second load in this process (the backend after the command's kernel helper) finds
     # the binary the first could not store: compiled once
-    assert kcache.load_or_compile((8, 0), 13000)[0] == image and len(compiles) == 1
+    assert compiler.load_or_compile((8, 0), 13000)[0] == image and len(compiles) == 1
 
 
 def test_unknown_architecture_falls_back_to_ptx(monkeypatch: pytest.MonkeyPatch) -> None:
     """A device newer than NVRTC knows gets PTX for the newest architecture NVRTC supports."""
-    monkeypatch.setattr(kcache, "nvrtc_supported_archs", lambda: (80, 90, 100))
-    assert kcache.choose_target((9, 0)) == kcache.Target("cubin", "sm_90")
-    assert kcache.choose_target((12, 1)) == kcache.Target("ptx", "compute_100")
+    monkeypatch.setattr(compiler, "nvrtc_supported_archs", lambda: (80, 90, 100))
+    assert compiler.choose_target((9, 0)) == compiler.Target("cubin", "sm_90")
+    assert compiler.choose_target((12, 1)) == compiler.Target("ptx", "compute_100")
     with pytest.raises(KernelCompileError):
-        kcache.choose_target((7, 0))
+        compiler.choose_target((7, 0))

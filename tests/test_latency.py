@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from conftest import SimSystemFactory
-from gpubw.backend.sim import SimulatedBackend
+from gpubw.backend.sim.backend import SimulatedBackend
 from gpubw.measure.latency import (
     RING_BYTES,
     pointer_chase,

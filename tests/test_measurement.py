@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from conftest import MIB, SimSystemFactory
-from gpubw.backend.sim import Faults, SimulatedBackend
+from gpubw.backend.sim.backend import SimulatedBackend
+from gpubw.backend.sim.faults import Faults
 from gpubw.kernels.patterns import DST_SEED, SRC_SEED
 from gpubw.measure.initiators import CE, SM, SPLIT_WARP, Initiator
 from gpubw.measure.measurement import (
@@ -19,11 +20,11 @@ from gpubw.measure.measurement import (
     LocalSync,
     MemcpyOperation,
     Prefer,
-    RankSync,
     statistic,
 )
+from gpubw.measure.series import RankSync
 from gpubw.memory.buffers import DeviceBuffer, HostBuffer
-from gpubw.memory.shared import RemoteRankError
+from gpubw.memory.sharing import RemoteRankError
 from gpubw.memory.system import System
 from gpubw.model.errors import (
     CudaError,

@@ -14,14 +14,15 @@ import attrs
 import pytest
 
 from _ranked import model, ranked_report, run_ranks
-from gpubw.backend.sim import Faults
-from gpubw.measure import measurement
+from gpubw.backend.sim.faults import Faults
+from gpubw.measure import measurement, series
 from gpubw.measure.initiators import CE
-from gpubw.measure.measurement import CellMeasurement, Copy, MemcpyOperation, RankCopy
+from gpubw.measure.measurement import CellMeasurement, Copy, MemcpyOperation
 from gpubw.measure.rank_gate import RankGate
 from gpubw.measure.sampling import sample_columns
+from gpubw.measure.series import RankCopy, measure_ranks, measure_series
 from gpubw.memory.buffers import DeviceBuffer
-from gpubw.memory.shared import RemoteRankError
+from gpubw.memory.sharing import RemoteRankError
 from gpubw.memory.system import System
 from gpubw.model.errors import GpubwError, UsageError
 from gpubw.model.options import RunOptions
@@ -153,13 +154,13 @@ def test_first_sum_vector_from_values_that_differ_per_rank(
     VECTOR each pair's."""
     pairs_ranks = [2, 0, 1, 2]  # pair i is issued by rank pairs_ranks[i]
 
-    def own(self: MemcpyOperation, pairs: list[RankCopy], rank_gate: Any) -> tuple:
-        rank = self.system.world.rank
+    def own(op: MemcpyOperation, pairs: list[RankCopy], rank_gate: Any) -> tuple:
+        rank = op.system.world.rank
         indexes = [i for i, p in enumerate(pairs) if p.rank == rank]
         samples = {i: (100, (1e9 * (rank + 1) + i, 3e9 * (rank + 1) + i)) for i in indexes}
         return samples, {i: f"pair {i}" for i in indexes}
 
-    monkeypatch.setattr(MemcpyOperation, "_measure_own_pairs", own)
+    monkeypatch.setattr(series, "measure_own_pairs", own)
 
     class Fake:
         def __init__(self, world: Any) -> None:
@@ -170,7 +171,7 @@ def test_first_sum_vector_from_values_that_differ_per_rank(
         op = MemcpyOperation.__new__(MemcpyOperation)
         op.system, op.loops, op.kind = Fake(world), 2, measurement.Kind.VECTOR  # type: ignore[assignment]
         pairs = [RankCopy(r, None) for r in pairs_ranks]  # (the buffers are not used)
-        return op.measure_ranks(pairs, rank_gate=None)  # type: ignore[arg-type]
+        return measure_ranks(op, pairs, rank_gate=None)  # type: ignore[arg-type]
 
     outcomes = SimulatedCluster([3], timeout_s=10).run(body)
     cells = [o.value for o in outcomes]
@@ -394,8 +395,8 @@ def test_a_bad_copy_on_one_rank_fails_the_cell_on_every_rank_in_step() -> None:
                 bad = Copy(a, DeviceBuffer.allocate(system, device, 2 << 20))
                 good = Copy(a, DeviceBuffer.allocate(system, device, 1 << 20))
             with pytest.raises(RemoteRankError) as info:
-                op.measure_ranks([RankCopy(1, bad)], gate)
-            cell = op.measure_ranks([RankCopy(1, good)], gate)
+                measure_ranks(op, [RankCopy(1, bad)], gate)
+            cell = measure_ranks(op, [RankCopy(1, good)], gate)
         return str(info.value).split(": <")[0], len(cell.pair_samples[0])
 
     outcomes = run_ranks("h200x2", [2], fn, SMALL)
@@ -412,7 +413,7 @@ def test_total_is_refused_across_ranks() -> None:
             return "idle"
         op = MemcpyOperation(system, CE, kind=measurement.Kind.TOTAL, loops=2)
         with pytest.raises(UsageError, match=r"TOTAL .* allowed: FIRST, SUM, VECTOR"):
-            op.measure_ranks([RankCopy(0, None)], None)  # type: ignore[arg-type]
+            measure_ranks(op, [RankCopy(0, None)], None)  # type: ignore[arg-type]
         return "refused"
 
     start = time.monotonic()
@@ -443,16 +444,16 @@ def test_a_size_one_rank_refuses_is_refused_on_every_rank_at_once(
     """A buffer size that one rank's devices cannot hold (hosts that differ) is a usage error
     on every rank, at once: the others do not go on into collectives it never joins."""
     from gpubw.model.errors import UsageError as Refusal
-    from gpubw.runner import core as runner
+    from gpubw.runner import checks
 
-    check = runner.check_sizes
+    check = checks.check_sizes
 
     def refusing(system: Any, selection: Any, sizes: Any) -> None:
         if system.world.rank == 1:
             raise Refusal("buffer size 1 MiB is larger than device 0 can hold", param="sizes")
         check(system, selection, sizes)
 
-    monkeypatch.setattr(runner, "check_sizes", refusing)
+    monkeypatch.setattr(checks, "check_sizes", refusing)
     started = time.monotonic()
     with pytest.raises(Refusal, match=r"^rank 1: buffer size 1 MiB is larger than device 0"):
         ranked_report("h200x2", [2], SMALL, testcases=[KEYS[0]], timeout_s=120.0)
@@ -513,9 +514,9 @@ def test_single_node_testcases_run_once_per_host(monkeypatch: pytest.MonkeyPatch
 
 def test_stop_on_error_stops_every_rank_at_the_same_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """stop_on_error: an Error on another host's first rank stops every rank at one step."""
-    from gpubw import api
     from gpubw.runner import core as runner
     from gpubw.runner.simulation import Simulation
+    from gpubw.runner.spec import RunSpec, select
     from gpubw.writers.nvbandwidth import failure_message
 
     h2d = entry("host_to_device_memcpy_ce").cls
@@ -527,10 +528,10 @@ def test_stop_on_error_stops_every_rank_at_the_same_step(monkeypatch: pytest.Mon
         return original(self, size, loops)
 
     monkeypatch.setattr(h2d, "run", fails_on_rank_1)
-    selection, _ = api.select(["host_to_device_memcpy_ce", "device_to_host_memcpy_ce"], [])
+    selection, _ = select(["host_to_device_memcpy_ce", "device_to_host_memcpy_ce"], [])
     system = model("gb200nvl72")
     rack = Simulation(system.name, system, ranks=(1, 1))
-    report = runner.run(runner.RunSpec(selection, SMALL, simulation=rack, stop_on_error=True))
+    report = runner.run(RunSpec(selection, SMALL, simulation=rack, stop_on_error=True))
     assert [(t.key, t.status) for t in report.testcases] == [
         ("host_to_device_memcpy_ce", Status.PASSED)
     ]
@@ -610,7 +611,7 @@ def test_a_rank_that_is_not_its_hosts_first_touches_only_its_own_device(
     """Under MPI, only the host's first rank makes contexts on every device (it runs the
     single-node testcases): rank 1 loads kernels, checks sizes, allocates its host memory and
     runs its multinode testcase on device 1 alone."""
-    from gpubw.backend.sim import SimulatedBackend
+    from gpubw.backend.sim.backend import SimulatedBackend
 
     touched: dict[int | None, set[int]] = {}
     lock = threading.Lock()
@@ -661,7 +662,7 @@ def _series_on_4_ranks(fail_in: int | None) -> list[Any]:
                 cells.append([RankCopy(issuer, copy)])
             world._run = counted
             try:
-                result: Any = [len(c.pair_samples[0]) for c in op.measure_series(cells, gate)]
+                result: Any = [len(c.pair_samples[0]) for c in measure_series(op, cells, gate)]
             except RemoteRankError as exc:
                 result = str(exc).split(": <")[0]
             finally:
@@ -734,7 +735,7 @@ DOMAIN_KEYS = [
 
 def two_domains() -> Any:
     """8 GB200 GPUs on 4 hosts of 2, in 2 NVLink domains of 4 (two racks, cut down)."""
-    from gpubw.backend.presets import system_from_dict
+    from gpubw.backend.sim.presets import system_from_dict
 
     doc = {"base": "gb200nvl72", "name": "tworacks", "count": 8, "hosts": [2, 2, 2, 2],
            "nvlink_domains": [4, 4]}  # fmt: skip
@@ -838,7 +839,7 @@ def test_the_rank_gate_has_one_flag_per_nvlink_domain() -> None:
             )
 
     engine = two_domains()
-    from gpubw.backend.sim import SimEngine
+    from gpubw.backend.sim.backend import SimEngine
 
     sim = SimEngine(engine)
     cluster = SimulatedCluster([2, 2, 2, 2], timeout_s=30, on_step=sim.align_clocks)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gpubw.backend.base import MULTICAST_OFF
-from gpubw.model.report_io import validate
+from gpubw.model.report_check import validate
 from test_world import NO_CLEANUP, _mpiexec, needs_mpi
 
 pytestmark = needs_mpi

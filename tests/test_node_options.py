@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from gpubw.cli import node_options as opts
+from gpubw.cli import argtypes as opts
 
 
 @pytest.mark.parametrize(

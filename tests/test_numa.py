@@ -6,8 +6,8 @@ import pytest
 
 from _node import FAST, json_run, run_cli, values
 from gpubw.backend import numa
-from gpubw.backend.presets import load_system
-from gpubw.memory.buffers import host_numa_nodes
+from gpubw.backend.sim.presets import load_system
+from gpubw.memory.pool import host_numa_nodes
 from gpubw.model.errors import UsageError
 
 H8 = load_system("h200x8").devices  # GPUs 0-3 on node 0, 4-7 on node 1

@@ -474,7 +474,7 @@ def test_a_backend_without_fabric_info_is_its_hosts_domain(monkeypatch: pytest.M
     """Backend.nvlink_domain falls back to the host's name where NVML cannot say (no
     library here, no call there), and takes the fabric's domain where it can."""
     from gpubw.backend import base
-    from gpubw.backend.presets import from_preset
+    from gpubw.backend.sim.presets import from_preset
 
     sim = from_preset("h200x2")  # a Backend whose devices() is known; the base's method
     assert base.Backend.nvlink_domain(sim, 0) == socket.gethostname()  # no pynvml here

@@ -15,7 +15,7 @@ from gpubw.cli import command as cli
 from gpubw.model.errors import UsageError
 from gpubw.model.results import BANDWIDTH, Matrix, Status, TestcaseResult
 from gpubw.model.verdicts import Endpoint, Verdict
-from gpubw.runner.registry import writer
+from gpubw.runner.writer_registry import writer
 from gpubw.writers import make_writer
 from gpubw.writers.openmetrics import DETAIL, OpenMetricsWriter, exposition
 

@@ -30,7 +30,7 @@ def test_pattern_is_computed_then_cached_without_numpy(tmp_path: pathlib.Path) -
     import sys
 
     code = (
-        "import sys, struct; from gpubw import patterns\n"
+        "import sys, struct; from gpubw.kernels import patterns\n"
         "calls = []; compute = patterns._pattern\n"
         "patterns._pattern = lambda seed: calls.append(seed) or compute(seed)\n"
         "p = patterns.pattern_bytes(patterns.SRC_SEED); x = patterns.SRC_SEED\n"

@@ -33,7 +33,7 @@ def test_plot_sweep_and_heatmaps(tmp_path: Path, capsys: pytest.CaptureFixture[s
     """A report with a sweep, N×N and 1×N matrices renders one PNG per testcase (named
     after -o, the names printed) and the 1×N overview per unit; or the pages of one PDF."""
     pytest.importorskip("matplotlib")
-    from gpubw.tools.plot import main
+    from gpubw.cli.plot import main
 
     rep = attrs.evolve(full_report(), testcases=[*full_report().testcases, *sweep_results()])
     out = tmp_path / "plot.png"
@@ -87,7 +87,7 @@ def test_plot_testcase_filter_and_nothing_to_plot(tmp_path: Path) -> None:
     """-t keeps testcases by key or index, -p by key prefix (as the main command's -t and
     -p: -t was a prefix before); a report with no results is a UsageError."""
     pytest.importorskip("matplotlib")
-    from gpubw.tools.plot import main
+    from gpubw.cli.plot import main
 
     path = _write(tmp_path, full_report())
     out = tmp_path / "one.png"
@@ -112,7 +112,7 @@ def test_plot_testcase_filter_and_nothing_to_plot(tmp_path: Path) -> None:
 
 def test_plot_without_matplotlib(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Without matplotlib, plot raises a UsageError that says how to install it."""
-    from gpubw.tools.plot import main
+    from gpubw.cli.plot import main
 
     real_import = builtins.__import__
 
@@ -140,7 +140,7 @@ def test_plot_bad_dpi_or_format_is_a_usage_error(
 ) -> None:
     """A bad --dpi or an image format matplotlib cannot write is a one-line usage error."""
     pytest.importorskip("matplotlib")
-    from gpubw.tools.plot import main
+    from gpubw.cli.plot import main
 
     path = _write(tmp_path, report(sweep_results()))
     argv = [str(path), "-o", str(tmp_path / "plot.png"), *args]
@@ -247,7 +247,7 @@ def test_two_reports_are_overlaid(tmp_path: Path) -> None:
     )
     pa, pb = _write(tmp_path, a), tmp_path / "old.json"
     pb.write_text(dumps(b))
-    from gpubw.tools.plot import main
+    from gpubw.cli.plot import main
 
     assert main([str(pa), str(pb), "-o", str(tmp_path / "both.pdf")]) == 0
     assert _pages(tmp_path / "both.pdf") == 2
@@ -258,7 +258,7 @@ def test_nvbandwidth_json_is_plotted(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     import json
 
-    from gpubw.tools.plot import main
+    from gpubw.cli.plot import main
 
     nv = {
         "nvbandwidth": {
@@ -343,7 +343,8 @@ def test_plot_names_what_it_leaves_out_and_flags_nan_and_zero(
     """Failed testcases are named on stderr, Waived ones counted; NaN and zero cells are
     flagged and drawn as N/A, not as figures; with two runs each note says which run."""
     pytest.importorskip("matplotlib")
-    from gpubw.tools.plot import main, screen
+    from gpubw.cli.plot import main
+    from gpubw.tools.plot import screen
 
     rep = full_report()
     first = next(t for t in rep.testcases if t.matrices)

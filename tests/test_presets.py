@@ -1,4 +1,4 @@
-"""Simulated presets and the JSON system format (gpubw.backend.presets)."""
+"""Simulated presets and the JSON system format (gpubw.backend.sim.presets)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpubw.backend.presets import PRESETS, from_preset, load_system, names
-from gpubw.backend.sim import Faults, SimSystem, SimulatedBackend
-from gpubw.backend.sim.model import Rate
+from gpubw.backend.sim.backend import SimulatedBackend
+from gpubw.backend.sim.faults import Faults
+from gpubw.backend.sim.model import Rate, SimSystem
+from gpubw.backend.sim.presets import PRESETS, from_preset, load_system, names
 from gpubw.model.errors import UsageError
 
 MIB = 1 << 20
@@ -158,7 +159,7 @@ def test_docs_example_loads() -> None:
 
 
 def load_system_from_text(text: str) -> SimSystem:
-    from gpubw.backend.presets import system_from_dict
+    from gpubw.backend.sim.presets import system_from_dict
 
     return system_from_dict(json.loads(text))
 
@@ -318,7 +319,7 @@ def test_gb200nvl72x8_is_eight_racks_in_eight_nvlink_domains() -> None:
     assert system.peer_rate(71, 72) is None and system.peer_rate(0, 575) is None
     assert len({d.pci_bus_id for d in system.devices}) == 576
     assert len({d.uuid for d in system.devices}) == 576
-    from gpubw.backend.sim import SimEngine
+    from gpubw.backend.sim.backend import SimEngine
 
     view = SimEngine(system).rank_view(300, 75)  # host 75: devices 300-303, rack 4
     assert [view.nvlink_domain(i) for i in range(4)] == ["nvl4"] * 4
@@ -395,7 +396,7 @@ def test_json_hosts_and_handle_kinds(tmp_path: Path) -> None:
 def test_json_rank_faults(tmp_path: Path) -> None:
     """A system file may give single simulated ranks their own faults; a rank view picks
     its own, other ranks the system's faults."""
-    from gpubw.backend.sim import SimEngine
+    from gpubw.backend.sim.backend import SimEngine
 
     path = tmp_path / "faulty.json"
     doc = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from _node import FAST, json_run, system_file
 from gpubw.acceptance.processes import ProcessSampler, wait_idle
-from gpubw.backend.presets import load_system, system_from_dict
-from gpubw.backend.sim import SimulatedBackend
+from gpubw.backend.sim.backend import SimulatedBackend
+from gpubw.backend.sim.presets import load_system, system_from_dict
 
 BUS0 = "0000:1b:00.0"
 GPU0 = [{"ordinal": 0, "pci_bus_id": BUS0}]

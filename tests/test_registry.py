@@ -24,10 +24,9 @@ from gpubw.runner.registry import (
     Registry,
     SelectionError,
     Unresolved,
-    Writers,
     strtol_index,
-    writer,
 )
+from gpubw.runner.writer_registry import Writers, writer
 from gpubw.testcases import BUILTINS
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
@@ -118,12 +117,12 @@ def test_builtins_load_as_testcases_keyed_by_entry_point(builtin, sim_system):
 def test_a_builtin_missing_from_the_installation_keeps_its_index(monkeypatch):
     """A built-in that gpubw's installed entry points lack (a stale install) is a failure at
     its own index, telling to reinstall; the others keep theirs."""
-    discover = registry._discover
+    discover = registry.discover_group
 
     def stale(group):
         return [f for f in discover(group) if f.name != "host_to_device_memcpy_sm"]
 
-    monkeypatch.setattr(registry, "_discover", stale)
+    monkeypatch.setattr(registry, "discover_group", stale)
     reg = Registry.discover()
     assert reg.keys[: len(BUILTIN_ORDER)] == list(BUILTIN_ORDER)
     entry = reg.by_index(16)

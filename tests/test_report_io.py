@@ -1,4 +1,5 @@
-"""gpubw.model.report_io: matrix validation, Matrix kind/bytes_counting, dict round trips."""
+"""gpubw.model.report_io and gpubw.model.report_check: matrix validation, Matrix
+kind/bytes_counting, dict round trips."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from _writer_reports import full_report, passed, report, sweep_results
 from gpubw.model import schemas
 from gpubw.model.errors import UsageError
+from gpubw.model.report_check import validation_errors
 from gpubw.model.report_io import (
     dumps,
     load_report,
@@ -24,7 +26,6 @@ from gpubw.model.report_io import (
     read_report,
     report_from_dict,
     report_to_dict,
-    validation_errors,
 )
 from gpubw.model.results import BANDWIDTH, LATENCY, Axes, Matrix
 
@@ -149,7 +150,7 @@ def test_schema_refuses_inconsistent_kind() -> None:
     m = _matrix([[1.0]])
     doc = json.loads(dumps(report([passed("k", [m])])))
     doc["testcases"][0]["matrices"][0]["kind"] = "latency"
-    from gpubw.model.report_io import validation_errors
+    from gpubw.model.report_check import validation_errors
 
     assert any("kind" in e for e in validation_errors(doc))
     with pytest.raises(ValueError):
@@ -199,7 +200,7 @@ def test_small_reports_do_not_import_numpy() -> None:
 @pytest.mark.parametrize("bad", [float("nan"), -2.0, 10**400, "x"])
 def test_large_and_small_matrices_catch_the_same_cells(bad) -> None:
     """The plain-Python check (small) and the numpy check (large) refuse the same cells."""
-    from gpubw.model.report_io import NUMPY_FROM_CELLS
+    from gpubw.model.report_check import NUMPY_FROM_CELLS
 
     for cols in (3, NUMPY_FROM_CELLS // 2 + 1):
         values = [[1.0] * cols, [2.0] * cols]

@@ -20,7 +20,8 @@ from gpubw.backend.base import Backend
 from gpubw.model.errors import CudaError, GpubwError, NoDriverError, SimulationError
 from gpubw.model.options import Invocation
 from gpubw.model.results import Status
-from gpubw.runner.core import SMALL_BUFFER_NOTE, Progress
+from gpubw.runner.checks import SMALL_BUFFER_NOTE
+from gpubw.runner.core import Progress
 from gpubw.runner.registry import BUILTIN_DIST, Entry, LoadFailure, Registry, Unresolved
 
 MIB = 1 << 20
@@ -817,3 +818,81 @@ def test_opener_must_use_the_options_it_is_given():
     with pytest.raises(ValueError, match="open_system must open the System with the options"):
         run(stubborn, [entry(Sized, "a")], sizes(MIB))
     assert made[0].closed
+
+
+# -- listener plugins (entry-point group gpubw.listeners) ---------------------------------------
+LISTENER = "gpubw_fixture_listener"
+MISSPELT = "gpubw_fixture_misspelt"
+
+
+def test_a_listener_plugin_receives_the_events_of_a_run(tmp_path, capsys):
+    """An installed run listener is constructed for every run, the API's and the command's,
+    and told each event in order; the report is as without it."""
+    from gpubw.cli import command as cli
+
+    with installed(tmp_path, LISTENER):
+        import gpubw_fixture_listener as plugin
+
+        report = gpubw.run(["device_local_copy"], sizes=[MIB], simulate="h200x2")
+        assert plugin.EVENTS == [
+            ("run_started", "h200x2"),
+            ("testcase_started", ("device_local_copy", MIB)),
+            ("testcase_finished", "Passed"),
+            ("run_finished", 0),
+        ]
+        assert report.exit_code == 0
+        plugin.EVENTS.clear()
+        argv = ["-t", "device_local_copy", "-b", "1", "--simulate", "h200x2", "-j", "-q"]
+        assert cli.main(argv) == 0
+        assert [hook for hook, _ in plugin.EVENTS] == [
+            "run_started",
+            "testcase_started",
+            "testcase_finished",
+            "run_finished",
+        ]
+    assert capsys.readouterr().err == ""
+
+
+def test_a_misspelt_hook_is_refused_at_load(tmp_path, capsys):
+    """A listener's public method that is no hook of RunListener (run_finshed) is a
+    PluginError as the plugin is loaded, naming the method and the hooks; the command says
+    it and exits 1 before anything runs."""
+    from gpubw.cli import command as cli
+    from gpubw.model.errors import PluginError
+
+    hooks = "run_started, testcase_started, testcase_finished, run_finished, interrupted"
+    with installed(tmp_path, MISSPELT):
+        with pytest.raises(PluginError, match=r"Misspelt\.run_finshed is no hook") as caught:
+            gpubw.run(["device_local_copy"], sizes=[MIB], simulate="h200x2")
+        assert f"the hooks are {hooks}" in str(caught.value)
+        assert "'fixture_misspelt' from 'gpubw-fixture-misspelt'" in str(caught.value)
+        assert cli.main(["-t", "0", "-b", "1", "--simulate", "h200x2", "-q"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("gpubw: error: listener 'fixture_misspelt'")
+
+
+def test_check_listener_allows_hooks_and_private_helpers_only():
+    """The hooks and _private helpers pass; any other public method, a static one too, and a
+    class that is no RunListener are refused."""
+    from gpubw.model.errors import PluginError
+    from gpubw.model.events import RunListener
+    from gpubw.runner.listener_plugins import HOOKS, check_listener
+
+    class Fine(RunListener):
+        def testcase_started(self, step: Any) -> None:
+            self._note(step)
+
+        def _note(self, step: Any) -> None:
+            pass
+
+    class Extra(Fine):
+        @staticmethod
+        def summary() -> str:
+            return ""
+
+    assert HOOKS[0] == "run_started" and "interrupted" in HOOKS
+    assert check_listener(Fine) is Fine
+    with pytest.raises(PluginError, match=r"Extra\.summary is no hook"):
+        check_listener(Extra)
+    with pytest.raises(PluginError, match=r"not a subclass of gpubw\.model\.events\.RunListener"):
+        check_listener(object)

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpubw.measure.sampling import parse_sample_pairs, sample_columns, sample_pairs, sample_size
+from gpubw.cli.argtypes import sample_pairs as parse_sample_pairs
+from gpubw.measure.sampling import sample_columns, sample_pairs, sample_size
 from gpubw.model.errors import UsageError
 
 

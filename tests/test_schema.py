@@ -12,14 +12,8 @@ import pytest
 
 from _writer_reports import full_report, one_by_n, passed, report, sweep_results
 from gpubw.model.errors import GpubwError, UsageError
-from gpubw.model.report_io import (
-    dumps,
-    load_report,
-    report_to_dict,
-    schema,
-    validate,
-    validation_errors,
-)
+from gpubw.model.report_check import schema, validate, validation_errors
+from gpubw.model.report_io import dumps, load_report, report_to_dict
 from gpubw.model.results import BANDWIDTH, Matrix, Status, TestcaseResult
 from gpubw.writers.json import JsonWriter
 

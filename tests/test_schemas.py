@@ -15,7 +15,8 @@ import pytest
 from gpubw.cli import command as cli
 from gpubw.model import schemas
 from gpubw.model.errors import GpubwError
-from gpubw.model.report_io import load_report, validate
+from gpubw.model.report_check import validate
+from gpubw.model.report_io import load_report
 
 SOURCE = Path(__file__).parents[1] / "schemas"
 #: the simulated run every output below is made from

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from _node import FAST, json_run, run_cli, values
-from gpubw.backend.presets import load_system
+from gpubw.backend.sim.presets import load_system
 from gpubw.memory import selection
 from gpubw.model.errors import UsageError
 

@@ -1,4 +1,5 @@
-"""Memory shared across ranks (gpubw.memory.shared) on simulated ranks that share one engine."""
+"""Memory shared across ranks (gpubw.memory.shared, sharing, multicast) on simulated ranks
+that share one engine."""
 
 from __future__ import annotations
 
@@ -13,19 +14,17 @@ import attrs
 import pytest
 
 from gpubw.backend.base import MULTICAST_OFF, ptr, u32, u64
-from gpubw.backend.presets import load_system, system_from_dict
-from gpubw.backend.sim import Faults, SimEngine, SimSystem, SimulatedBackend
+from gpubw.backend.sim.backend import SimEngine, SimulatedBackend
+from gpubw.backend.sim.faults import Faults
+from gpubw.backend.sim.model import SimSystem
+from gpubw.backend.sim.presets import load_system, system_from_dict
 from gpubw.kernels.patterns import SRC_SEED
-from gpubw.memory import shared
-from gpubw.memory.buffers import BufferPool, DeviceBuffer, HostBuffer
-from gpubw.memory.shared import (
-    IMEX_MESSAGE,
-    MulticastBuffer,
-    RemoteRankError,
-    SharedBuffer,
-    Sharing,
-    SharingError,
-)
+from gpubw.memory import sharing as sharing_module
+from gpubw.memory.buffers import DeviceBuffer, HostBuffer
+from gpubw.memory.multicast import MulticastBuffer
+from gpubw.memory.pool import BufferPool
+from gpubw.memory.shared import SharedBuffer
+from gpubw.memory.sharing import IMEX_MESSAGE, RemoteRankError, Sharing, SharingError
 from gpubw.model.errors import CudaError, GateTimeoutError, VerificationError
 from gpubw.model.options import RunOptions
 from gpubw.world.base import WorldError, WorldTimeoutError
@@ -214,7 +213,7 @@ def _stalling_receive(monkeypatch: pytest.MonkeyPatch, nth: int, dies: bool) -> 
     """Rank 1's ``nth`` descriptor (1: the handle-kind probe's, 2: its first buffer's): it
     connects to the owner's server, then hangs 3 s without reading and gives up, or dies
     (its thread leaves the world) right after connecting. Other receives are real."""
-    real = shared.receive_fd
+    real = sharing_module.receive_fd
     calls = [0]
 
     def receive(address: str, pids: Any, timeout_s: float) -> int:
@@ -230,7 +229,7 @@ def _stalling_receive(monkeypatch: pytest.MonkeyPatch, nth: int, dies: bool) -> 
             time.sleep(3.0)
         raise FdPassingError("rank 1 gave up")
 
-    monkeypatch.setattr(shared, "receive_fd", receive)
+    monkeypatch.setattr(sharing_module, "receive_fd", receive)
     return calls
 
 
@@ -608,7 +607,7 @@ def _spied_servers(monkeypatch: pytest.MonkeyPatch) -> list[FdServer]:
             super().__init__(*args)
             made.append(self)
 
-    monkeypatch.setattr(shared, "FdServer", Spied)
+    monkeypatch.setattr(sharing_module, "FdServer", Spied)
     return made
 
 

@@ -8,8 +8,8 @@ import struct
 import pytest
 
 from gpubw.backend.base import ptr, u64
-from gpubw.backend.presets import load_system
-from gpubw.backend.sim import SimulatedBackend
+from gpubw.backend.sim.backend import SimulatedBackend
+from gpubw.backend.sim.presets import load_system
 from gpubw.model.errors import CudaError, GateTimeoutError
 
 MIB = 1 << 20

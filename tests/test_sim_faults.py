@@ -7,8 +7,9 @@ import struct
 import pytest
 
 from gpubw.backend.base import ptr, u32, u64
-from gpubw.backend.presets import load_system
-from gpubw.backend.sim import Faults, SimulatedBackend
+from gpubw.backend.sim.backend import SimulatedBackend
+from gpubw.backend.sim.faults import Faults
+from gpubw.backend.sim.presets import load_system
 from gpubw.model.errors import CudaError, GateTimeoutError
 
 MIB = 1 << 20

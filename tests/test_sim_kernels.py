@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from gpubw.backend.base import i32, ptr, u32, u64
-from gpubw.backend.presets import load_system
-from gpubw.backend.sim import SimulatedBackend
+from gpubw.backend.sim.backend import SimulatedBackend
+from gpubw.backend.sim.presets import load_system
 from gpubw.kernels import PATTERN_WORDS
 from gpubw.kernels.patterns import SRC_SEED, pattern_bytes
 from gpubw.model.errors import CudaError, UsageError

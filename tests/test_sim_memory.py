@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpubw.backend.sim import SimulatedBackend
+from gpubw.backend.sim.backend import SimulatedBackend
 from gpubw.model.errors import CudaError, SimulationError, UsageError
 
 MIB = 1 << 20
@@ -126,8 +126,8 @@ def test_patterns_with_the_same_bytes_share_a_key_and_others_do_not() -> None:
     bytes still makes a new pattern (the sample only narrows the comparison)."""
     import numpy as np
 
-    from gpubw.backend.presets import load_system
     from gpubw.backend.sim.memory import PATTERN_BYTES, Memory
+    from gpubw.backend.sim.presets import load_system
 
     memory = Memory(load_system("h200x2"))
     content = np.random.default_rng(7).integers(0, 256, PATTERN_BYTES, dtype=np.uint8)

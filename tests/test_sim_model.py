@@ -5,7 +5,6 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from gpubw.backend.presets import load_system
 from gpubw.backend.sim.model import (
     HOSTMEM,
     HostLink,
@@ -16,6 +15,7 @@ from gpubw.backend.sim.model import (
     reverse,
     single_rate,
 )
+from gpubw.backend.sim.presets import load_system
 
 
 def test_model_checks_its_devices_links_and_peers() -> None:

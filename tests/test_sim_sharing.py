@@ -7,8 +7,9 @@ import os
 import pytest
 
 from gpubw.backend.base import MULTICAST_OFF, HandleProbe
-from gpubw.backend.presets import load_system
-from gpubw.backend.sim import Faults, SimEngine, SimulatedBackend
+from gpubw.backend.sim.backend import SimEngine, SimulatedBackend
+from gpubw.backend.sim.faults import Faults
+from gpubw.backend.sim.presets import load_system
 from gpubw.model.errors import CudaError, UsageError
 from gpubw.world.fds import FdServer, receive_fd
 
@@ -288,7 +289,7 @@ def test_a_rank_behind_the_device_clock_waits_from_the_device_clock() -> None:
 def test_nothing_is_shared_across_nvlink_domains() -> None:
     """On 2 racks a fabric import or a multicast join by a GPU of the other rack is refused
     with CUDA_ERROR_NOT_PERMITTED, as a real fabric refuses it; within a rack both work."""
-    from gpubw.backend.presets import system_from_dict
+    from gpubw.backend.sim.presets import system_from_dict
 
     doc = {"base": "gb200nvl72", "count": 8, "hosts": [2, 2, 2, 2], "nvlink_domains": [4, 4]}
     engine = SimEngine(system_from_dict(doc))

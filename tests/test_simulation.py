@@ -70,7 +70,7 @@ def _rack(n: int) -> Simulation:
     gb200nvl72`` runs them: every rank emulated in this process."""
     import attrs
 
-    from gpubw.backend.presets import GB200_PER_HOST, gb200nvl72
+    from gpubw.backend.sim.presets import GB200_PER_HOST, gb200nvl72
 
     full = gb200nvl72()
     model = attrs.evolve(
@@ -87,11 +87,11 @@ _CI = RunOptions(samples=1, loops=2, buffer_sizes=(1 << 20,))
 
 
 def _rack_run(n: int, options: RunOptions, **spec: object) -> gpubw.Report:
-    from gpubw import api
     from gpubw.runner import core
+    from gpubw.runner.spec import RunSpec, select
 
-    selection, _ = api.select([], ["multinode"])
-    return core.run(core.RunSpec(selection, options, simulation=_rack(n), **spec))  # type: ignore[arg-type]
+    selection, _ = select([], ["multinode"])
+    return core.run(RunSpec(selection, options, simulation=_rack(n), **spec))  # type: ignore[arg-type]
 
 
 def test_a_rack_runs_every_multinode_cell_at_ci_sizes_within_a_bound() -> None:

@@ -8,8 +8,9 @@ import attrs
 import pytest
 
 from conftest import MIB, SimSystemFactory
-from gpubw.backend.presets import load_system
-from gpubw.backend.sim import Faults, SimulatedBackend
+from gpubw.backend.sim.backend import SimulatedBackend
+from gpubw.backend.sim.faults import Faults
+from gpubw.backend.sim.presets import load_system
 from gpubw.kernels.patterns import SRC_SEED, pattern_bytes
 from gpubw.measure.initiators import CE
 from gpubw.measure.measurement import Copy, MemcpyOperation

@@ -30,7 +30,7 @@ from gpubw.cli import command as cli
 from gpubw.cli import listing
 from gpubw.kernels import cache as kcache
 from gpubw.model import infile
-from gpubw.model.report_io import validate
+from gpubw.model.report_check import validate
 from gpubw.runner import capture, plugincache, procstate
 from gpubw.runner.registry import Entry, Registry
 
@@ -167,9 +167,9 @@ def test_a_forged_list_cache_prints_no_escape_sequence(tmp_path):
 def test_escapes_in_a_list_are_escaped_and_json_stays_valid():
     """printable: control characters (not newlines or tabs) become \\uXXXX escapes, which a
     JSON string may hold; printable text, accents included, is left as it is."""
-    assert listing.printable("a\tb\né") == "a\tb\né"
-    assert listing.printable("\x1b[2J\x00") == "\\u001b[2J\\u0000"
-    assert json.loads(listing.printable('"\x1b"')) == "\x1b"
+    assert listing.json_escaped("a\tb\né") == "a\tb\né"
+    assert listing.json_escaped("\x1b[2J\x00") == "\\u001b[2J\\u0000"
+    assert json.loads(listing.json_escaped('"\x1b"')) == "\x1b"
 
 
 def _make(kind: str, path: Path) -> None:

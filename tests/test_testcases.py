@@ -19,11 +19,11 @@ import pytest
 
 from gpubw import BANDWIDTH, LATENCY, Matrix, MemcpyOperation, RunOptions, System
 from gpubw import Testcase as AnyTestcase  # (a Test* name would be collected by pytest)
-from gpubw.backend.presets import load_system
-from gpubw.backend.sim import SimSystem
+from gpubw.backend.sim.model import SimSystem
+from gpubw.backend.sim.presets import load_system
 from gpubw.measure.initiators import sm_truncated_bytes
 from gpubw.measure.latency import NODE_BYTES, RING_BYTES, STRIDE_NODES, ring_bytes
-from gpubw.memory.buffers import BufferPool
+from gpubw.memory.pool import BufferPool
 from gpubw.model.results import axes_from_header
 from gpubw.testcases import latency as latency_module
 

@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from gpubw.model.results import COUNTED_ONCE, Report, Status
-from gpubw.runner.registry import Writers
+from gpubw.runner.writer_registry import Writers
 from gpubw.testing import (
     SIMULATE,
     check_matrix,

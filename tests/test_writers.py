@@ -24,7 +24,7 @@ from _writer_reports import (
 from gpubw.model.errors import UsageError
 from gpubw.model.report_io import dumps, report_from_dict
 from gpubw.model.results import BANDWIDTH, Axes, Matrix, Status, TestcaseResult
-from gpubw.runner.registry import Writers, writer
+from gpubw.runner.writer_registry import Writers, writer
 from gpubw.writers.csv import CsvWriter
 from gpubw.writers.text import TextWriter, matrix_lines
 

@@ -198,7 +198,7 @@ def check_writer(
     writer's name, or its class) as gpubw does, and return the text. Asserts that it is
     text; a streaming writer's calls (begin, testcase, end) must give what ``write`` gives
     when it has both."""
-    from gpubw.runner.registry import writer as installed
+    from gpubw.runner.writer_registry import writer as installed
     from gpubw.writers import (
         ReportWriter,
         StreamingWriter,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from gpubw import RunOptions, System
-from gpubw.backend.presets import from_preset
+from gpubw.backend.sim.presets import from_preset
 
 from gpubw_stream.kernels import FLAT_BLOCK, FLAT_WRITE_BLOCK, MAX_GRID, flat_block, flat_launches
 from gpubw_stream.testcases import StreamCopy, StreamRead, StreamTestcase, StreamWrite

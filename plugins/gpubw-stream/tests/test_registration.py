@@ -56,7 +56,7 @@ def test_registry_lists_them_after_the_builtins_and_prefix_selects_them() -> Non
 def test_the_testcases_declare_the_kernel_module_the_system_loads() -> None:
     """Every STREAM testcase declares gpubw's and its own kernel module and sets no key; once
     a System has loaded what one declares, every kernel is findable and simulated."""
-    from gpubw.backend import presets
+    from gpubw.backend.sim import presets
     from gpubw.kernels.modules import GPUBW, find_kernel, kernel_modules, unregister_kernel_module
 
     from gpubw_stream import kernels
@@ -135,14 +135,15 @@ def test_gpubws_compile_path_builds_and_caches_the_module(tmp_path: object) -> N
     # What the real backend does for a registered module; CPU only, for an H200 (cc 9.0).
     _nvrtc_or_skip()
     cache = pytest.importorskip("gpubw.kernels.cache")
+    nvrtc = pytest.importorskip("gpubw.backend.nvrtc")
     from gpubw_stream import kernels
 
     store = cache.KernelCache(tmp_path)
-    image, target = cache.load_or_compile(
+    image, target = nvrtc.load_or_compile(
         (9, 0), None, cache=store, source_text=kernels.MODULE.source, name="gpubw_stream.cu"
     )
     assert target.arch == "sm_90" and image[:4] == b"\x7fELF"
-    again, _ = cache.load_or_compile(
+    again, _ = nvrtc.load_or_compile(
         (9, 0), None, cache=store, source_text=kernels.MODULE.source, name="gpubw_stream.cu"
     )
     assert again == image

@@ -24,7 +24,7 @@ from gpubw_stream.testcases import (
     StreamTriad,
 )
 
-presets = pytest.importorskip("gpubw.backend.presets")
+presets = pytest.importorskip("gpubw.backend.sim.presets")
 
 MIB = 1 << 20
 GB = 1e9

@@ -35,7 +35,7 @@ below 90 % of the faster, and one slow GPU of eight does not drag its own refere
 The expectations file format is described in :mod:`gpubw.acceptance.expectations`.
 
 API: :func:`evaluate` (-> :class:`Verdict` list), :func:`failed`, :func:`worst_first`,
-:func:`format_verdict`, :func:`expect_from`, :func:`cell_noise`, :func:`cell_places`; the file
+:func:`format_verdict`, :func:`expect_from`, :func:`cell_places`; the file
 side (:func:`load_expectations`, :func:`builtin_for`, ...) is re-exported from
 :mod:`gpubw.acceptance.expectations`.
 """
@@ -75,11 +75,9 @@ from gpubw.model.verdicts import (
     PEER,
     PEER_OUTLIER,
     WARN,
-    CellNoise,
     CellPlace,
     Endpoint,
     Verdict,
-    cell_noise,
     cell_places,
     failed,
     format_verdict,
@@ -100,7 +98,6 @@ __all__ = [
     "PEER",
     "PEER_OUTLIER",
     "WARN",
-    "CellNoise",
     "CellPlace",
     "Endpoint",
     "Expectations",
@@ -108,7 +105,6 @@ __all__ = [
     "Verdict",
     "builtin_expectations",
     "builtin_for",
-    "cell_noise",
     "cell_places",
     "evaluate",
     "expect_from",
@@ -168,7 +164,7 @@ def evaluate(
             continue
         for m in t.matrices:
             places = cell_places(m, report.devices, peer_links)
-            noise = cell_noise(m)
+            noise = m.cell_stats()
             groups: dict[str, list[float]] = {}
             for p in places:
                 groups.setdefault(p.group, []).append(_value(m, p))

@@ -498,39 +498,3 @@ def info_to_dict(node: NodeInfo) -> dict[str, Any]:
         }
     )
     return doc
-
-
-def info_lines(node: NodeInfo) -> list[str]:
-    """``gpubw info`` as text (control characters in names escaped)."""
-    from gpubw.model.console import printable_lines
-    from gpubw.writers import device_pci_short
-    from gpubw.writers.text import facts_lines
-
-    out = []
-    if node.simulated:
-        out.append(f"SIMULATED SYSTEM {node.system_name or 'model'}: these facts are modelled")
-    v = node.versions
-    out.append(f"Driver Version: {v.get('driver', 'unknown')}; CUDA Driver Version: "
-               f"{v.get('cuda_driver', 'unknown')}")  # fmt: skip
-    if not node.facts.available:
-        out.append(f"NVML: not available ({node.facts.reason})")
-    out.append("")
-    by_ordinal = {d["ordinal"]: d for d in node.devices}
-    for d in node.devices:
-        out.append(f"Device {d['ordinal']}: {d['name']} ({device_pci_short(d)}, "
-                   f"{d.get('pci_bus_id', '?')})")  # fmt: skip
-        f = device_facts(d)
-        if f is not None:
-            out += facts_lines(f)
-    n = len(node.devices)
-    out += ["", "Peer access and links (row: the GPU that accesses; column: whose memory):"]
-    w = max(6, *(len(node.links.get((a, b), "")) + 2 for a in range(n) for b in range(n)))
-    out.append(" " * 6 + "".join(f"{'GPU' + str(b):>{w}}" for b in by_ordinal))
-    for a in by_ordinal:
-        row = "".join(f"{node.links.get((a, b), '?'):>{w}}" for b in by_ordinal)
-        out.append(f"{'GPU' + str(a):<6}{row}")
-    out += ["", "X = itself; NV<n> = NVLink, n links active; PCIe = peer access over PCIe; "
-            "- = no peer access"]  # fmt: skip
-    if node.simulated:
-        out.append(f"SIMULATED SYSTEM {node.system_name or 'model'}: these facts are modelled")
-    return printable_lines(out)

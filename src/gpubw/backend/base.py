@@ -2,7 +2,7 @@
 
 Two implementations exist: :class:`gpubw.backend.cuda.CudaBackend` (the real driver, through
 ``cuda.bindings.driver`` and NVRTC via ``cuda.core``) and
-:class:`gpubw.backend.sim.SimulatedBackend` (a modelled system, for CI and ``--simulate``).
+:class:`gpubw.backend.sim.backend.SimulatedBackend` (a modelled system, for CI and ``--simulate``).
 Everything above this layer (buffers, initiators, measurement, testcases) is written against
 :class:`Backend` only, so the same testcase code runs on both.
 
@@ -377,7 +377,7 @@ class Backend(abc.ABC):
         """Which handle kinds can export memory of ``device`` here, one probe per kind of
         :data:`HANDLE_KINDS` (in that order). Each probe is local (the export side, one
         granule); whether an import in another process works is the caller's to test
-        (:mod:`gpubw.memory.shared` does). A backend without sharing reports every kind failed."""
+        (:mod:`gpubw.memory.sharing` does). A backend without sharing reports every kind failed."""
         why = f"the {self.name} backend cannot share memory across processes"
         return tuple(HandleProbe(k, False, why) for k in HANDLE_KINDS)
 

@@ -5,13 +5,16 @@ CUDA_SUCCESS into :class:`gpubw.model.errors.CudaError` carrying the call's name
 name. Work runs in each device's primary context, retained on first use and released by
 :meth:`CudaBackend.close`, which also frees whatever a caller left behind (streams, events,
 memory, modules), so a run never leaks. Kernels are compiled by NVRTC for each device's
-exact architecture (see :mod:`gpubw.kernels.cache`) and loaded up front.
+exact architecture (see :mod:`gpubw.backend.nvrtc`) and loaded up front.
 
-Memory shared across processes (fabric, POSIX-fd and IPC handles, multicast objects) is in
-:mod:`gpubw.backend.cuda_sharing`; multicast objects are never created where the environment
-disables them (:func:`gpubw.backend.base.multicast_disabled`). The helpers that need no
-driver (kernel argument packing, UUIDs, sysfs/proc facts) are in
-:mod:`gpubw.backend.cuda_support` and re-exported here.
+The facade is cut along its sections into modules of their own: host memory (pinned, huge
+pages, NUMA-bound, pageable) is :mod:`gpubw.backend.cuda_host`; memory shared across
+processes (fabric, POSIX-fd and IPC handles, multicast objects) is
+:mod:`gpubw.backend.cuda_sharing`, and multicast objects are never created where the
+environment disables them (:func:`gpubw.backend.base.multicast_disabled`). The helpers that
+need no driver (kernel argument packing, UUIDs, sysfs/proc facts) are in
+:mod:`gpubw.backend.cuda_support`. This module keeps the contexts, devices, device memory,
+streams and events, kernels and the teardown.
 """
 
 from __future__ import annotations
@@ -24,28 +27,24 @@ from typing import Any
 
 import attrs
 
-from gpubw.backend import cuda_start, numa
-from gpubw.backend.base import Backend, DeviceInfo, KernelArg, check_launch_geometry
+from gpubw.backend import cuda_start
+from gpubw.backend.base import DeviceInfo, KernelArg, check_launch_geometry
+from gpubw.backend.cuda_host import CudaHostMemory
 from gpubw.backend.cuda_sharing import CudaSharingMixin
 from gpubw.backend.cuda_support import (
-    HUGE_MMAP_FLAGS,
     NO_DEVICE_MESSAGE,
     NO_DRIVER_MESSAGE,
-    PLAIN_MMAP_FLAGS,
     bindings_version,
     driver_line_problem,
-    map_anonymous,
+    driver_version_string,
+    format_uuid,
+    pack_kernel_args,
+    read_numa,
     read_pci_device_id,
     registered_modules,
     result_name,
     unmap,
 )
-from gpubw.backend.cuda_support import driver_version_string as driver_version_string
-from gpubw.backend.cuda_support import format_uuid as format_uuid
-from gpubw.backend.cuda_support import kernel_spec as kernel_spec
-from gpubw.backend.cuda_support import pack_kernel_args as pack_kernel_args
-from gpubw.backend.cuda_support import parse_cpulist as parse_cpulist
-from gpubw.backend.cuda_support import read_numa as read_numa
 from gpubw.model.errors import (
     CudaError,
     GateTimeoutError,
@@ -114,7 +113,7 @@ class _Event:
 SYNC_POLL_MAX_S = 1e-4
 
 
-class CudaBackend(CudaSharingMixin, Backend):
+class CudaBackend(CudaSharingMixin, CudaHostMemory):
     """The CUDA driver, through ``cuda.bindings.driver``."""
 
     name = "cuda"
@@ -150,11 +149,7 @@ class CudaBackend(CudaSharingMixin, Backend):
         self._streams: set[_Stream] = set()
         self._events: set[_Event] = set()
         self._device_memory: dict[int, int] = {}  # pointer -> device
-        self._host_memory: dict[int, int] = {}  # pointer -> device whose context allocated it
-        #: host buffers gpubw mapped and registered itself (huge pages, --host-numa):
-        #: pointer -> mapped bytes
-        self._huge: dict[int, int] = {}
-        self._pageable: dict[int, int] = {}  # pageable host memory: pointer -> mapped bytes
+        self._init_host_memory()
         self._init_sharing()
         self._closed = False
 
@@ -214,7 +209,7 @@ class CudaBackend(CudaSharingMixin, Backend):
             "driver": driver_version_string(),
         }
         try:
-            from gpubw.kernels.cache import nvrtc_version
+            from gpubw.backend.nvrtc import nvrtc_version
 
             out["nvrtc"] = "{}.{}".format(*nvrtc_version())
         except KernelCompileError:
@@ -306,108 +301,6 @@ class CudaBackend(CudaSharingMixin, Backend):
             raise UsageError(f"0x{pointer:x} is not device memory allocated by this backend")
         self._use(device)
         _check("cuMemFree", cu.cuMemFree(pointer))
-
-    def alloc_host(self, nbytes: int, device: int | None, *, numa_node: int | None = None) -> int:
-        if nbytes <= 0:
-            raise UsageError(f"host allocation size must be positive, got {nbytes}")
-        owner = 0 if device is None else self._device_index(device)
-        self._use(owner)
-        if self.host_huge_pages or numa_node is not None:
-            pointer = self._alloc_huge(nbytes, numa_node)
-        else:
-            pointer = int(
-                _check("cuMemHostAlloc", cu.cuMemHostAlloc(nbytes, cu.CU_MEMHOSTALLOC_PORTABLE))
-            )
-        self._host_memory[pointer] = owner
-        return pointer
-
-    def _alloc_huge(self, nbytes: int, numa_node: int | None = None) -> int:
-        """Host memory gpubw maps itself: from huge pages (mmap MAP_HUGETLB) with
-        ``--host-huge-pages``, its pages bound to ``numa_node`` (mbind) with ``--host-numa``;
-        pinned and mapped for every context with cuMemHostRegister (whose page faults place
-        the pages); freed by :meth:`_free_huge`."""
-        hp = self.huge_pages() if self.host_huge_pages else None
-        page = (hp[0] if hp else 2 << 20) if self.host_huge_pages else 4096
-        size = -(-nbytes // page) * page
-        try:
-            addr = map_anonymous(
-                size, HUGE_MMAP_FLAGS if self.host_huge_pages else PLAIN_MMAP_FLAGS
-            )
-        except OSError as exc:
-            if not self.host_huge_pages:
-                raise GpubwError(f"mmap of {size} bytes failed: {exc.strerror}") from None
-            raise GpubwError(
-                f"mmap(MAP_HUGETLB) of {size} bytes failed: {exc.strerror} "
-                f"(free huge pages: {hp[1] if hp else 'unknown'}; /proc/meminfo HugePages_Free)"
-            ) from None
-        try:
-            if numa_node is not None:
-                numa.bind(addr, size, numa_node)
-            _check(
-                "cuMemHostRegister",
-                cu.cuMemHostRegister(addr, size, cu.CU_MEMHOSTREGISTER_PORTABLE),
-            )
-        except OSError as exc:
-            unmap(addr, size)
-            raise GpubwError(
-                f"host memory on NUMA node {numa_node}: {exc.strerror or exc}"
-            ) from None
-        except BaseException:
-            unmap(addr, size)
-            raise
-        self._huge[addr] = size
-        return addr
-
-    def alloc_pageable(
-        self, nbytes: int, device: int | None, *, numa_node: int | None = None
-    ) -> int:
-        """Plain anonymous memory (mmap), bound to ``numa_node`` if given, every page touched
-        here (so first touch places it by the caller's affinity or the binding)."""
-        if nbytes <= 0:
-            raise UsageError(f"host allocation size must be positive, got {nbytes}")
-        size = -(-nbytes // 4096) * 4096
-        addr = map_anonymous(size, PLAIN_MMAP_FLAGS)
-        try:
-            if numa_node is not None:
-                numa.bind(addr, size, numa_node)
-            ctypes.memset(addr, 0, size)
-        except OSError as exc:
-            unmap(addr, size)
-            raise GpubwError(
-                f"host memory on NUMA node {numa_node}: {exc.strerror or exc}"
-            ) from None
-        self._pageable[addr] = size
-        return addr
-
-    def free_pageable(self, pointer: int) -> None:
-        size = self._pageable.pop(pointer, None)
-        if size is None:
-            raise UsageError(f"0x{pointer:x} is not pageable memory allocated by this backend")
-        unmap(pointer, size)
-
-    def _free_huge(self, pointer: int) -> None:
-        size = self._huge.pop(pointer)
-        try:
-            _check("cuMemHostUnregister", cu.cuMemHostUnregister(pointer))
-        finally:
-            unmap(pointer, size)
-
-    def free_host(self, pointer: int) -> None:
-        owner = self._host_memory.pop(pointer, None)
-        if owner is None:
-            raise UsageError(f"0x{pointer:x} is not pinned memory allocated by this backend")
-        self._use(owner)
-        if pointer in self._huge:
-            self._free_huge(pointer)
-            return
-        _check("cuMemFreeHost", cu.cuMemFreeHost(pointer))
-
-    def host_write(self, pointer: int, data: bytes) -> None:
-        if data:
-            ctypes.memmove(pointer, bytes(data), len(data))
-
-    def host_read(self, pointer: int, nbytes: int) -> bytes:
-        return ctypes.string_at(pointer, nbytes) if nbytes > 0 else b""
 
     # -- streams and events ---------------------------------------------------------------
     def create_stream(self, device: int) -> _Stream:
@@ -526,7 +419,7 @@ class CudaBackend(CudaSharingMixin, Backend):
 
     def _image(self, name: str, program: str, text: str, cc: tuple[int, int]) -> bytes:
         """The compiled image of one module for one architecture (compiled once per run)."""
-        from gpubw.kernels.cache import load_or_compile
+        from gpubw.backend.nvrtc import load_or_compile
 
         key = (name, text, cc)
         image = self._images.get(key)

@@ -160,7 +160,7 @@ def _prepare_kernels(started: _Prestart, compiled: threading.Event) -> None:
     wait for the one computing). A failure is left for the run's own calls to report."""
     with contextlib.suppress(Exception):
         try:
-            from gpubw.kernels.cache import SOURCE_NAME, load_or_compile, nvrtc_version
+            from gpubw.backend.nvrtc import SOURCE_NAME, load_or_compile, nvrtc_version
             from gpubw.kernels.modules import GPUBW
 
             nvrtc_version()

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from gpubw.backend.base import KernelArg
+from gpubw.backend.nvrtc import SOURCE_NAME
 from gpubw.kernels import KERNELS, KernelSpec
-from gpubw.kernels.cache import SOURCE_NAME
 from gpubw.kernels.modules import GPUBW, find_kernel, kernel_modules
 from gpubw.model.errors import UsageError
 

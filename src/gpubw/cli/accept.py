@@ -19,13 +19,15 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
+from gpubw.cli.argtypes import cv_threshold, outlier_pct, tolerance
 from gpubw.cli.parsing import Parser
 from gpubw.model.errors import UsageError
 from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT
 
-OFF = "off"
+if TYPE_CHECKING:
+    from gpubw.acceptance.node import NodeInfo
 
 #: the default of --outlier-pct and --cv-threshold when not given (told apart from "off")
 UNSET: Any = object()
@@ -36,49 +38,6 @@ node acceptance (see README, "Is this node healthy?"):
   gpubw expect-from good.json --tolerance 5% -o FILE   expectations from a known-good run
   gpubw info                             devices, PCIe/NVLink/ECC/clock facts, peer links
 """
-
-
-def outlier_pct(text: str) -> float | None:
-    """``--outlier-pct``: a percentage in (0, 100] (a trailing % allowed), or ``off``."""
-    if text.strip().lower() == OFF:
-        return None
-    try:
-        value = float(text.strip().removesuffix("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a percentage; give a number in (0, 100], e.g. 90, or off"
-        ) from None
-    if not 0 < value <= 100:
-        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 100] percent, or off")
-    return value
-
-
-def fraction(text: str, *, allow_zero: bool = False, off: bool = True) -> float | None:
-    """``10%`` or ``0.1`` -> 0.1; ``off`` -> None (where allowed)."""
-    t = text.strip().lower()
-    if off and t == OFF:
-        return None
-    try:
-        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a fraction; give e.g. 5% or 0.05" + (", or off" if off else "")
-        ) from None
-    low_ok = value >= 0 if allow_zero else value > 0
-    if not (low_ok and value < 1):
-        lo = "[0" if allow_zero else "(0"
-        raise argparse.ArgumentTypeError(f"{text!r} must be in {lo}, 1), i.e. below 100%")
-    return value
-
-
-def cv_threshold(text: str) -> float | None:
-    return fraction(text)
-
-
-def tolerance(text: str) -> float:
-    value = fraction(text, allow_zero=True, off=False)
-    assert value is not None
-    return value
 
 
 def add_judge_options(p: argparse.ArgumentParser, *, run: bool) -> None:
@@ -317,5 +276,41 @@ def info_main(argv: list[str]) -> int:
         if a.json:
             f.write(json.dumps(acceptance.info_to_dict(node), indent=2) + "\n")
         else:
-            f.write("\n".join(acceptance.info_lines(node)) + "\n")
+            f.write("\n".join(info_lines(node)) + "\n")
     return 0
+
+
+def info_lines(node: NodeInfo) -> list[str]:
+    """``gpubw info`` as text (control characters in names escaped): the devices, their
+    NVML facts and the peer links. Moved here from :mod:`gpubw.acceptance.node`, which
+    gathers the facts: this module prints them."""
+    from gpubw.model.console import printable_lines
+    from gpubw.writers import device_pci_short
+    from gpubw.writers.text import device_facts_lines
+
+    out = []
+    if node.simulated:
+        out.append(f"SIMULATED SYSTEM {node.system_name or 'model'}: these facts are modelled")
+    v = node.versions
+    out.append(f"Driver Version: {v.get('driver', 'unknown')}; CUDA Driver Version: "
+               f"{v.get('cuda_driver', 'unknown')}")  # fmt: skip
+    if not node.facts.available:
+        out.append(f"NVML: not available ({node.facts.reason})")
+    out.append("")
+    by_ordinal = {d["ordinal"]: d for d in node.devices}
+    for d in node.devices:
+        out.append(f"Device {d['ordinal']}: {d['name']} ({device_pci_short(d)}, "
+                   f"{d.get('pci_bus_id', '?')})")  # fmt: skip
+        out += device_facts_lines(d)  # (an info record has no end-of-run facts)
+    n = len(node.devices)
+    out += ["", "Peer access and links (row: the GPU that accesses; column: whose memory):"]
+    w = max(6, *(len(node.links.get((a, b), "")) + 2 for a in range(n) for b in range(n)))
+    out.append(" " * 6 + "".join(f"{'GPU' + str(b):>{w}}" for b in by_ordinal))
+    for a in by_ordinal:
+        row = "".join(f"{node.links.get((a, b), '?'):>{w}}" for b in by_ordinal)
+        out.append(f"{'GPU' + str(a):<6}{row}")
+    out += ["", "X = itself; NV<n> = NVLink, n links active; PCIe = peer access over PCIe; "
+            "- = no peer access"]  # fmt: skip
+    if node.simulated:
+        out.append(f"SIMULATED SYSTEM {node.system_name or 'model'}: these facts are modelled")
+    return printable_lines(out)

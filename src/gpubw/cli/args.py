@@ -1,8 +1,9 @@
 """The ``gpubw`` command's arguments: the parser (nvbandwidth's options, plus output files,
 formats and simulation), its help and epilog, and the mapping of library parameters to flags.
 
-Split out of :mod:`gpubw.cli.command` (which re-exports these names) to keep modules small; this
-module never imports :mod:`gpubw.cli.command`. Nothing here imports CUDA at import time.
+Split out of the command's dispatcher (:mod:`gpubw.cli.command`, which must stay light for
+``gpubw -l``) to keep modules small; this module never imports it. Nothing here imports CUDA
+at import time.
 """
 
 from __future__ import annotations
@@ -14,16 +15,25 @@ from collections.abc import Callable
 from typing import Any
 
 from gpubw.cli.accept import JUDGE_HELP, add_run_options
+from gpubw.cli.argtypes import (
+    gate_timeout_seconds,
+    loops_int,
+    sample_pairs,
+    samples_int,
+    seconds,
+    seed_int,
+)
 from gpubw.cli.parsing import Parser
-from gpubw.model.argtypes import gate_timeout_seconds, loops_int, samples_int, seconds, seed_int
 from gpubw.model.errors import UsageError
 from gpubw.model.options import (
     DEFAULT_LOOPS,
     DEFAULT_SAMPLES,
+    DEFAULT_WORLD_TIMEOUT_S,
     MAX_GATE_TIMEOUT_S,
     MAX_LOOPS,
     MAX_SAMPLES,
     MAX_WORLD_TIMEOUT_S,
+    MIN_WORLD_TIMEOUT_S,
     RunOptions,
 )
 from gpubw.version import __version__
@@ -59,7 +69,8 @@ EXIT_CODES += "\n" + JUDGE_HELP
 
 
 # -- argument parsing ----------------------------------------------------------------------
-#: the sub-commands, in the order the usage line names them (gpubw.cli.command runs them)
+#: the sub-commands, in the order the usage line names them (:data:`gpubw.cli.command.COMMANDS`
+#: runs them)
 SUBCOMMANDS = ("check", "expect-from", "info", "compare", "plot", "completion")
 
 
@@ -137,7 +148,7 @@ class _MainParser(Parser):
 
 def writer_options_help() -> list[str]:
     """``gpubw -h``'s lines on the options writers declare (every writer is loaded)."""
-    from gpubw.runner.registry import Writers
+    from gpubw.runner.writer_registry import Writers
     from gpubw.writers import writer_options
 
     writers = Writers.discover()
@@ -346,9 +357,6 @@ def _add_last(add: Callable[..., Any]) -> None:
 
 def _add_rank_options(add: Callable[..., Any]) -> None:
     """The options of multi-rank runs and pair sampling."""
-    from gpubw.measure.sampling import parse_sample_pairs
-    from gpubw.model.options import DEFAULT_WORLD_TIMEOUT_S, MIN_WORLD_TIMEOUT_S
-
     add(
         "--world-timeout",
         dest="world_timeout",
@@ -367,7 +375,7 @@ def _add_rank_options(add: Callable[..., Any]) -> None:
         "--sample-pairs",
         dest="sample_pairs",
         metavar="K|FRACTION",
-        type=parse_sample_pairs,
+        type=sample_pairs,
         action=_Once,
         help="measure only K cells (or a fraction, e.g. 0.1 or 10%%) of every N x N testcase, "
         "every device at least once as source and destination, and the same share of the "
@@ -404,6 +412,7 @@ PARAM_FLAGS: dict[str, str] = {
     "samples": "-i/--samples",
     "loops": "--loop-count",
     "sample_pairs": "--sample-pairs",
+    "simulate": "--simulate",
 }
 
 

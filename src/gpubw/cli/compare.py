@@ -14,13 +14,13 @@ from typing import Any
 
 import attrs
 
+from gpubw.cli.argtypes import buffer_size, finite_float
 from gpubw.cli.parsing import Parser
 from gpubw.model import schemas
-from gpubw.model.argtypes import finite_float
 from gpubw.model.console import printable_lines
 from gpubw.model.errors import GpubwError, UsageError
 from gpubw.model.options import EXIT_BELOW_EXPECTATION
-from gpubw.model.sizes import format_size, parse_size
+from gpubw.model.sizes import format_size
 from gpubw.tools.compare import (
     ANY,
     FAIL_ON,
@@ -301,12 +301,7 @@ def compare_files(argv: Sequence[str]) -> tuple[list[str], int]:
     a = compare_parser().parse_args(list(argv))
     if a.threshold < 0:
         raise UsageError(f"--threshold must be >= 0 percent, got {a.threshold:g}")
-    size = None
-    if a.size is not None:
-        try:
-            size = parse_size(a.size)
-        except UsageError as exc:
-            raise UsageError(f"--size: {exc}", param="size") from None
+    size = None if a.size is None else buffer_size(a.size, "--size")
     target = OutputTarget(a.output, label="gpubw compare: -o").check() if a.output else None
     cand, base = load_side(a.candidate), load_side(a.baseline)
     if size is not None:
@@ -333,3 +328,12 @@ def compare_files(argv: Sequence[str]) -> tuple[list[str], int]:
             raise GpubwError(f"gpubw compare: -o {a.output}: {exc.strerror or exc}") from None
         return [], failed
     return lines, failed
+
+
+def compare_main(argv: list[str]) -> int:
+    """``gpubw compare CANDIDATE BASELINE``: 3 if any cell fails (a regression, as check's
+    below expectation), else 0 (nothing printed when the result went to a file with -o)."""
+    lines, failed = compare_files(argv)
+    if lines:
+        print("\n".join(lines))
+    return EXIT_BELOW_EXPECTATION if failed else 0

@@ -82,8 +82,9 @@ def completion_main(argv: list[str]) -> int:
 
 def _words() -> dict[str, tuple[str, ...]]:
     """The installed testcase keys, simulated presets and output formats."""
-    from gpubw.backend import presets
-    from gpubw.runner.registry import Registry, Writers
+    from gpubw.backend.sim import presets
+    from gpubw.runner.registry import Registry
+    from gpubw.runner.writer_registry import Writers
 
     return {
         KEYS: tuple(e.key for e in Registry.discover().entries),
@@ -96,7 +97,7 @@ def _subparsers() -> list[tuple[str, str, Callable[[], argparse.ArgumentParser]]
     """(name, one line of help, its parser or None) of each sub-command."""
     from gpubw.cli.accept import check_parser, expect_from_parser, info_parser
     from gpubw.cli.compare import compare_parser
-    from gpubw.tools.plot import plot_parser  # (matplotlib is imported only to draw)
+    from gpubw.cli.plot import plot_parser  # (matplotlib is imported only to draw)
 
     return [
         ("check", "judge a saved report", check_parser),
@@ -140,7 +141,7 @@ def _line(text: str | None) -> str:
 
 def _writer_options() -> tuple[Option, ...]:
     """The options installed writers declare."""
-    from gpubw.runner.registry import Writers
+    from gpubw.runner.writer_registry import Writers
     from gpubw.writers import writer_options
 
     writers = Writers.discover()

@@ -27,7 +27,7 @@ could depend on (a plugin reading the environment in its docstring's place) is n
 cannot be read or written is never an error: the list is made by discovery then. A cache
 file is read only when gpubw may trust it (a regular file of this user's that no one else
 may write, of bounded size: :func:`gpubw.runner.plugincache.load_file`), its fields must
-have the types gpubw writes, and what it holds is printed through :func:`printable`, so even
+have the types gpubw writes, and what it holds is printed through :func:`json_escaped`, so even
 a forged one cannot send escape sequences to the terminal.
 """
 
@@ -54,10 +54,10 @@ __all__ = [
     "LIST_FORMATS",
     "NO_CACHE_ENV",
     "PROG",
+    "json_escaped",
     "listing",
     "main",
     "plain_list_args",
-    "printable",
     "render",
 ]
 
@@ -100,7 +100,7 @@ def render(registry: object, as_json: bool) -> str:
             "tool_version": __version__,
             "testcases": items,
         }
-        return printable(json.dumps(doc, indent=2) + "\n")
+        return json_escaped(json.dumps(doc, indent=2) + "\n")
     lines = [f"{PROG} Version: {__version__}", "", "Index, Name:", "\tDescription"]
     lines.append("=" * 23)
     for e in entries:
@@ -117,15 +117,16 @@ def render(registry: object, as_json: bool) -> str:
         lines.append("Plugins that could not be loaded:")
         lines += [f"\t{f.key} ({f.plugin}): {f.message}" for f in failures]
         lines.append("")
-    return printable("\n".join(lines) + "\n")
+    return json_escaped("\n".join(lines) + "\n")
 
 
-def printable(text: str) -> str:
+def json_escaped(text: str) -> str:
     """``text`` with every character that is not printable, other than a newline or a tab (an
     ANSI escape sequence's ESC, a carriage return, a NUL), written as a ``\\uXXXX`` escape:
     what ``-l`` prints cannot move the cursor or recolour the terminal, whether a plugin's
     description holds it or a cache file (read as data) does. A list that JSON made holds
-    none (json.dumps escapes them itself), so the escape keeps JSON valid."""
+    none (json.dumps escapes them itself), so the escape keeps JSON valid. (Not
+    :func:`gpubw.model.console.printable`, whose Python escapes would not be JSON.)"""
     if text.replace("\n", "").replace("\t", "").isprintable():  # the usual case, at C speed
         return text
     return "".join(c if c.isprintable() or c in "\n\t" else _escape(c) for c in text)
@@ -205,7 +206,7 @@ def listing(as_json: bool) -> str:
     else from a full discovery (which refreshes it)."""
     cached = None if os.environ.get(NO_CACHE_ENV) else _read(cache_path())
     out = cached or _discover()
-    return printable(out["json" if as_json else "text"])
+    return json_escaped(out["json" if as_json else "text"])
 
 
 # -- the command -------------------------------------------------------------------------

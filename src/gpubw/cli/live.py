@@ -25,11 +25,12 @@ from typing import Any, TextIO
 import attrs
 
 from gpubw.model.console import printable, to_stderr
-from gpubw.model.errors import GpubwError, PluginError, UsageError
+from gpubw.model.errors import UsageError
 from gpubw.model.events import Finished, RunListener, Step
 from gpubw.model.results import Report, TestcaseResult
 from gpubw.model.sizes import format_size
 from gpubw.runner.capture import report_stdout
+from gpubw.runner.plugin_errors import writer_errors
 from gpubw.writers import StreamingWriter, write_whole
 
 #: "bar" (a terminal), "lines" (one line per finished testcase) or "off"
@@ -115,20 +116,6 @@ def _refuse_a_closed_stream(target: Any) -> None:
             "started, so the report would be lost; give a file name, or run gpubw with "
             f"{name} open"
         )
-
-
-@contextlib.contextmanager
-def writer_errors(name: str) -> Iterator[None]:
-    """A writer's own bug becomes a PluginError naming it (gpubw's errors and OSError, e.g. a
-    closed pipe, pass as they are)."""
-    try:
-        yield
-    except (GpubwError, OSError):
-        raise
-    except BaseException as exc:  # SystemExit, a KeyboardInterrupt the writer raised
-        text = str(exc).strip()
-        what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-        raise PluginError(f"writer {name!r} failed: {what}") from exc
 
 
 class LiveOutput(RunListener):

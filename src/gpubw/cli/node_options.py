@@ -2,74 +2,19 @@
 host buffers live (``--host-numa``), waiting for idle GPUs (``--wait-idle``) and the soak
 (``--soak``, ``--soak-drop``). Added to the main parser by :func:`add_node_options`; their
 values go into :class:`gpubw.model.options.RunOptions` (:func:`run_option_fields`) and the NVML
-watch (:class:`gpubw.acceptance.node.RunWatch`)."""
+watch (:class:`gpubw.acceptance.node.RunWatch`). Their values' parsers are
+:mod:`gpubw.cli.argtypes`'s."""
 
 from __future__ import annotations
 
 import argparse
-import math
-import re
 from typing import Any
 
-from gpubw.memory.selection import parse_list
-from gpubw.model.options import MAX_SOAK_S
+from gpubw.cli.argtypes import devices, duration, host_numa, soak_drop, wait_idle
 
 #: the default of --soak-drop: a cell whose figure fell more than this from the first
 #: repetition to the last fails
 DEFAULT_SOAK_DROP = 0.05
-#: the longest --wait-idle
-MAX_WAIT_IDLE_S = 86_400.0
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-_DURATION = re.compile(r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(s|m|min|h)?", re.IGNORECASE)
-
-
-def duration(text: str, *, most: float = MAX_SOAK_S) -> float:
-    """``10m``, ``300s``, ``1.5h`` or ``90`` (seconds) -> seconds, more than 0 and at most
-    ``most``."""
-    m = _DURATION.fullmatch(text.strip())
-    if not m:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration; give seconds or a number with s, m or h (e.g. 10m)"
-        )
-    value = float(m[1]) * _UNITS[(m[2] or "").lower()]
-    if not (math.isfinite(value) and 0 < value <= most):
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 and at most {most:g} s")
-    return value
-
-
-def wait_idle(text: str) -> float:
-    return duration(text, most=MAX_WAIT_IDLE_S)
-
-
-def devices(text: str) -> tuple[str, ...]:
-    try:
-        return parse_list(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def host_numa(text: str) -> str:
-    t = text.strip().lower()
-    if t in ("local", "remote") or (t.isdecimal() and len(t) <= 6):
-        return t if not t.isdecimal() else str(int(t))
-    raise argparse.ArgumentTypeError(
-        f"{text!r} is not a NUMA node; give a node number (see /sys/devices/system/node/), "
-        "local or remote"
-    )
-
-
-def soak_drop(text: str) -> float:
-    """``5%`` or ``0.05`` -> 0.05: a fraction in (0, 1)."""
-    t = text.strip()
-    try:
-        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a fraction; give e.g. 5% or 0.05"
-        ) from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1), i.e. between 0% and 100%")
-    return value
 
 
 def add_node_options(p: argparse.ArgumentParser) -> None:

@@ -31,7 +31,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gpubw.cli.command import Flavour, run_command
+from gpubw.cli.command import run_command
+from gpubw.cli.flavour import Flavour
 from gpubw.cli.nvbandwidth_args import ArgError, help_text, parse
 from gpubw.model.console import to_stderr
 
@@ -238,7 +239,7 @@ def entries(multinode: bool) -> list[Any]:
 
 def testcase_list(multinode: bool) -> str:
     """``-l`` as nvbandwidth prints it (after the version block)."""
-    from gpubw.cli.listing import printable
+    from gpubw.cli.listing import json_escaped
 
     lines = ["Index, Name:", "\tDescription", "=" * 23]
     for e in entries(multinode):
@@ -247,7 +248,7 @@ def testcase_list(multinode: bool) -> str:
         else:
             text = e.description or "(no description)"
         lines += [f"{e.index}, {e.key}:", *("\t" + line for line in text.splitlines()), ""]
-    return printable("\n".join(lines) + "\n")
+    return json_escaped("\n".join(lines) + "\n")
 
 
 # -- nvbandwidth's command line as gpubw's -------------------------------------------------------

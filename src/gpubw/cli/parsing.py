@@ -34,8 +34,3 @@ class Parser(argparse.ArgumentParser):
                 seen.add(id(match[0]))
                 unique.append(match)
         return unique
-
-
-def long_options(parser: argparse.ArgumentParser) -> list[str]:
-    """Every long option string of ``parser`` (aliases included), in the order defined."""
-    return [s for a in parser._actions for s in a.option_strings if s.startswith("--")]

@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from gpubw.model.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpubw.runner.spec import RunSpec
+    from gpubw.world import World
 
 #: the command line's options every rank must give alike, as (fingerprint key, flag)
 AGREED = (
@@ -61,7 +65,7 @@ def launched_with_ranks() -> bool:
     return several_ranks(os.environ)
 
 
-def fingerprint(ns: argparse.Namespace, spec: Any) -> dict[str, Any]:
+def fingerprint(ns: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
     """What every rank must run alike (see :data:`AGREED`), as plain data."""
     o = spec.options
     keys = [getattr(s, "key", getattr(s, "token", "?")) for s in spec.selection]
@@ -116,7 +120,7 @@ class Start:
 
 
 def start_together(
-    world: Any, error: BaseException | None, mine: Mapping[str, Any] | None, signum: int | None
+    world: World, error: BaseException | None, mine: Mapping[str, Any] | None, signum: int | None
 ) -> Start:
     """The one agreement before the run: every rank's usage error (or None), fingerprint and
     signal so far, gathered (bounded by the world's timeout). A rank that cannot hear the

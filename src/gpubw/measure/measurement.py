@@ -1,19 +1,22 @@
 """How a copy is timed: nvbandwidth's protocol, kept exactly, in one place.
 
+This module is the one-process protocol; the same protocol run across the ranks of a world,
+a cell at a time (the multinode testcases), is :mod:`gpubw.measure.series` (cut from this
+module along that seam: it injects its own :class:`Sync`).
+
 For one matrix cell a testcase hands :meth:`MemcpyOperation.measure` a list of copies (source,
 destination); they all run at once, each on its own stream in the context of its executing
-device. Across the ranks of a world (:meth:`MemcpyOperation.measure_series`, the multinode
-testcases) the ranks that issue a copy of the cell and rank 0 (the cell's *group*) run the
-same protocol, each for its own pairs (rank 0 for none where it issues none); the other
-ranks take no part in the cell (see "A series of cells across ranks" below).
+device. Across the ranks of a world (:func:`gpubw.measure.series.measure_series`) the ranks
+that issue a copy of the cell and rank 0 (the cell's *group*) run the same protocol, each for
+its own pairs.
 
 One sequence serves both (:meth:`MemcpyOperation._sample`); what differs is injected as a
 :class:`Sync`. :class:`LocalSync` is one process's: the spin gate, opened by gpubw, nothing to
-agree on. :class:`RankSync` is a rank's: the spin gate plus the device flag of a
-:class:`gpubw.measure.rank_gate.RankGate`, which carries the first rank's release to the
-others, and an agreement point among the cell's group (:func:`gpubw.memory.shared.agreed`)
-at the end of steps 1, 4 and 7, so that an error on one rank is raised on every rank of the
-cell at the same point. Each sample:
+agree on. :class:`gpubw.measure.series.RankSync` is a rank's: the spin gate plus the device
+flag of a :class:`gpubw.measure.rank_gate.RankGate`, which carries the first rank's release
+to the others, and an agreement point among the cell's group
+(:func:`gpubw.memory.sharing.agreed`) at the end of steps 1, 4 and 7, so that an error on one
+rank is raised on every rank of the cell at the same point. Each sample:
 
 1. Across ranks: close the host gate, and the first rank zeroes the device flag; agree.
 2. Fill every copy's buffers (outside the timing) and wait for it, so that no fill overlaps a
@@ -35,23 +38,6 @@ made outside a step: a bad copy, a stream that could not be made, a failed clean
 statistic (median or mean) of each pair's samples, and of the TOTAL samples, gives the cell's
 FIRST, SUM, VECTOR or TOTAL figure (:class:`CellMeasurement`; across ranks no TOTAL).
 
-**A series of cells across ranks** (:meth:`MemcpyOperation.measure_series`): every rank
-walks the same list of cells, each measured by its group only, one after the other:
-
-- rank 0 takes part in every cell (in its group: :func:`cell_ranks`), so a rank that dies or
-  hangs in a cell is found within one step's bound, as when every rank took part;
-- between cell k - 1 and cell k the groups of both cells agree (a *hand-over*): cell k
-  starts once cell k - 1 has ended, and the first error so far travels on; a rank waits at a
-  hand-over for the cells since its last one, each within its bound
-  (:meth:`MemcpyOperation.cell_bound_s`);
-- after an error no later cell is measured (its ranks skip it);
-- after the last cell every rank takes part once: the world gathers every rank's figures and
-  errors, and every rank either holds every cell or raises the same
-  :class:`~gpubw.memory.shared.RemoteRankError`.
-
-So a cell costs agreements among its own ranks (2 or 3 in an N x N testcase), not the whole
-world's: a rack of N ranks pays O(1) per cell, not O(N).
-
 Cleanup: each stream and event is owned as soon as it exists; whatever fails (a create, a
 sample, Ctrl-C), the gate is opened (across ranks the device flag set too), the streams are
 drained (bounded) and every handle is destroyed, each step tried; the first error is raised.
@@ -65,30 +51,16 @@ import enum
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from gpubw.backend.base import DeviceInfo
 from gpubw.measure.initiators import CopyJob, Initiator
 from gpubw.memory.buffers import MAX_VERIFY_SLOTS, Buffer
-from gpubw.memory.shared import RemoteRankError, agreed
 from gpubw.memory.system import System
 from gpubw.model.errors import GateTimeoutError, GpubwError, UsageError, VerificationError
 from gpubw.model.options import WARMUP_ITERATIONS
-from gpubw.world.base import WorldError
-
-if TYPE_CHECKING:
-    from gpubw.measure.rank_gate import RankGate
-
-
-@attrs.frozen
-class RankCopy:
-    """One pair of a cross-rank cell: issued by ``rank``; ``copy`` is its buffers on that
-    rank and None on every other rank (whose mappings it does not need)."""
-
-    rank: int
-    copy: Copy | None
 
 
 class Prefer(enum.Enum):
@@ -247,73 +219,8 @@ class LocalSync(Sync):
         self.system.gate.open()
 
 
-class RankSync(Sync):
-    """One rank of a cross-rank cell: the host gate plus the rank gate's device flag, which
-    carries the release of the rank that issues the cell's first pair (``first``) to every
-    other rank's streams; each step ends at an agreement point among the cell's ranks
-    (``group``; None: the whole world)."""
-
-    releaser = "the first rank"
-
-    def __init__(
-        self,
-        system: System,
-        rank_gate: RankGate,
-        *,
-        first: bool,
-        group: tuple[int, ...] | None = None,
-    ) -> None:
-        super().__init__(system)
-        self.rank_gate = rank_gate
-        self.first = first
-        self.group = group
-
-    def step(self, work: Callable[[], None], bound_s: float | None = None) -> None:
-        """Run the step, then agree: if any rank failed, every rank raises the same
-        :class:`RemoteRankError`. The agreement waits ``bound_s`` plus the world's timeout."""
-        error: BaseException | None = None
-        try:
-            work()
-        except GpubwError as exc:
-            error = exc
-        world = self.system.world
-        bound = None if bound_s is None else bound_s + world.timeout_s
-        agreed(world, error, bound, self.group)
-
-    def begin(self) -> None:
-        """Close the host gate and (the first rank) zero the device flag: on every rank of
-        the cell before any of them holds a stream (the agreement that ends step 1)."""
-        self.system.gate.close()
-        if self.first:
-            self.rank_gate.reset()
-
-    def close(self) -> None:
-        """Nothing: both gates closed in step 1."""
-
-    def hold(self, k: int, stream: Any) -> None:
-        gate, timeout_s = self.system.gate, self.system.options.gate_timeout_s
-        flag = self.rank_gate.flag_pointer
-        if self.first and k == 0:
-            gate.enqueue_relay(stream, flag, timeout_s)
-        else:
-            gate.enqueue_wait(stream, timeout_s, flag=flag)
-
-    def release(self) -> None:
-        if self.first:
-            self.system.gate.open()
-
-    def drain(self, streams: Sequence[Any]) -> None:
-        """Also set the device flag (any rank may), so that no rank's streams stay held when
-        the first rank failed before its relay ran; a rank with no streams holds none
-        behind the flag and leaves it alone."""
-        if streams:
-            with contextlib.suppress(GpubwError):
-                self.rank_gate.release()
-        super().drain(streams)
-
-
 @attrs.define
-class _Cell:
+class CellRun:
     """One cell's work on this process for all its samples: a job per copy (each on its own
     stream), the bytes one copy call is counted as moving, the events that time them (no
     ``total_end`` where the sync makes none), and the samples so far."""
@@ -327,7 +234,7 @@ class _Cell:
     total_samples: list[float] = attrs.Factory(list)
 
 
-def _pair_label(copy: Copy) -> str:
+def pair_label(copy: Copy) -> str:
     return f"{copy.src.label} -> {copy.dst.label}"
 
 
@@ -366,80 +273,18 @@ class MemcpyOperation:
             return copy.src.context_device
         raise UsageError("a copy between two host buffers has no device to issue it")
 
-    def exec_rank(self, src_owner: int, dst_owner: int) -> int:
-        """The rank that issues a copy between buffers owned by ``src_owner`` and
-        ``dst_owner`` (nvbandwidth: the owner of the preferred side)."""
-        return src_owner if self.prefer is Prefer.SRC else dst_owner
-
     def measure(self, copies: Sequence[Copy]) -> CellMeasurement:
         """Run all ``copies`` simultaneously for ``samples`` samples."""
         if not copies:
             raise UsageError("measure() needs at least one copy")
-        cell = self._run(copies, LocalSync(self.system))
+        cell = self.run_cell(copies, LocalSync(self.system))
         return CellMeasurement(
             counted_bytes=cell.counted,
             loops=self.loops,
             pair_samples=tuple(tuple(s) for s in cell.pair_samples),
             total_samples=tuple(cell.total_samples),
             statistic=self.system.options.statistic,
-            pair_labels=tuple(_pair_label(c) for c in copies),
-        )
-
-    def measure_ranks(self, pairs: Sequence[RankCopy], rank_gate: RankGate) -> CellMeasurement:
-        """One cell across ranks: :meth:`measure_series` of that cell alone."""
-        return self.measure_series([pairs], rank_gate)[0]
-
-    def measure_series(
-        self, cells: Sequence[Sequence[RankCopy]], rank_gate: RankGate, *, keep: bool = True
-    ) -> list[CellMeasurement]:
-        """Every cell of ``cells`` across ranks, one after the other, each measured by the
-        ranks that issue its pairs (the module's "A series of cells across ranks"). Every
-        rank calls this with the same cells (``RankCopy.copy`` set where the rank issues
-        it), also a rank with no pair in any of them, right after a collective of the
-        whole world. Returns every cell, every pair's samples, on every rank; where
-        ``keep`` is False (a rank that does not report them) nothing, once the series has
-        ended as on every rank (the same error raised, or none)."""
-        if not cells or not all(cells):
-            raise UsageError("measure_series() needs cells of at least one pair each")
-        if self.kind is Kind.TOTAL:
-            # the same on every rank, so every rank raises it here without a collective
-            raise UsageError(
-                "a TOTAL figure is not measured across ranks; allowed: FIRST, SUM, VECTOR"
-            )
-        return _Series(self, cells, rank_gate).run(keep)
-
-    def cell_bound_s(self) -> float:
-        """How long one cell across ranks may take, whatever happens in it: each sample's
-        three steps with their bounds and agreements, and the cell's setup and last
-        agreement."""
-        options, timeout_s = self.system.options, float(self.world.timeout_s)
-        step_s = 2 * options.gate_timeout_s + options.sync_timeout_s
-        return options.samples * (step_s + 3 * timeout_s) + 2 * timeout_s
-
-    def _measure_own_pairs(
-        self, pairs: Sequence[RankCopy], rank_gate: RankGate
-    ) -> tuple[dict[int, tuple[int, tuple[float, ...]]], dict[int, str]]:
-        """This rank's part of one cell, {pair index: (counted, samples)} and {pair index:
-        label}: the protocol with a :class:`RankSync` among the cell's ranks, then their
-        agreement on an error made outside a step."""
-        me = self.world.rank
-        group = cell_ranks(pairs)
-        indexes = [i for i, p in enumerate(pairs) if p.rank == me]
-        copies = [c for c in (pairs[i].copy for i in indexes) if c is not None]
-        try:
-            if len(copies) < len(indexes):
-                raise UsageError(f"rank {me} issues a pair of the cell but has no buffers for it")
-            first = rank_gate.relays([p.rank for p in pairs])  # per NVLink domain
-            cell = self._run(copies, RankSync(self.system, rank_gate, first=first, group=group))
-        except (RemoteRankError, WorldError):
-            raise  # every rank of the cell raised it at the same point already; or broken
-        except GpubwError as exc:
-            agreed(self.world, exc, group=group)  # raises it on every rank of the cell
-            raise AssertionError("unreachable: an agreement on an error raises") from exc
-        agreed(self.world, None, group=group)
-        return (
-            {i: (cell.counted[k], tuple(cell.pair_samples[k])) for k, i in enumerate(indexes)},
-            {i: _pair_label(c) for i, c in zip(indexes, copies)},
+            pair_labels=tuple(pair_label(c) for c in copies),
         )
 
     # -- the protocol ---------------------------------------------------------------------
@@ -461,7 +306,7 @@ class MemcpyOperation:
         system.gate.page  # noqa: B018 - the page exists before any stream is held by it
         return execs, infos, counted, checked
 
-    def _run(self, copies: Sequence[Copy], sync: Sync) -> _Cell:
+    def run_cell(self, copies: Sequence[Copy], sync: Sync) -> CellRun:
         """Every sample of one cell on this process, synchronised by ``sync``: the copies
         checked and planned, a stream per copy and its events made, then the samples (the
         module's protocol). Each stream and event is owned as soon as it exists; on any
@@ -477,7 +322,7 @@ class MemcpyOperation:
             events = [stack.enter_context(backend.event(e)) for e in owners]
             stack.callback(sync.drain, streams)
             n = len(execs)
-            cell = _Cell(
+            cell = CellRun(
                 jobs=self._jobs(copies, infos, checked, streams),
                 counted=counted,
                 starts=events[:n],
@@ -510,7 +355,7 @@ class MemcpyOperation:
             for c, info, n, s in zip(copies, infos, checked, streams)
         ]
 
-    def _sample(self, cell: _Cell, sync: Sync) -> None:
+    def _sample(self, cell: CellRun, sync: Sync) -> None:
         """One sample: steps 1-7 of the module's protocol, in three steps of ``sync`` (each
         an agreement point across ranks)."""
         options = self.system.options
@@ -518,14 +363,14 @@ class MemcpyOperation:
         sync.step(lambda: self._queue(cell, sync), options.gate_timeout_s)
         sync.step(lambda: self._finish(cell, sync), options.gate_timeout_s + options.sync_timeout_s)
 
-    def _queue(self, cell: _Cell, sync: Sync) -> None:
+    def _queue(self, cell: CellRun, sync: Sync) -> None:
         """Steps 2-4: fill and wait; close the gate; hold every stream with its warm-up;
         start events, the measured copies, end events."""
         self._fill(cell.jobs)
         sync.close()
         self._enqueue_timed(cell, sync.hold)
 
-    def _finish(self, cell: _Cell, sync: Sync) -> None:
+    def _finish(self, cell: CellRun, sync: Sync) -> None:
         """Steps 5-7: release and wait (bounded), verify, and this sample's rates."""
         sync.release()
         self._wait_released([j.stream for j in cell.jobs], sync.releaser)
@@ -546,7 +391,7 @@ class MemcpyOperation:
         for job in jobs:
             system.backend.synchronize(job.stream, system.options.sync_timeout_s)
 
-    def _enqueue_timed(self, cell: _Cell, hold: Callable[[int, Any], None]) -> None:
+    def _enqueue_timed(self, cell: CellRun, hold: Callable[[int, Any], None]) -> None:
         """Hold every stream (``hold(k, stream)``) and queue its warm-up behind the hold;
         start events (every stream starts once stream 0 has started); the measured copies
         and end events; for TOTAL, stream 0 also waits for every end and records the last."""
@@ -584,7 +429,7 @@ class MemcpyOperation:
                 "have started early, so it is discarded"
             )
 
-    def _rates(self, cell: _Cell) -> list[float]:
+    def _rates(self, cell: CellRun) -> list[float]:
         """Each pair's bandwidth of this sample: counted bytes x loops / (end - start)."""
         elapsed = self.system.backend.elapsed_seconds
         return [
@@ -615,103 +460,6 @@ class MemcpyOperation:
                     f"issued by device {job.exec_device.ordinal}",
                     exc.offset,
                 ) from None
-
-
-#: one rank's figures of the cells it measured: {cell: ({pair: (counted, samples)}, labels)}
-_Figures = dict[int, tuple[dict[int, tuple[int, tuple[float, ...]]], dict[int, str]]]
-
-
-def cell_ranks(pairs: Sequence[RankCopy]) -> tuple[int, ...]:
-    """A cell's group, in increasing order: the ranks that issue its pairs, and rank 0,
-    which takes part in every cell (without copies where it issues none), so that a rank
-    that dies or hangs in a cell is found within one step's bound, as before."""
-    return tuple(sorted({0, *(p.rank for p in pairs)}))
-
-
-class _Series:
-    """:meth:`MemcpyOperation.measure_series` on one rank (the module's "A series of cells
-    across ranks")."""
-
-    def __init__(
-        self, op: MemcpyOperation, cells: Sequence[Sequence[RankCopy]], rank_gate: RankGate
-    ) -> None:
-        self.op = op
-        self.cells = cells
-        self.rank_gate = rank_gate
-        self.world = op.world
-        self.groups = [cell_ranks(pairs) for pairs in cells]
-        self.bound_s = op.cell_bound_s()
-        #: the first error of the series as this rank knows it: (failing rank, message)
-        self.error: tuple[int, str] | None = None
-        self.cause: BaseException | None = None
-        self.mine: _Figures = {}
-        #: the last hand-over this rank took part in (0: the series' start)
-        self.last = 0
-
-    def run(self, keep: bool) -> list[CellMeasurement]:
-        me = self.world.rank
-        for k, group in enumerate(self.groups):
-            if k > 0 and me in self._hand_over_group(k):
-                self._hand_over(k)
-            if me in group and self.error is None:
-                self._measure(k)
-        return self._gather(keep)
-
-    def _hand_over_group(self, k: int) -> tuple[int, ...]:
-        """The groups of cells k - 1 and k (rank 0 among them)."""
-        return tuple(sorted({*self.groups[k - 1], *self.groups[k]}))
-
-    def _wait_s(self, k: int) -> float:
-        """How long this rank may wait at hand-over k (or at the end, k = the cell count):
-        the cells since the last hand-over it took part in, each bounded."""
-        return (k - self.last) * self.bound_s + float(self.world.timeout_s)
-
-    def _hand_over(self, k: int) -> None:
-        group = self._hand_over_group(k)
-        errors = self.world.group_allgather(self.error, group, timeout_s=self._wait_s(k))
-        self.error = min((e for e in errors if e is not None), default=None)
-        self.last = k
-
-    def _measure(self, k: int) -> None:
-        """This rank's pairs of cell k; an error that the cell's ranks agreed on is kept
-        (a broken world propagates)."""
-        try:
-            self.mine[k] = self.op._measure_own_pairs(self.cells[k], self.rank_gate)
-        except RemoteRankError as exc:
-            self.error, self.cause = (exc.rank, exc.remote_message), exc.__cause__
-
-    def _gather(self, keep: bool) -> list[CellMeasurement]:
-        """Every rank's figures and errors, once: every cell (none unless ``keep``), or the
-        first error raised on every rank."""
-        gathered = self.world.allgather(
-            (self.error, self.mine), timeout_s=self._wait_s(len(self.cells))
-        )
-        errors = [e for e, _ in gathered if e is not None]
-        if errors:
-            rank, message = min(errors)
-            raise RemoteRankError(rank, message) from self.cause
-        if not keep:
-            return []
-        pairs: dict[int, dict[int, tuple[int, tuple[float, ...]]]] = {}
-        names: dict[int, dict[int, str]] = {}
-        for _, figures in gathered:
-            for k, (part, labels) in figures.items():
-                pairs.setdefault(k, {}).update(part)
-                names.setdefault(k, {}).update(labels)
-        return [self._cell(pairs[k], names[k], len(c)) for k, c in enumerate(self.cells)]
-
-    def _cell(
-        self, pairs: dict[int, tuple[int, tuple[float, ...]]], names: dict[int, str], count: int
-    ) -> CellMeasurement:
-        order = range(count)
-        return CellMeasurement(
-            counted_bytes=tuple(pairs[i][0] for i in order),
-            loops=self.op.loops,
-            pair_samples=tuple(pairs[i][1] for i in order),
-            total_samples=(),
-            statistic=self.op.system.options.statistic,
-            pair_labels=tuple(names[i] for i in order),
-        )
 
 
 def bytes_per_second(nbytes: int, seconds: float) -> float:

@@ -1,5 +1,5 @@
 """The cross-rank spin gate's device flag (the multinode testcases; see
-:meth:`gpubw.measure.measurement.MemcpyOperation.measure_ranks`)."""
+:func:`gpubw.measure.series.measure_ranks`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpubw.memory.buffers import Buffer, HostBuffer
-from gpubw.memory.shared import RemoteRankError, SharedBuffer, agreed
+from gpubw.memory.shared import SharedBuffer
+from gpubw.memory.sharing import RemoteRankError, agreed
 from gpubw.memory.system import System
 from gpubw.model.errors import GpubwError
 
@@ -44,7 +45,7 @@ class RankGate:
     def create(cls, system: System) -> RankGate:
         """Collective: every rank calls it at the same point. If any rank fails to make its
         host words, every rank frees the flags (collectively) and raises the same
-        :class:`gpubw.memory.shared.RemoteRankError` (a broken world leaves the flags to the
+        :class:`gpubw.memory.sharing.RemoteRankError` (a broken world leaves the flags to the
         run's sharing, which frees what is left at its end)."""
         sharing = system.sharing
         size = len(sharing.rank_domains())

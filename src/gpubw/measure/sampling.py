@@ -16,8 +16,6 @@ import math
 import random
 from collections.abc import Sequence
 
-from gpubw.model.errors import UsageError
-
 Pair = tuple[int, int]
 
 
@@ -149,31 +147,3 @@ def sample_columns(
         if m >= 2:
             chosen.update(rng.sample(devices, min(m, max(1, -(-m * size // cells)))))
     return frozenset(chosen)
-
-
-def parse_sample_pairs(text: str) -> int | float:
-    """A sample size as a user types it: a count (``64``), a fraction (``0.25``) or a
-    percentage (``25%``). Raises :class:`UsageError` (``param="sample_pairs"``, which the CLI
-    maps to its flag) naming the value and what is allowed."""
-    value = text.strip()
-    allowed = "a number of pairs (e.g. 64), a fraction in (0, 1] (e.g. 0.25) or a percentage"
-    try:
-        if value.endswith("%"):
-            share = float(value[:-1]) / 100.0
-        elif value.isdigit():
-            count = int(value)
-            if count < 1:
-                raise ValueError
-            return count
-        else:
-            share = float(value)
-    except ValueError:
-        raise UsageError(
-            f"invalid pair sample {text!r}: expected {allowed}", param="sample_pairs"
-        ) from None
-    if not (0.0 < share <= 1.0):
-        raise UsageError(
-            f"invalid pair sample {text!r}: expected {allowed} (0% < share <= 100%)",
-            param="sample_pairs",
-        )
-    return share

@@ -14,9 +14,9 @@ from gpubw.backend.base import Backend, DeviceInfo
 from gpubw.kernels.modules import GPUBW, KernelModule, generation, register_kernel_module
 from gpubw.kernels.patterns import DST_SEED, SRC_SEED, pattern_bytes
 from gpubw.memory import selection
-from gpubw.memory.buffers import BufferPool
 from gpubw.memory.gate import Gate
-from gpubw.memory.shared import Sharing
+from gpubw.memory.pool import BufferPool
+from gpubw.memory.sharing import Sharing
 from gpubw.model.options import RunOptions
 from gpubw.world import SingleWorld, World, device_assignment
 from gpubw.world.launch_env import driven_devices

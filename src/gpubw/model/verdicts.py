@@ -1,12 +1,13 @@
-"""Verdicts as plain data: where a cell is (its link type and its two ends), the spread of
-its samples, and the judgement of one cell by one rule (:class:`Verdict`), with its one-line
-description. The rules that make verdicts are :mod:`gpubw.acceptance.expect`; reports carry
+"""Verdicts as plain data: where a cell is (its link type and its two ends) and the
+judgement of one cell by one rule (:class:`Verdict`), with its one-line description. The
+spread of a cell's samples that a verdict carries is the matrix's
+(:meth:`gpubw.model.results.Matrix.cell_stats`, one :class:`~gpubw.model.results.CellStats`
+per cell). The rules that make verdicts are :mod:`gpubw.acceptance.expect`; reports carry
 verdicts (:mod:`gpubw.model.report_io`) and writers print them (:func:`format_verdict`).
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -147,39 +148,6 @@ def cell_places(
                 group = f"peer/{peer_links.get(pair) or peer_links.get(pair[::-1], '?')}"
             out.append(CellPlace(r, c, link, group, a, b, direction == BOTH_WAYS))
     return out
-
-
-# -- noise ----------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class CellNoise:
-    """Spread of one cell's samples: sample standard deviation and coefficient of variation
-    (stdev / mean; None when there are fewer than 2 samples or the mean is 0)."""
-
-    n: int
-    mean: float
-    stdev: float | None
-    cv: float | None
-
-
-def _noise(samples: Sequence[float] | None) -> CellNoise | None:
-    if not samples:
-        return None
-    xs = [float(x) for x in samples]
-    mean = statistics.fmean(xs)
-    if len(xs) < 2:
-        return CellNoise(len(xs), mean, None, None)
-    sd = statistics.stdev(xs)
-    return CellNoise(len(xs), mean, sd, sd / mean if mean else None)
-
-
-def cell_noise(m: Matrix) -> tuple[tuple[CellNoise | None, ...], ...]:
-    """Per cell of ``m`` (same shape as ``m.values``), the spread of its raw samples; None
-    where the cell has no samples. Empty when the matrix kept no samples."""
-    if not m.samples:
-        return ()
-    return tuple(tuple(_noise(s) for s in row) for row in m.samples)
 
 
 # -- verdicts -------------------------------------------------------------------------------

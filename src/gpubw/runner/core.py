@@ -17,50 +17,41 @@ KeyboardInterrupt out of :func:`run` (the System closed), so a ``KeyboardInterru
 plugin is then taken for Ctrl-C and not caught.
 
 Nothing here prints: progress goes to an optional callback, everything else into the Report.
+What a run is (:class:`gpubw.runner.spec.RunSpec`), the checks before it starts
+(:mod:`gpubw.runner.checks`) and its state as it goes (:mod:`gpubw.runner.state`) were cut out
+of this module along those seams; it keeps the loop over testcases and sizes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
-import importlib.metadata
-import math
-import platform
 import signal
-import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
-from gpubw.kernels import PATTERN_WORDS
 from gpubw.memory.system import System
-from gpubw.model.console import to_stderr
-from gpubw.model.errors import GpubwError, InterruptedRun, NoDriverError, UsageError
+from gpubw.model.errors import GpubwError, InterruptedRun, NoDriverError
 from gpubw.model.events import Finished, RunEvents, RunListener, Step
-from gpubw.model.options import DEFAULT_BUFFER_SIZE, Invocation, RunOptions
+from gpubw.model.options import DEFAULT_BUFFER_SIZE
 from gpubw.model.report_io import device_record, matrix_problem
 from gpubw.model.results import Matrix, Report, Status, TestcaseResult
 from gpubw.model.sizes import format_size
 from gpubw.runner.capture import OutputCapture, joined
+from gpubw.runner.checks import check_sizes_everywhere, sample_pairs_note
 from gpubw.runner.interrupts import HANDLED_SIGNALS, RankSignals, SignalGuard, Signals, current
-from gpubw.runner.node_checks import agree_selection, check_requests
+from gpubw.runner.plugin_errors import describe
 from gpubw.runner.procstate import kept
 from gpubw.runner.ranks import Ranks
 from gpubw.runner.registry import Entry, Selected, Unresolved
-from gpubw.runner.simulation import Opener, Simulation, opener, run_rack
-from gpubw.version import __version__
+from gpubw.runner.simulation import Opener, run_rack
+from gpubw.runner.spec import RunSpec
+from gpubw.runner.state import RunState, software_versions, start_state
 from gpubw.world import SingleWorld, World, WorldError
 
-#: nvbandwidth's warning for a buffer smaller than the default; its "(64MB)" is stale
-#: (the default is 512 MiB), so gpubw names the right figure.
-SMALL_BUFFER_NOTE = (
-    "NOTE: You have chosen a buffer size that is smaller than the default buffer size. "
-    "It is suggested to use the default buffer size (512 MiB) to achieve maximal peak "
-    "bandwidth."
-)
-__all__ = ["HANDLED_SIGNALS", "Progress", "ProgressCallback", "ProgressListener", "RunSpec", "run"]
+__all__ = ["HANDLED_SIGNALS", "Progress", "ProgressCallback", "ProgressListener", "run"]
 
 
 @attrs.frozen
@@ -112,145 +103,11 @@ class ProgressListener(RunListener):
         return finished
 
 
-def _selection(items: Iterable[Selected]) -> tuple[Selected, ...]:
-    return tuple(items)
-
-
-def _strs(items: Iterable[str]) -> tuple[str, ...]:
-    return tuple(items)
-
-
-def _listeners(items: Iterable[RunListener]) -> tuple[RunListener, ...]:
-    return tuple(items)
-
-
-@attrs.frozen
-class RunSpec:
-    """Everything one run needs, built the same way by the ``gpubw`` command and by
-    :func:`gpubw.run`: what to run (``selection``, from :mod:`gpubw.runner.registry`), how
-    (``options``, sizes included), on what (``simulation``: None for the real GPUs; or
-    ``open_system``, a function of tests and tools that opens the System itself, with
-    ``system_name`` for the report), the record of how it was asked for (``invocation``),
-    warnings found while selecting, and who follows the run (``listeners``, in order: see
-    :mod:`gpubw.model.events`). ``handle_signals``: SIGINT/SIGTERM stop the run (the
-    command's, or a guard installed for it); ``capture_output``: what plugin code prints to
-    standard output goes into its result's ``output``; ``stop_on_error``: nothing runs after
-    a testcase that ended in Error (nvbandwidth's way: its process ends there)."""
-
-    selection: tuple[Selected, ...] = attrs.field(converter=_selection)
-    options: RunOptions = attrs.field(factory=RunOptions)
-    simulation: Simulation | None = None
-    open_system: Opener | None = None
-    system_name: str = ""
-    invocation: Invocation | None = None
-    warnings: tuple[str, ...] = attrs.field(default=(), converter=_strs)
-    listeners: tuple[RunListener, ...] = attrs.field(default=(), converter=_listeners)
-    handle_signals: bool = False
-    capture_output: bool = True
-    stop_on_error: bool = False
-
-    @property
-    def name(self) -> str:
-        """The simulated system's name for the report ("" on the real GPUs): the model's
-        (a preset's name, a system file's ``name``, else that file's name without
-        ``.json``); the record of what ``--simulate`` said is the invocation's."""
-        return self.simulation.model.name if self.simulation is not None else self.system_name
-
-    def opener(self) -> Opener:
-        return self.open_system if self.open_system is not None else opener(self.simulation)
-
-
-def _now() -> str:
-    return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
-
-
-def _dist_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def software_versions(backend_versions: dict[str, Any]) -> dict[str, Any]:
-    """The backend's versions plus Python's and the CUDA Python packages' (read from their
-    metadata, without importing them)."""
-    versions = dict(backend_versions)
-    versions.setdefault("python", platform.python_version())
-    versions.setdefault("cuda_bindings", _dist_version("cuda-bindings"))
-    versions.setdefault("cuda_core", _dist_version("cuda-core"))
-    return versions
-
-
-def small_buffer_warnings(selection: Sequence[Selected], sizes: Sequence[int]) -> list[str]:
-    """nvbandwidth's NOTE when a buffer is smaller than the 512 MiB default (only if some
-    selected testcase uses the size at all)."""
-    sized = any(isinstance(s, Entry) and not s.fixed_size for s in selection)
-    if sized and any(size < DEFAULT_BUFFER_SIZE for size in sizes):
-        return [SMALL_BUFFER_NOTE]
-    return []
-
-
-#: Device memory gpubw itself keeps on each device during a run: two 2 MiB verification
-#: patterns and the verification result words (a 2 MiB allocation page).
-SCRATCH_BYTES = 2 * PATTERN_WORDS * 4 + (2 << 20)
-
-
-def check_sizes(system: System, selection: Sequence[Selected], sizes: Sequence[int]) -> None:
-    """Refuse, before anything runs, a buffer size that cannot fit: larger than what the
-    device with the least memory (of those this process drives: under MPI the host's first
-    rank checks every device) can allocate (its free memory as the driver reports it, so the
-    context's reserve and other processes' memory count), or than the host's physical
-    memory (pinned buffers). Only sizes that some selected testcase uses count. Raises
-    :class:`UsageError`."""
-    sized = any(isinstance(s, Entry) and s.cls is not None and not s.fixed_size for s in selection)
-    if not sized or not sizes:
-        return
-    largest = max(sizes)
-    if system.devices:
-        room: list[tuple[int, Any]] = []
-        for d in system.devices:
-            if d.ordinal not in system.driven_devices:
-                continue  # not this rank's: the host's first rank checks it
-            try:
-                free = min(system.backend.memory_info(d.ordinal)[0], d.memory_bytes)
-            except GpubwError:  # no figure: the total is still an upper bound
-                free = d.memory_bytes
-            room.append((free, d))
-        free, small = min(room, key=lambda r: r[0])
-        allowed = max(0, free - SCRATCH_BYTES)
-        if largest > allowed:
-            kept = small.memory_bytes - free
-            raise UsageError(
-                f"buffer size {format_size(largest)} ({largest} bytes) is larger than the "
-                f"memory of device {small.ordinal} ({small.name}, {format_size(small.memory_bytes)}"
-                f") can hold: {format_size(free)} free ({format_size(kept)} kept by the CUDA "
-                f"context and other allocations), less {format_size(SCRATCH_BYTES)} of gpubw's "
-                f"own; it must be at most {allowed} bytes",
-                param="sizes",
-            )
-    host = system.backend.host_memory_bytes()
-    if host is not None and largest > host:
-        raise UsageError(
-            f"buffer size {format_size(largest)} ({largest} bytes) is larger than the host's "
-            f"memory ({format_size(host)}); it must be at most {host} bytes",
-            param="sizes",
-        )
-
-
 def _steps(item: Selected, sizes: Sequence[int]) -> list[int | None]:
     """The sizes one selected item runs at (None: once, without a size)."""
     if isinstance(item, Entry) and item.cls is not None and not item.cls.fixed_size:
         return list(sizes)
     return [None]
-
-
-def _describe(exc: BaseException) -> str:
-    """A message for a testcase error: gpubw's own errors as they are, others with their
-    type (they are plugin bugs)."""
-    if isinstance(exc, GpubwError):
-        return str(exc)
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _check_matrices(value: object, *, structure: bool = True) -> tuple[Matrix, ...] | str:
@@ -322,138 +179,10 @@ def _run_one(
             raise
         if isinstance(exc, GpubwError) and stage == "run()":
             return Status.ERROR, str(exc), ()  # a CUDA error, a verification mismatch: as is
-        return Status.ERROR, f"{entry.plugin} {entry.key}: {stage} failed: {_describe(exc)}", ()
+        return Status.ERROR, f"{entry.plugin} {entry.key}: {stage} failed: {describe(exc)}", ()
     if isinstance(checked, str):
         return Status.ERROR, f"{entry.plugin} {entry.key}: {checked}", ()
     return Status.PASSED, "", checked
-
-
-@attrs.define
-class _RunState:
-    """What a run has so far, readable from the signal watchdog's thread."""
-
-    meta: dict[str, Any]
-    warnings: list[str]
-    started: str
-    t0: float
-    results: list[TestcaseResult] = attrs.field(factory=list)
-    #: the step running now: (its TestcaseResult fields, its start time, its place in
-    #: ``results``), or None
-    current: tuple[dict[str, Any], float, int] | None = None
-    #: the Report's world, hosts and host fields of a run of several ranks (once known)
-    rank_fields: Callable[[], dict[str, Any]] = dict
-
-    def fields(self) -> dict[str, Any]:
-        """The Report's fields but its testcases and warnings (what the run is on)."""
-        return {**self.meta, **self.rank_fields()}
-
-    def so_far(self, total: int) -> Report:
-        """The Report with every result so far, saying that it is partial: its ``error``
-        names what is missing (so its exit code is never a success), ``started`` is the
-        run's start and ``finished`` the moment of this snapshot."""
-        done = len(self.results)
-        missing = (
-            f"incomplete report: written after {done} of {total} testcase steps; the run did "
-            "not finish writing it (a rank lost, or the run killed): "
-            f"{total - done} step(s) missing"
-        )
-        return Report(
-            testcases=list(self.results),
-            warnings=list(self.warnings),
-            started=self.started,
-            finished=_now(),
-            duration_s=time.perf_counter() - self.t0,
-            error=missing,
-            **self.fields(),
-        )
-
-    def report(self, signum: int | None, extra_warnings: Sequence[str] = ()) -> Report:
-        return Report(
-            testcases=list(self.results),
-            warnings=[*self.warnings, *extra_warnings],
-            signal=None if signum is None else signal.Signals(signum).name,
-            started=self.started,
-            finished=_now(),
-            duration_s=time.perf_counter() - self.t0,
-            **self.meta,
-        )
-
-    def snapshot(self, guard: Signals) -> Report:
-        """The report as it stands, the running step Interrupted (for the watchdog)."""
-        signum = guard.signum if guard.signum is not None else int(signal.SIGINT)
-        name = signal.Signals(signum).name
-        results = list(self.results)
-        current = self.current
-        extra = []
-        if current is not None and current[2] == len(results):  # not yet in the results
-            common, t0, _ = current
-            results.append(
-                TestcaseResult(
-                    status=Status.INTERRUPTED,
-                    message=f"interrupted by {name}; it did not stop within "
-                    f"{guard.grace_s:g} s of a second signal, so gpubw did not wait for it",
-                    duration_s=time.perf_counter() - t0,
-                    **common,
-                )
-            )
-            extra.append(
-                f"the report was written without waiting for {common['key']}, which did not "
-                f"stop within {guard.grace_s:g} s of a second signal; its resources were "
-                "freed by the process exit"
-            )
-        state = attrs.evolve(self, results=results, current=None)
-        return state.report(signum, extra)
-
-
-def check_sample(options: RunOptions, n: int, say: bool = True) -> None:
-    """Refuse (UsageError, before anything runs) a ``--sample-pairs`` count that cannot cover
-    the ``n`` devices of the run's largest N x N testcase (rows: every GPU of the world
-    across ranks, of the node in one process) as sources and destinations; say once on
-    standard error (``say``: rank 0) when a fraction is raised to ``n`` cells. Every rank
-    decides alike."""
-    k = options.sample_pairs
-    if k is None or n < 2:
-        return
-    if isinstance(k, int) and not isinstance(k, bool):
-        if k < n:
-            raise UsageError(
-                f"{k} pair(s) cannot cover the N = {n} devices of this run's N x N "
-                f"testcases as sources and destinations: ask for at least {n}",
-                param="sample_pairs",
-            )
-        return
-    if say and isinstance(k, float) and math.ceil(k * n * (n - 1)) < n:
-        to_stderr(
-            f"gpubw: --sample-pairs {k:g} is {math.ceil(k * n * (n - 1))} of {n * (n - 1)} "
-            f"cells, raised to {n} (every device once as source and destination)"
-        )
-
-
-def _check_sizes_everywhere(
-    system: System, selection: Sequence[Selected], sizes: Sequence[int]
-) -> None:
-    """:func:`check_sizes` on every rank of the System's world, agreed: if any rank refuses
-    (hosts whose GPUs or memory differ), every rank raises a UsageError at once (its own, or
-    ``rank <r>: <that rank's refusal>``) instead of the others going on into collectives that
-    the refusing rank never joins."""
-    world = system.world
-    if world.size == 1:
-        check_sizes(system, selection, sizes)
-        check_requests(system)
-        return
-    refused: UsageError | None = None
-    unmatched: tuple[str, ...] = ()
-    try:
-        check_sizes(system, selection, sizes)
-        unmatched = check_requests(system)
-    except UsageError as exc:
-        refused = exc
-    agreement = world.agree(refused)
-    if refused is not None:
-        raise refused
-    if not agreement.ok:
-        raise UsageError(f"rank {agreement.failed_rank}: {agreement.message}", param="sizes")
-    agree_selection(system, unmatched)
 
 
 def run(spec: RunSpec, world: World | None = None) -> Report:
@@ -465,7 +194,7 @@ def run(spec: RunSpec, world: World | None = None) -> Report:
     A failure to open the System becomes the Report's ``error`` (except
     :class:`NoDriverError`, which is raised for the caller to explain). A buffer size that
     cannot fit in a device's or the host's memory raises :class:`UsageError` before anything
-    runs (:func:`check_sizes`), and so does a listener's ``run_started``. With
+    runs (:func:`gpubw.runner.checks.check_sizes`), and so does a listener's ``run_started``. With
     ``handle_signals`` the installed :class:`gpubw.runner.interrupts.SignalGuard` (the
     command's) is used, or one is installed for the run (main thread only); a signal that
     arrived before the System opened gives an interrupted Report with no testcases. The
@@ -512,32 +241,7 @@ def _run_rack(spec: RunSpec, guard: SignalGuard | None, events: RunEvents) -> Re
     return report
 
 
-def _start_state(spec: RunSpec) -> _RunState:
-    """The run's state before its System opens (what a report says when it cannot)."""
-    name = spec.name
-    return _RunState(
-        meta=dict(
-            tool="gpubw",
-            tool_version=__version__,
-            system_name=name,
-            host=socket.gethostname(),
-            run_options=spec.options,
-            invocation=spec.invocation,
-            backend="simulated" if name else "cuda",
-            simulated=bool(name),
-            versions=software_versions({}),
-            devices=(),
-        ),
-        warnings=[
-            *spec.warnings,
-            *small_buffer_warnings(spec.selection, spec.options.buffer_sizes),
-        ],
-        started=_now(),
-        t0=time.perf_counter(),
-    )
-
-
-def _open(spec: RunSpec, world: World, state: _RunState, guard: Signals | None) -> System | Report:
+def _open(spec: RunSpec, world: World, state: RunState, guard: Signals | None) -> System | Report:
     """The run's System, open, checked (versions read, sizes fit on every rank); or the
     Report of a run that could not start."""
     try:
@@ -562,13 +266,13 @@ def _open(spec: RunSpec, world: World, state: _RunState, guard: Signals | None) 
         # none, and loading NVRTC for its version (~40 ms) overlaps the contexts still being
         # made on the command's start-up thread (issue 11 item 5)
         versions = software_versions(system.backend.versions())
-        check_sample(
-            spec.options, max(system.world.size, len(system.devices)), system.world.rank == 0
-        )
-        _check_sizes_everywhere(system, spec.selection, spec.options.buffer_sizes)
+        note = sample_pairs_note(spec.options, max(system.world.size, len(system.devices)))
+        check_sizes_everywhere(system, spec.selection, spec.options.buffer_sizes)
     except BaseException:
         system.close()
         raise
+    if note is not None:
+        state.warnings.append(note)
     state.meta.update(
         backend=system.backend.name,
         simulated=bool(system.backend.simulated),
@@ -579,7 +283,7 @@ def _open(spec: RunSpec, world: World, state: _RunState, guard: Signals | None) 
 
 
 def _run(spec: RunSpec, world: World, guard: Signals | None, events: RunEvents) -> Report:
-    state = _start_state(spec)
+    state = start_state(spec)
     if guard is not None:
         guard.snapshot = lambda: state.snapshot(guard)
         if guard.signum is not None:  # stopped before anything started
@@ -604,11 +308,11 @@ def _run(spec: RunSpec, world: World, guard: Signals | None, events: RunEvents) 
         try:
             system.close()
         except Exception as exc:
-            state.warnings.append(f"freeing the system's resources failed: {_describe(exc)}")
+            state.warnings.append(f"freeing the system's resources failed: {describe(exc)}")
     return _final(state, guard)
 
 
-def _final(state: _RunState, guard: Signals | None) -> Report:
+def _final(state: RunState, guard: Signals | None) -> Report:
     """The run's Report, final: the guard's snapshot becomes it, and a later signal is
     absorbed (:meth:`gpubw.runner.interrupts.SignalGuard.final`)."""
     report = state.report(None if guard is None else guard.signum)
@@ -624,7 +328,7 @@ class _Steps:
     spec: RunSpec
     system: System
     guard: Signals | None
-    state: _RunState
+    state: RunState
     ranks: Ranks
     events: RunEvents
 

@@ -1,6 +1,6 @@
 """The node-check requests of a run, checked once its System is open and before anything
 runs: ``--devices``/``--pair`` resolved (:meth:`gpubw.memory.system.System.select_devices`)
-and ``--host-numa`` placed (:meth:`gpubw.memory.buffers.BufferPool.check_host_numa`). A bad
+and ``--host-numa`` placed (:meth:`gpubw.memory.pool.BufferPool.check_host_numa`). A bad
 value is a :class:`UsageError` (exit 2) on every rank."""
 
 from __future__ import annotations

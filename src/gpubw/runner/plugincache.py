@@ -45,8 +45,9 @@ from gpubw.version import __version__
 
 #: set to 1 to use no cache file of this module (the list's and the entry points')
 NO_CACHE_ENV = "GPUBW_NO_LIST_CACHE"
-#: the entry-point groups whose discovery is cached (the registry's testcases and writers)
-ENTRY_POINT_GROUPS = ("gpubw.testcases", "gpubw.writers")
+#: the entry-point groups whose discovery is cached (the registry's testcases and writers,
+#: and the run listeners of :mod:`gpubw.runner.listener_plugins`)
+ENTRY_POINT_GROUPS = ("gpubw.testcases", "gpubw.writers", "gpubw.listeners")
 #: what the entry-point cache holds per group: (name, value, distribution) in scan order
 EntryPoints = dict[str, list[tuple[str, str, str]]]
 #: the largest cache file of this module that is read (the list's of ~100 testcases: ~100 KiB)

@@ -1,5 +1,10 @@
 """Discovery of testcase and writer plugins (entry-point groups ``gpubw.testcases`` and
-``gpubw.writers``). This is the only module that uses stevedore.
+``gpubw.writers``), and the testcase registry. This is the only module that uses stevedore.
+
+The writer registry (:class:`gpubw.runner.writer_registry.Writers`) was cut from this module
+along the seam between the two groups: it finds, loads and orders its entry points with the
+discovery here (:func:`discover_group`, :func:`load_group`, :func:`dedupe`,
+:func:`list_order`); this module keeps the discovery and the testcases.
 
 Order and indexes of testcases: gpubw's own testcases come first, in the order of
 :data:`gpubw.testcases.BUILTINS` (nvbandwidth's list first, so ``-t 34`` names the same
@@ -52,8 +57,9 @@ from gpubw.runner.procstate import kept
 from gpubw.testcases import BUILTINS
 from gpubw.testcases.base import Testcase
 
-#: the entry-point groups of testcases and of writers (those the entry-point cache keeps)
-TESTCASE_GROUP, WRITER_GROUP = ENTRY_POINT_GROUPS
+#: the entry-point groups of testcases, of writers and of run listeners (those the
+#: entry-point cache keeps)
+TESTCASE_GROUP, WRITER_GROUP, LISTENER_GROUP = ENTRY_POINT_GROUPS
 #: The distribution that provides the built-ins.
 BUILTIN_DIST = "gpubw"
 
@@ -93,7 +99,7 @@ class Entry:
         cls: type[Testcase] | None = None,
         failure: LoadFailure | None = None,
         *,
-        found: _Found | None = None,
+        found: Found | None = None,
     ) -> None:
         self.index = index
         self.key = key
@@ -120,7 +126,7 @@ class Entry:
         found = self._found
         if found is None:
             return
-        _load(TESTCASE_GROUP, [found])
+        load_group(TESTCASE_GROUP, [found])
         if found.error:
             self._failure = LoadFailure(found.name, found.plugin, found.error)
         else:
@@ -187,7 +193,7 @@ Selected = Entry | Unresolved
 
 # -- discovery ---------------------------------------------------------------------------
 @attrs.define
-class _Found:
+class Found:
     """One entry point of a group: its name, ``module:attr`` value and distribution; ``obj``
     once loaded, ``error`` when it could not be."""
 
@@ -201,6 +207,8 @@ class _Found:
 
 
 def _describe(exc: BaseException) -> str:
+    """``ValueError: bad`` (a failure to load is always named with its type, gpubw's own
+    errors too: unlike :func:`gpubw.runner.plugin_errors.describe`)."""
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -234,7 +242,7 @@ def _scan(groups: Sequence[str]) -> dict[str, list[tuple[str, str, str]]]:
     return out
 
 
-def _discover(group: str) -> list[_Found]:
+def discover_group(group: str) -> list[Found]:
     """Every entry point of ``group`` (see :func:`_scan`): from the entry-point cache when
     it is valid; else from a scan of both groups, which refreshes the cache (a scan of
     ``group`` alone when the cache is off)."""
@@ -244,7 +252,7 @@ def _discover(group: str) -> list[_Found]:
     if groups is None:
         groups = _scan(ENTRY_POINT_GROUPS if stamp is not None else (group,))
         plugincache.store_entry_points(stamp, groups)
-    return [_Found(name, value, plugin) for name, value, plugin in groups[group]]
+    return [Found(name, value, plugin) for name, value, plugin in groups[group]]
 
 
 class _PluginFailed(Exception):
@@ -282,7 +290,7 @@ def _plugin_call(call: Callable[[], Any]) -> tuple[Any, str, BaseException | Non
     return value, capture.text if capture is not None else "", error
 
 
-def _load(group: str, found: Sequence[_Found]) -> None:
+def load_group(group: str, found: Sequence[Found]) -> None:
     """Import the objects of ``found`` through stevedore (each ``obj``, or its ``error``):
     only these entry points, never the rest of the group; a third-party plugin's import is
     plugin code (:func:`_plugin_call`)."""
@@ -330,15 +338,17 @@ def plugins_imported() -> frozenset[str]:
     return frozenset(_imported)
 
 
-def _sort_key(f: _Found) -> tuple[int, int, str, str]:
+def list_order(f: Found) -> tuple[int, int, str, str]:
+    """Where ``f`` sorts in its group's list: the built-ins first, in their order, then the
+    others by (distribution name, key)."""
     if f.plugin == BUILTIN_DIST:
         return (0, _BUILTIN_RANK.get(f.name, len(BUILTIN_ORDER)), "", f.name)
     return (1, 0, f.plugin.lower(), f.name)
 
 
-def _dedupe(found: Iterable[_Found], what: str) -> tuple[list[_Found], list[LoadFailure]]:
+def dedupe(found: Iterable[Found], what: str) -> tuple[list[Found], list[LoadFailure]]:
     """Keep the first of each name (found is in list order); the others become failures."""
-    kept: dict[str, _Found] = {}
+    kept: dict[str, Found] = {}
     failures = []
     for f in found:
         first = kept.get(f.name)
@@ -356,7 +366,7 @@ def _dedupe(found: Iterable[_Found], what: str) -> tuple[list[_Found], list[Load
     return list(kept.values()), failures
 
 
-def _as_testcase(f: _Found) -> tuple[type[Testcase], str] | str:
+def _as_testcase(f: Found) -> tuple[type[Testcase], str] | str:
     """(the testcase class of an entry point, its description), or why it cannot be one.
     The class is used as it is: its key comes from the entry point, through :class:`Entry`.
     Looking at a plugin's class runs its code (a metaclass, ``description()``): plugin code
@@ -370,7 +380,7 @@ def _as_testcase(f: _Found) -> tuple[type[Testcase], str] | str:
     return value
 
 
-def _checked_class(f: _Found) -> tuple[type[Testcase], str] | str:
+def _checked_class(f: Found) -> tuple[type[Testcase], str] | str:
     obj = f.obj
     if not (isinstance(obj, type) and issubclass(obj, Testcase)):
         what = (
@@ -410,12 +420,12 @@ def _checked_class(f: _Found) -> tuple[type[Testcase], str] | str:
     return obj, description
 
 
-def _missing_builtins(found: list[_Found]) -> list[_Found]:
+def _missing_builtins(found: list[Found]) -> list[Found]:
     """A failing stand-in for every built-in that gpubw's installed entry points lack (a
     stale installation), so the others keep their indexes."""
     present = {f.name for f in found if f.plugin == BUILTIN_DIST}
     return [
-        _Found(
+        Found(
             key,
             value,
             BUILTIN_DIST,
@@ -447,9 +457,9 @@ class Registry:
     def discover(cls) -> Registry:
         """Find every testcase plugin: reads the entry points, imports no plugin (nor
         touches a GPU); a duplicate key is settled now, each entry loads on first use."""
-        discovered = _discover(TESTCASE_GROUP)
+        discovered = discover_group(TESTCASE_GROUP)
         discovered += _missing_builtins(discovered)
-        found, duplicates = _dedupe(sorted(discovered, key=_sort_key), "testcase")
+        found, duplicates = dedupe(sorted(discovered, key=list_order), "testcase")
         entries = [Entry(i, f.name, f.plugin, found=f) for i, f in enumerate(found)]
         return cls(entries, duplicates)
 
@@ -457,7 +467,7 @@ class Registry:
         """Load ``entries`` (default: all) not loaded yet, in one stevedore pass; returns
         self."""
         todo = list(self.entries if entries is None else entries)
-        _load(TESTCASE_GROUP, [e._found for e in todo if e._found is not None])
+        load_group(TESTCASE_GROUP, [e._found for e in todo if e._found is not None])
         for e in todo:
             e._settle()
         return self
@@ -552,73 +562,3 @@ def strtol_index(token: str) -> int | None:
     if _STRTOL.fullmatch(body):
         return int(body)
     return None
-
-
-# -- writers -----------------------------------------------------------------------------
-def _is_writer_class(obj: Any) -> bool:
-    """Whether ``obj`` is a class of one of the two writer protocols (:mod:`gpubw.writers`)."""
-    from gpubw.writers import ReportWriter, StreamingWriter
-
-    return isinstance(obj, type) and issubclass(obj, (ReportWriter, StreamingWriter))
-
-
-class Writers:
-    """The report writers (entry-point group ``gpubw.writers``); a writer's module is
-    imported when it is asked for (:meth:`get`), all of them for :attr:`names` and
-    :attr:`failures`."""
-
-    def __init__(self, found: Sequence[_Found], failures: Sequence[LoadFailure]):
-        self._found = {f.name: f for f in found}  # name -> entry point (deduplicated)
-        self._duplicates = tuple(failures)
-
-    @classmethod
-    def discover(cls) -> Writers:
-        found, failures = _dedupe(sorted(_discover(WRITER_GROUP), key=_sort_key), "writer")
-        return cls(found, failures)
-
-    def _settle(self, found: Sequence[_Found]) -> None:
-        _load(WRITER_GROUP, found)
-
-    @staticmethod
-    def _failure(f: _Found) -> LoadFailure | None:
-        if f.error:
-            return LoadFailure(f.name, f.plugin, f.error)
-        if not _is_writer_class(f.obj):
-            return LoadFailure(
-                f.name,
-                f.plugin,
-                f"{f.value} has neither write(report, stream) nor begin/testcase/end "
-                "(gpubw.writers.ReportWriter, StreamingWriter)",
-            )
-        return None
-
-    @property
-    def failures(self) -> tuple[LoadFailure, ...]:
-        """The duplicates' losers, then the writers that could not be loaded (loads all)."""
-        self._settle(list(self._found.values()))
-        loaded = [self._failure(f) for f in self._found.values()]
-        return (*self._duplicates, *(f for f in loaded if f is not None))
-
-    @property
-    def names(self) -> list[str]:
-        """The names of the writers that loaded, sorted (loads all)."""
-        self._settle(list(self._found.values()))
-        return sorted(name for name, f in self._found.items() if self._failure(f) is None)
-
-    def get(self, name: str) -> Any:
-        """The writer class called ``name``: UsageError if none is installed, PluginError if
-        it is installed but could not be loaded."""
-        found = self._found.get(name)
-        if found is not None:
-            self._settle([found])
-            fail = self._failure(found)
-            if fail is None:
-                return found.obj
-            raise PluginError(f"writer {name!r} from {fail.plugin!r}: {fail.message}")
-        allowed = ", ".join(self.names) or "none is installed"
-        raise UsageError(f"unknown output format {name!r}; allowed: {allowed}")
-
-
-def writer(name: str) -> Any:
-    """The writer class called ``name`` (it has ``write(report, stream)``)."""
-    return Writers.discover().get(name)

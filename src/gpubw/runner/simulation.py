@@ -25,7 +25,7 @@ from gpubw.model.options import RunOptions
 from gpubw.world import World, WorldError
 
 if TYPE_CHECKING:
-    from gpubw.backend.sim import SimSystem
+    from gpubw.backend.sim.model import SimSystem
 
 __all__ = ["Opener", "Simulation", "opener", "resolve_simulation", "run_rack"]
 
@@ -58,7 +58,7 @@ class Simulation:
 
 
 def _preset_names() -> list[str]:
-    from gpubw.backend import presets
+    from gpubw.backend.sim import presets
 
     return sorted(presets.names())
 
@@ -82,7 +82,7 @@ def resolve_simulation(simulate: str | os.PathLike[str] | None) -> Simulation | 
         return None
     text = os.fspath(simulate)
     try:
-        from gpubw.backend.presets import load_system
+        from gpubw.backend.sim.presets import load_system
 
         model = load_system(text, plugin_kernels=plugin_kernel_names)
     except ImportError as exc:
@@ -106,7 +106,7 @@ def opener(simulation: Simulation | None) -> Opener:
             from gpubw.backend.cuda import CudaBackend
 
             return System(CudaBackend(), options, world=world)
-        from gpubw.backend.sim import SimulatedBackend
+        from gpubw.backend.sim.backend import SimulatedBackend
 
         return System(SimulatedBackend(simulation.model), options, world=world)
 
@@ -126,7 +126,7 @@ def run_rack(
     ``run_rank(open_system, world)`` runs on every rank; rank 0's return value is returned
     (its error raised; WorldError if it hung). ``stop``: see
     :meth:`~gpubw.world.simulated.SimulatedCluster.run` (a signal that stops the run)."""
-    from gpubw.backend.sim import SimEngine
+    from gpubw.backend.sim.backend import SimEngine
     from gpubw.world.simulated import SimulatedCluster
 
     hosts = simulation.hosts or (len(simulation.model.devices),)

@@ -3,7 +3,7 @@
 N is the world size and "GPU g" is rank g's device. Every rank runs the same shape: buffers
 shared by a rank with all (U(o), MC(o)) are made and freed collectively, in the same order on
 every rank; a local buffer L(o) exists only on o. Every rank hands
-:meth:`~gpubw.measure.measurement.MemcpyOperation.measure_series` the global pair list of
+:func:`~gpubw.measure.series.measure_series` the global pair list of
 each cell (a pair's copy only on its exec rank): the ranks of a cell agree among themselves,
 and every rank ends with every cell (an N x N testcase's cells in one series: a cell costs
 its own ranks' agreements, not the world's). gpubw allocates each rank's U once per testcase
@@ -25,11 +25,12 @@ from gpubw.measure.measurement import (
     Kind,
     MemcpyOperation,
     Prefer,
-    RankCopy,
 )
 from gpubw.measure.rank_gate import RankGate
+from gpubw.measure.series import RankCopy, measure_ranks, measure_series
 from gpubw.memory.buffers import Buffer, DeviceBuffer
-from gpubw.memory.shared import MulticastBuffer, SharedBuffer
+from gpubw.memory.multicast import MulticastBuffer
+from gpubw.memory.shared import SharedBuffer
 from gpubw.model.results import (
     AXIS_NONE,
     AXIS_RANK,
@@ -267,7 +268,7 @@ def _grid(
         buffers = [shared.unicast_all(size) for _ in range(sets)]
         flows = [flow(testcase.world, r, c, buffers) for r, c in cells]
         reports = testcase.world.rank == 0
-        measured = op.measure_series(flows, gate, keep=reports) if flows else []
+        measured = measure_series(op, flows, gate, keep=reports) if flows else []
     if not reports:
         # Only rank 0 reports the figures. The others stand in with one N/A cell rather
         # than each building every cell and the N x N matrices: O(N^2) a rank, O(N^3) for
@@ -361,7 +362,7 @@ def fan(plan: Plan, *, into: bool) -> list[Matrix]:
                     pairs.append(
                         pair(world, j, local, theirs) if into else pair(world, j, theirs, local)
                     )
-                row.append(op.measure_ranks(pairs, gate) if pairs else None)
+                row.append(measure_ranks(op, pairs, gate) if pairs else None)
     direction = "into" if into else "out of"
     text = (
         f"bytes of every simultaneous copy {direction} the column's GPU, one per other rank "
@@ -429,7 +430,7 @@ def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:
                 else:
                     objects = [cell.multicast(g, nbytes) for g in group]
                 pairs = [pair(world, g, mine, mc) for g, mc in zip(group, objects)]
-                row.append(op.measure_ranks(pairs, gate))
+                row.append(measure_ranks(op, pairs, gate))
     text = (
         "bytes written to the multicast object by each issuing rank "
         f"({attrs.evolve(plan, size=nbytes).copy_text(counted_bytes_of(row, None))}), "
@@ -485,8 +486,8 @@ def bisect(plan: Plan) -> list[Matrix]:
         src = shared.unicast_all(size)
         dst = shared.unicast_all(size)
         if rows:
-            m = op.measure_ranks(
-                [pair(world, partner[i], src[partner[i]], dst[i]) for i in rows], gate
+            m = measure_ranks(
+                op, [pair(world, partner[i], src[partner[i]], dst[i]) for i in rows], gate
             )
     return [_bisect_matrix(plan, testcase, m, rows, partner)]
 

@@ -1,4 +1,5 @@
-"""``gpubw plot REPORT.json [OTHER.json] -o FILE``: draw a report, or two overlaid.
+"""Draw a report, or two overlaid: the work of ``gpubw plot REPORT.json [OTHER.json] -o FILE``
+(its command line is :mod:`gpubw.cli.plot`'s).
 
 A report is a gpubw JSON report or nvbandwidth's ``-j`` output. **One figure per testcase**
 (so a 250-entry sweep is a set of ordinary pictures, not one image thousands of pixels
@@ -29,14 +30,12 @@ A simulated report says so in the title, in red. matplotlib is an optional depen
 
 from __future__ import annotations
 
-import argparse
 import math
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple
 
-from gpubw.model.argtypes import MAX_DPI, dpi_int
 from gpubw.model.errors import UsageError
 from gpubw.model.outfile import OutputTarget
 from gpubw.model.results import (
@@ -56,48 +55,6 @@ from gpubw.tools.plot_panels import (
 )
 from gpubw.tools.plot_soak import soak_panels
 from gpubw.writers import sweeps
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"gpubw plot: {message}")
-
-
-def plot_parser() -> argparse.ArgumentParser:
-    """``gpubw plot``'s parser."""
-    p = _Parser(
-        prog="gpubw plot",
-        description="Draw a report, one figure per testcase; a second report is overlaid.",
-        epilog="-o FILE.pdf: one page per figure. -o FILE.png (svg, ...): FILE-<testcase>.png "
-        "per figure (just FILE.png for a single figure); the names written are printed.",
-    )
-    p.add_argument("report", help="a gpubw JSON report (gpubw -j -o FILE) or nvbandwidth -j output")
-    p.add_argument("other", nargs="?", default=None, help="a second report, drawn over the first")
-    p.add_argument("-o", "--output", required=True, help="plot.pdf, or plot.png (one per figure)")
-    p.add_argument(
-        "-t",
-        "--testcase",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="ID",
-        help="only these testcases, by key or index, as gpubw -t (repeatable)",
-    )
-    p.add_argument(
-        "-p",
-        "--testcase-prefixes",
-        "--testcasePrefixes",
-        dest="prefixes",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="PREFIX",
-        help="only testcases whose key starts with PREFIX, as gpubw -p (repeatable)",
-    )
-    p.add_argument(
-        "--dpi", type=dpi_int, default=120, help=f"resolution, 1..{MAX_DPI} (default 120)"
-    )
-    return p
 
 
 def check_output(plt: Any, output: str) -> None:
@@ -516,29 +473,24 @@ def _labels(paths: Sequence[str]) -> list[str]:
     return names if len(set(names)) == len(names) else list(paths)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``gpubw plot REPORT [OTHER] -o FILE [-t ID... | -p PREFIX...] [--dpi N]``; returns 0.
-    The files written are printed when their names were derived from -o; notes on what is not
-    drawn (testcases that did not pass, NaN or zero cells) go to stderr, with the run's label when
-    there are two."""
-    from gpubw.model.console import to_stderr
-
-    try:
-        args = plot_parser().parse_args(argv)
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
-    check_output(_pyplot(), args.output)  # fail early, before reading: no matplotlib, bad -o
-    paths = [args.report, *([args.other] if args.other else [])]
+def draw(
+    paths: Sequence[str],
+    output: str,
+    ids: Sequence[str] = (),
+    prefixes: Sequence[str] = (),
+    dpi: int = 120,
+) -> tuple[list[str], list[str]]:
+    """``gpubw plot``'s work: the reports in ``paths`` (the first drawn, a second overlaid),
+    their testcases ``ids`` (keys or indexes) or ``prefixes`` kept, drawn into ``output``;
+    returns (the files written, the notes on what is not drawn: testcases that did not
+    pass, NaN or zero cells, with the run's label when there are two). ``output`` is
+    checked before any report is read (no matplotlib, a format it cannot write)."""
+    check_output(_pyplot(), output)
     labels = _labels(paths)
     runs: list[Run] = []
     notes: list[str] = []
     for label, path in zip(labels, paths):
-        report, found = screen(_select(load(path), args.testcase, args.prefixes))
+        report, found = screen(_select(load(path), ids, prefixes))
         runs.append((label, report))
         notes += [f"{label}: {n}" if len(paths) > 1 else n for n in found]
-    written = render(runs, args.output, dpi=args.dpi)
-    if len(written) > 1 and written[0] != written[-1]:
-        print("\n".join(written))  # the names were derived from -o: say what they are
-    for note in notes:
-        to_stderr(f"gpubw plot: {note}")
-    return 0
+    return render(runs, output, dpi=dpi), notes

@@ -20,11 +20,12 @@ ranks take no part and do not wait. Every member of a group must call that group
 collectives in the same order (each group counts its own steps); they may interleave with
 the world's and other groups' collectives as the program's order has it. A multinode cell
 agrees among the ranks that copy in it, not the whole world
-(:mod:`gpubw.measure.measurement`).
+(:mod:`gpubw.measure.series`).
 
 Implementations: :class:`SingleWorld` (one process, size 1, here), ``MpiWorld``
 (:mod:`gpubw.world.mpi`, imports mpi4py) and ``SimulatedWorld``
-(:mod:`gpubw.world.simulated`, N ranks as threads of one process).
+(:mod:`gpubw.world.simulated`, N ranks as threads of one process), whose ranks meet at a
+:class:`Hub` (each rank's part of a step a :class:`Contribution`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from functools import reduce
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import attrs
 
@@ -130,6 +131,48 @@ class DeviceAssignment:
 
     device: int
     warning: str | None = None
+
+
+@attrs.frozen
+class Contribution:
+    """One rank's part in one collective step of a simulated world, as it reaches the hub:
+    ``value`` from ``rank`` for step ``seq`` of the world's (``group`` None) or of
+    ``group``'s collectives, called ``name``; the rank waits until ``deadline``
+    (time.monotonic) and raises a stop at it only when ``interruptible``."""
+
+    rank: int
+    seq: int
+    name: str
+    value: Any
+    deadline: float
+    interruptible: bool = False
+    group: tuple[int, ...] | None = None
+
+
+class Hub(Protocol):
+    """The rendezvous of the ranks of a simulated world (:mod:`gpubw.world.simulated`):
+    ranks as free threads (``simulated._Hub``) or taking turns
+    (:class:`gpubw.world.tasks.TaskHub`). What :class:`~gpubw.world.simulated.SimulatedWorld`
+    and :class:`~gpubw.world.simulated.SimulatedCluster` need of either."""
+
+    #: the number of ranks
+    size: int
+    #: a stop every rank raises at its collectives while interruptible (None: none)
+    stopped: BaseException | None
+
+    def exchange(self, c: Contribution) -> list[Any]:
+        """Every member's value, in member order, once every member has contributed to the
+        step; raises what fails the step (a rank that left, mismatched collectives, the
+        deadline passed, an interruption)."""
+        ...
+
+    def interrupt(self, exc: BaseException) -> None:
+        """Every rank raises ``exc`` at its next collective."""
+        ...
+
+    def leave(self, rank: int, why: str) -> None:
+        """``rank`` has left the world: the collectives it never reaches fail at once."""
+        ...
 
 
 def _error_message(error: str | BaseException) -> str:

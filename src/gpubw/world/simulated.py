@@ -27,7 +27,15 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from gpubw.world.base import DEFAULT_TIMEOUT_S, OUT_OF_STEP, CollectiveExpired, World, WorldError
+from gpubw.world.base import (
+    DEFAULT_TIMEOUT_S,
+    OUT_OF_STEP,
+    CollectiveExpired,
+    Contribution,
+    Hub,
+    World,
+    WorldError,
+)
 from gpubw.world.tasks import TaskHub, again
 
 T = TypeVar("T")
@@ -38,8 +46,9 @@ def _ranks(missing: Sequence[int]) -> str:
 
 
 class _Hub:
-    """The rendezvous of one simulated world: contributions per collective step (of the
-    world, or of a group of ranks: keyed by the group and its step)."""
+    """The rendezvous of one simulated world whose ranks are free threads (a
+    :class:`~gpubw.world.base.Hub`): contributions per collective step (of the world, or of
+    a group of ranks: keyed by the group and its step)."""
 
     def __init__(
         self,
@@ -58,20 +67,14 @@ class _Hub:
         self.departed: dict[int, str] = {}
         #: Ctrl-C / SIGTERM that reached the process: every rank raises it at its collectives
         self.interruption: BaseException | None = None
+        #: a stop (``SimulatedCluster.run``'s ``stop``) is for ranks that take turns: never here
+        self.stopped: BaseException | None = None
 
-    def exchange(
-        self,
-        rank: int,
-        seq: int,
-        name: str,
-        value: Any,
-        deadline: float,
-        interruptible: bool = False,
-        group: tuple[int, ...] | None = None,
-    ) -> list[Any]:
+    def exchange(self, c: Contribution) -> list[Any]:
+        rank, seq, name, group = c.rank, c.seq, c.name, c.group
         members = tuple(range(self.size)) if group is None else group
         key: Any = seq if group is None else (group, seq)
-        data = pickle.dumps(value)
+        data = pickle.dumps(c.value)
         with self.cond:
             self._check_interrupted()
             slot = self.slots.setdefault(key, {})
@@ -84,7 +87,7 @@ class _Hub:
                     self.on_group(group)
             self.cond.notify_all()
             while len(slot) < len(members):
-                self._wait_for(slot, members, rank, name, deadline)
+                self._wait_for(slot, members, rank, name, c.deadline)
             names = {r: n for r, (n, _) in slot.items()}
             if len(set(names.values())) > 1:
                 calls = ", ".join(f"rank {r} {n}" for r, n in sorted(names.items()))
@@ -143,7 +146,7 @@ class SimulatedWorld(World):
 
     def __init__(
         self,
-        hub: _Hub | TaskHub,
+        hub: Hub,
         rank: int,
         rank_hosts: Sequence[int],
         host_names: Sequence[str],
@@ -159,16 +162,17 @@ class SimulatedWorld(World):
     def stopped(self) -> BaseException | None:
         """What the cluster's ``stop`` reported (seen by every rank at the same step), or
         None; always None for ranks as threads."""
-        return getattr(self._hub, "stopped", None)
+        return self._hub.stopped
 
     def _exchange(self, seq: int, name: str, value: Any, deadline: float) -> list[Any]:
-        return self._hub.exchange(self.rank, seq, name, value, deadline, self.interruptible)
+        part = Contribution(self.rank, seq, name, value, deadline, self.interruptible)
+        return self._hub.exchange(part)
 
     def _group_exchange(
         self, name: str, group: tuple[int, ...], seq: int, value: Any, deadline: float
     ) -> list[Any]:
-        hub = self._hub
-        return hub.exchange(self.rank, seq, name, value, deadline, self.interruptible, group)
+        part = Contribution(self.rank, seq, name, value, deadline, self.interruptible, group)
+        return self._hub.exchange(part)
 
     def _barrier(self, name: str, seq: int, deadline: float) -> None:
         self._exchange(seq, name, None, deadline)
@@ -255,7 +259,7 @@ class SimulatedCluster:
         #: the hub of the cooperative run in progress (or last run)
         self.tasks: TaskHub | None = None
 
-    def _connected(self, hub: _Hub | TaskHub) -> list[SimulatedWorld]:
+    def _connected(self, hub: Hub) -> list[SimulatedWorld]:
         return [
             SimulatedWorld(hub, r, self.rank_hosts, self.host_names, self.timeout_s)
             for r in range(self.size)
@@ -326,7 +330,7 @@ class SimulatedCluster:
 
     def _wait(
         self,
-        hub: _Hub | TaskHub,
+        hub: Hub,
         threads: Sequence[threading.Thread],
         join_timeout_s: float | None,
         root_done: threading.Event,
@@ -352,7 +356,7 @@ class SimulatedCluster:
 
 def _rank_body(
     fn: Callable[[SimulatedWorld], T],
-    hub: _Hub | TaskHub,
+    hub: Hub,
     outcomes: list[RankOutcome[T] | None],
     root_done: threading.Event,
 ) -> Callable[[SimulatedWorld], None]:

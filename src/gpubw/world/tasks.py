@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpubw.world.base import OUT_OF_STEP, CollectiveExpired, WorldError
+from gpubw.world.base import OUT_OF_STEP, CollectiveExpired, Contribution, WorldError
 
 #: what a rank that contributes None sends (the common case: every status agreement)
 _NONE = pickle.dumps(None)
@@ -128,7 +128,8 @@ class _Task:
 
 class TaskHub:
     """The rendezvous and the turns of one simulated world whose ranks are threads that
-    pass one baton (see the module docstring). :meth:`run` starts them and waits."""
+    pass one baton (see the module docstring; a :class:`~gpubw.world.base.Hub`). :meth:`run`
+    starts them and waits."""
 
     def __init__(
         self,
@@ -242,21 +243,13 @@ class TaskHub:
         return True
 
     # -- collectives ------------------------------------------------------------------------
-    def exchange(
-        self,
-        rank: int,
-        seq: int,
-        name: str,
-        value: Any,
-        deadline: float,
-        interruptible: bool = False,
-        group: tuple[int, ...] | None = None,
-    ) -> list[Any]:
-        """Every member's ``value``, in member order, once every member of ``group`` (None:
-        every rank) has called this for that group's step ``seq`` (see the module
+    def exchange(self, c: Contribution) -> list[Any]:
+        """Every member's value, in member order, once every member of ``c.group`` (None:
+        every rank) has contributed to that group's step ``c.seq`` (see the module
         docstring for what fails it)."""
-        self._check_interrupted(interruptible)
-        data = pickle.dumps(value)
+        rank, seq, name, group = c.rank, c.seq, c.name, c.group
+        self._check_interrupted(c.interruptible)
+        data = pickle.dumps(c.value)
         key = (group, seq)
         rv = self._pending.get(key)
         if rv is None:
@@ -270,8 +263,8 @@ class TaskHub:
             del self._pending[key]
             self._complete(rv, seq, group)
         answer: _Answer = self._switch()
-        self._check_interrupted(interruptible)
-        return answer.result(rank, name, deadline)
+        self._check_interrupted(c.interruptible)
+        return answer.result(rank, name, c.deadline)
 
     def _check_interrupted(self, interruptible: bool) -> None:
         exc = self.interruption

@@ -27,7 +27,7 @@ from gpubw.model.results import (
     TestcaseResult,
 )
 from gpubw.model.sizes import format_size
-from gpubw.model.verdicts import FAIL, WARN, cell_noise, format_verdict, worst_first
+from gpubw.model.verdicts import FAIL, WARN, format_verdict, worst_first
 from gpubw.writers import (
     Writer,
     device_pci_short,
@@ -345,7 +345,7 @@ def table_lines(m: Matrix, verbose: bool = False, perf: bool = False) -> list[st
 
 def spread_lines(m: Matrix) -> list[str]:
     """Verbose: the coefficient of variation of each cell's samples, in %, as a matrix."""
-    noise = cell_noise(m)
+    noise = m.cell_stats()
     if not noise:
         return []
     w = max([2, *(len(label) for label in m.row_labels)])

@@ -12,7 +12,7 @@ bidirectional factor, and rates are re-evaluated whenever a flow starts or ends.
 The engine knows devices only as numbers of the model (global ordinals), and nothing of memory,
 kernels or the host: an operation carries what it does (``effect``, ``prepare``, a gate's
 ``probe``), and the host clock belongs to the caller, which passes its time in. Simulated
-ranks share one engine (:class:`gpubw.backend.sim.SimEngine`: one device clock, one set of
+ranks share one engine (:class:`gpubw.backend.sim.backend.SimEngine`: one device clock, one set of
 links, one random stream), each through its own facade with its own host clock, so that the
 ranks' copies compete for the same links. A gate whose flag lives in device memory
 (``Op.remote``: another rank's release reaches it through a device-side write) is re-probed

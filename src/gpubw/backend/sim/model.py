@@ -1,7 +1,7 @@
 """The model of a simulated system: devices, host links, peer links, latencies, overheads
 (:class:`SimSystem`), and the paths bytes take through it (:func:`path`).
 
-A model is plain data (frozen attrs); :mod:`gpubw.backend.presets` builds the built-in ones and
+A model is plain data (frozen attrs); :mod:`gpubw.backend.sim.presets` builds the built-in ones and
 reads JSON system files into it. Nothing here has state or a clock.
 """
 
@@ -52,11 +52,6 @@ def _finite(value: float) -> bool:
 def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not (_finite(value) and value > 0):
         raise ValueError(f"{attribute.name} must be a positive finite number, got {value!r}")
-
-
-def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not (_finite(value) and value >= 0):
-        raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
 
 
 def _factor(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:

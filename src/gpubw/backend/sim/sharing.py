@@ -1,8 +1,8 @@
 """Memory shared across simulated ranks: export/import tokens and NVLink multicast objects.
 
 The simulated backend's half of :class:`gpubw.backend.base.Backend`'s sharing calls, as a
-mixin of :class:`gpubw.backend.sim.SimulatedBackend` (one per rank view). Every rank view of
-one :class:`gpubw.backend.sim.SimEngine` shares its memory, so an import maps *the same
+mixin of :class:`gpubw.backend.sim.backend.SimulatedBackend` (one per rank view). Every rank view of
+one :class:`gpubw.backend.sim.backend.SimEngine` shares its memory, so an import maps *the same
 allocation*: same bytes, same device, hence a copy from an imported buffer is a flow over the
 owner's links, as on hardware. A token from another engine (another process: a real MPI
 run of simulated backends) becomes a *shadow* allocation on the owner's device in this
@@ -143,7 +143,7 @@ class Joined:
 
 
 class SharingMixin:
-    """Export, import and multicast for a :class:`gpubw.backend.sim.SimulatedBackend` view
+    """Export, import and multicast for a :class:`gpubw.backend.sim.backend.SimulatedBackend` view
     (which provides the attributes used here)."""
 
     _shared: Any

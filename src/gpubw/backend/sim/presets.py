@@ -1,9 +1,10 @@
 """Built-in simulated systems, and loading a system from a JSON file (docs/simulate.md).
 
 :func:`load_system` gives the model (:class:`gpubw.backend.sim.model.SimSystem`),
-:func:`from_preset` a :class:`gpubw.backend.sim.SimulatedBackend` on it. This module builds on
-:mod:`gpubw.backend.sim`, never the other way round; the checks of a JSON system file's keys
-and values are :mod:`gpubw.backend.system_file`'s.
+:func:`from_preset` a :class:`gpubw.backend.sim.backend.SimulatedBackend` on it. This module
+builds on the simulator, never the other way round; a JSON system file is read by
+:mod:`gpubw.backend.sim.system_file` (its values checked by
+:mod:`gpubw.backend.sim.system_checks`).
 
 Presets (figures from docs/simulate.md; the H200 ones follow the measured reference system):
 
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpubw.backend.base import DeviceInfo
-from gpubw.backend.sim import SimulatedBackend
+from gpubw.backend.sim.backend import SimulatedBackend
 from gpubw.backend.sim.faults import Faults
 from gpubw.backend.sim.model import (
     HostLink,
@@ -37,15 +38,14 @@ from gpubw.backend.sim.model import (
     SimSystem,
     iter_pairs,
 )
-from gpubw.backend.system_file import (
+from gpubw.backend.sim.system_checks import (
     PCI_BUSES,
     DuplicateKeyError,
     PluginKernels,
-    build_system,
     parse_json,
     simulated_uuid,
 )
-from gpubw.backend.system_file import known_kernels as known_kernels
+from gpubw.backend.sim.system_file import build_system
 from gpubw.model.errors import UsageError
 from gpubw.model.infile import read_input
 
@@ -335,5 +335,6 @@ def system_from_dict(
 ) -> SimSystem:
     """Build a :class:`SimSystem` from the JSON document format of docs/simulate.md (its
     ``base`` may name one of :data:`PRESETS`). ``plugin_kernels`` gives the names of plugin
-    kernels a fault may name as well (:func:`known_kernels`)."""
+    kernels a fault may name as well
+    (:func:`~gpubw.backend.sim.system_checks.known_kernels`)."""
     return build_system(doc, PRESETS, default_name=default_name, plugin_kernels=plugin_kernels)

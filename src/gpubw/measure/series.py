@@ -1,0 +1,293 @@
+"""Cells measured across ranks: the multi-rank series of the one protocol.
+
+Cut from :mod:`gpubw.measure.measurement` along the seam its docstring names: that module
+times one cell on one process (the protocol, its steps, a :class:`~gpubw.measure.measurement.
+Sync`); this one runs the same protocol on every rank of a world (the multinode testcases),
+a cell at a time, with a :class:`RankSync`.
+
+**A cell across ranks**: the ranks that issue a copy of the cell and rank 0 (the cell's
+*group*, :func:`cell_ranks`) run the protocol, each for its own pairs (rank 0 for none where
+it issues none); the other ranks take no part in the cell. :class:`RankSync` is a rank's
+synchronisation: the spin gate plus the device flag of a
+:class:`gpubw.measure.rank_gate.RankGate`, which carries the first rank's release to the
+others, and an agreement point among the cell's group (:func:`gpubw.memory.sharing.agreed`)
+at the end of steps 1, 4 and 7, so that an error on one rank is raised on every rank of the
+cell at the same point. After the last sample the cell's group agrees on its errors once
+more (one made outside a step: a bad copy, a stream that could not be made, a failed
+cleanup). Across ranks a cell has no TOTAL figure.
+
+**A series of cells across ranks** (:func:`measure_series`): every rank walks the same list
+of cells, each measured by its group only, one after the other:
+
+- rank 0 takes part in every cell (in its group: :func:`cell_ranks`), so a rank that dies or
+  hangs in a cell is found within one step's bound, as when every rank took part;
+- between cell k - 1 and cell k the groups of both cells agree (a *hand-over*): cell k
+  starts once cell k - 1 has ended, and the first error so far travels on; a rank waits at a
+  hand-over for the cells since its last one, each within its bound (:func:`cell_bound_s`);
+- after an error no later cell is measured (its ranks skip it);
+- after the last cell every rank takes part once: the world gathers every rank's figures and
+  errors, and every rank either holds every cell or raises the same
+  :class:`~gpubw.memory.sharing.RemoteRankError`.
+
+So a cell costs agreements among its own ranks (2 or 3 in an N x N testcase), not the whole
+world's: a rack of N ranks pays O(1) per cell, not O(N).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from gpubw.measure.measurement import (
+    CellMeasurement,
+    Copy,
+    Kind,
+    MemcpyOperation,
+    Sync,
+    pair_label,
+)
+from gpubw.memory.sharing import RemoteRankError, agreed
+from gpubw.memory.system import System
+from gpubw.model.errors import GpubwError, UsageError
+from gpubw.world.base import WorldError
+
+if TYPE_CHECKING:
+    from gpubw.measure.rank_gate import RankGate
+
+
+@attrs.frozen
+class RankCopy:
+    """One pair of a cross-rank cell: issued by ``rank``; ``copy`` is its buffers on that
+    rank and None on every other rank (whose mappings it does not need)."""
+
+    rank: int
+    copy: Copy | None
+
+
+class RankSync(Sync):
+    """One rank of a cross-rank cell: the host gate plus the rank gate's device flag, which
+    carries the release of the rank that issues the cell's first pair (``first``) to every
+    other rank's streams; each step ends at an agreement point among the cell's ranks
+    (``group``; None: the whole world)."""
+
+    releaser = "the first rank"
+
+    def __init__(
+        self,
+        system: System,
+        rank_gate: RankGate,
+        *,
+        first: bool,
+        group: tuple[int, ...] | None = None,
+    ) -> None:
+        super().__init__(system)
+        self.rank_gate = rank_gate
+        self.first = first
+        self.group = group
+
+    def step(self, work: Callable[[], None], bound_s: float | None = None) -> None:
+        """Run the step, then agree: if any rank failed, every rank raises the same
+        :class:`RemoteRankError`. The agreement waits ``bound_s`` plus the world's timeout."""
+        error: BaseException | None = None
+        try:
+            work()
+        except GpubwError as exc:
+            error = exc
+        world = self.system.world
+        bound = None if bound_s is None else bound_s + world.timeout_s
+        agreed(world, error, bound, self.group)
+
+    def begin(self) -> None:
+        """Close the host gate and (the first rank) zero the device flag: on every rank of
+        the cell before any of them holds a stream (the agreement that ends step 1)."""
+        self.system.gate.close()
+        if self.first:
+            self.rank_gate.reset()
+
+    def close(self) -> None:
+        """Nothing: both gates closed in step 1."""
+
+    def hold(self, k: int, stream: Any) -> None:
+        gate, timeout_s = self.system.gate, self.system.options.gate_timeout_s
+        flag = self.rank_gate.flag_pointer
+        if self.first and k == 0:
+            gate.enqueue_relay(stream, flag, timeout_s)
+        else:
+            gate.enqueue_wait(stream, timeout_s, flag=flag)
+
+    def release(self) -> None:
+        if self.first:
+            self.system.gate.open()
+
+    def drain(self, streams: Sequence[Any]) -> None:
+        """Also set the device flag (any rank may), so that no rank's streams stay held when
+        the first rank failed before its relay ran; a rank with no streams holds none
+        behind the flag and leaves it alone."""
+        if streams:
+            with contextlib.suppress(GpubwError):
+                self.rank_gate.release()
+        super().drain(streams)
+
+
+#: one rank's figures of one cell: ({pair: (counted, samples)}, {pair: label})
+_Part = tuple[dict[int, tuple[int, tuple[float, ...]]], dict[int, str]]
+#: one rank's figures of the cells it measured: {cell: its part}
+_Figures = dict[int, _Part]
+
+
+def cell_ranks(pairs: Sequence[RankCopy]) -> tuple[int, ...]:
+    """A cell's group, in increasing order: the ranks that issue its pairs, and rank 0,
+    which takes part in every cell (without copies where it issues none), so that a rank
+    that dies or hangs in a cell is found within one step's bound, as before."""
+    return tuple(sorted({0, *(p.rank for p in pairs)}))
+
+
+def measure_ranks(
+    op: MemcpyOperation, pairs: Sequence[RankCopy], rank_gate: RankGate
+) -> CellMeasurement:
+    """One cell across ranks: :func:`measure_series` of that cell alone."""
+    return measure_series(op, [pairs], rank_gate)[0]
+
+
+def measure_series(
+    op: MemcpyOperation,
+    cells: Sequence[Sequence[RankCopy]],
+    rank_gate: RankGate,
+    *,
+    keep: bool = True,
+) -> list[CellMeasurement]:
+    """Every cell of ``cells`` across ranks, one after the other, each measured by the ranks
+    that issue its pairs (the module's "A series of cells across ranks") the way ``op``
+    measures. Every rank calls this with the same cells (``RankCopy.copy`` set where the
+    rank issues it), also a rank with no pair in any of them, right after a collective of
+    the whole world. Returns every cell, every pair's samples, on every rank; where ``keep``
+    is False (a rank that does not report them) nothing, once the series has ended as on
+    every rank (the same error raised, or none)."""
+    if not cells or not all(cells):
+        raise UsageError("measure_series() needs cells of at least one pair each")
+    if op.kind is Kind.TOTAL:
+        # the same on every rank, so every rank raises it here without a collective
+        raise UsageError("a TOTAL figure is not measured across ranks; allowed: FIRST, SUM, VECTOR")
+    return _Series(op, cells, rank_gate).run(keep)
+
+
+def cell_bound_s(op: MemcpyOperation) -> float:
+    """How long one cell across ranks may take, whatever happens in it: each sample's three
+    steps with their bounds and agreements, and the cell's setup and last agreement."""
+    options, timeout_s = op.system.options, float(op.world.timeout_s)
+    step_s = 2 * options.gate_timeout_s + options.sync_timeout_s
+    return options.samples * (step_s + 3 * timeout_s) + 2 * timeout_s
+
+
+def measure_own_pairs(op: MemcpyOperation, pairs: Sequence[RankCopy], rank_gate: RankGate) -> _Part:
+    """This rank's part of one cell, {pair index: (counted, samples)} and {pair index:
+    label}: the protocol with a :class:`RankSync` among the cell's ranks, then their
+    agreement on an error made outside a step."""
+    world = op.world
+    me = world.rank
+    group = cell_ranks(pairs)
+    indexes = [i for i, p in enumerate(pairs) if p.rank == me]
+    copies = [c for c in (pairs[i].copy for i in indexes) if c is not None]
+    try:
+        if len(copies) < len(indexes):
+            raise UsageError(f"rank {me} issues a pair of the cell but has no buffers for it")
+        first = rank_gate.relays([p.rank for p in pairs])  # per NVLink domain
+        cell = op.run_cell(copies, RankSync(op.system, rank_gate, first=first, group=group))
+    except (RemoteRankError, WorldError):
+        raise  # every rank of the cell raised it at the same point already; or broken
+    except GpubwError as exc:
+        agreed(world, exc, group=group)  # raises it on every rank of the cell
+        raise AssertionError("unreachable: an agreement on an error raises") from exc
+    agreed(world, None, group=group)
+    return (
+        {i: (cell.counted[k], tuple(cell.pair_samples[k])) for k, i in enumerate(indexes)},
+        {i: pair_label(c) for i, c in zip(indexes, copies)},
+    )
+
+
+class _Series:
+    """:func:`measure_series` on one rank (the module's "A series of cells across ranks")."""
+
+    def __init__(
+        self, op: MemcpyOperation, cells: Sequence[Sequence[RankCopy]], rank_gate: RankGate
+    ) -> None:
+        self.op = op
+        self.cells = cells
+        self.rank_gate = rank_gate
+        self.world = op.world
+        self.groups = [cell_ranks(pairs) for pairs in cells]
+        self.bound_s = cell_bound_s(op)
+        #: the first error of the series as this rank knows it: (failing rank, message)
+        self.error: tuple[int, str] | None = None
+        self.cause: BaseException | None = None
+        self.mine: _Figures = {}
+        #: the last hand-over this rank took part in (0: the series' start)
+        self.last = 0
+
+    def run(self, keep: bool) -> list[CellMeasurement]:
+        me = self.world.rank
+        for k, group in enumerate(self.groups):
+            if k > 0 and me in self._hand_over_group(k):
+                self._hand_over(k)
+            if me in group and self.error is None:
+                self._measure(k)
+        return self._gather(keep)
+
+    def _hand_over_group(self, k: int) -> tuple[int, ...]:
+        """The groups of cells k - 1 and k (rank 0 among them)."""
+        return tuple(sorted({*self.groups[k - 1], *self.groups[k]}))
+
+    def _wait_s(self, k: int) -> float:
+        """How long this rank may wait at hand-over k (or at the end, k = the cell count):
+        the cells since the last hand-over it took part in, each bounded."""
+        return (k - self.last) * self.bound_s + float(self.world.timeout_s)
+
+    def _hand_over(self, k: int) -> None:
+        group = self._hand_over_group(k)
+        errors = self.world.group_allgather(self.error, group, timeout_s=self._wait_s(k))
+        self.error = min((e for e in errors if e is not None), default=None)
+        self.last = k
+
+    def _measure(self, k: int) -> None:
+        """This rank's pairs of cell k; an error that the cell's ranks agreed on is kept
+        (a broken world propagates)."""
+        try:
+            self.mine[k] = measure_own_pairs(self.op, self.cells[k], self.rank_gate)
+        except RemoteRankError as exc:
+            self.error, self.cause = (exc.rank, exc.remote_message), exc.__cause__
+
+    def _gather(self, keep: bool) -> list[CellMeasurement]:
+        """Every rank's figures and errors, once: every cell (none unless ``keep``), or the
+        first error raised on every rank."""
+        gathered = self.world.allgather(
+            (self.error, self.mine), timeout_s=self._wait_s(len(self.cells))
+        )
+        errors = [e for e, _ in gathered if e is not None]
+        if errors:
+            rank, message = min(errors)
+            raise RemoteRankError(rank, message) from self.cause
+        if not keep:
+            return []
+        pairs: dict[int, dict[int, tuple[int, tuple[float, ...]]]] = {}
+        names: dict[int, dict[int, str]] = {}
+        for _, figures in gathered:
+            for k, (part, labels) in figures.items():
+                pairs.setdefault(k, {}).update(part)
+                names.setdefault(k, {}).update(labels)
+        return [self._cell(pairs[k], names[k], len(c)) for k, c in enumerate(self.cells)]
+
+    def _cell(
+        self, pairs: dict[int, tuple[int, tuple[float, ...]]], names: dict[int, str], count: int
+    ) -> CellMeasurement:
+        order = range(count)
+        return CellMeasurement(
+            counted_bytes=tuple(pairs[i][0] for i in order),
+            loops=self.op.loops,
+            pair_samples=tuple(pairs[i][1] for i in order),
+            total_samples=(),
+            statistic=self.op.system.options.statistic,
+            pair_labels=tuple(names[i] for i in order),
+        )
