@@ -75,6 +75,12 @@
 #   nvbwmn       issue 23 item 6: build NVIDIA nvbandwidth's multinode flavour from the source
 #                carried in .nvbw-src/ (never committed; needs CMake, Boost and Open MPI on the
 #                machine) and run it under mpirun -np 2: what it measures, or why it cannot
+#   abtest       issue 34: the default suite of the wheel carried in .whl/before/ (the code before a
+#                change) and of this checkout, interleaved twice (before, after, before, after),
+#                then `gpubw compare` after vs before at 1 %, and `gpubw -l` of each, 10 runs
+#                alternating: $OUT/ab-{before,after}{1,2}-<tag>.json, $OUT/ab-<tag>.txt
+#   stdout       issue 33 item 1: -o /dev/stdout, /proc/self/fd/1, /dev/fd/1 and - into a pipe (a
+#                JSON parser), a regular file and a FIFO, each checked as a valid report
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
 tag=$1; shift
@@ -188,6 +194,37 @@ for v in bad[:10]:
 print(" warnings:", [w for w in d["warnings"] if "WARNING" in w])
 PY
       tail -3 "$OUT/log-$tag.txt" ;;
+    abtest)  # issue 34: the same suite before and after a change, on the same GPUs
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-before .whl/before/*.whl || exit 3
+      python3 -m compileall -q /tmp/site-before > /dev/null
+      ab() {  # which round: one suite of one side
+        local pp=/tmp/site s e; [ "$1" = before ] && pp=/tmp/site-before:/tmp/site
+        s=$(date +%s.%N)
+        PYTHONPATH=$pp timeout 400 python3 -m gpubw -j -o "$OUT/ab-$1$2-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+        echo "$1$2 rc=$? wall=$(python3 -c "print(round($(date +%s.%N)-$s,1))")s version=$(PYTHONPATH=$pp python3 -c 'import gpubw,os; print(os.path.dirname(gpubw.__file__))')" | tee -a "$OUT/ab-$tag.txt"
+      }
+      PYTHONPATH=/tmp/site-before:/tmp/site python3 -m gpubw -t 0 -b 64 -q > /dev/null  # both kernel caches warm
+      python3 -m gpubw -t 0 -b 64 -q > /dev/null
+      ab before 1; ab after 1; ab before 2; ab after 2
+      for r in 1 2; do
+        python3 -m gpubw compare "$OUT/ab-after$r-$tag.json" "$OUT/ab-before$r-$tag.json" --threshold 1 --fail-on both > "$OUT/ab-compare$r-$tag.txt"
+        echo "compare round $r (after vs before, 1 %, both ways) rc=$?" | tee -a "$OUT/ab-$tag.txt"; tail -4 "$OUT/ab-compare$r-$tag.txt"
+      done
+      for i in 1 2 3 4 5 6 7 8 9 10; do for v in before after; do
+        pp=/tmp/site; [ $v = before ] && pp=/tmp/site-before:/tmp/site
+        s=$(date +%s.%N); PYTHONPATH=$pp python3 -m gpubw -l > /dev/null
+        echo "-l $v $(python3 -c "print(round(($(date +%s.%N)-$s)*1000))") ms"
+      done; done | tee -a "$OUT/ab-$tag.txt" | awk '{a[$2]=a[$2]" "$3} END {for (k in a) print "-l", k, "ms:" a[k]}' ;;
+    stdout)  # issue 33 item 1: every name of standard output, into a pipe, a file and a FIFO
+      for name in /dev/stdout /proc/self/fd/1 /dev/fd/1 -; do
+        python3 -m gpubw -t 0 -b 64 -q -j -o "$name" | python3 -c "import json,sys; from gpubw.model.report_check import validate; d=json.load(sys.stdin); validate(d); print(' pipe: valid report, exit_code', d['exit_code'])"
+        echo "-o $name | JSON parser: rc=${PIPESTATUS[*]}"
+        python3 -m gpubw -t 0 -b 64 -q -j -o "$name" > "$OUT/stdout-file.json"; rc=$?
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' file: rc $rc, valid JSON,', len(d['testcases']), 'testcase(s)')" "$OUT/stdout-file.json"
+        rm -f /tmp/gpubw-fifo && mkfifo /tmp/gpubw-fifo && (python3 -m json.tool < /tmp/gpubw-fifo > "$OUT/stdout-fifo.json"; echo " fifo reader rc=$?") &
+        python3 -m gpubw -t 0 -b 64 -q -j -o "$name" > /tmp/gpubw-fifo; echo " fifo writer rc=$?"; wait
+      done
+      python3 -m gpubw -t 0 -b 64 -q -o /dev/stdout | head -4; python3 -m gpubw -t 0 -b 64 -q -j -o /dev/stdout >&-; echo "closed stdout: rc=$? (2 expected)" ;;
     safety)  # issue 13: device nodes survive -o; the other-process warning (item 7)
       stat -L -c '%n %F %i %t:%T' /dev/null /dev/stdout
       python3 -m gpubw -t 0 -b 64 -j -o /dev/stdout | python3 -m json.tool > /dev/null; echo "-o /dev/stdout rc=${PIPESTATUS[0]} json.tool rc=${PIPESTATUS[1]}"
