@@ -88,7 +88,10 @@ tag=$1; shift
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export GPUBW_CACHE_DIR=/tmp/gpubw-cache
 pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --no-build-isolation --upgrade --target /tmp/site "$@"; }
-pipi .whl/*.whl && export PYTHONPATH=/tmp/site && pipi . || exit 3
+# gpubw itself: this checkout, or the wheel carried in .whl/after/ (a committed state, built
+# while the working tree holds unfinished edits)
+after=.; [ -d .whl/after ] && after=$(ls .whl/after/*.whl)
+pipi .whl/*.whl && export PYTHONPATH=/tmp/site && pipi "$after" || exit 3
 # byte-compile as a normal pip install does (--no-compile above): without it every process
 # compiled ~300 files again, 0.55 s of each start-up measured on 2 x H200
 python3 -m compileall -q /tmp/site > /dev/null
@@ -221,8 +224,9 @@ PY
         echo "-o $name | JSON parser: rc=${PIPESTATUS[*]}"
         python3 -m gpubw -t 0 -b 64 -q -j -o "$name" > "$OUT/stdout-file.json"; rc=$?
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' file: rc $rc, valid JSON,', len(d['testcases']), 'testcase(s)')" "$OUT/stdout-file.json"
-        rm -f /tmp/gpubw-fifo && mkfifo /tmp/gpubw-fifo && (python3 -m json.tool < /tmp/gpubw-fifo > "$OUT/stdout-fifo.json"; echo " fifo reader rc=$?") &
-        python3 -m gpubw -t 0 -b 64 -q -j -o "$name" > /tmp/gpubw-fifo; echo " fifo writer rc=$?"; wait
+        rm -f /tmp/gpubw-fifo; mkfifo /tmp/gpubw-fifo || exit 3  # before the reader starts: no race
+        (python3 -m json.tool < /tmp/gpubw-fifo > "$OUT/stdout-fifo.json"; echo " fifo reader rc=$?") &
+        timeout 120 python3 -m gpubw -t 0 -b 64 -q -j -o "$name" > /tmp/gpubw-fifo; echo " fifo writer rc=$?"; wait
       done
       python3 -m gpubw -t 0 -b 64 -q -o /dev/stdout | head -4; python3 -m gpubw -t 0 -b 64 -q -j -o /dev/stdout >&-; echo "closed stdout: rc=$? (2 expected)" ;;
     safety)  # issue 13: device nodes survive -o; the other-process warning (item 7)
