@@ -12,31 +12,23 @@ facade's ``close`` to free. Driver calls go through the facade's ``_cu()`` and `
 from __future__ import annotations
 
 import ctypes
-from typing import Any
 
 from gpubw.backend import numa
 from gpubw.backend.base import Backend
-from gpubw.backend.cuda_support import HUGE_MMAP_FLAGS, PLAIN_MMAP_FLAGS, map_anonymous, unmap
+from gpubw.backend.cuda_support import (
+    HUGE_MMAP_FLAGS,
+    PLAIN_MMAP_FLAGS,
+    DriverCalls,
+    map_anonymous,
+    unmap,
+)
 from gpubw.model.errors import GpubwError, UsageError
 
 
-class CudaHostMemory(Backend):
+class CudaHostMemory(DriverCalls, Backend):
     """Host memory calls of :class:`gpubw.backend.base.Backend` over the CUDA driver. The
     backend provides ``_cu()`` (the driver module), ``_call`` (the checked call),
     ``_use(device)`` and ``_device_index``."""
-
-    # provided by CudaBackend
-    def _cu(self) -> Any:
-        raise NotImplementedError
-
-    def _call(self, call: str, result: tuple[Any, ...]) -> Any:
-        raise NotImplementedError
-
-    def _use(self, device: int) -> None:
-        raise NotImplementedError
-
-    def _device_index(self, device: int) -> int:
-        raise NotImplementedError
 
     def _init_host_memory(self) -> None:
         self._host_memory: dict[int, int] = {}  # pointer -> device whose context allocated it

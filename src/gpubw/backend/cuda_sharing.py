@@ -42,6 +42,7 @@ from gpubw.backend.base import (
     check_handle_kind,
     check_multicast_allowed,
 )
+from gpubw.backend.cuda_support import DriverCalls
 from gpubw.model.errors import CudaError, UsageError
 
 #: Bytes of a CUmemFabricHandle and of a CUipcMemHandle.
@@ -81,25 +82,12 @@ class _Multicast:
     ptr: int | None = None  # the multicast mapping
 
 
-class CudaSharingMixin:
+class CudaSharingMixin(DriverCalls):
     """Sharing calls of :class:`gpubw.backend.base.Backend` over the CUDA driver. The backend
     provides ``_cu()`` (the driver module), ``_call`` (the checked call), ``_use(device)``,
     ``_device_index``, ``_attr`` and ``_handles``."""
 
     _handles: list[Any]
-
-    # provided by CudaBackend
-    def _cu(self) -> Any:
-        raise NotImplementedError
-
-    def _call(self, call: str, result: tuple[Any, ...]) -> Any:
-        raise NotImplementedError
-
-    def _use(self, device: int) -> None:
-        raise NotImplementedError
-
-    def _device_index(self, device: int) -> int:
-        raise NotImplementedError
 
     def _attr(self, device: int, name: str, default: int | None = None) -> int:
         raise NotImplementedError

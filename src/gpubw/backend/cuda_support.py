@@ -207,3 +207,21 @@ def unmap(addr: int, size: int) -> None:
     """``munmap`` what :func:`map_anonymous` mapped."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.munmap(ctypes.c_void_p(addr), ctypes.c_size_t(size))
+
+
+class DriverCalls:
+    """What the real backend's parts (host memory, sharing) call on it: ``_cu()`` (the
+    driver module), ``_call`` (the checked call), ``_use(device)`` and ``_device_index``;
+    :class:`gpubw.backend.cuda.CudaBackend` provides them."""
+
+    def _cu(self) -> Any:
+        raise NotImplementedError
+
+    def _call(self, call: str, result: tuple[Any, ...]) -> Any:
+        raise NotImplementedError
+
+    def _use(self, device: int) -> None:
+        raise NotImplementedError
+
+    def _device_index(self, device: int) -> int:
+        raise NotImplementedError
