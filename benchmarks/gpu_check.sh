@@ -81,6 +81,10 @@
 #                alternating: $OUT/ab-{before,after}{1,2}-<tag>.json, $OUT/ab-<tag>.txt
 #   stdout       issue 33 item 1: -o /dev/stdout, /proc/self/fd/1, /dev/fd/1 and - into a pipe (a
 #                JSON parser), a regular file and a FIFO, each checked as a valid report
+#   v010         issue 35: the v0.10 testcases one GPU can run (the TMA, read-only and write-only
+#                local ones) beside device_local_copy and _sm at ${PEERS_MIB:-4096} MiB, then
+#                benchmarks/peers.py (PyTorch's copy_ and the rest) on device 0; gpubw-nvbandwidth's
+#                default run as v0.10 and as v0.8: $OUT/v010-<tag>.json, $OUT/nvbw-v0{10,8}-<tag>.txt
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
 tag=$1; shift
@@ -218,6 +222,18 @@ PY
         s=$(date +%s.%N); PYTHONPATH=$pp python3 -m gpubw -l > /dev/null
         echo "-l $v $(python3 -c "print(round(($(date +%s.%N)-$s)*1000))") ms"
       done; done | tee -a "$OUT/ab-$tag.txt" | awk '{a[$2]=a[$2]" "$3} END {for (k in a) print "-l", k, "ms:" a[k]}' ;;
+    v010)  # issue 35: the v0.10 testcases of one GPU, beside their counterparts and PyTorch
+      mib=${PEERS_MIB:-4096}; s=$(date +%s)
+      timeout 300 python3 -m gpubw -t device_local_copy device_local_copy_sm device_local_copy_tma \
+        device_local_read_sm device_local_write_sm -b "${mib}MiB" -i 5 -j -o "$OUT/v010-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+      echo "v010 rc=$? wall=$(( $(date +%s) - s ))s"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(' ', t['key'], t['status'], t['message'][:200], *[(m['key'], [round(v/1e9, 1) if v else v for v in m['values'][0]]) for m in t.get('matrices', [])]) for t in d['testcases']]" "$OUT/v010-$tag.json"
+      timeout 300 python3 benchmarks/peers.py "$OUT/peers-$tag.json" --size-mib "$mib" --samples 5 --devices 0 --gpubw "$OUT/v010-$tag.json" 2>&1 | tail -12
+      for v in 0.10 0.8; do
+        s=$(date +%s.%N); GPUBW_NVBANDWIDTH_VERSION=$v timeout 300 /tmp/site/bin/gpubw-nvbandwidth > "$OUT/nvbw-v$v-$tag.txt" 2>> "$OUT/log-$tag.txt"
+        echo "gpubw-nvbandwidth v$v rc=$? wall=$(python3 -c "print(round($(date +%s.%N)-$s,1))")s Running=$(grep -c '^Running' "$OUT/nvbw-v$v-$tag.txt") Waived=$(grep -c '^Waived' "$OUT/nvbw-v$v-$tag.txt") CV=$(grep -c '^COEFFICIENT_OF_VARIATION' "$OUT/nvbw-v$v-$tag.txt")"
+        head -8 "$OUT/nvbw-v$v-$tag.txt"
+      done ;;
     stdout)  # issue 33 item 1: every name of standard output, into a pipe, a file and a FIFO
       for name in /dev/stdout /proc/self/fd/1 /dev/fd/1 -; do
         python3 -m gpubw -t 0 -b 64 -q -j -o "$name" | python3 -c "import json,sys; from gpubw.model.report_check import validate; d=json.load(sys.stdin); validate(d); print(' pipe: valid report, exit_code', d['exit_code'])"

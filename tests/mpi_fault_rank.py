@@ -10,6 +10,10 @@ fdhang  rank 1 connects to rank 0's POSIX-fd descriptor server (the first one: t
       reading: a rank hung mid-handshake (only the world timeout ends it)
 args  no fault: each rank runs the command line in $ARGS_<rank> (a JSON list) instead of
       its own (ranks given different command lines)
+nvargs  no fault: each rank runs gpubw-nvbandwidth with the command line in $ARGS_<rank>
+      and the variables of $ENV_<rank> (a JSON object) added to its environment
+lastbroken  rank 1's world is broken when the run ends (as when a signal to the launcher
+      reached rank 1 mid-collective and rank 0 between two): rank 0's is not
 early rank 1 gets SIGINT while it is still starting, before MPI starts (as from mpiexec
       a moment after the launch)
 devices  no fault: each rank ends by writing ``rank R touched D`` into the file
@@ -106,6 +110,13 @@ if __name__ == "__main__":
         import json
 
         sys.argv[1:] = json.loads(os.environ[f"ARGS_{RANK}"])
+    if FAULT == "nvargs":
+        import json
+
+        from gpubw.cli import nvbandwidth
+
+        os.environ.update(json.loads(os.environ.get(f"ENV_{RANK}", "{}")))
+        sys.exit(nvbandwidth.main(json.loads(os.environ[f"ARGS_{RANK}"])))
     if FAULT == "early":
         early_signal()
         sys.exit(cli.main())
@@ -120,6 +131,16 @@ if __name__ == "__main__":
         with open(f"touched-{RANK}", "w", encoding="utf-8") as note:
             note.write(f"rank {RANK} touched {sorted(touched)}\n")
         sys.exit(code)
+    if FAULT == "lastbroken" and RANK == 1:
+        from gpubw.cli import run as run_module
+
+        finish = run_module.finish
+
+        def broken_finish(world: Any, code: int) -> int:
+            world._broken = "rank 1: injected: interrupted mid-collective"
+            return finish(world, code)
+
+        run_module.finish = broken_finish
     if FAULT == "sm":
         MemcpyOperation._queue = failing  # type: ignore[method-assign, assignment]
     if FAULT == "kill":

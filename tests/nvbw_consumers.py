@@ -8,7 +8,8 @@ Nothing here runs a benchmark or judges figures beyond what the tool itself does
   it cuts the JSON object out of the output, reads its fields and fails on a testcase whose
   status is ``ERROR``.
 * :func:`nhc_blocks`, :func:`nhc_rows`, :func:`nhc_check` -- Azure's health checks
-  (``nvbandwidth -t h2d d2h [p2p] -i 10``, plain text through bash, awk and bc).
+  (``nvbandwidth -t h2d d2h [p2p] -i 10``, plain text through bash, awk and bc), and
+  :func:`nhc_v010_rows`, their newest parse (PR #164, for nvbandwidth v0.10).
 * :func:`superbench_read` -- microsoft/superbenchmark's nvbandwidth benchmark (plain text,
   regular expressions), and :func:`superbench_list` for its ``nvbandwidth --list``.
 
@@ -33,9 +34,13 @@ from typing import Any
 
 # -- DCGM ---------------------------------------------------------------------------------------
 # Port of NVIDIA/DCGM nvvs/plugin_src/nvbandwidth/NVBandwidthPlugin.cpp (sanitizeOutput,
-# NVBandwidthPlugin::AttemptToReadOutput) and NVBandwidthResult.cpp (the ParseJson overloads),
-# commit 72fa3feaa67d716a75323a8f47c34ff3ee73f824. The plugin runs `nvbandwidth -j -v [-t X...]`
-# and does not look at the exit code.
+# NVBandwidthPlugin::AttemptToReadOutput) @a2389ab957656bdfb3c576648d5884fd5d169019 and
+# NVBandwidthResult.cpp (the ParseJson overloads) @37b325dee7e166a0fce7da8261432d760d4e9fc7
+# (first ported at 72fa3feaa67d716a75323a8f47c34ff3ee73f824; the parse is unchanged). The plugin
+# runs `nvbandwidth -j -v [-t X...]` with standard error merged into standard output
+# (ForkAndExecCommand, stderrToStdout=true): the JSON is found between the first line holding
+# only `{` and the last holding only `}`; `CUDA Runtime Version` must be an int and each
+# status one of error/waived/not found/passed (any other fails the whole parse).
 
 DCGM_STATUSES = ("error", "waived", "not found", "passed")
 _FLT_MAX = 3.4028234663852886e38
@@ -309,10 +314,49 @@ def nhc_check(output: str, pcie_gbps: float, p2p_gbps: float | None = None) -> l
     return said
 
 
+# NHC at its newest (PR #164, Azure/azurehpc-health-checks, "Add aarch64/Grace NVIDIA image
+# support", merged 2026-08-30): parse_nvbandwidth_results, as its bats tests in
+# test/unit-tests/nhc-gpu-agnostic.sh and its fixture test/data/nvbandwidth_v0.10_output.txt
+# @384f6659542dceab045d6ae688ede02a44d95e24 pin it down (the function's own code was not
+# available): per testcase, exactly the matrix data rows (an index, then numbers or N/A);
+# the title, column header, SUM, COEFFICIENT_OF_VARIATION, NOTE and blank lines dropped; a
+# testcase with no rows, or fewer than its GPU count asks for, fails the parse.
+
+_NHC_DATA_ROW = re.compile(r"\s*\d+(?:\s+(?:[0-9]+\.[0-9]+|N/A))+\s*")
+
+
+class NhcParseError(ValueError):
+    """parse_nvbandwidth_results returns non-zero: a testcase's rows are missing."""
+
+
+def nhc_v010_rows(output: str, ngpus: int, keys: list[str]) -> dict[str, str]:
+    """``result_lines_array[key]`` for each asked key: its data rows joined by newlines,
+    whitespace as printed. A peer (``device_to_device``) testcase needs ``ngpus`` rows, the
+    others one."""
+    rows: dict[str, list[str]] = {}
+    current = ""
+    for line in output.split("\n"):
+        if line.startswith("Running "):
+            current = line[len("Running ") :].rstrip(".").strip()
+            rows.setdefault(current, [])
+        elif current and _NHC_DATA_ROW.fullmatch(line):
+            rows[current].append(line.strip())
+    out = {}
+    for key in keys:
+        want = ngpus if "device_to_device" in key else 1
+        got = rows.get(key, [])
+        if len(got) < want:
+            raise NhcParseError(f"{key}: {len(got)} matrix rows, {want} expected")
+        out[key] = "\n".join(got)
+    return out
+
+
 # -- superbench -----------------------------------------------------------------------------------
 # Port of microsoft/superbenchmark superbench/benchmarks/micro_benchmarks/nvbandwidth.py
 # (_process_raw_line, _process_raw_result, _get_all_test_cases), commit
-# 700d6501f110ed17a7016f1b9f2e453926f7b7a1 (the file as last changed by ad8e014). It runs
+# 266019e5e6fe6fe49d7ab0c675b2b76fdc299f19 (first ported at
+# 700d6501f110ed17a7016f1b9f2e453926f7b7a1; _get_all_test_cases takes any standard error
+# output of `--list` as failure: no testcases). It runs
 # `nvbandwidth --bufferSize N [--testcase ...] --testSamples N ...` and reads the text.
 
 _SB_RUNNING = re.compile(r"Running\s+(.+)")
@@ -394,8 +438,11 @@ def superbench_read(output: str, asked: list[str]) -> SuperbenchResult:
     return out
 
 
-def superbench_list(output: str) -> list[str]:
-    """The testcase names the benchmark takes from ``nvbandwidth --list``."""
+def superbench_list(output: str, stderr: str = "", returncode: int = 0) -> list[str]:
+    """The testcase names the benchmark takes from ``nvbandwidth --list``: none at all when
+    the command wrote anything to standard error or exited non-zero (_get_all_test_cases)."""
+    if stderr or returncode != 0:
+        return []
     return [name for _, name in _SB_LISTED.findall(output)]
 
 

@@ -24,6 +24,8 @@ from gpubw.model.results import Report
 
 H2D = "host_to_device_memcpy_ce"
 FAST = ("-t", "0", "-b", "64MiB", "-i", "3")
+#: as FAST at the size the built-in floors are for (--expect builtin refuses another)
+BUILTIN_FAST = ("-t", "0", "-b", "512MiB", "-i", "3")
 GPU = 5  # the GPU the faults are put on
 
 
@@ -68,29 +70,36 @@ def test_slow_host_link_names_the_gpu_and_exits_3(capsys, tmp_path):
     """GPU 5's host link at 80 %: --expect builtin fails that cell, names GPU 5 (index, bus
     id, UUID) and exits 3, in JSON and in text."""
     sim = slow_host_link(tmp_path)
-    code, doc = json_report(capsys, tmp_path, "--simulate", sim, *FAST, "--expect", "builtin")
+    code, doc = json_report(
+        capsys, tmp_path, "--simulate", sim, *BUILTIN_FAST, "--expect", "builtin"
+    )
     assert code == EXIT_BELOW_EXPECTATION == doc["exit_code"] == 3
     bad = failing(doc)
-    assert len(bad) == 1
+    assert len(bad) == 2  # the built-in floor (512 MiB) and the peer-outlier rule
     dev = doc["devices"][GPU]
-    dst = bad[0]["destination"]
-    assert (dst["index"], dst["pci_bus_id"], dst["uuid"]) == (GPU, dev["pci_bus_id"], dev["uuid"])
-    assert bad[0]["rule"] == "peer_outlier" and bad[0]["testcase"] == H2D
-    code, out, _ = run_cli(capsys, "--simulate", sim, *FAST, "--expect", "builtin")
+    for v in bad:
+        dst = v["destination"]
+        assert (dst["index"], dst["pci_bus_id"], dst["uuid"]) == (
+            GPU, dev["pci_bus_id"], dev["uuid"])  # fmt: skip
+    assert {v["rule"] for v in bad} == {"floor", "peer_outlier"}
+    assert {v["testcase"] for v in bad} == {H2D}
+    code, out, _ = run_cli(capsys, "--simulate", sim, *BUILTIN_FAST, "--expect", "builtin")
     assert code == 3
-    assert f"FAIL {H2D} 64 MiB host -> GPU {GPU} ({dev['pci_bus_id']}, {dev['uuid']})" in out
-    assert "BELOW EXPECTATION: 1 cell failed" in out
+    assert f"FAIL {H2D} 512 MiB host -> GPU {GPU} ({dev['pci_bus_id']}, {dev['uuid']})" in out
+    assert "BELOW EXPECTATION: 2 cells failed" in out
 
 
 def test_downtrained_pcie_names_the_gpu_and_the_link(capsys, tmp_path):
     """A Gen4 x8 link in a Gen5 x16 slot: the host link runs at a quarter, the verdict names
     the GPU and says "PCIe Gen4 x8, max Gen5 x16"; exit 3."""
     code, doc = json_report(
-        capsys, tmp_path, "--simulate", downtrained(tmp_path), *FAST, "--expect", "builtin"
+        capsys, tmp_path, "--simulate", downtrained(tmp_path), *BUILTIN_FAST, "--expect", "builtin"
     )
     assert code == 3
-    (bad,) = failing(doc)
-    assert bad["destination"]["index"] == GPU
+    bads = failing(doc)  # the built-in floor and the peer-outlier rule
+    assert {b["rule"] for b in bads} == {"floor", "peer_outlier"}
+    bad = bads[0]
+    assert all(b["destination"]["index"] == GPU for b in bads)
     assert bad["suspects"] == [f"GPU {GPU}: PCIe Gen4 x8, max Gen5 x16"]
     values = doc["testcases"][0]["matrices"][0]["values"][0]
     others = [v for i, v in enumerate(values) if i != GPU]
@@ -101,11 +110,13 @@ def test_downtrained_pcie_names_the_gpu_and_the_link(capsys, tmp_path):
 
 def test_healthy_node_passes_with_exit_0(capsys, tmp_path):
     """The same run without a fault: no failed verdict, exit 0, a PASS line in text."""
-    code, doc = json_report(capsys, tmp_path, "--simulate", "h200x8", *FAST, "--expect", "builtin")
+    code, doc = json_report(
+        capsys, tmp_path, "--simulate", "h200x8", *BUILTIN_FAST, "--expect", "builtin"
+    )
     assert code == 0 and doc["exit_code"] == 0
     assert failing(doc) == []
     assert doc["expectations"]["source"] == "built-in h200-sxm.json"
-    code, out, _ = run_cli(capsys, "--simulate", "h200x8", *FAST, "--expect", "builtin")
+    code, out, _ = run_cli(capsys, "--simulate", "h200x8", *BUILTIN_FAST, "--expect", "builtin")
     assert code == 0 and "PASS: every judged cell is as fast as expected" in out
 
 
@@ -169,8 +180,8 @@ def test_exit_code_order():
 def test_report_exit_code_with_a_failed_verdict_and_an_error(capsys, tmp_path):
     """A report with an Error testcase exits 1 even when a verdict failed too."""
     sim = slow_host_link(tmp_path)
-    code, doc = json_report(capsys, tmp_path, "--simulate", sim, "-t", "0", "nope", "-b", "64MiB",
-                            "--expect", "builtin")  # fmt: skip
+    code, doc = json_report(capsys, tmp_path, "--simulate", sim, "-t", "0", "nope", "-b",
+                            "512MiB", "--expect", "builtin")  # fmt: skip
     assert failing(doc) and code == 1 == doc["exit_code"]
 
 
@@ -195,12 +206,35 @@ def test_check_and_expect_from(capsys, tmp_path):
     assert result["exit_code"] == 3 and {v["rule"] for v in result["verdicts"]} == {"floor"}
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["check", "{good}", "-o", "{good}"],
+        ["check", "{good}", "--expect", "{exp}", "-o", "{exp}"],
+        ["expect-from", "{good}", "-o", "{good}"],
+        ["compare", "{good}", "{exp}", "-o", "{exp}"],
+    ],
+)
+def test_output_naming_an_input_is_refused(capsys, tmp_path, command):
+    """check, expect-from and compare with -o naming a file they read: exit 2, one line
+    naming it, the file untouched (issue 33 item 10; before: it was overwritten)."""
+    good, exp = tmp_path / "good.json", tmp_path / "exp.json"
+    run_cli(capsys, "--simulate", "h200x2", *FAST, "-j", "-o", str(good))
+    run_cli(capsys, "expect-from", str(good), "-o", str(exp))
+    before = {p: p.read_bytes() for p in (good, exp)}
+    argv = [a.format(good=good, exp=exp) for a in command]
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and "is the file" in err and "would replace it" in err, err
+    assert {p: p.read_bytes() for p in (good, exp)} == before
+
+
 def test_check_and_expect_from_read_nvbandwidth_json(capsys, tmp_path):
-    """check and expect-from judge a real nvbandwidth -j run; failed cells name the GPU."""
+    """check and expect-from judge a real nvbandwidth -j run; failed cells name the GPU. The
+    built-in floors (512 MiB) cannot judge it (its JSON has no size): refused, never PASS."""
     real = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
     run = str(real / "nvbandwidth-v0.8-h200x2-2026-12-01.json")
-    code, out, _ = run_cli(capsys, "check", run, "--expect", "builtin")
-    assert code == 0 and "PASS" in out
+    code, out, err = run_cli(capsys, "check", run, "--expect", "builtin")
+    assert code == 2 and "PASS" not in out and "only at 512 MiB" in err
     exp = tmp_path / "exp.json"
     code, _, err = run_cli(capsys, "expect-from", run, "-o", str(exp))
     assert code == 0, err
@@ -252,7 +286,7 @@ def test_check_never_accepts_an_incomplete_or_failed_run(capsys, tmp_path, chang
 def test_verdicts_survive_the_json_round_trip(capsys, tmp_path):
     """report_from_dict rebuilds the verdicts, suspects included."""
     _code, doc = json_report(
-        capsys, tmp_path, "--simulate", downtrained(tmp_path), *FAST, "--expect", "builtin"
+        capsys, tmp_path, "--simulate", downtrained(tmp_path), *BUILTIN_FAST, "--expect", "builtin"
     )
     report = report_from_dict(doc)
     assert all(isinstance(v, Verdict) for v in report.verdicts)
@@ -299,7 +333,7 @@ def test_builtin_without_a_match_is_a_usage_error(capsys, tmp_path):
     out_file = tmp_path / "r.json"
     sim = tmp_path / "rtx.json"
     sim.write_text('{"base": "pcie4", "device": {"name": "NVIDIA RTX 4090"}}', encoding="utf-8")
-    code, _out, err = run_cli(capsys, "--simulate", str(sim), *FAST, "--expect", "builtin",
+    code, _out, err = run_cli(capsys, "--simulate", str(sim), *BUILTIN_FAST, "--expect", "builtin",
                              "-o", str(out_file))  # fmt: skip
     assert code == 2 and not out_file.exists()
     assert "no built-in expectations for NVIDIA RTX 4090" in err and "0x2335" in err
@@ -522,10 +556,10 @@ def test_streamed_text_has_verdicts_after_each_matrix(capsys, tmp_path):
     """Printed as the run goes, each failed cell follows its matrix, then the summary repeats
     it; a report written to a file (-o) reads the same."""
     sim = downtrained(tmp_path)
-    args = ("--simulate", sim, "-t", "0", "1", "-b", "64MiB", "--expect", "builtin", "-q")
+    args = ("--simulate", sim, "-t", "0", "1", "-b", "512MiB", "--expect", "builtin", "-q")
     code, out, _ = run_cli(capsys, *args)
-    fail = f"FAIL {H2D} 64 MiB host -> GPU {GPU}"
-    assert code == 3 and out.count(fail) == 2
+    fail = f"FAIL {H2D} 512 MiB host -> GPU {GPU}"
+    assert code == 3 and out.count(fail) == 4  # floor and outlier, streamed and summed up
     assert out.index(fail) < out.index("Running device_to_host_memcpy_ce.") < out.index("Verdicts")
     target = tmp_path / "r.txt"
     run_cli(capsys, *args, "-o", str(target))

@@ -141,7 +141,13 @@ def test_prefixes_and_options():
         prefixes=["device_local"], sizes=[MIB, "2MiB"], samples=2, loops=3, simulate=PRESET
     )
     keys = {t.key for t in report.testcases}
-    assert keys == {"device_local_copy", "device_local_copy_sm"}
+    assert keys == {
+        "device_local_copy",
+        "device_local_copy_sm",
+        "device_local_read_sm",
+        "device_local_write_sm",
+        "device_local_copy_tma",
+    }
     assert {t.size for t in report.testcases} == {MIB, 2 * MIB}
     o = report.run_options
     assert (o.samples, o.loops, o.buffer_sizes) == (2, 3, (MIB, 2 * MIB))

@@ -158,9 +158,11 @@ def test_list_has_nvbandwidths_layout(capsys):
     assert lines[i + 1 : i + 3] == ["\tDescription", "=" * 23]
     assert lines[i + 3] == f"0, {BUILTIN_ORDER[0]}:"
     assert lines[i + 4].startswith("\t") and len(lines[i + 4]) > 5
-    assert "34, device_local_copy:" in lines
-    assert "35, multinode_device_to_device_memcpy_read_ce:" in lines
-    assert "48, device_local_copy_sm:" in lines
+    assert "34, device_to_device_memcpy_read_tma:" in lines
+    assert "38, device_local_copy:" in lines
+    assert "39, device_local_copy_sm:" in lines
+    assert "44, multinode_device_to_device_memcpy_read_ce:" in lines
+    assert "57, host_to_device_pageable_memcpy_ce:" in lines
 
 
 def test_list_json(capsys):
@@ -173,10 +175,10 @@ def test_list_json(capsys):
     assert schemas.errors(schemas.LIST, doc, closed=True) == []
     items = doc["testcases"]
     assert [x["key"] for x in items[: len(BUILTIN_ORDER)]] == list(BUILTIN_ORDER)
-    assert items[34] == {
-        "index": 34,
+    assert items[38] == {
+        "index": 38,
         "key": "device_local_copy",
-        "description": items[34]["description"],
+        "description": items[38]["description"],
         "plugin": "gpubw",
         "fixed_size": False,
         "load_failure": None,
@@ -310,10 +312,10 @@ def test_list_writes_to_o(capsys, tmp_path):
     target = tmp_path / "list.txt"
     code, out, err = run_cli(capsys, "-l", "-o", str(target))
     assert (code, out, err) == (0, "", "")
-    assert "34, device_local_copy:" in target.read_text()
+    assert "38, device_local_copy:" in target.read_text()
     code, out, _ = run_cli(capsys, "-l", "-j", "-o", str(target))
     assert code == 0 and out == ""
-    assert json.loads(target.read_text())["testcases"][34]["key"] == "device_local_copy"
+    assert json.loads(target.read_text())["testcases"][38]["key"] == "device_local_copy"
 
 
 def test_list_honours_format(capsys):

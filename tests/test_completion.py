@@ -93,3 +93,65 @@ def test_the_command_prints_a_script_with_what_is_installed(capsys: Any) -> None
     assert cli.main(["completion"]) == 2
     assert cli.main(["completion", "tcsh"]) == 2
     assert "invalid choice: 'tcsh'" in capsys.readouterr().err
+
+
+def _complete_with(path: Path, fn: str, line: str) -> list[str]:
+    words = line.split(" ")
+    program = (
+        f"source {path}; COMP_WORDS=({' '.join(repr(w) for w in words)}); "
+        f"COMP_CWORD={len(words) - 1}; {fn}; printf '%s\\n' \"${{COMPREPLY[@]}}\""
+    )
+    out = subprocess.run(["bash", "-c", program], capture_output=True, encoding="utf-8", check=True)
+    return [w for w in out.stdout.splitlines() if w]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_text_from_plugins_is_never_run(tmp_path: Path) -> None:
+    """A testcase key or format holding $(...), `...` or a quote is offered as text; nothing
+    of it runs when TAB is pressed (compgen -W would expand it)."""
+    marker = tmp_path / "ran"
+    evil = (f"k$(touch {marker})", f"k`touch {marker}`", "k'q", f"f$(touch {marker})")
+    words = {**WORDS, "keys": (*WORDS["keys"], *evil[:3]), "formats": ("json", evil[3])}
+    path = tmp_path / "gpubw.bash"
+    path.write_text(script("bash", commands(words)))
+    assert _complete_with(path, "_gpubw_complete", "gpubw -t k") == list(evil[:3])
+    assert _complete_with(path, "_gpubw_complete", "gpubw --format f") == [evil[3]]
+    assert not marker.exists()
+    fish = script("fish", commands(words))
+    assert f"\\'k$(touch {marker})\\'" in fish  # quoted again inside -a's argument
+
+
+@pytest.mark.parametrize(
+    ("line", "offered"),
+    [
+        ("gpubw-nvbandwidth -t dev", ["device_local_copy", "device_to_host_memcpy_ce"]),
+        ("gpubw-nvbandwidth -t 0 str", ["stream_copy"]),
+        ("nvbandwidth -F j", ["json"]),
+        ("nvbandwidth --buf", ["--bufferSize"]),
+        ("gpubw-nvbandwidth --test", ["--testcase", "--testcasePrefixes", "--testSamples"]),
+        ("gpubw-nvbandwidth -b ", []),
+    ],
+)
+def test_gpubw_nvbandwidth_completes_its_own_options(
+    tmp_path: Path, line: str, offered: list[str]
+) -> None:
+    """completion --command gpubw-nvbandwidth: nvbandwidth's option table, testcase keys
+    for -t/-p, -F's formats; for its link named nvbandwidth too; no hidden option."""
+    from gpubw.cli.completion import NVBANDWIDTH, nvbandwidth_commands
+
+    text = script("bash", nvbandwidth_commands(WORDS), NVBANDWIDTH)
+    assert text.rstrip().endswith("_gpubw_nvbandwidth_complete gpubw-nvbandwidth nvbandwidth")
+    assert "--loopCount" not in text and "--perfFormatter" not in text
+    path = tmp_path / "nvbandwidth.bash"
+    path.write_text(text)
+    assert _complete_with(path, "_gpubw_nvbandwidth_complete", line) == offered
+
+
+def test_the_command_completes_gpubw_nvbandwidth(capsys: Any) -> None:
+    """gpubw completion bash|fish --command gpubw-nvbandwidth prints its script."""
+    assert cli.main(["completion", "bash", "--command", "gpubw-nvbandwidth"]) == 0
+    text = capsys.readouterr().out
+    assert "--testcasePrefixes" in text and "--simulate" not in text
+    assert cli.main(["completion", "fish", "--command", "gpubw-nvbandwidth"]) == 0
+    fish = capsys.readouterr().out
+    assert "complete -c nvbandwidth -n 'true' -s F -l format -x -a 'text json perf'" in fish

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from _node import FAST, json_run, run_cli, system_file
+from _node import json_run, run_cli, system_file
 from gpubw.hw import counters
 
 
@@ -35,11 +35,13 @@ def test_a_counter_that_rose_is_a_suspect_of_the_failed_cell(capsys, tmp_path):
         "nvml_end": {"devices": {"3": {"counters": {"pcie_replay": 14}}}},
         "throttle": {"after_s": 0, "factor": 0.5, "devices": [3]},
     })  # fmt: skip
-    code, doc, err = json_run(capsys, tmp_path, "--simulate", sim, "-t", "0", *FAST,
-                              "--expect", "builtin")  # fmt: skip
+    code, doc, err = json_run(capsys, tmp_path, "--simulate", sim, "-t", "0", "-b", "512MiB",
+                              "-i", "3", "--expect", "builtin")  # fmt: skip
     assert code == 3, err
-    (fail,) = [v for v in doc["verdicts"] if v["severity"] == "fail"]
-    assert fail["column"] == "3" and fail["rule"] == "peer_outlier"
+    fails = [v for v in doc["verdicts"] if v["severity"] == "fail"]  # floor and outlier
+    assert {v["column"] for v in fails} == {"3"}
+    assert {v["rule"] for v in fails} == {"floor", "peer_outlier"}
+    fail = fails[0]
     assert "GPU 3: PCIe replays rose from 0 to 14 during the run" in fail["suspects"]
     assert doc["devices"][3]["nvml_end"]["counters"]["pcie_replay"] == 14
 

@@ -632,3 +632,30 @@ def test_the_builtin_files_are_what_benchmarks_expectations_makes():
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_report_given_as_expectations_is_one_short_line(capsys, tmp_path):
+    """--expect naming a gpubw report (the file expect-from reads): one short line saying so
+    and how to make expectations from it, exit 2 (issue 33 item 12; before: one line of
+    about 7 KB listing every key of the report)."""
+    from _cli import run_cli
+
+    report = tmp_path / "run.json"
+    fast = ["--simulate", "h200x1", "-t", "0", "-b", "1MiB", "-i", "1"]
+    run_cli(capsys, *fast, "-j", "-o", str(report))
+    code, _, err = run_cli(capsys, *fast, "--expect", str(report))
+    assert code == 2
+    assert err.strip() == (
+        f"gpubw: error: {report} is a gpubw report, not an expectations file "
+        f"(gpubw-expect-v1); make one from it with: gpubw expect-from {report} -o FILE"
+    )
+
+
+def test_a_problem_quoting_a_long_value_is_cut():
+    """A schema problem quoting a long wrong value is cut, so the message stays short."""
+    from gpubw.acceptance.expectations import expectations_from_dict
+
+    doc = {"format": "gpubw-expect-v1", "rules": [], "tolerance": "x" * 5000}
+    with pytest.raises(UsageError) as info:
+        expectations_from_dict(doc, "e.json")
+    assert len(str(info.value)) < 1000 and "... (cut)" in str(info.value)

@@ -321,6 +321,17 @@ def test_unknown_option(capsys, argv):
         ["--simulate", "h200x1", "--simulate", "h200x2"],
         ["--gate-timeout", "1", "--gate-timeout", "2"],
         ["--world-timeout", "1", "--world-timeout", "2"],
+        ["--expect", "a.json", "--expect", "builtin"],
+        ["--devices", "0", "--devices", "1"],
+        ["--pair", "0,1", "--pair", "0,1"],
+        ["--soak", "1s", "--soak", "2s"],
+        ["--soak-drop", "5%", "--soak-drop", "6%"],
+        ["--wait-idle", "1", "--wait-idle", "2"],
+        ["--host-numa", "0", "--host-numa", "local"],
+        ["--outlier-pct", "90", "--outlier-pct", "80"],
+        ["--cv-threshold", "10%", "--cv-threshold", "5%"],
+        ["check", "r.json", "--expect", "a.json", "--expect", "builtin"],
+        ["check", "r.json", "--outlier-pct", "90", "--outlier-pct", "off"],
     ],
 )
 def test_repeated_scalar_option(capsys, argv):
@@ -658,7 +669,7 @@ def test_spin_gate_that_never_opens(capsys, tmp_path):
     path = system_file(tmp_path, {"base": PRESET, "faults": {"gate_never_opens": True}})
     t0 = time.monotonic()
     code, doc, _ = json_run(
-        capsys, "--simulate", path, *FAST, "--gate-timeout", "0.05", "-t", "0", "34"
+        capsys, "--simulate", path, *FAST, "--gate-timeout", "0.05", "-t", "0", "38"
     )
     assert time.monotonic() - t0 < 30
     assert code == 1

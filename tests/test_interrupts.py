@@ -165,3 +165,32 @@ def test_watchdog_waits_for_the_complete_report_being_written(monkeypatch):
     guard._watchdog.join(timeout=60)
     assert not guard._watchdog.is_alive()
     assert written == [] and exits == []
+
+
+def test_a_stuck_writer_after_two_signals_leaves_no_temporary_file(monkeypatch, tmp_path, capfd):
+    """The complete report's writer stuck mid-write, then two signals: after the grace
+    periods the half-written temporary file is removed and standard error says that no
+    report was written (issue 33 item 10; before: a .tmp left and not a word)."""
+    import contextlib
+
+    from gpubw.model.outfile import atomic_file
+
+    exits: list[int] = []
+    monkeypatch.setattr(interrupts.os, "_exit", exits.append)
+    guard = SignalGuard(grace_s=0.1)
+    guard.snapshot = lambda: "partial"
+    guard.emergency_write = lambda report: None
+    guard.install()
+    try:
+        with contextlib.suppress(OSError), atomic_file(str(tmp_path / "r.json")) as f:
+            f.write('{"half')
+            f.flush()
+            guard.writing()
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            wait_until(lambda: exits)
+            assert list(tmp_path.iterdir()) == []
+    finally:
+        guard.uninstall()
+    assert exits == [130]
+    assert "no report was written" in capfd.readouterr().err

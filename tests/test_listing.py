@@ -148,7 +148,7 @@ def test_an_unwritable_cache_dir_still_lists(capsys, monkeypatch, tmp_path):
     monkeypatch.delenv(listing.NO_CACHE_ENV, raising=False)
     monkeypatch.setenv("GPUBW_CACHE_DIR", str(blocker / "cache"))
     out = _cli(capsys, "-l")
-    assert "34, device_local_copy:" in out
+    assert "38, device_local_copy:" in out
     assert _cli(capsys, "-l") == out
     assert blocker.read_text() == "not a folder"
 

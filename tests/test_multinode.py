@@ -1,4 +1,4 @@
-"""The 13 multinode testcases (#35-#47) over simulated ranks in one process."""
+"""The 13 multinode testcases (#44-#56) over simulated ranks in one process."""
 
 from __future__ import annotations
 
@@ -69,12 +69,12 @@ def check_golden(name: str, actual: str) -> None:
 
 # -- registry and filters --------------------------------------------------------------------
 def test_indexes_are_nvbandwidths_multinode_build() -> None:
-    """-t 35 .. 47 name the multinode testcases as in nvbandwidth; gpubw's own follow at 48."""
+    """-t 44 .. 56 name the multinode testcases, after v0.10's 44; gpubw's own follow at 57."""
     registry = Registry.discover()
     by_index = {e.index: e.key for e in registry.entries}
-    assert [by_index[i] for i in range(35, 48)] == KEYS
-    assert by_index[48] == "device_local_copy_sm"
-    assert [k for k, _ in BUILTINS].index("multinode_bisect_write_ce") == 47
+    assert [by_index[i] for i in range(44, 57)] == KEYS
+    assert by_index[57] == "host_to_device_pageable_memcpy_ce"
+    assert [k for k, _ in BUILTINS].index("multinode_bisect_write_ce") == 56
 
 
 @pytest.mark.parametrize("key", KEYS)
@@ -112,7 +112,7 @@ def _filters(preset: str, hosts: list[int], key: str, lacking: int | None = None
 def test_multicast_waived_where_the_environment_disables_it(
     monkeypatch: pytest.MonkeyPatch, setting: str
 ) -> None:
-    """#45/#46 are waived on every rank, naming the variable, before any device call."""
+    """#54/#55 are waived on every rank, naming the variable, before any device call."""
     for name in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
                  "GPUBW_DISABLE_MULTICAST"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
@@ -123,7 +123,7 @@ def test_multicast_waived_where_the_environment_disables_it(
 
 
 def test_multicast_waived_where_local_devices_lack_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On h200x2 (no multicast) both ranks waive #46 with the same reason."""
+    """On h200x2 (no multicast) both ranks waive #55 with the same reason."""
     monkeypatch.delenv("GPUBW_DISABLE_MULTICAST", raising=False)
     monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
     results = _filters("h200x2", [2], MULTICAST[1])
@@ -134,7 +134,7 @@ def test_multicast_waived_where_local_devices_lack_it(monkeypatch: pytest.Monkey
 def test_multicast_waiver_is_agreed_when_one_rank_lacks_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """One rank's devices without multicast waive #45 on every rank, naming that rank."""
+    """One rank's devices without multicast waive #54 on every rank, naming that rank."""
     for name in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
                  "GPUBW_DISABLE_MULTICAST"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
@@ -188,7 +188,7 @@ def test_first_sum_vector_from_values_that_differ_per_rank(
 
 # -- golden text -------------------------------------------------------------------------------
 def test_two_ranks_on_h200x2_golden(monkeypatch: pytest.MonkeyPatch) -> None:
-    """-p multinode on 2 simulated ranks of h200x2: 11 Passed, #45/#46 Waived, posix-fd."""
+    """-p multinode on 2 simulated ranks of h200x2: 11 Passed, #54/#55 Waived, posix-fd."""
     monkeypatch.delenv("GPUBW_DISABLE_MULTICAST", raising=False)
     report = ranked_report("h200x2", [2], SMALL, prefixes=["multinode"])
     assert [s for k, s in statuses(report).items() if k not in MULTICAST] == ["Passed"] * 11
@@ -248,7 +248,7 @@ def test_cross_rank_figures_equal_the_single_node_ones(sim_system: Any) -> None:
 
 def test_eight_ranks_on_two_hosts_golden(monkeypatch: pytest.MonkeyPatch) -> None:
     """8 ranks on 2 hosts of gb200nvl72 with --sample-pairs 8 --seed 1: fabric handles,
-    every testcase, 8 measured cells per N x N matrix, the #47 labels."""
+    every testcase, 8 measured cells per N x N matrix, the #56 labels."""
     for name in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
                  "GPUBW_DISABLE_MULTICAST"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
@@ -273,8 +273,9 @@ def _three(word: str, engine: str = "CE", what: str = "CPU") -> list[str]:
 
 
 #: the headers of nvbandwidth's multinode build, transcribed from the spec (reference
-#: nvbandwidth-behaviour.md §6), copy-paste errors included: #37/#38/#41 say CPU(row), #38
-#: repeats #37's Read words, #39 says CE though it is an SM testcase
+#: nvbandwidth-behaviour.md §6), copy-paste errors included (v0.8's indexes; gpubw's are 9
+#: more): #37/#38/#41 say CPU(row), #38 repeats #37's Read words, #39 says CE though it is an
+#: SM testcase
 SPEC_HEADERS = {
     "multinode_device_to_device_memcpy_read_ce": [
         "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"
@@ -808,7 +809,7 @@ def test_sampled_pairs_stay_within_nvlink_domains(monkeypatch: pytest.MonkeyPatc
 def test_sampled_columns_stay_within_nvlink_domains(
     monkeypatch: pytest.MonkeyPatch, key: str
 ) -> None:
-    """--sample-pairs 8 over 2 domains of 4: #43 and #45 measure ceil(4 x 8 / 24) = 2
+    """--sample-pairs 8 over 2 domains of 4: #52 and #54 measure ceil(4 x 8 / 24) = 2
     columns of each domain (each column reaching its domain's other 3 GPUs), the rest None,
     counted in the sampled note."""
     options = attrs.evolve(SMALL, sample_pairs=8, seed=3)

@@ -27,6 +27,7 @@ MULTICAST = ("multinode_device_to_device_broadcast_one_to_all_sm",
 
 #: each rank's script: gpubw's CLI after the fault named by $FAULT is injected into rank 1
 RANK_SCRIPT = Path(__file__).with_name("mpi_fault_rank.py")
+MEMCPY_READ = "multinode_device_to_device_memcpy_read_ce"
 
 
 def mpirun(
@@ -123,7 +124,7 @@ def test_the_command_itself_leaves_through_mpi_finalize(tmp_path: Path) -> None:
         "gpubw",
         *FAST,
         "-t",
-        "35",
+        "44",
         "-j",
         "-o",
         "r.json",
@@ -141,7 +142,7 @@ def test_the_command_itself_leaves_through_mpi_finalize(tmp_path: Path) -> None:
 
 def test_text_output_has_the_mpi_lines(tmp_path: Path) -> None:
     """Text from rank 0 only: MPI version, one Process line per rank, the matrix once."""
-    rc, out, err, _ = mpirun(tmp_path, [*FAST, "-t", "35"])
+    rc, out, err, _ = mpirun(tmp_path, [*FAST, "-t", "44"])
     assert rc == 0, err
     lines = out.splitlines()
     assert sum(line.startswith("MPI version: MPICH") for line in lines) == 1
@@ -168,7 +169,7 @@ def test_only_the_host_leader_touches_every_gpu(tmp_path: Path) -> None:
     """Under mpiexec, the command's rank 1 (not its host's first) makes contexts on its own
     GPU alone (kernels, size check, host memory, streams); rank 0 on both: a single-node
     and a multinode testcase in one run."""
-    rc, _, err, _ = mpirun(tmp_path, [*FAST, "-t", "4", "35", "-j", "-o", "r.json"], "devices")
+    rc, _, err, _ = mpirun(tmp_path, [*FAST, "-t", "4", "44", "-j", "-o", "r.json"], "devices")
     assert rc == 0, err
     notes = [(tmp_path / f"touched-{rank}").read_text() for rank in (0, 1)]
     assert notes == ["rank 0 touched [0, 1]\n", "rank 1 touched [1]\n"], err
@@ -177,7 +178,7 @@ def test_only_the_host_leader_touches_every_gpu(tmp_path: Path) -> None:
 def test_one_rank_failing_a_testcase_fails_it_everywhere(tmp_path: Path) -> None:
     """Rank 1 fails the SM testcases: they are Error with rank 1's message, the CE ones
     Passed, the run goes on; exit code 1 from every rank."""
-    rc, _, err, _ = mpirun(tmp_path, [*FAST, "-t", "35", "39", "36", "-j", "-o", "r.json"], "sm")
+    rc, _, err, _ = mpirun(tmp_path, [*FAST, "-t", "44", "48", "45", "-j", "-o", "r.json"], "sm")
     assert rc == 1, err
     tcs = report(tmp_path / "r.json")["testcases"]
     assert [t["status"] for t in tcs] == ["Passed", "Error", "Passed"]
@@ -187,7 +188,7 @@ def test_one_rank_failing_a_testcase_fails_it_everywhere(tmp_path: Path) -> None
 def test_a_killed_rank_leaves_a_valid_partial_report(tmp_path: Path) -> None:
     """Rank 1 killed in the third testcase: hydra ends every rank; the -o file rank 0 wrote
     after each testcase is a valid report of the first two."""
-    args = [*FAST, "-t", "35", "36", "37", "38", "-j", "-o", "r.json"]
+    args = [*FAST, "-t", "44", "45", "46", "47", "-j", "-o", "r.json"]
     rc, _, _, seconds = mpirun(tmp_path, args, "kill")
     assert rc != 0 and seconds < 60
     doc = report(tmp_path / "r.json")
@@ -202,7 +203,7 @@ def test_a_hung_rank_is_bounded_by_the_world_timeout(tmp_path: Path) -> None:
     --world-timeout, that testcase is Error naming the wait, nothing further runs, rank 0
     writes the report and the run ends with 1: its MPI_Abort ends the hung rank, with
     hydra's own clean-up off (``NO_CLEANUP``, test_world)."""
-    args = [*FAST, "-t", "35", "36", "37", "38", "-j", "-o", "r.json", "--world-timeout", "2"]
+    args = [*FAST, "-t", "44", "45", "46", "47", "-j", "-o", "r.json", "--world-timeout", "2"]
     rc, _, err, seconds = mpirun(tmp_path, args, "hang", flags=NO_CLEANUP)
     assert rc == 1, err
     assert seconds < 50  # well under the hung rank's 120 s, on a loaded 2-core machine too
@@ -217,7 +218,7 @@ def test_a_rank_hung_mid_handshake_is_bounded_by_the_world_timeout(tmp_path: Pat
     Unix socket) and hangs there: rank 0's agreement times out after --world-timeout, the
     testcase is Error naming the wait, rank 0 writes the report and the run ends with 1
     (its MPI_Abort ends the hung rank, as above)."""
-    args = [*FAST, "-t", "35", "36", "-j", "-o", "r.json", "--world-timeout", "2"]
+    args = [*FAST, "-t", "44", "45", "-j", "-o", "r.json", "--world-timeout", "2"]
     rc, _, err, seconds = mpirun(tmp_path, args, "fdhang", flags=NO_CLEANUP)
     assert rc == 1, err
     assert seconds < 50  # as test_a_hung_rank_is_bounded_by_the_world_timeout
@@ -231,7 +232,7 @@ def test_ctrl_c_to_the_launcher_writes_the_interrupted_report(tmp_path: Path) ->
     writes the interrupted report and the run exits 130."""
     mpiexec = _mpiexec()
     assert mpiexec is not None
-    args = [*FAST, "-t", "35", "36", "37", "38", "-j", "-o", "r.json", "--world-timeout", "30"]
+    args = [*FAST, "-t", "44", "45", "46", "47", "-j", "-o", "r.json", "--world-timeout", "30"]
     proc = subprocess.Popen(
         [mpiexec, "-n", "2", sys.executable, str(RANK_SCRIPT), *args],
         stdout=subprocess.PIPE,
@@ -261,6 +262,18 @@ def test_ctrl_c_to_the_launcher_writes_the_interrupted_report(tmp_path: Path) ->
     assert [t["status"] for t in doc["testcases"]][:2] == ["Passed", "Passed"]
 
 
+def test_a_rank_broken_alone_at_the_end_does_not_hold_the_job(tmp_path: Path) -> None:
+    """Issue 33 item 1: a signal to the launcher that reaches rank 1 mid-collective and rank
+    0 between two breaks rank 1's world only; the job still ends at once after rank 0's
+    report, not after the whole --world-timeout (before: in about 4 of 10 tries, rank 0
+    waited the bound in its last barrier while rank 1 waited for rank 0's abort)."""
+    args = [*FAST, "-t", MEMCPY_READ, "-j", "-o", "r.json", "--world-timeout", "60"]
+    rc, _, err, seconds = mpirun(tmp_path, args, "lastbroken", flags=NO_CLEANUP, limit=120)
+    assert seconds < 45, err  # far below the bound of 60 s, on a loaded 2-core machine too
+    assert rc == 0, err
+    assert report(tmp_path / "r.json")["testcases"][0]["status"] == "Passed"
+
+
 # -- ranks start together or not at all (issue 24 item 1) ----------------------------------
 def _two_command_lines(
     tmp_path: Path, rank0: list[str], rank1: list[str], fault: str = ""
@@ -285,7 +298,7 @@ def test_a_usage_error_on_one_rank_ends_every_rank(
     """One rank's unusable command line (before MPI starts, or a bad --simulate file after):
     every rank ends with exit 2 within the world's bound, rank 0 saying which rank and why
     (before, the other rank spun in MPI_Init for ever, or waited 60 s and said nothing)."""
-    base = ["-i", "1", "-t", "35", "-j"]
+    base = ["-i", "1", "-t", "44", "-j"]
     rank0 = ["--simulate", "h200x2", "-b", "1MiB", *base]
     rc, err, seconds = _two_command_lines(tmp_path, rank0, [*rank1, *base])
     assert rc == 2 and seconds < 60, err
@@ -296,10 +309,65 @@ def test_a_usage_error_on_one_rank_ends_every_rank(
 def test_ranks_asked_for_different_runs_refuse_together(tmp_path: Path) -> None:
     """Different --loop-count on the two ranks: one line on rank 0 naming the option and
     which rank has which value, exit 2 everywhere (before: mixed figures, or a hang)."""
-    base = ["--simulate", "h200x2", "-b", "1MiB", "-i", "1", "-t", "35", "-j"]
+    base = ["--simulate", "h200x2", "-b", "1MiB", "-i", "1", "-t", "44", "-j"]
     rc, err, _ = _two_command_lines(tmp_path, base, [*base, "--loop-count", "8"])
     assert rc == 2, err
     assert "--loop-count differs between the ranks: 16 on rank 0; 8 on rank 1" in err
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--soak", "1s"], "--soak differs between the ranks: None on rank 0; 1.0 on rank 1"),
+        (["--pair", "0,1"], "--devices, --pair differs between the ranks: 'all' on rank 0; "),
+        (["--devices", "1"], "'--devices 1' on rank 1"),
+        (["--host-numa", "0"], "--host-numa differs between the ranks"),
+        (["--wait-idle", "5"], "--wait-idle differs between the ranks"),
+    ],
+)
+def test_ranks_given_different_node_options_refuse_together(
+    tmp_path: Path, option: list[str], said: str
+) -> None:
+    """Issue 33 item 4: an option that changes what a rank measures (--soak, --pair,
+    --devices, --host-numa, --wait-idle) joins the start agreement: a difference is one line
+    on rank 0, exit 2 everywhere (before: a 60-s stall reported as exit 0, a "protocol bug"
+    message, or silent acceptance)."""
+    base = ["--simulate", "h200x2", "-b", "1MiB", "-i", "1", "-t", MEMCPY_READ, "-j"]
+    rc, err, _ = _two_command_lines(tmp_path, base, [*base, *option])
+    assert rc == 2, err
+    errors = [line for line in err.splitlines() if line.startswith("gpubw: error:")]
+    assert len(errors) == 1 and said in errors[0], err
+
+
+@pytest.mark.parametrize(
+    ("args1", "env1", "said"),
+    [
+        (["-t", MEMCPY_READ, "--bogus"], {}, "rank 1: "),
+        (["-t", MEMCPY_READ, "--pair", "GPU-a", "GPU-b"], {}, "rank 1: --pair"),
+        (["-t", MEMCPY_READ], {"GPUBW_SIMULATE": "nope"}, "rank 1: GPUBW_SIMULATE=nope"),
+        (["-t", MEMCPY_READ], {"GPUBW_NVBANDWIDTH_VERSION": "0.9"}, "rank 1: GPUBW_NVBANDWIDTH"),
+        (["-t", "0", "-p", "host"], {}, "rank 1: You cannot specify both"),
+        (["-p", "zzz"], {}, "rank 1: Specified list of testcase prefixes"),
+    ],
+)
+def test_a_refusal_on_one_nvbandwidth_rank_ends_every_rank(
+    tmp_path: Path, args1: list[str], env1: dict[str, str], said: str
+) -> None:
+    """Issue 33 item 1: gpubw-nvbandwidth's refusals before the run (a bad option, --pair, a
+    bad GPUBW_SIMULATE, an invalid selection) on one rank end every rank with exit 1 at
+    once, rank 0 saying which rank and why (before: the other ranks and the launcher spun
+    in MPI_Init for ever)."""
+    base = ["-b", "1", "-i", "1"]
+    env = {
+        "ARGS_0": json.dumps([*base, "-t", MEMCPY_READ]),
+        "ARGS_1": json.dumps([*base, *args1]),
+        "ENV_0": json.dumps({"GPUBW_SIMULATE": "h200x2"}),
+        "ENV_1": json.dumps({"GPUBW_SIMULATE": "h200x2", **env1}),
+    }
+    rc, _, err, seconds = mpirun(tmp_path, [], "nvargs", env=env, limit=60)
+    assert rc == 1 and seconds < 60, err
+    errors = [line for line in err.splitlines() if line.startswith("gpubw-nvbandwidth: error:")]
+    assert len(errors) == 1 and said in errors[0], err
 
 
 def test_a_signal_before_mpi_starts_gives_the_interrupted_report(tmp_path: Path) -> None:
@@ -307,7 +375,7 @@ def test_a_signal_before_mpi_starts_gives_the_interrupted_report(tmp_path: Path)
     meet rank 0, and every rank stops before the first testcase; rank 0 writes the
     interrupted report, exit 130 (before: rank 1 left at once and rank 0 waited in
     MPI_Init for ever)."""
-    args = [*FAST, "-t", "35", "36", "-j", "-o", "r.json"]
+    args = [*FAST, "-t", "44", "45", "-j", "-o", "r.json"]
     rc, _, err, seconds = mpirun(tmp_path, args, "early", limit=60)
     assert rc == 130 and seconds < 60, err
     doc = report(tmp_path / "r.json")

@@ -1,4 +1,4 @@
-"""The nvbandwidth writers (gpubw.writers.nvbandwidth): v0.8's text and -j JSON, exactly."""
+"""The nvbandwidth writers (gpubw.writers.nvbandwidth): v0.8's and v0.10's text and JSON."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import attrs
 import pytest
 
 from _writer_reports import (
+    DEVICES,
     MIB,
     bidirectional,
     latency,
@@ -19,6 +20,7 @@ from _writer_reports import (
     passed,
     report,
 )
+from gpubw.model.nvbandwidth_versions import V010, V08
 from gpubw.model.options import RunOptions
 from gpubw.model.results import COUNTED_READ_WRITE, Status, TestcaseResult
 from gpubw.writers.nvbandwidth import (
@@ -79,15 +81,19 @@ def documented_report(**fields: object):
     return attrs.evolve(report(tests), **fields)
 
 
-def text(rep, **flags: bool) -> str:
+def text(rep, release: str = "0.8", **flags: bool) -> str:
+    """The text writer's output, of nvbandwidth ``release`` (``--nvbandwidth-version``)."""
     out = io.StringIO()
-    NvbandwidthTextWriter(**flags).write(rep, out)
+    writer = NvbandwidthTextWriter(**flags)
+    writer.nvbandwidth_version = release
+    writer.write(rep, out)
     return out.getvalue()
 
 
-def streamed(rep, **flags: bool) -> str:
+def streamed(rep, release: str = "0.8", **flags: bool) -> str:
     """The same report through begin / testcase / end, as a run writes it."""
     writer, out = NvbandwidthTextWriter(**flags), io.StringIO()
+    writer.nvbandwidth_version = release
     writer.begin(attrs.evolve(rep, testcases=()), out)
     for t in rep.testcases:
         writer.testcase(t, out)
@@ -95,9 +101,11 @@ def streamed(rep, **flags: bool) -> str:
     return out.getvalue()
 
 
-def as_json(rep, verbose: bool = False) -> str:
+def as_json(rep, verbose: bool = False, release: str = "0.8") -> str:
     out = io.StringIO()
-    NvbandwidthJsonWriter(verbose=verbose).write(rep, out)
+    writer = NvbandwidthJsonWriter(verbose=verbose)
+    writer.nvbandwidth_version = release
+    writer.write(rep, out)
     return out.getvalue()
 
 
@@ -153,7 +161,7 @@ def test_json_holds_nvbandwidths_keys() -> None:
 def test_three_matrices_share_one_bandwidth_matrix() -> None:
     """A bidirectional testcase: 3N rows (1, 2, Total); description and sum the Total's."""
     nv = document(report([passed("device_to_device_bidirectional_memcpy_read_ce",
-                                 bidirectional(), 6)]))["nvbandwidth"]  # fmt: skip
+                                 bidirectional(), 6)]), release=V08)["nvbandwidth"]  # fmt: skip
     (t,) = nv["testcases"]
     assert len(t["bandwidth_matrix"]) == 6
     assert t["bandwidth_description"].endswith("Total bandwidth (GB/s)")
@@ -162,13 +170,17 @@ def test_three_matrices_share_one_bandwidth_matrix() -> None:
 
 def test_verbose_json_adds_min_max_average() -> None:
     """-v: min (a missing cell counts 0), max, average over the cells above 0; latency in ns."""
-    nv = document(report([passed("lat", [latency()], 33)]), verbose=True)["nvbandwidth"]
+    nv = document(report([passed("lat", [latency()], 33)]), verbose=True, release=V08)[
+        "nvbandwidth"
+    ]
     (t,) = nv["testcases"]
     assert t["min"] == 0.0
     assert t["max"] == pytest.approx(830.12)
     assert t["average"] == pytest.approx((830.12 + 829.5) / 2)
     empty = attrs.evolve(n_by_n(), values=[[None, None], [None, None]])
-    (t,) = document(report([passed("none", [empty])]), verbose=True)["nvbandwidth"]["testcases"]
+    (t,) = document(report([passed("none", [empty])]), verbose=True, release=V08)["nvbandwidth"][
+        "testcases"
+    ]
     assert math.isnan(t["average"]) and t["max"] == 2.2250738585072014e-308
 
 
@@ -181,7 +193,12 @@ def test_gpubw_only_matrices_are_left_out() -> None:
     both = passed("device_local_copy", [once, twice], 34)
     assert [m.key for m in kept_matrices(both)] == ["device_local_copy"]
     assert "read_write" not in text(report([both]))
-    assert len(document(report([both]))["nvbandwidth"]["testcases"][0]["bandwidth_matrix"]) == 1
+    assert (
+        len(
+            document(report([both]), release=V08)["nvbandwidth"]["testcases"][0]["bandwidth_matrix"]
+        )
+        == 1
+    )
     alone = passed("stream_copy", [twice])
     assert [m.key for m in kept_matrices(alone)] == ["device_local_copy_read_write"]
 
@@ -193,7 +210,7 @@ def test_a_failed_testcase_ends_the_output() -> None:
     out = text(rep)
     assert out.endswith("SUM host_to_device_memcpy_ce 109.89\n\nRunning all_to_host_memcpy_ce.\n")
     assert streamed(rep) == out
-    nv = document(rep)["nvbandwidth"]
+    nv = document(rep, release=V08)["nvbandwidth"]
     assert [t["status"] for t in nv["testcases"]] == ["Passed", "Running"]
     assert nv["error"] == failure_message(rep) == "all_to_host_memcpy_ce: CUDA_ERROR_OUT_OF_MEMORY"
 
@@ -204,7 +221,7 @@ def test_interrupted_and_unstarted_runs() -> None:
     assert "NOTE: The reported" not in text(rep)
     dead = attrs.evolve(report([]), devices=(), error="could not start: no device")
     assert text(dead) == "nvbandwidth Version: v0.8\nBuilt from Git version: gpubw-0.1.0\n\n"
-    assert sorted(document(dead)["nvbandwidth"]) == ["error", "git_version", "version"]
+    assert sorted(document(dead, release=V08)["nvbandwidth"]) == ["error", "git_version", "version"]
 
 
 def test_warnings_are_nvbandwidths() -> None:
@@ -217,14 +234,20 @@ def test_warnings_are_nvbandwidths() -> None:
     lines = text(rep).splitlines()
     assert lines[3:5] == [SMALL_BUFFER_WARNING, "Warning: there are more processes than GPUs"]
     assert lines[5].startswith("CUDA Runtime Version")
-    assert document(rep)["nvbandwidth"]["warning"] == "Warning: there are more processes than GPUs"
+    assert (
+        document(rep, release=V08)["nvbandwidth"]["warning"]
+        == "Warning: there are more processes than GPUs"
+    )
 
 
 def test_simulated_runs_say_so_in_the_git_version() -> None:
     """The git version names gpubw and the simulated system, in text and JSON."""
     rep = report([BOGUS], simulated=True)
     assert text(rep).splitlines()[1] == "Built from Git version: gpubw-0.1.0 (SIMULATED dgx-h200-2)"
-    assert document(rep)["nvbandwidth"]["git_version"] == "gpubw-0.1.0 (SIMULATED dgx-h200-2)"
+    assert (
+        document(rep, release=V08)["nvbandwidth"]["git_version"]
+        == "gpubw-0.1.0 (SIMULATED dgx-h200-2)"
+    )
 
 
 def test_multinode_header_lists_the_processes() -> None:
@@ -243,3 +266,81 @@ def test_multinode_header_lists_the_processes() -> None:
         "",
     ]
     assert lines[13:15] == ["             0", "0->1    251.80"]
+
+
+# -- v0.10 ---------------------------------------------------------------------------------------
+
+
+def test_v010_header_and_cv_lines() -> None:
+    """v0.10: v0.10.0, 'X.Y (N)' CUDA lines, CV after the last SUM only, none for latency."""
+    rep = report([passed("host_to_device_memcpy_ce", [one_by_n(samples=True)], 0),
+                  passed("device_to_device_bidirectional_memcpy_read_ce", bidirectional(), 6),
+                  passed("device_to_device_latency_sm", [latency()], 33)])  # fmt: skip
+    lines = text(rep, "0.10").splitlines()
+    assert lines[0] == "nvbandwidth Version: v0.10.0"
+    assert lines[3:6] == ["CUDA Runtime Version: 12.8 (12080)",
+                          "CUDA Driver Version (API): 12.8 (12080)",
+                          "Driver Version: 570.124.06"]  # fmt: skip
+    sums = [n for n, line in enumerate(lines) if line.startswith("SUM ")]
+    cv = [n for n, line in enumerate(lines) if line.startswith("COEFFICIENT_OF_VARIATION ")]
+    assert cv == [sums[0] + 1, sums[3] + 1]  # after H2D's and after the bidirectional _total
+    assert lines[cv[1]] == (
+        "COEFFICIENT_OF_VARIATION device_to_device_bidirectional_memcpy_read_ce_total 0.00"
+    )
+    # two cells, samples (54.80, 54.8731, 54.90) and (55.0, 55.0212, 55.1): mean of stdev/mean
+    assert lines[cv[0]] == "COEFFICIENT_OF_VARIATION host_to_device_memcpy_ce 0.00"
+    assert streamed(rep, "0.10") == text(rep, "0.10")
+    assert document(rep, release=V010)["nvbandwidth"]["version"] == "v0.10.0"
+
+
+def test_testcase_cv_is_the_mean_of_the_cells_run_to_run_cv() -> None:
+    """CV: mean over measured cells of each cell's sample stdev / mean (last matrix)."""
+    from gpubw.model.nvbandwidth_versions import testcase_cv
+
+    noisy = attrs.evolve(one_by_n(), samples=(((1.0, 2.0, 3.0), (10.0, 10.0, 10.0)),))
+    assert testcase_cv([noisy]) == pytest.approx((1.0 / 2.0 + 0.0) / 2)
+    assert testcase_cv([one_by_n()]) == 0.0  # no samples: 0
+
+
+def test_v010_waived_line_names_the_testcase_and_reason() -> None:
+    """v0.10: 'Waived <key>: <reason>' with no Running line; v0.8: 'Waived: '."""
+    waived = TestcaseResult("host_to_device_bidirectional_memcpy_ce", Status.WAIVED,
+                            "bounce-buffer confidential computing enabled")  # fmt: skip
+    rep = report([waived])
+    assert ("Waived host_to_device_bidirectional_memcpy_ce: bounce-buffer confidential "
+            "computing enabled\n") in text(rep, "0.10")  # fmt: skip
+    assert "Running" not in text(rep, "0.10")
+    assert "\nWaived: \n" in text(rep, "0.8")
+
+
+@pytest.mark.parametrize("release", ["0.10", "0.8"])
+def test_multinode_waivers_are_left_out_outside_mpi(release: str) -> None:
+    """A single-node run's Waived multinode testcases: not printed, not in the JSON."""
+    waived = TestcaseResult("multinode_bisect_write_ce", Status.WAIVED, "needs MPI")
+    rep = report([passed("host_to_device_memcpy_ce", [one_by_n()], 0), waived])
+    assert "Waived" not in text(rep, release) and "Waived" not in streamed(rep, release)
+    (only,) = json.loads(as_json(rep, release=release))["nvbandwidth"]["testcases"]
+    assert only["name"] == "host_to_device_memcpy_ce"
+
+
+FORGED = "x\r\nSUM fake 999\n\x1b[2KDevice 9: forged"
+
+
+@pytest.mark.parametrize("release", ["0.10", "0.8"])
+def test_names_cannot_forge_lines(release: str) -> None:
+    """A device name, matrix header, key or message with CR/LF/ESC is escaped (JSON keeps it)."""
+    devices = [dict(d, name=FORGED) for d in DEVICES]
+    matrix = attrs.evolve(one_by_n(f"plugin{FORGED}"), description=f"head{FORGED}")
+    tests = [
+        passed(f"plugin{FORGED}", [matrix]),
+        TestcaseResult(f"k{FORGED}", Status.NOT_FOUND, f"Testcase k{FORGED} not found"),
+        TestcaseResult(f"w{FORGED}", Status.WAIVED, f"why{FORGED}"),
+    ]
+    rep = attrs.evolve(report(tests), devices=devices, host=f"host{FORGED}")
+    for out in (text(rep, release), streamed(rep, release)):
+        lines = out.splitlines()
+        assert not [line for line in lines if line.startswith(("SUM fake", "Device 9"))]
+        assert "\x1b" not in out and "\r" not in out
+    nv = json.loads(as_json(rep, release=release))["nvbandwidth"]
+    assert nv["GPU Device list"][0].startswith(f"0: {FORGED} (")
+    assert nv["testcases"][0]["name"] == f"plugin{FORGED}"

@@ -1,6 +1,7 @@
 """The proof is the consumers' own parsing: DCGM, Azure NHC and superbench (their parsers
-ported in nvbw_consumers.py) read real nvbandwidth v0.8 output and gpubw-nvbandwidth's
-(simulated h200x1, h200x2, h200x8, and a 2-rank MPI run) alike, every cell with a value.
+ported in nvbw_consumers.py) read real nvbandwidth v0.8 and v0.10 output and
+gpubw-nvbandwidth's in both emulated releases (simulated h200x1, h200x2, h200x8, and a 2-rank
+MPI run) alike, every cell with a value. Real v0.10 text is tests/data/nvbandwidth/.
 
 Each gpubw output is made the way its consumer makes it: the consumer's own command line,
 run through a symlink named ``nvbandwidth``. Real JSON is benchmarks/results'
@@ -23,16 +24,19 @@ import pytest
 from gpubw.writers.text import NOTE_LINES
 from nvbw_consumers import (
     NHC_TESTS,
+    NhcParseError,
     dcgm_read,
     nhc_blocks,
     nhc_check,
     nhc_rows,
+    nhc_v010_rows,
     superbench_list,
     superbench_read,
 )
 from test_world import _mpiexec, needs_mpi
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+V010_DATA = Path(__file__).resolve().parent / "data" / "nvbandwidth"
 REAL_JSON = {f.name: f for f in sorted(RESULTS.glob("nvbandwidth-v0.8-*.json"))}
 REAL_TEXT = {f.name: f for f in sorted(RESULTS.glob("nvbandwidth-v0.8-*.txt"))}
 #: the testcases of a simulated h200x8 run (every shape: 1 x N, N x N, 3 x N x N, totals,
@@ -58,7 +62,9 @@ class Outputs:
         self.root = root
         self.link = root / "nvbandwidth"
         self.link.symlink_to(Path(sys.executable).with_name("gpubw-nvbandwidth"))
-        self._made: dict[tuple[str, str], str] = {}
+        self._made: dict[tuple[str, str, str], str] = {}
+        #: standard error of each ``--list`` (superbench takes any as "no testcases")
+        self.list_stderr: dict[tuple[str, str], str] = {}
 
     def argv(self, system: str, consumer: str) -> list[str]:
         subset = {"h200x8": X8, "mpi": MPI}.get(system)
@@ -73,19 +79,26 @@ class Outputs:
         tests = [t for t in NHC_TESTS if system != "h200x1" or "device_to_device" not in t]
         return ["-t", *tests, "-i", "10"]
 
-    def get(self, system: str, consumer: str) -> str:
-        if (system, consumer) not in self._made:
-            self._made[system, consumer] = self._run(system, self.argv(system, consumer))
-        return self._made[system, consumer]
+    def get(self, system: str, consumer: str, release: str = "0.8") -> str:
+        """The output of ``consumer``'s command line as nvbandwidth ``release``."""
+        if (system, consumer, release) not in self._made:
+            argv = self.argv(system, consumer)
+            self._made[system, consumer, release] = self._run(system, argv, consumer, release)
+        return self._made[system, consumer, release]
 
-    def _run(self, system: str, argv: list[str]) -> str:
-        env = {**os.environ, "GPUBW_SIMULATE": "h200x2" if system == "mpi" else system}
+    def _run(self, system: str, argv: list[str], consumer: str, release: str) -> str:
+        env = {**os.environ, "GPUBW_SIMULATE": "h200x2" if system == "mpi" else system,
+               "GPUBW_NVBANDWIDTH_VERSION": release}  # fmt: skip
         cmd = [str(self.link), *argv]
         if system == "mpi":
             cmd = [str(_mpiexec()), "-n", "2", *cmd]
-        proc = subprocess.run(cmd, capture_output=True, encoding="utf-8", env=env, timeout=300,
-                              cwd=self.root)  # fmt: skip
-        assert proc.returncode == 0, (cmd, proc.stderr[-2000:])
+        # DCGM merges standard error into standard output; the others read stdout only
+        merged = subprocess.STDOUT if consumer == "dcgm" else subprocess.PIPE
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=merged, encoding="utf-8",
+                              env=env, timeout=300, cwd=self.root)  # fmt: skip
+        assert proc.returncode == 0, (cmd, (proc.stderr or proc.stdout)[-2000:])
+        if consumer == "list":
+            self.list_stderr[system, release] = proc.stderr
         return proc.stdout
 
 
@@ -262,3 +275,138 @@ def test_real_text_and_gpubw_text_read_alike(outputs: Outputs, path: Path) -> No
     ours_rows = {k: nhc_rows(v) for k, v in ours_blocks.items() if k in both and k not in last}
     shape = {k: [len(r) for r in v] for k, v in real_rows.items()}
     assert {k: [len(r) for r in v] for k, v in ours_rows.items() if k in shape} == shape
+
+
+# -- v0.10 -------------------------------------------------------------------------------------
+
+REAL_V010 = {f.name: f for f in sorted(V010_DATA.glob("*nvbandwidth_v0.10*.txt"))}
+#: real v0.10 runs (not the hand-made NHC fixture, not the help excerpt)
+REAL_V010_RUNS = [f for n, f in REAL_V010.items() if not n.startswith("azurehpc")]
+_MASK = re.compile(r"\d+(\.\d+)?")
+
+
+def _kind(line: str) -> str:
+    """A line of nvbandwidth's text, numbers masked and a matrix row or header one kind."""
+    stripped = line.strip()
+    if re.fullmatch(r"(\d+\s+)*\d+", stripped):
+        return "<columns>"
+    if re.fullmatch(r"\d+(\s+(\d+\.\d+|N/A))+", stripped):
+        return "<row>"
+    return _MASK.sub("#", " ".join(line.split()))
+
+
+def _skeleton(text: str) -> dict[str, list[str]]:
+    """Each testcase's block (Running .. the line before the next Running/NOTE) as line
+    kinds, consecutive rows as one."""
+    out: dict[str, list[str]] = {}
+    key = ""
+    for line in text.splitlines():
+        if line.startswith("Running "):
+            key = line[len("Running ") : -1]
+            out[key] = []
+        elif line.startswith(("NOTE", "#####", "dell@", "Waived")):
+            key = ""
+        if key:
+            kind = _kind(line)
+            if not (kind == "<row>" and out[key][-1:] == ["<row>"]):
+                out[key].append(kind)
+    return out
+
+
+def _header_labels(text: str) -> list[str]:
+    """The version and CUDA lines of the first header: labels, then the numbers' shape."""
+    start = text.rindex("nvbandwidth Version:")  # the last run's (Dell's first is --version)
+    lines = [line for line in text[start:].splitlines() if not line.startswith("NOTE:")][:7]
+    return [_MASK.sub("#", line.split(": ")[0]) + (":" if ": " in line else "") for line in lines]
+
+
+@pytest.mark.parametrize("path", REAL_V010_RUNS, ids=lambda p: p.name)
+def test_v010_text_matches_real_v010_logs(outputs: Outputs, path: Path) -> None:
+    """gpubw-nvbandwidth's v0.10 text (simulated 2 GPUs) and real v0.10 logs, block by block."""
+    real_text = path.read_text(encoding="utf-8")
+    ours_text = outputs.get("h200x2", "superbench", "0.10")
+    if "nvbandwidth Version:" in real_text:
+        assert _header_labels(ours_text) == _header_labels(real_text)
+        cuda = re.findall(r"CUDA .*: \d+\.\d+ \(\d+\)", ours_text)
+        assert len(cuda) == 2
+    real, ours = _skeleton(real_text), _skeleton(ours_text)
+    both = set(real) & set(ours)
+    assert both
+    cut = "device_to_device_bidirectional_memcpy_write_ce"  # the Dell capture ends inside it
+    for key in both - {cut} if "dell" in path.name else both:
+        assert ours[key] == real[key], key
+
+
+def test_v010_cv_lines_follow_the_last_sum(outputs: Outputs) -> None:
+    """CV after each bandwidth testcase's last SUM (bidirectional: the _total), none for latency."""
+    ours = outputs.get("h200x2", "superbench", "0.10")
+    lines = ours.splitlines()
+    for n, line in enumerate(lines):
+        if line.startswith("COEFFICIENT_OF_VARIATION "):
+            assert lines[n - 1].startswith("SUM " + line.split()[1] + " ")
+            assert "latency" not in line and not line.split()[1].endswith(("_read1", "_write1"))
+    assert "COEFFICIENT_OF_VARIATION device_to_device_bidirectional_memcpy_read_ce_total" in ours
+
+
+@pytest.mark.parametrize("release", ["0.10", "0.8"])
+def test_superbench_takes_the_list_and_nothing_on_stderr(outputs: Outputs, release: str) -> None:
+    """--list: the release's testcases, and no stderr (superbench would take none at all)."""
+    listed = superbench_list(outputs.get("h200x2", "list", release))
+    assert outputs.list_stderr["h200x2", release] == ""
+    assert len(listed) == (44 if release == "0.10" else 35)
+    assert superbench_list("0, a:\n", stderr="a warning\n") == []
+
+
+@pytest.mark.parametrize("system", ["h200x1", "h200x2", "h200x8"])
+@pytest.mark.parametrize("release", ["0.10", "0.8"])
+def test_nhc_v010_parse_reads_gpubw_text(outputs: Outputs, system: str, release: str) -> None:
+    """NHC's newest parse: exactly the data rows of each asked testcase, none missing."""
+    ngpus = int(system[-1])
+    keys = [k for k in NHC_TESTS if ngpus > 1 or "device_to_device" not in k]
+    rows = nhc_v010_rows(outputs.get(system, "nhc", release), ngpus, keys)
+    assert len(rows["host_to_device_memcpy_ce"].splitlines()) == 1
+    assert len(rows["host_to_device_memcpy_ce"].split()) == ngpus + 1
+    if ngpus > 1:
+        p2p = [r.split() for r in rows["device_to_device_memcpy_read_ce"].splitlines()]
+        assert [len(r) for r in p2p] == [ngpus + 1] * ngpus
+        assert all(r[1 + i] == "N/A" for i, r in enumerate(p2p))
+
+
+def test_nhc_v010_parse_of_its_fixture_and_real_output() -> None:
+    """The port gives NHC's own fixture's expected rows; a missing row is refused."""
+    fixture = REAL_V010["azurehpc-nvbandwidth_v0.10_output.txt"].read_text(encoding="utf-8")
+    rows = nhc_v010_rows(fixture, 2, list(NHC_TESTS))
+    assert rows["host_to_device_memcpy_ce"] == "0     26.03     25.94"
+    assert rows["device_to_device_memcpy_read_ce"] == "0       N/A    276.07\n1    276.19       N/A"
+    with pytest.raises(NhcParseError):
+        nhc_v010_rows(fixture.replace("1    276.19       N/A\n", ""), 2, list(NHC_TESTS))
+    dell = REAL_V010["dell-xe9780-b300-7gpu-nvbandwidth_v0.10.0.txt"].read_text(encoding="utf-8")
+    assert len(nhc_v010_rows(dell, 7, list(NHC_TESTS))["device_to_device_memcpy_read_ce"]
+               .splitlines()) == 7  # fmt: skip
+
+
+@pytest.mark.parametrize("release", ["0.10", "0.8"])
+def test_dcgm_reads_gpubw_json_of_either_release(outputs: Outputs, release: str) -> None:
+    """DCGM (stderr merged): an int CUDA version, known statuses, a value in every cell."""
+    output = outputs.get("h200x2", "dcgm", release)
+    failed, result = dcgm_read(output)
+    assert result is not None and not failed
+    assert isinstance(result.cuda_runtime_version, int)
+    assert {t.status for t in result.testcases} <= {"passed", "waived", "not found"}
+    assert len(result.testcases) == (44 if release == "0.10" else 35) or any(
+        t.status == "not found" for t in result.testcases
+    )
+
+
+@pytest.mark.parametrize("path", REAL_V010_RUNS, ids=lambda p: p.name)
+def test_superbench_reads_real_v010_and_gpubw_v010_alike(outputs: Outputs, path: Path) -> None:
+    """superbench's metrics of real v0.10 text are among those of gpubw's v0.10 text."""
+    real_text = path.read_text(encoding="utf-8")
+    ours_text = outputs.get("h200x2", "superbench", "0.10")
+    listed = superbench_list(outputs.get("h200x2", "list", "0.10"))
+    real_sb, ours_sb = superbench_read(real_text, listed), superbench_read(ours_text, listed)
+    ran = set(_skeleton(real_text)) & set(_skeleton(ours_text))
+    names = {m.split("_cpu_")[0].split("_gpu")[0] for m in real_sb.metrics}
+    assert ran and names
+    ours_names = {m.split("_cpu_")[0].split("_gpu")[0] for m in ours_sb.metrics}
+    assert {n for n in names if any(n.startswith(k) for k in ran)} <= ours_names

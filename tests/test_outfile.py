@@ -243,3 +243,81 @@ def test_a_link_of_the_user_or_the_folder_owner_is_still_followed(tmp_path):
     with OutputTarget(str(link)).check().open() as f:
         f.write("new\n")
     assert target.read_text() == "new\n" and link.is_symlink()
+
+
+# -- targets that could never be written, refused before the run (issue 33 item 10) ---------
+def test_a_socket_is_refused_before_the_run(tmp_path: Path) -> None:
+    """-o naming a Unix socket: one usage error before the run (before: the run went
+    through and the write failed after it, the results lost)."""
+    import socket
+
+    path = tmp_path / "sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(str(path))
+        with pytest.raises(UsageError, match=r"'.*sock' is a socket"):
+            OutputTarget(str(path)).check()
+
+
+def test_dev_tty_without_a_terminal_is_refused_before_the_run() -> None:
+    """-o /dev/tty in a process without a controlling terminal (a cron job, a batch job):
+    one usage error saying so (before: ENXIO after the whole run)."""
+    import subprocess
+
+    code = (
+        "from gpubw.model.outfile import OutputTarget\n"
+        "from gpubw.model.errors import UsageError\n"
+        "try:\n    OutputTarget('/dev/tty').check()\nexcept UsageError as exc:\n    print(exc)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        encoding="utf-8",
+        start_new_session=True,  # no controlling terminal
+        timeout=120,
+    )
+    assert proc.stdout.strip() == (
+        "-o/--output '/dev/tty' cannot be opened for writing: this process has no terminal"
+    ), proc.stderr
+
+
+@pytest.mark.parametrize("path", ["/sys/kernel/report.json", "/proc/report.json", "/proc/version"])
+def test_kernel_files_are_refused_before_the_run(path: str) -> None:
+    """-o into /sys or /proc (a new name, or a kernel file): refused before the run."""
+    with pytest.raises(UsageError, match=r"is in /(sys|proc), the kernel's own files"):
+        OutputTarget(path).check()
+
+
+def test_a_process_own_descriptor_in_proc_is_still_a_target() -> None:
+    """/proc/self/fd/1 names gpubw's standard output: still allowed."""
+    assert OutputTarget("/proc/self/fd/1").check().is_stdout
+
+
+@needs_root
+def test_another_users_file_in_a_sticky_folder_is_not_replaced(tmp_path: Path) -> None:
+    """Root writing -o FILE over another user's (uid 65534) world-writable file in a
+    world-writable sticky folder: a usage error, the file untouched, as the kernel's
+    fs.protected_regular would refuse to open it (before: replaced, and handed back to that
+    user with root's report in it, still world-writable)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    planted = shared / "report.json"
+    planted.write_text("theirs\n")
+    planted.chmod(0o666)
+    os.chown(planted, 65534, 65534)
+    with pytest.raises(UsageError, match=r"file of uid 65534 in the world-writable sticky"):
+        OutputTarget(str(planted)).check()
+    assert planted.read_text() == "theirs\n"
+
+
+@needs_root
+def test_own_file_in_a_sticky_folder_is_still_replaced(tmp_path: Path) -> None:
+    """The user's own file in the same sticky folder is still written atomically."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    mine = shared / "report.json"
+    mine.write_text("old\n")
+    with OutputTarget(str(mine)).check().open() as f:
+        f.write("new\n")
+    assert mine.read_text() == "new\n"

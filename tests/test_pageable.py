@@ -1,4 +1,4 @@
-"""Pageable host memory testcases (#49, #50): beside the pinned figures, data verified."""
+"""Pageable host memory testcases (#57, #58): beside the pinned figures, data verified."""
 
 from __future__ import annotations
 
@@ -9,20 +9,20 @@ H2D, D2H = "host_to_device_pageable_memcpy_ce", "device_to_host_pageable_memcpy_
 
 
 def test_pageable_testcases_come_after_every_existing_one():
-    """New keys go last: the indexes of the older testcases do not move."""
+    """gpubw's own keys go after nvbandwidth's 44 and 13 multinode ones: 57 and 58."""
     keys = [k for k, _ in BUILTINS]
-    assert keys[-2:] == [H2D, D2H] and keys.index(H2D) == 49
+    assert keys[-2:] == [H2D, D2H] and keys.index(H2D) == 57
 
 
 def test_pageable_is_reported_beside_pinned(capsys, tmp_path):
     """Each direction measured per GPU; the summary shows pinned, pageable and the share."""
-    argv = ("--simulate", "h200x2", "-t", "0", "1", "49", "50", *FAST)
+    argv = ("--simulate", "h200x2", "-t", "0", "1", "57", "58", *FAST)
     code, doc, err = json_run(capsys, tmp_path, *argv)
     assert code == 0, err
     for pinned, pageable in (("host_to_device_memcpy_ce", H2D), ("device_to_host_memcpy_ce", D2H)):
         (fast,), (slow,) = values(doc, pinned), values(doc, pageable)
         assert all(0 < s < f for s, f in zip(slow, fast))
-    code, out, _ = run_cli(capsys, *argv, "--expect", "builtin")
+    code, out, _ = run_cli(capsys, *argv, "--outlier-pct", "90")
     assert "Host copies, pinned and pageable memory (CE):" in out
     assert "host -> GPU GPU 1: pinned" in out and "% of pinned)" in out
 
@@ -41,7 +41,7 @@ def test_data_that_did_not_arrive_fails_verification(capsys, tmp_path, monkeypat
         system.backend.synchronize(stream, 10.0)
 
     monkeypatch.setattr(pageable, "_fill", unfilled)
-    for key in ("49", "50"):
+    for key in ("57", "58"):
         code, doc, _ = json_run(capsys, tmp_path, "--simulate", "h200x2", "-t", key, *FAST)
         (t,) = doc["testcases"]
         assert code != 0 and t["status"] != "Passed"

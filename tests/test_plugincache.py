@@ -133,3 +133,17 @@ def test_a_cache_file_of_other_groups_is_not_used(cache):
     other = {"header": plugincache.header(), "paths": stamp, "groups": {"x": []}}
     plugincache.write_file(plugincache.cache_path("entry-points"), other)
     assert plugincache.cached_entry_points()[1] is None
+
+
+def test_a_stored_path_with_a_nul_byte_is_a_miss(cache, capsys):
+    """A list cache whose stored module path holds a NUL byte: made again, no traceback."""
+    from gpubw.cli import listing
+
+    assert plugincache.stat_of("bad\0path") == (-1, -1)
+    first = listing.listing(False)
+    cached = plugincache.load_file(plugincache.cache_path())
+    assert cached is not None and cached["files"]
+    cached["files"] = [("bad\0path", (1, 2)), *cached["files"]]
+    plugincache.write_file(plugincache.cache_path(), cached)
+    assert listing.listing(False) == first
+    assert plugincache.load_file(plugincache.cache_path())["files"][0][0] != "bad\0path"

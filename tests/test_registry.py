@@ -62,17 +62,28 @@ def test_pyprojects_entry_points_are_exactly_builtins():
 
 
 def test_builtin_order_is_nvbandwidths():
-    """BUILTIN_ORDER is BUILTINS' keys: nvbandwidth's 35 and 13 multinode (35-47), then gpubw's."""
+    """BUILTIN_ORDER is BUILTINS' keys: nvbandwidth v0.10's 44 (0-43) and 13 multinode (44-56),
+    then gpubw's (57, 58)."""
     assert tuple(key for key, _ in BUILTINS) == BUILTIN_ORDER
-    assert len(BUILTIN_ORDER) == len(set(BUILTIN_ORDER)) == 51
+    assert len(BUILTIN_ORDER) == len(set(BUILTIN_ORDER)) == 59
     assert BUILTIN_ORDER[0] == "host_to_device_memcpy_ce"
     assert BUILTIN_ORDER[32] == "host_device_latency_sm"
-    assert BUILTIN_ORDER[34] == "device_local_copy"
-    assert BUILTIN_ORDER[35] == "multinode_device_to_device_memcpy_read_ce"
-    assert BUILTIN_ORDER[47] == "multinode_bisect_write_ce"
-    assert BUILTIN_ORDER[48] == "device_local_copy_sm"
-    # issue 21's pageable testcases came last: no existing index moved
-    assert BUILTIN_ORDER[49:] == (
+    assert BUILTIN_ORDER[33] == "device_to_device_latency_sm"
+    assert BUILTIN_ORDER[34:44] == (
+        "device_to_device_memcpy_read_tma",
+        "device_to_device_memcpy_write_tma",
+        "device_to_device_bidirectional_memcpy_read_tma",
+        "device_to_device_bidirectional_memcpy_write_tma",
+        "device_local_copy",
+        "device_local_copy_sm",
+        "device_local_read_sm",
+        "device_local_write_sm",
+        "device_to_device_latency_tma",
+        "device_local_copy_tma",
+    )
+    assert BUILTIN_ORDER[44] == "multinode_device_to_device_memcpy_read_ce"
+    assert BUILTIN_ORDER[56] == "multinode_bisect_write_ce"
+    assert BUILTIN_ORDER[57:] == (
         "host_to_device_pageable_memcpy_ce",
         "device_to_host_pageable_memcpy_ce",
     )
@@ -84,9 +95,9 @@ def test_the_default_suite_leaves_out_what_runs_only_when_named(builtin):
     default = [e.key for e in builtin.select()]
     assert "host_to_device_pageable_memcpy_ce" not in default
     assert "device_to_host_pageable_memcpy_ce" not in default
-    assert default[:49] == list(BUILTIN_ORDER[:49])
-    named = builtin.select(["49", "device_to_host_pageable_memcpy_ce"])
-    assert [e.key for e in named] == list(BUILTIN_ORDER[49:])
+    assert default[:57] == list(BUILTIN_ORDER[:57])
+    named = builtin.select(["57", "device_to_host_pageable_memcpy_ce"])
+    assert [e.key for e in named] == list(BUILTIN_ORDER[57:])
 
 
 def test_builtins_come_first_in_nvbandwidth_order(builtin):
@@ -159,9 +170,11 @@ def test_strtol_index(token, index):
 
 
 def test_resolve_by_index_and_key(builtin):
-    """An index and a key name the same testcase; -t 34 is device_local_copy (nvbandwidth)."""
-    assert builtin.resolve("34").key == "device_local_copy"  # type: ignore[union-attr]
-    assert builtin.resolve("device_local_copy") is builtin.resolve("34")
+    """An index and a key name the same testcase, v0.10's: -t 34 is the TMA read, -t 38
+    device_local_copy (v0.8's 34)."""
+    assert builtin.resolve("34").key == "device_to_device_memcpy_read_tma"  # type: ignore[union-attr]
+    assert builtin.resolve("38").key == "device_local_copy"  # type: ignore[union-attr]
+    assert builtin.resolve("device_local_copy") is builtin.resolve("38")
     assert builtin.resolve(" +0").key == BUILTIN_ORDER[0]  # type: ignore[union-attr]
 
 
@@ -587,7 +600,7 @@ def test_an_unwritable_cache_dir_still_discovers(tmp_path, monkeypatch):
     scan = registry._scan
     monkeypatch.setattr(registry, "_scan", lambda groups: scans.append(1) or scan(groups))
     first = _shape(Registry.discover())
-    assert first[34] == (34, "device_local_copy", "gpubw")
+    assert first[38] == (38, "device_local_copy", "gpubw")
     assert _shape(Registry.discover()) == first
     assert len(scans) == 2  # nothing cached between the two: each scanned
     assert {"text", "json"} <= set(Writers.discover().names)
@@ -601,3 +614,68 @@ def test_a_corrupt_entry_point_cache_is_rescanned(ep_cache):
     path.write_bytes(b"GPUBWL1\n\x00garbage")
     assert _shape(Registry.discover()) == first
     assert path.read_bytes() != b"GPUBWL1\n\x00garbage"
+
+
+# -- a plugin's import is interruptible and bounded (issue 33 item 3) ------------------------
+def _hanging_import(tmp_path: Path, stubborn: bool) -> tuple[int, str, Path]:
+    """``gpubw -t 0 fixture_import_hangs -o r.json`` in a child whose plugin import never
+    ends: SIGINT once the import has begun (its note file is there), and SIGINT again
+    (``stubborn``: the plugin swallows the first) once 15 s pass without an exit; SIGKILL
+    past 120 s. Returns (exit code, stderr, the -o path)."""
+    import signal
+    import subprocess
+    import time
+
+    from _plugin_fixtures import copy_fixtures, subprocess_env
+
+    paths = copy_fixtures(tmp_path, "gpubw_fixture_hangs")
+    note, out = tmp_path / "hanging", tmp_path / "r.json"
+    env = subprocess_env(paths, GPUBW_FIXTURE_HANGING=str(note))
+    if stubborn:
+        env["GPUBW_FIXTURE_STUBBORN"] = "1"
+    argv = ["--simulate", "h200x1", "-t", "0", "fixture_import_hangs", "-b", "1MiB", "-i", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpubw", *argv, "-j", "-o", str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        encoding="utf-8",
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not note.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            if not stubborn:
+                raise
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=105)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("gpubw did not end after SIGINT during a plugin's import")
+    return proc.returncode, err, out
+
+
+def test_a_plugin_hanging_at_import_is_interrupted_with_the_report(tmp_path: Path) -> None:
+    """A plugin import that never ends is plugin code like a testcase's run(): SIGINT
+    interrupts it, the run stops before its first testcase, the interrupted report is
+    written, exit 130 (before: every signal was absorbed; only SIGKILL ended it)."""
+    import json
+
+    code, err, out = _hanging_import(tmp_path, stubborn=False)
+    assert code == 130, err
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] is True and doc["exit_code"] == 130 and doc["testcases"] == []
+
+
+def test_a_plugin_swallowing_signals_at_import_is_bounded(tmp_path: Path) -> None:
+    """A plugin import that swallows every signal: a second SIGINT ends the process 2 s
+    later, exit 130, standard error saying that no report was written."""
+    code, err, _ = _hanging_import(tmp_path, stubborn=True)
+    assert code == 130, err
+    assert "did not stop within 2 s of a second signal; no report was written" in err

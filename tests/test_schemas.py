@@ -20,7 +20,7 @@ from gpubw.model.report_io import load_report
 
 SOURCE = Path(__file__).parents[1] / "schemas"
 #: the simulated run every output below is made from
-RUN = ("--simulate", "h200x2", "-t", "0", "34", "-b", "4MiB", "-i", "3", "--loop-count", "2")
+RUN = ("--simulate", "h200x2", "-t", "0", "38", "-b", "4MiB", "-i", "3", "--loop-count", "2")
 
 
 def _cli(capsys: Any, *argv: str) -> tuple[int, Any]:

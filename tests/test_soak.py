@@ -57,3 +57,29 @@ def test_bad_soak_values_exit_2(capsys, argv, words):
     """A bad duration or threshold: one line naming it, exit 2, nothing run."""
     code, out, err = run_cli(capsys, "--simulate", "h200x2", "-t", "0", *FAST, *argv)
     assert code == 2 and words in err and "Running" not in out
+
+
+def test_a_simulated_soak_is_bounded_by_the_wall_clock(tmp_path):
+    """--soak 1s on a simulated system whose modelled clock stands still ends after about a
+    second of wall time, with its repetitions in the report (issue 33 item 11; before: a
+    simulated soak counted modelled time only: --soak 10s ran 91 s and wrote 10,367
+    repetitions, and here it never ended)."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    code = (
+        "import sys\n"
+        "from gpubw.backend.sim.backend import SimulatedBackend\n"
+        "SimulatedBackend.clock = lambda self: 0.0  # modelled time stands still\n"
+        "from gpubw.cli.command import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    argv = [*FAST, "--simulate", "h200x1", "-t", "0", "--soak", "1s", "-j", "-o", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, encoding="utf-8", timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    soak = json.loads(out.read_text())["soak"]
+    assert soak["duration_s"] == 1.0 and soak["repetitions"] >= 1

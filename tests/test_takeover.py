@@ -602,3 +602,42 @@ def test_threads_printing_into_the_held_stdout_cannot_abort_the_exit() -> None:
             timeout=120,
         )
         assert (ran.returncode, ran.stderr) == (0, "")
+
+
+def test_a_plugin_lowering_the_recursion_limit_keeps_the_report(tmp_path):
+    """A testcase whose run() lowers the recursion limit to 50: its result cannot be checked
+    (that testcase is Error, naming the RecursionError: its own doing), and the limit is put
+    back after it, so the report is written whole, exit 1 (issue 33 item 12; before: writing
+    the report hit a RecursionError too and the report was lost)."""
+    dist = tmp_path / "low"
+    (dist / "gpubw_fixture_low-0.1.dist-info").mkdir(parents=True)
+    (dist / "gpubw_fixture_low-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: gpubw-fixture-low\nVersion: 0.1\n"
+    )
+    (dist / "gpubw_fixture_low-0.1.dist-info" / "entry_points.txt").write_text(
+        "[gpubw.testcases]\nfixture_low_recursion = gpubw_fixture_low:Low\n"
+    )
+    (dist / "gpubw_fixture_low.py").write_text(
+        "import sys\n"
+        "from gpubw import Matrix, Testcase\n"
+        "class Low(Testcase):\n"
+        '    """Lowers the recursion limit."""\n'
+        "    def run(self, size, loops):\n"
+        "        sys.setrecursionlimit(50)\n"
+        '        return [Matrix(key="fixture_low_recursion", description="t", unit="GB/s", '
+        'row_labels=["0"], column_labels=["0"], values=[[1.0]])]\n'
+    )
+    out = tmp_path / "r.json"
+    argv = ["--simulate", "h200x1", "-t", "fixture_low_recursion", "-b", "1MiB", "-i", "1"]
+    ran = subprocess.run(
+        [sys.executable, "-m", "gpubw", *argv, "-j", "-o", str(out)],
+        capture_output=True,
+        encoding="utf-8",
+        env=subprocess_env([dist]),
+        timeout=120,
+    )
+    assert ran.returncode == 1 and "writer" not in ran.stderr, ran.stderr
+    doc = json.loads(out.read_text())
+    validate(doc)
+    (t,) = doc["testcases"]
+    assert t["status"] == "Error" and "RecursionError" in t["message"]

@@ -100,3 +100,19 @@ def test_docstring_example_imports_public_names() -> None:
     lines = re.findall(r"from gpubw import ([^\n]+)", gpubw.testcases.base.__doc__ or "")
     names = {n.strip() for line in lines for n in line.split(",")}
     assert names and names <= set(gpubw.__all__), names - set(gpubw.__all__)
+
+
+@pytest.mark.parametrize("flag", ["--devices", "--expect"])
+def test_a_pair_testcase_with_one_selected_gpu_is_waived(capsys, tmp_path, flag):
+    """--devices 0 on two GPUs: a device-to-device testcase has no pair to measure, so it is
+    Waived naming the selection, not Passed with every cell null (issue 33 item 12; before:
+    Passed with 0 cells, --expect builtin passing it)."""
+    from _node import json_run
+
+    judge = ["--expect", "builtin"] if flag == "--expect" else []
+    size = "512MiB" if judge else "1MiB"  # the built-in floors' size (another is refused)
+    argv = ["--simulate", "h200x2", "-t", "device_to_device_memcpy_read_ce", "-b", size]
+    code, doc, _ = json_run(capsys, tmp_path, *argv, "-i", "1", "--devices", "0", *judge)
+    (t,) = doc["testcases"]
+    assert t["status"] == "Waived" and code == 0
+    assert t["message"] == "needs 2 selected devices with peer access; the selection has 1 (GPU 0)"

@@ -111,6 +111,14 @@ PEER_NxN = {
         "memcpy SM GPU(row) <- GPU(column) bandwidth (GB/s)",
         "SM",
     ),
+    "device_to_device_memcpy_read_tma": (
+        "memcpy TMA GPU(row) -> GPU(column) bandwidth (GB/s)",
+        "TMA",
+    ),
+    "device_to_device_memcpy_write_tma": (
+        "memcpy TMA GPU(row) <- GPU(column) bandwidth (GB/s)",
+        "TMA",
+    ),
 }
 BIDIRECTIONAL = {
     # key: (engine, word)
@@ -118,6 +126,8 @@ BIDIRECTIONAL = {
     "device_to_device_bidirectional_memcpy_write_ce": ("CE", "Write"),
     "device_to_device_bidirectional_memcpy_read_sm": ("SM", "Read"),
     "device_to_device_bidirectional_memcpy_write_sm": ("SM", "Write"),
+    "device_to_device_bidirectional_memcpy_read_tma": ("TMA", "Read"),
+    "device_to_device_bidirectional_memcpy_write_tma": ("TMA", "Write"),
 }
 FAN = {
     "all_to_one_write_ce": ("memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)", "CE"),
@@ -132,19 +142,48 @@ FAN = {
 LATENCY_TESTS = {
     "host_device_latency_sm": "memory latency SM CPU(row) <-> GPU(column) (ns)",
     "device_to_device_latency_sm": "Device to Device Latency SM GPU(row) <-> GPU(column) (ns)",
+    "device_to_device_latency_tma": "Device to Device Latency TMA GPU(row) <-> GPU(column) (ns)",
 }
+PEER_LATENCY = {"device_to_device_latency_sm", "device_to_device_latency_tma"}
 LOCAL = {
     "device_local_copy": ("memcpy local GPU(column) bandwidth (GB/s)", "CE"),
     "device_local_copy_sm": ("memcpy SM local GPU(column) bandwidth (GB/s)", "SM"),
+    "device_local_copy_tma": ("memcpy TMA local GPU(column) bandwidth (GB/s)", "TMA"),
 }
-NEEDS_PEERS = {*PEER_NxN, *BIDIRECTIONAL, *FAN, "device_to_device_latency_sm"}
+#: the one-way local kernels: (header, initiator, the word for the bytes counted)
+LOCAL_ONE_WAY = {
+    "device_local_read_sm": (
+        "memcpy SM local read GPU(column) bandwidth (GB/s)",
+        "SM read",
+        "read",
+    ),
+    "device_local_write_sm": (
+        "memcpy SM local write GPU(column) bandwidth (GB/s)",
+        "SM write",
+        "written",
+    ),
+}
+NEEDS_PEERS = {*PEER_NxN, *BIDIRECTIONAL, *FAN, *PEER_LATENCY}
+#: the testcases made with TMA (compute capability 9.0 or newer; pcie4's cards are 8.9)
+TMA_KEYS = {k for k in (*PEER_NxN, *BIDIRECTIONAL, *LATENCY_TESTS, *LOCAL) if k.endswith("_tma")}
+
+
+def waived_for_tma(tc: AnyTestcase, matrices: list[Matrix] | None, preset: str) -> bool:
+    """Whether ``tc`` is a TMA testcase on a preset without TMA (then it must be waived so)."""
+    if tc.key not in TMA_KEYS or preset != "pcie4":
+        return False
+    assert matrices is None
+    assert tc.waive_reason.startswith("needs TMA (compute capability 9.0 or newer)")
+    return True
 
 
 def test_the_table_covers_every_builtin() -> None:
-    """The expectation tables here cover exactly the 36 built-in testcases."""
-    table = {**HOST_1xN, **PEER_NxN, **BIDIRECTIONAL, **FAN, **LATENCY_TESTS, **LOCAL}
+    """The expectation tables here cover exactly the 44 built-in testcases (v0.10's)."""
+    tables = (HOST_1xN, PEER_NxN, BIDIRECTIONAL, FAN, LATENCY_TESTS, LOCAL, LOCAL_ONE_WAY)
+    table = {k: v for t in tables for k, v in t.items()}
     assert set(table) == set(TESTCASES)
-    assert len(TESTCASES) == 36
+    assert len(TESTCASES) == 44
+    assert len(TMA_KEYS) == 6
 
 
 @pytest.mark.parametrize("key", sorted(TESTCASES))
@@ -242,6 +281,8 @@ def test_peer_testcases(run: Callable[..., Ran], preset: str, key: str) -> None:
     n, _ = PRESETS[preset]
     header, initiator = PEER_NxN[key]
     tc, matrices, _ = run(preset, key)
+    if waived_for_tma(tc, matrices, preset):
+        return
     if n == 1:
         assert matrices is None
         assert tc.waive_reason == "needs 2 devices with peer access; found 1 device"
@@ -259,7 +300,9 @@ def test_bidirectional_testcases(run: Callable[..., Ran], preset: str, key: str)
     """Bidirectional peer testcases give two direction matrices and a total equal to their sum."""
     n, _ = PRESETS[preset]
     engine, word = BIDIRECTIONAL[key]
-    _, matrices, _ = run(preset, key)
+    tc, matrices, _ = run(preset, key)
+    if waived_for_tma(tc, matrices, preset):
+        return
     if n == 1:
         assert matrices is None
         return
@@ -303,8 +346,10 @@ def test_all_to_one_and_one_to_all(run: Callable[..., Ran], preset: str, key: st
 def test_latency_testcases(run: Callable[..., Ran], preset: str, key: str) -> None:
     """Latency testcases give plausible seconds per access, each the mean of its samples."""
     n, _ = PRESETS[preset]
-    _, matrices, _ = run(preset, key)
-    if key == "device_to_device_latency_sm" and n == 1:
+    tc, matrices, _ = run(preset, key)
+    if waived_for_tma(tc, matrices, preset):
+        return
+    if key in PEER_LATENCY and n == 1:
         assert matrices is None
         return
     assert matrices is not None
@@ -331,7 +376,9 @@ def test_device_local_copy(run: Callable[..., Ran], preset: str, key: str) -> No
     """Local copies give a copy matrix and a read + write one at twice it, with % of nominal."""
     n, _ = PRESETS[preset]
     header, initiator = LOCAL[key]
-    _, matrices, system = run(preset, key)
+    tc, matrices, system = run(preset, key)
+    if waived_for_tma(tc, matrices, preset):
+        return
     assert matrices is not None
     once, read_write = matrices
     assert (once.key, once.description, once.initiator) == (key, header, initiator)
@@ -351,12 +398,31 @@ def test_device_local_copy(run: Callable[..., Ran], preset: str, key: str) -> No
     assert dict(once.notes)["percent_of_nominal_read_write"] == percent
 
 
+@pytest.mark.parametrize(("preset", "key"), cases(LOCAL_ONE_WAY))
+def test_device_local_one_way(run: Callable[..., Ran], preset: str, key: str) -> None:
+    """Local read-only and write-only kernels: one matrix of the bytes moved, % of nominal."""
+    n, _ = PRESETS[preset]
+    header, initiator, moved = LOCAL_ONE_WAY[key]
+    _, matrices, system = run(preset, key)
+    assert matrices is not None
+    (m,) = matrices
+    assert (m.key, m.description, m.initiator) == (key, header, initiator)
+    assert (m.unit, m.bandwidth_kind) == (BANDWIDTH, "first")
+    check_matrix(m, 1, n, lambda r, c: False)
+    assert f"bytes {moved}" in m.bytes_counted
+    notes = dict(m.notes)
+    nominal = [d.nominal_memory_bandwidth for d in system.devices]
+    assert list(notes["nominal_memory_bandwidth"]) == pytest.approx(nominal)
+    for v, p, nom in zip(m.values[0], notes["percent_of_nominal"], nominal):
+        assert v is not None and p == pytest.approx(100 * v / nom)
+
+
 #: what each testcase's matrices' rows are (Matrix.axes); their columns are GPUs
 ROWS = {
     **dict.fromkeys(HOST_1xN, "host"),
-    **dict.fromkeys([*PEER_NxN, *BIDIRECTIONAL, "device_to_device_latency_sm"], "gpu"),
+    **dict.fromkeys([*PEER_NxN, *BIDIRECTIONAL, *PEER_LATENCY], "gpu"),
     **dict.fromkeys(FAN, "peers"),
-    **dict.fromkeys(LOCAL, "none"),
+    **dict.fromkeys([*LOCAL, *LOCAL_ONE_WAY], "none"),
     "host_device_latency_sm": "host",
 }
 
@@ -461,6 +527,15 @@ def expected_flows(key: str, preset: str, s: int) -> list[Flow]:
         "device_to_device_bidirectional_memcpy_write_sm": lambda: [
             [(D(c), D(r), s, c), (D(r), D(c), s, r)] for r, c in pairs
         ],
+        # TMA: as the SM ones (the TMA of the device that runs the SM kernel)
+        "device_to_device_memcpy_read_tma": lambda: [[(D(c), D(r), s, r)] for r, c in pairs],
+        "device_to_device_memcpy_write_tma": lambda: [[(D(r), D(c), s, r)] for r, c in pairs],
+        "device_to_device_bidirectional_memcpy_read_tma": lambda: [
+            [(D(c), D(r), s, r), (D(r), D(c), s, c)] for r, c in pairs
+        ],
+        "device_to_device_bidirectional_memcpy_write_tma": lambda: [
+            [(D(c), D(r), s, c), (D(r), D(c), s, r)] for r, c in pairs
+        ],
         # the SM host tests: interference at S, not 2S
         "all_to_host_memcpy_sm": lambda: [[d2h[g], *(d2h[j] for j in others[g])] for g in range(n)],
         "all_to_host_bidirectional_memcpy_sm": lambda: [
@@ -477,6 +552,10 @@ def expected_flows(key: str, preset: str, s: int) -> list[Flow]:
         "one_to_all_read_sm": lambda: fan(lambda g, j: (D(j), D(g), s, j)),
         "device_local_copy": lambda: [[(D(g), D(g), s, g)] for g in range(n)],
         "device_local_copy_sm": lambda: [[(D(g), D(g), s, g)] for g in range(n)],
+        "device_local_copy_tma": lambda: [[(D(g), D(g), s, g)] for g in range(n)],
+        # one buffer, both ends: read only or written only
+        "device_local_read_sm": lambda: [[(D(g), D(g), s, g)] for g in range(n)],
+        "device_local_write_sm": lambda: [[(D(g), D(g), s, g)] for g in range(n)],
     }
 
     def fan(copy: Callable[[int, int], tuple[str, str, int, int]]) -> list[Flow]:
@@ -509,7 +588,10 @@ def test_data_flow_of_every_cell(
     run: Callable[..., Ran], recorded: list[Flow], preset: str, key: str
 ) -> None:
     """Every cell's copies (source, destination, size, executing device) are nvbandwidth's."""
-    _, matrices, _ = run(preset, key)
+    tc, matrices, _ = run(preset, key)
+    if waived_for_tma(tc, matrices, preset):
+        assert recorded == []
+        return
     assert matrices is not None
     assert recorded == expected_flows(key, preset, SIZE)
 
@@ -553,11 +635,13 @@ def test_latency_ignores_the_buffer_size(
 ) -> None:
     """Latency testcases chase the same fixed-size ring whatever the buffer size."""
     rings: list[int] = []
+    hows: list[str] = []
     chase = latency_module.pointer_chase
 
-    def spy(system: System, exec_device: int, ring: Any) -> Any:
+    def spy(system: System, exec_device: int, ring: Any, how: str = "SM") -> Any:
         rings.append(ring.nbytes)
-        return chase(system, exec_device, ring)
+        hows.append(how)
+        return chase(system, exec_device, ring, how)
 
     monkeypatch.setattr(latency_module, "pointer_chase", spy)
     _, small, _ = run("h200x2", "host_device_latency_sm", size=SIZE)
@@ -567,6 +651,10 @@ def test_latency_ignores_the_buffer_size(
     _, d2d, _ = run("h200x2", "device_to_device_latency_sm", size=64 * MIB)
     assert d2d is not None
     assert rings[4:] == [RING_BYTES] * 2
+    _, tma, _ = run("h200x2", "device_to_device_latency_tma", size=64 * MIB)
+    assert tma is not None
+    assert rings[6:] == [RING_BYTES] * 2
+    assert hows == ["SM"] * 6 + ["TMA"] * 2
 
 
 def test_ring_points_sixteen_nodes_on() -> None:

@@ -914,3 +914,23 @@ def test_mpi_groups(tmp_path: Path) -> None:
         "rank 0: the ranks called different collectives: rank 0 group allgather (step ((0, 1), 1)),"
         " rank 1 group agree (step ((0, 1), 1))"
     ), error
+
+
+@needs_mpi
+def test_pmix_rank_alone_with_an_mpi_without_pmix_is_one_line(tmp_path: Path) -> None:
+    """PMIX_RANK alone (a PMIx launcher) while mpi4py loads an MPICH built without PMIx:
+    one error line naming both, exit 1 (issue 33 item 12; before: MPICH's many-line abort
+    from MPI_Init)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "SLURM_"))}
+    env["PMIX_RANK"] = "0"
+    argv = ["--simulate", "h200x2", "-t", "0", "-b", "1MiB", "-i", "1", "-j"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpubw", *argv, "-o", str(tmp_path / "r.json")],
+        capture_output=True,
+        encoding="utf-8",
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "PMIX_RANK is set" in lines[0] and "not built for PMIx" in lines[0]

@@ -42,6 +42,7 @@ side (:func:`load_expectations`, :func:`builtin_for`, ...) is re-exported from
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -63,6 +64,7 @@ from gpubw.model import schemas
 from gpubw.model.errors import UsageError
 from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT, EXIT_BELOW_EXPECTATION
 from gpubw.model.results import BANDWIDTH, LATENCY, Matrix, Report, Status, TestcaseResult
+from gpubw.model.sizes import format_size
 from gpubw.model.verdicts import (
     CEILING,
     DEVICE,
@@ -99,6 +101,7 @@ __all__ = [
     "PEER_OUTLIER",
     "WARN",
     "CellPlace",
+    "Coverage",
     "Endpoint",
     "Expectations",
     "Rule",
@@ -106,12 +109,14 @@ __all__ = [
     "builtin_expectations",
     "builtin_for",
     "cell_places",
+    "coverage",
     "evaluate",
     "expect_from",
     "expectations_from_dict",
     "failed",
     "format_verdict",
     "load_expectations",
+    "median_without",
     "schema",
     "worst_first",
 ]
@@ -168,15 +173,69 @@ def evaluate(
             groups: dict[str, list[float]] = {}
             for p in places:
                 groups.setdefault(p.group, []).append(_value(m, p))
+            for vals in groups.values():
+                vals.sort()  # once per group: each cell's median of the others is O(log n)
             for p in places:
                 nz = noise[p.row][p.column] if noise else None
                 base = _cell(t, m, p, nz)
-                others = list(groups[p.group])
-                others.remove(base.measured)
                 out += judge.limits(t, m, p, base)
-                out += judge.outlier(m, p, base, others)
+                out += judge.outlier(m, p, base, groups[p.group])
                 out += judge.noisy(base)
     return out
+
+
+def median_without(ordered: Sequence[float], value: float) -> float | None:
+    """``statistics.median`` of ``ordered`` (sorted) less one occurrence of ``value`` (one of
+    its items), in O(log n) instead of a copy and a sort per cell; None when nothing is
+    left. The same float as ``statistics.median`` gives (the same items, the same sum)."""
+    n = len(ordered) - 1
+    if n <= 0:
+        return None
+    gone = bisect.bisect_left(ordered, value)
+
+    def at(k: int) -> float:  # the k-th item once ``value`` is gone
+        return ordered[k if k < gone else k + 1]
+
+    half = n // 2
+    return at(half) if n % 2 else (at(half - 1) + at(half)) / 2
+
+
+@attrs.frozen
+class Coverage:
+    """Which Passed testcases an expectations file judged nothing of (:func:`coverage`)."""
+
+    #: ``key (size)`` of each Passed testcase with cells that no rule applies to
+    not_judged: tuple[str, ...] = ()
+    #: those of them whose testcase the file has rules for, only at other sizes (or the
+    #: report has no size: nvbandwidth's JSON), and that no size of the report judged
+    wrong_size: tuple[str, ...] = ()
+    #: the sizes the file's rules are for (bytes), for the message
+    rule_sizes: tuple[int, ...] = ()
+
+
+def coverage(
+    report: Report,
+    expectations: Expectations,
+    peer_links: Mapping[tuple[int, int], str] | None = None,
+) -> Coverage:
+    """What ``expectations`` could not judge in ``report``: a testcase it has no rule for,
+    or rules at another buffer size only (the built-in floors are for 512 MiB)."""
+    missing: list[tuple[str, str]] = []
+    judged: set[str] = set()
+    for t in report.testcases:
+        if t.status is not Status.PASSED:
+            continue
+        cells = [(m, p) for m in t.matrices for p in cell_places(m, report.devices, peer_links)]
+        if any(_rule_matches(r, t.key, m, t.size, p) for m, p in cells for r in expectations.rules):
+            judged.add(t.key)
+        elif cells:
+            missing.append((t.key, t.key + (f" ({format_size(t.size)})" if t.size else "")))
+    keys = {r.testcase for r in expectations.rules}
+    return Coverage(
+        not_judged=tuple(name for _, name in missing),
+        wrong_size=tuple(name for k, name in missing if k in keys and k not in judged),
+        rule_sizes=tuple(sorted({r.size for r in expectations.rules if r.size is not None})),
+    )
 
 
 def _cell(t: TestcaseResult, m: Matrix, p: CellPlace, nz: Any) -> Verdict:
@@ -233,14 +292,17 @@ class _Judge:
                     out.append(_judged(base, CEILING, sev, limit, r.max, detail))
         return out
 
-    def outlier(self, m: Matrix, p: CellPlace, base: Verdict, others: list[float]) -> list[Verdict]:
+    def outlier(
+        self, m: Matrix, p: CellPlace, base: Verdict, group: Sequence[float]
+    ) -> list[Verdict]:
         """The peer-outlier rule: the cell against the median of the other cells of its
-        group in the matrix."""
-        if self.outlier_pct is None or not others:
+        group (``group``: every value of the group, sorted) in the matrix."""
+        if self.outlier_pct is None:
             return []
-        med = statistics.median(others)
-        if med <= 0:
+        med = median_without(group, base.measured)
+        if med is None or med <= 0:
             return []
+        count = len(group) - 1
         lower_better = m.unit == LATENCY
         v, frac = base.measured, self.outlier_pct / 100
         limit = med / frac if lower_better else med * frac
@@ -248,8 +310,8 @@ class _Judge:
         if not (bad or self.include_passed):
             return []
         detail = (
-            f"{self.outlier_pct:g} % of the median of {len(others)} other "
-            f"{p.group} cell{'s' if len(others) != 1 else ''} of this matrix"
+            f"{self.outlier_pct:g} % of the median of {count} other "
+            f"{p.group} cell{'s' if count != 1 else ''} of this matrix"
         )
         return [_judged(base, PEER_OUTLIER, FAIL if bad else PASS, limit, med, detail)]
 

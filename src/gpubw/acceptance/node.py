@@ -31,6 +31,7 @@ from gpubw.acceptance.expect import (
     Expectations,
     builtin_expectations,
     builtin_for,
+    coverage,
     evaluate,
     load_expectations,
 )
@@ -123,6 +124,11 @@ class RunWatch(RunListener):
         ]
         if self.judging is not None and self.judging.builtin:
             self.builtin = resolve_builtin(self.devices)
+        if self.judging is not None and (self.builtin or self.judging.expectations):
+            exp = self.builtin or self.judging.expectations
+            assert exp is not None
+            spec = BUILTIN if self.builtin else exp.source
+            refuse_run_sizes(exp, system.options.buffer_sizes, spec)
         self.start = _facts(self.backend)
         #: the GPUs of this run (--devices): the ones waited for and watched
         self.watched = [d for d in self.devices if system.selected(d["ordinal"])]
@@ -136,7 +142,9 @@ class RunWatch(RunListener):
         system.before_close(self._read_end)
         if self.start is None:
             return header
-        return attrs.evolve(header, devices=self._with_facts(header.devices, self.start, "nvml"))
+        devices = self._with_facts(header.devices, self.start, "nvml")
+        # the node's facts too, for a writer's header (nvbandwidth v0.10's CC line)
+        return attrs.evolve(header, devices=devices, nvml=_node_record(self.start))
 
     def _read_end(self) -> None:
         """The facts at the end of the run, read as the System closes: in the session that
@@ -259,7 +267,7 @@ class RunWatch(RunListener):
         node = self.start or end
         record = None
         if node is not None:
-            record = {k: v for k, v in node.as_dict().items() if k != "devices" and v is not None}
+            record = _node_record(node)
             if not node.available:
                 warnings.append(f"NVML facts not available: {node.reason}")
         soak = None
@@ -297,6 +305,11 @@ class RunWatch(RunListener):
                 if f"start of {where}" not in known and f"end of {where}" not in known:
                     known.append(moment)
         return {k: v for k, v in seen.items() if v}
+
+
+def _node_record(node: Any) -> dict[str, Any]:
+    """The report's ``nvml``: the node's facts, not its devices', without unknown ones."""
+    return {k: v for k, v in node.as_dict().items() if k != "devices" and v is not None}
 
 
 def _facts(backend: Any) -> NodeFacts | None:
@@ -349,9 +362,14 @@ def load(spec: str | None, report: Report | None = None) -> Expectations | None:
     return load_expectations(spec)
 
 
-def _suspects_of(report: Report, v: Any, own: frozenset[int]) -> tuple[str, ...]:
+def _by_ordinal(report: Report) -> dict[int, Mapping[str, Any]]:
+    return {int(d.get("ordinal", i)): d for i, d in enumerate(report.devices)}
+
+
+def _suspects_of(
+    by_ordinal: Mapping[int, Mapping[str, Any]], v: Any, own: frozenset[int]
+) -> tuple[str, ...]:
     out: list[str] = []
-    by_ordinal = {int(d.get("ordinal", i)): d for i, d in enumerate(report.devices)}
     for e in v.devices:
         rec = by_ordinal.get(e.index)
         if rec is None:
@@ -370,9 +388,9 @@ def _suspects_of(report: Report, v: Any, own: frozenset[int]) -> tuple[str, ...]
     return tuple(out)
 
 
-def _explained(report: Report, v: Any, own: frozenset[int]) -> Any:
+def _explained(by_ordinal: Mapping[int, Mapping[str, Any]], v: Any, own: frozenset[int]) -> Any:
     """A failed verdict with the facts that can explain it after its own suspects."""
-    more = [s for s in _suspects_of(report, v, own) if s not in v.suspects]
+    more = [s for s in _suspects_of(by_ordinal, v, own) if s not in v.suspects]
     return attrs.evolve(v, suspects=(*v.suspects, *more))
 
 
@@ -409,12 +427,13 @@ def judge(
     cell in its ``suspects``) and ``expectations`` (what it was judged against). With
     ``soak_drop``, a soak's cells whose figure fell more than that from the first
     repetition to the last fail too (:func:`gpubw.acceptance.soak.soak_verdicts`)."""
-    verdicts = evaluate(report, expectations, outlier_pct, cv_threshold,
-                        peer_links=peer_links(report))  # fmt: skip
+    links = peer_links(report)
+    verdicts = evaluate(report, expectations, outlier_pct, cv_threshold, peer_links=links)
     if soak_drop is not None:
         verdicts += soak_verdicts(report, soak_drop)
-    verdicts = [_explained(report, v, own) if v.severity == FAIL else v for v in verdicts]
-    record = {
+    devices = _by_ordinal(report)
+    verdicts = [_explained(devices, v, own) if v.severity == FAIL else v for v in verdicts]
+    record: dict[str, Any] = {
         "name": expectations.name if expectations else "",
         "source": expectations.source if expectations else "",
         "outlier_pct": outlier_pct,
@@ -422,7 +441,51 @@ def judge(
     }
     if soak_drop is not None:
         record["soak_drop"] = soak_drop
+    if expectations is not None:
+        record["not_judged"] = list(coverage(report, expectations, links).not_judged)
     return attrs.evolve(report, verdicts=verdicts, expectations=record)
+
+
+def _sizes(sizes: Sequence[int]) -> str:
+    return ", ".join(format_size(x) for x in sizes)
+
+
+def refuse_unjudged(report: Report, expectations: Expectations, spec: str) -> None:
+    """``gpubw check``: a UsageError when ``expectations`` have rules for a testcase of the
+    report only at other buffer sizes (or the report has none: nvbandwidth's JSON), so no
+    floor judges it: a check that judged nothing must not read PASS."""
+    found = coverage(report, expectations, peer_links(report))
+    if not found.wrong_size:
+        return
+    sized = any(t.size for t in report.testcases)
+    where = "is at other sizes" if sized else (
+        "records no buffer size (nvbandwidth's JSON does not)")  # fmt: skip
+    more = f" and {len(found.wrong_size) - 3} more" if len(found.wrong_size) > 3 else ""
+    raise UsageError(
+        f"--expect {spec}: {expectations.name} has floors for {', '.join(found.wrong_size[:3])}"
+        f"{more} only at {_sizes(found.rule_sizes) or 'other sizes'}, and the report {where}, "
+        "so nothing would be judged; check a report measured at that size, or give "
+        "expectations made from a known-good report like this one (gpubw expect-from "
+        "GOOD.json -o FILE)"
+    )
+
+
+def _option(size: int) -> str:
+    """A size as ``-b`` takes it: 512M."""
+    return f"{size >> 20}M" if size % (1 << 20) == 0 else str(size)
+
+
+def refuse_run_sizes(expectations: Expectations, sizes: Sequence[int], spec: str) -> None:
+    """A run's ``--expect``: a UsageError before the run when the expectations' floors are
+    all for sizes the run does not measure (the built-in ones: 512 MiB only)."""
+    rule_sizes = {r.size for r in expectations.rules if r.size is not None}
+    if rule_sizes and not rule_sizes & set(sizes):
+        raise UsageError(
+            f"--expect {spec}: the floors of {expectations.name} are for "
+            f"{_sizes(sorted(rule_sizes))} buffers and this run measures {_sizes(sizes)}: "
+            f"add -b {_option(min(rule_sizes))}, or give expectations made at this size "
+            "(gpubw expect-from REPORT -o FILE)"
+        )
 
 
 # -- gpubw info ------------------------------------------------------------------------------

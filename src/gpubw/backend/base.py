@@ -193,6 +193,12 @@ class Backend(abc.ABC):
         raises."""
         return self.nvml.facts()
 
+    def confidential_compute(self) -> bool | None:
+        """Whether Confidential Computing is on, so host <-> device copies go through
+        encrypted bounce buffers (NVML's CC feature); None where NVML cannot say. Never
+        raises."""
+        return self.nvml.confidential_compute()
+
     def nvlink_domain(self, device: int) -> str:
         """The NVLink domain of ``device``: the GPUs that NVLink, fabric handles and
         multicast objects reach from it. NVML's GPU fabric info (``<clusterUuid>/<cliqueId>``)

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
 from gpubw.cli.argtypes import cv_threshold, outlier_pct, tolerance
-from gpubw.cli.parsing import Parser
+from gpubw.cli.parsing import Once, Parser
 from gpubw.model.errors import UsageError
 from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT
 
@@ -44,12 +44,14 @@ def add_judge_options(p: argparse.ArgumentParser, *, run: bool) -> None:
     what = "judge every cell of the run" if run else "judge the report's cells"
     p.add_argument(
         "--expect",
+        action=Once,
         metavar="FILE|builtin",
         help=f"{what} against an expectations file (gpubw-expect-v1 JSON) or the built-in "
         "expectations for the devices (builtin); a failed cell exits 3",
     )
     p.add_argument(
         "--outlier-pct",
+        action=Once,
         dest="outlier_pct",
         metavar="P",
         type=outlier_pct,
@@ -62,6 +64,7 @@ def add_judge_options(p: argparse.ArgumentParser, *, run: bool) -> None:
     )
     p.add_argument(
         "--cv-threshold",
+        action=Once,
         dest="cv_threshold",
         metavar="C",
         type=cv_threshold,
@@ -110,17 +113,55 @@ def _out(path: str | None) -> Iterator[IO[str]]:
         yield f
 
 
+def _not_an_input(output: str | None, inputs: dict[str, str | None]) -> None:
+    """A usage error when ``-o`` names a file the command reads: it would overwrite it."""
+    from gpubw.model.infile import refuse_input_as_output
+
+    refuse_input_as_output(output, inputs, what="the output")
+
+
 def _report(path: str) -> Any:
     """The Report in ``path``: gpubw's JSON report or nvbandwidth's own ``-j`` output."""
     from gpubw.model.errors import GpubwError
     from gpubw.model.report_io import read_report
 
     try:
-        return read_report(path)
+        report = read_report(path)
     except UsageError:
         raise
     except GpubwError as exc:  # not a gpubw report: the user named the wrong file
         raise UsageError(str(exc)) from None
+    _refuse_bad_figures(path, report)
+    return report
+
+
+def _displayed(value: float, unit: str) -> str:
+    """A figure in the unit people read (GB/s, ns)."""
+    from gpubw.model.results import LATENCY
+
+    return f"{value * 1e9:g} ns" if unit == LATENCY else f"{value / 1e9:g} GB/s"
+
+
+def _refuse_bad_figures(path: str, report: Any) -> None:
+    """A Passed testcase's cell that is NaN, infinite, zero or negative is no measurement:
+    judging it (every rule passes NaN) or making a floor of it would mislead, so it is a
+    usage error naming the cell (``gpubw compare`` flags such cells INVALID instead)."""
+    from gpubw.model.nvbandwidth_check import bad_figure
+    from gpubw.model.results import Status
+
+    for t in report.testcases:
+        if t.status is not Status.PASSED:
+            continue
+        for m in t.matrices:
+            for r, row in enumerate(m.values):
+                for c, v in enumerate(row):
+                    if v is not None and bad_figure(v):
+                        shown = _displayed(v, m.unit)
+                        raise UsageError(
+                            f"{path}: testcase {t.key!r}, matrix {m.key!r}, cell "
+                            f"[{m.row_labels[r]}][{m.column_labels[c]}] is {shown}; a figure "
+                            "must be a finite number > 0 (or N/A)"
+                        )
 
 
 # -- gpubw check -----------------------------------------------------------------------------
@@ -155,9 +196,12 @@ def check_main(argv: list[str]) -> int:
     judging(a)
     report = _report(a.report)
     exp = acceptance.load(a.expect, report)
+    if exp is not None:
+        acceptance.refuse_unjudged(report, exp, a.expect)
     judged = acceptance.judge(report, exp, a.outlier_pct, a.cv_threshold)
     problem = report_problem(judged)
     code = 1 if problem else 3 if failed(judged.verdicts) else 0
+    _not_an_input(a.output, {"the report": a.report, "--expect": a.expect})
     with _out(a.output) as f:
         if a.json:
             from gpubw.model import schemas
@@ -189,6 +233,8 @@ def report_problem(report: Any) -> str:
     that did not pass."""
     if report.error:
         return f"the report says the run did not complete: {report.error}"
+    if not report.testcases:
+        return "the report holds no testcase: nothing was judged"
     if report.signal:
         return f"the run was interrupted by {report.signal}"
     bad = [t for t in report.testcases if not t.ok]
@@ -236,6 +282,8 @@ def expect_from_main(argv: list[str]) -> int:
     if not doc["rules"]:
         given = ", ".join(a.report)
         raise UsageError(f"{given}: no Passed testcase to make expectations from")
+    for path in a.report:
+        _not_an_input(a.output, {"the report": path})
     with _out(a.output) as f:
         f.write(json.dumps(doc, indent=2) + "\n")
     return 0
@@ -286,6 +334,7 @@ def info_lines(node: NodeInfo) -> list[str]:
     gathers the facts: this module prints them."""
     from gpubw.model.console import printable_lines
     from gpubw.writers import device_pci_short
+    from gpubw.writers.node_summary import confidential_compute_line
     from gpubw.writers.text import device_facts_lines
 
     out = []
@@ -296,6 +345,7 @@ def info_lines(node: NodeInfo) -> list[str]:
                f"{v.get('cuda_driver', 'unknown')}")  # fmt: skip
     if not node.facts.available:
         out.append(f"NVML: not available ({node.facts.reason})")
+    out.append(confidential_compute_line(node.facts.confidential_compute))
     out.append("")
     by_ordinal = {d["ordinal"]: d for d in node.devices}
     for d in node.devices:

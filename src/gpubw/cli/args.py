@@ -23,7 +23,8 @@ from gpubw.cli.argtypes import (
     seconds,
     seed_int,
 )
-from gpubw.cli.parsing import Parser
+from gpubw.cli.parsing import GIVEN, Parser
+from gpubw.cli.parsing import Once as _Once
 from gpubw.model.errors import UsageError
 from gpubw.model.options import (
     DEFAULT_LOOPS,
@@ -74,31 +75,10 @@ EXIT_CODES += "\n" + JUDGE_HELP
 SUBCOMMANDS = ("check", "expect-from", "info", "compare", "plot", "completion")
 
 
-#: the namespace attribute where :class:`_Once` notes the options given (see given_flags)
-_GIVEN = "_given"
-
-
 def given_flags(ns: argparse.Namespace) -> set[str]:
     """The destinations of the options given on the command line (also those given their
     default value), as :class:`_Once` noted them while parsing."""
-    return set(getattr(ns, _GIVEN, set()))
-
-
-class _Once(argparse.Action):
-    """Store a value, refusing a second one (nvbandwidth rejects a repeated option)."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        seen = namespace.__dict__.setdefault(_GIVEN, set())
-        if self.dest in seen:
-            raise argparse.ArgumentError(self, "given more than once")
-        seen.add(self.dest)
-        setattr(namespace, self.dest, values)
+    return set(getattr(ns, GIVEN, set()))
 
 
 #: options whose value is a number or a size: "-b -1GiB" hands them "-1GiB" (so the message
@@ -235,7 +215,7 @@ def _add_selection(add: Callable[..., Any]) -> None:
         action="extend",
         default=[],
         help="testcase(s) to run, by key or index (repeatable); without -t or -p the default "
-        "suite runs: every testcase but the pageable ones (49, 50), which run only when named",
+        "suite runs: every testcase but the pageable ones (57, 58), which run only when named",
     )
     add(
         "-p",

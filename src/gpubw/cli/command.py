@@ -213,7 +213,12 @@ def _no_driver(exc: NoDriverError, flavour: Flavour | None) -> None:
     from gpubw.cli.args import SUGGESTED_PRESET
 
     prog = PROG if flavour is None else flavour.prog
-    _error(str(exc), prog)
+    message = str(exc)
+    if flavour is not None:  # its command may take no --simulate (gpubw-nvbandwidth)
+        before_name = flavour.simulate_hint.split("NAME")[0]
+        if not before_name.startswith(flavour.prog):  # e.g. "GPUBW_SIMULATE="
+            message = message.replace("--simulate ", before_name)
+    _error(message, prog)
     if flavour is not None or "--simulate" not in str(exc):
         hint = f"{PROG} --simulate NAME" if flavour is None else flavour.simulate_hint
         how = hint.replace("NAME", SUGGESTED_PRESET)
@@ -234,6 +239,7 @@ def _run(argv: list[str], command: bool, flavour: Flavour | None) -> int:
     from gpubw.runner.interrupts import SignalGuard
 
     guard = SignalGuard()
+    guard.owns_process = command  # a second signal ends it, whatever is running
     guard.install()
     recorded = _startup.recorded_signal()  # an MPI rank's signal before the guard
     if recorded is not None:

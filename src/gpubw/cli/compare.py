@@ -296,12 +296,15 @@ def compare_parser() -> argparse.ArgumentParser:
 def compare_files(argv: Sequence[str]) -> tuple[list[str], int]:
     """Run ``gpubw compare``: return the lines to print (none when written with ``-o``) and
     the number of failing cells."""
+    from gpubw.model.infile import refuse_input_as_output
     from gpubw.model.outfile import OutputTarget
 
     a = compare_parser().parse_args(list(argv))
     if a.threshold < 0:
         raise UsageError(f"--threshold must be >= 0 percent, got {a.threshold:g}")
     size = None if a.size is None else buffer_size(a.size, "--size")
+    inputs = {"the candidate": a.candidate, "the baseline": a.baseline}
+    refuse_input_as_output(a.output, inputs, label="gpubw compare: -o", what="the comparison")
     target = OutputTarget(a.output, label="gpubw compare: -o").check() if a.output else None
     cand, base = load_side(a.candidate), load_side(a.baseline)
     if size is not None:

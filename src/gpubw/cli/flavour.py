@@ -24,7 +24,8 @@ class Flavour:
     ends: the name on error lines, the exit code of a usage error, the exit code of a run
     (``exit_code(report)``) and the error line it prints after one (``failure(report)``, ""
     for none), whether a testcase Error stops the run, extra warnings for the report, and
-    how to suggest a simulated system when there is no driver."""
+    how to suggest a simulated system when there is no driver (``simulate_hint``: its
+    words before ``NAME`` replace ``--simulate `` in the driver's message)."""
 
     __slots__ = ("exit_code", "failure", "prog", "simulate_hint", "stop_on_error",
                  "usage_exit", "warnings")  # fmt: skip

@@ -11,6 +11,7 @@ import argparse
 from typing import Any
 
 from gpubw.cli.argtypes import devices, duration, host_numa, soak_drop, wait_idle
+from gpubw.cli.parsing import Once
 
 #: the default of --soak-drop: a cell whose figure fell more than this from the first
 #: repetition to the last fails
@@ -22,6 +23,7 @@ def add_node_options(p: argparse.ArgumentParser) -> None:
     add = p.add_argument
     add(
         "--devices",
+        action=Once,
         metavar="LIST",
         type=devices,
         help="measure only these GPUs: indexes, UUIDs (or a unique start, GPU-8932) or PCI bus "
@@ -29,12 +31,14 @@ def add_node_options(p: argparse.ArgumentParser) -> None:
     )
     add(
         "--pair",
+        action=Once,
         metavar="A,B",
         type=devices,
         help="measure only this pair of GPUs, both directions (as --devices A,B)",
     )
     add(
         "--host-numa",
+        action=Once,
         dest="host_numa",
         metavar="N|local|remote",
         type=host_numa,
@@ -43,6 +47,7 @@ def add_node_options(p: argparse.ArgumentParser) -> None:
     )
     add(
         "--wait-idle",
+        action=Once,
         dest="wait_idle",
         metavar="SECONDS",
         type=wait_idle,
@@ -51,13 +56,16 @@ def add_node_options(p: argparse.ArgumentParser) -> None:
     )
     add(
         "--soak",
+        action=Once,
         metavar="DURATION",
         type=duration,
         help="repeat the selection until DURATION (e.g. 10m) has passed, recording clocks, "
-        "temperature, power and throttle reasons between repetitions",
+        "temperature, power and throttle reasons between repetitions (simulated: DURATION of "
+        "modelled or of wall time, whichever passes first)",
     )
     add(
         "--soak-drop",
+        action=Once,
         dest="soak_drop",
         metavar="P",
         type=soak_drop,

@@ -17,7 +17,11 @@ with the argparse rewrite, PR #69 in the stored history):
 
 Values are checked as Boost's ``lexical_cast`` checks them for the option's C++ type
 (unsigned 64 or 32 bits, signed 64 bits); whether gpubw can honour them is for
-:mod:`gpubw.cli.nvbandwidth` to say.
+:mod:`gpubw.cli.nvbandwidth` to say. Which options a release accepts is
+:attr:`gpubw.model.nvbandwidth_versions.NvbVersion.options` (``parse(args, release.options)``:
+another is an unknown option). v0.10 parses with p-ranav/argparse; its exact rules are not
+public, so the same rules serve (a superset: prefixes, ``-b64``), and :func:`help_text` writes
+each release's help (v0.10's as its README shows it).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
+
+from gpubw.model.nvbandwidth_versions import NvbVersion
 
 SWITCH, U64, U32, I64, LIST, PAIR, FORMAT = "switch", "u64", "u32", "i64", "list", "pair", "fmt"
 #: what -F/--format accepts (nvbandwidth v0.10)
@@ -36,7 +42,17 @@ _NUMBER = {U64: re.compile(r"\+?[0-9]+"), U32: re.compile(r"\+?[0-9]+"),
 
 class ArgError(ValueError):
     """A command line nvbandwidth would refuse (its "Invalid Arguments"); the message says
-    why, for gpubw's own error line."""
+    why, for gpubw's own error line; ``unknown``: the option it does not know, if that is
+    why."""
+
+    def __init__(self, message: str, unknown: str = "") -> None:
+        super().__init__(message)
+        self.unknown = unknown
+
+    def argparse_text(self) -> str:
+        """The reason in p-ranav/argparse's words where they are known (``Unknown argument:
+        --nope``), else gpubw's."""
+        return f"Unknown argument: {self.unknown}" if self.unknown else str(self)
 
 
 class Option(NamedTuple):
@@ -79,18 +95,20 @@ OPTIONS = (
 _BY_SHORT = {o.short: o for o in OPTIONS if o.short}
 
 
-def long_option(name: str) -> Option:
-    """The option a long name means: exact, else the one option it is a prefix of."""
-    exact = [o for o in OPTIONS if o.long == name]
+def long_option(name: str, allowed: Sequence[str] | None = None) -> Option:
+    """The option a long name means: exact, else the one option it is a prefix of (among
+    the ``allowed`` long names; None: all)."""
+    known = [o for o in OPTIONS if allowed is None or o.long in allowed]
+    exact = [o for o in known if o.long == name]
     if exact:
         return exact[0]
-    matches = [o for o in OPTIONS if name and o.long.startswith(name)]
+    matches = [o for o in known if name and o.long.startswith(name)]
     if len(matches) == 1:
         return matches[0]
     if matches:
         names = ", ".join(f"--{o.long}" for o in matches)
         raise ArgError(f"option '--{name}' is ambiguous and matches {names}")
-    raise ArgError(f"unrecognised option '--{name}'")
+    raise ArgError(f"unrecognised option '--{name}'", unknown=f"--{name}")
 
 
 def _is_option(token: str) -> bool:
@@ -156,12 +174,14 @@ def _take(option: Option, attached: str | None, args: Sequence[str], i: int) -> 
     return items, i
 
 
-def _shorts(group: str, args: Sequence[str], i: int, values: dict[str, Any]) -> int:
+def _shorts(
+    group: str, args: Sequence[str], i: int, values: dict[str, Any], allowed: Sequence[str]
+) -> int:
     """A token of short options (``-v``, ``-vs``, ``-b64``, ``-b 64``); the next index."""
     for n, letter in enumerate(group):
         option = _BY_SHORT.get(letter)
-        if option is None:
-            raise ArgError(f"unrecognised option '-{letter}'")
+        if option is None or option.long not in allowed:
+            raise ArgError(f"unrecognised option '-{letter}'", unknown=f"-{letter}")
         rest = group[n + 1 :]
         if option.kind == SWITCH:
             _store(values, option, True)
@@ -172,20 +192,22 @@ def _shorts(group: str, args: Sequence[str], i: int, values: dict[str, Any]) -> 
     return i
 
 
-def parse(args: Sequence[str]) -> dict[str, Any]:
+def parse(args: Sequence[str], allowed: Sequence[str] | None = None) -> dict[str, Any]:
     """nvbandwidth's command line (without the program name) -> {long name: value}, only
-    the options given (``-t``/``-p``: lists; switches: True). Raises :class:`ArgError`."""
+    the options given (``-t``/``-p``: lists; switches: True); ``allowed``: the long names
+    the release takes (None: all). Raises :class:`ArgError`."""
+    allowed = [o.long for o in OPTIONS] if allowed is None else allowed
     values: dict[str, Any] = {}
     i = 0
     while i < len(args):
         token = args[i]
         if token.startswith("--") and len(token) > 2:
             name, eq, attached = token[2:].partition("=")
-            option = long_option(name)
+            option = long_option(name, allowed)
             value, i = _take(option, attached if eq else None, args, i + 1)
             _store(values, option, value)
         elif token.startswith("-") and len(token) > 1 and token != "--":
-            i = _shorts(token[1:], args, i + 1, values)
+            i = _shorts(token[1:], args, i + 1, values, allowed)
         else:
             raise ArgError(f"unexpected word '{token}' (nvbandwidth takes no positional arguments)")
     return values
@@ -212,9 +234,38 @@ def _wrap(text: str, width: int) -> list[str]:
     return [*lines, line]
 
 
-def help_text() -> str:
-    """``-h``'s option table, laid out as Boost lays it out (80 columns)."""
-    visible = [o for o in OPTIONS if not o.hidden]
+#: v0.10's ``-h`` (p-ranav/argparse), as NVIDIA's README for v0.10 shows it
+V010_HELP = """Usage: nvbandwidth [options]
+
+A tool for bandwidth measurements on NVIDIA GPUs.
+
+Arguments:
+  -h, --help                shows help message and exits
+      --version             Print nvbandwidth release version and exit
+  -b, --bufferSize SIZE     Memcpy buffer size in MiB [default: 512]
+  -l, --list                List available testcases
+  -t, --testcase TEST       Testcase(s) to run (by name or index)
+  -p, --testcasePrefixes PREFIX  Testcase(s) to run (by prefix)
+  -v, --verbose             Verbose output
+  -s, --skipVerification    Skips data verification after copy
+  -d, --disableAffinity     Disable automatic CPU affinity control
+  -i, --testSamples N       Iterations of the benchmark [default: 3]
+  -P, --targetNumPairs N    Target pairs for multinode tests [default: -1]
+  -m, --useMean             Use mean instead of median for results
+  -H, --useHugePages        Use huge pages for host allocations
+  -F, --format FORMAT       Output format: text, json, or perf [default: text]
+      --pair UUID1 UUID2    Run device-to-device tests only between these two GPUs (by UUID)
+"""
+
+
+def help_text(release: NvbVersion | None = None) -> str:
+    """``-h`` of ``release``: v0.10's argparse help, or v0.8's option table as Boost lays it
+    out (80 columns) with that release's options (None: every option gpubw knows)."""
+    if release is not None and release.argparse_cli:
+        return V010_HELP
+    visible = [
+        o for o in OPTIONS if not o.hidden and (release is None or o.long in release.options)
+    ]
     column = min(max(len(_left(o)) for o in visible) + 1, 40)
     out = ["nvbandwidth CLI:"]
     for option in visible:
@@ -228,4 +279,13 @@ def help_text() -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ = ["FORMATS", "OPTIONS", "ArgError", "Option", "help_text", "long_option", "parse"]
+__all__ = [
+    "FORMATS",
+    "OPTIONS",
+    "V010_HELP",
+    "ArgError",
+    "Option",
+    "help_text",
+    "long_option",
+    "parse",
+]

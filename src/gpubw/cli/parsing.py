@@ -4,7 +4,9 @@
 :class:`gpubw.model.errors.UsageError` (one line, exit 2; the command prints it), and a
 unique prefix of a long option is that option even when the option has aliases
 (``--buf`` is ``--buffer-size``, which is also spelt ``--bufferSize``: argparse alone calls
-it ambiguous between the two spellings of one option).
+it ambiguous between the two spellings of one option). :class:`Once` is the action of an
+option that takes one value: given twice, it is that usage error, never the last value kept
+silently.
 """
 
 from __future__ import annotations
@@ -34,3 +36,25 @@ class Parser(argparse.ArgumentParser):
                 seen.add(id(match[0]))
                 unique.append(match)
         return unique
+
+
+#: the namespace attribute where :class:`Once` notes the options given
+GIVEN = "_given"
+
+
+class Once(argparse.Action):
+    """Store a value, refusing a second one (nvbandwidth rejects a repeated option, and a
+    second ``--expect`` must not silently drop the first)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        seen = namespace.__dict__.setdefault(GIVEN, set())
+        if self.dest in seen:
+            raise argparse.ArgumentError(self, "given more than once")
+        seen.add(self.dest)
+        setattr(namespace, self.dest, values)

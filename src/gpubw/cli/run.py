@@ -34,7 +34,13 @@ from gpubw.cli.flavour import GPUBW, Flavour
 from gpubw.cli.listing import LIST_FORMATS, PROG
 from gpubw.cli.live import LiveOutput, Output, PartialWrites, progress_mode
 from gpubw.cli.node_options import NOT_FOR_LIST, run_option_fields, soak_drop_of
-from gpubw.cli.together import Start, fingerprint, launched_with_ranks, start_together
+from gpubw.cli.together import (
+    Start,
+    fingerprint,
+    launched_with_ranks,
+    refused_with_ranks,
+    start_together,
+)
 from gpubw.model.console import to_stderr
 from gpubw.model.errors import UsageError
 from gpubw.model.events import RunListener
@@ -79,7 +85,7 @@ def run_command(argv: list[str], guard: SignalGuard, flavour: Flavour | None = N
     except UsageError as exc:
         if not ranks:
             raise
-        return _refused_with_ranks(exc, flavour)
+        return refused_with_ranks(exc, flavour.prog, flavour.usage_exit)
     if not isinstance(setup, _Setup):  # -l
         return setup
     world = world_from_environment(timeout_s=setup.options.world_timeout_s)
@@ -242,16 +248,6 @@ def _agreed_spec(
         return spec, judging, Start()
     mine = None if spec is None else fingerprint(ns, spec)
     return spec, judging, start_together(world, error, mine, guard.signum)
-
-
-def _refused_with_ranks(error: UsageError, flavour: Flavour) -> int:
-    """This MPI rank's command line is unusable: it still joins the world (the others would
-    otherwise wait in MPI_Init for ever), so that every rank ends with exit 2 at once."""
-    world = world_from_environment()
-    start = start_together(world, error, None, None)
-    if world.rank == 0:
-        _error(start.refusal or str(error), flavour.prog)
-    return finish(world, flavour.usage_exit)
 
 
 def _listeners(

@@ -52,6 +52,11 @@ AGREED = (
     ("expect", "--expect"),
     ("outlier_pct", "--outlier-pct"),
     ("cv_threshold", "--cv-threshold"),
+    ("devices", "--devices, --pair"),
+    ("host_numa", "--host-numa"),
+    ("wait_idle_s", "--wait-idle"),
+    ("soak_s", "--soak"),
+    ("soak_drop", "--soak-drop"),
 )
 
 
@@ -87,7 +92,19 @@ def fingerprint(ns: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
         "expect": ns.expect,
         "outlier_pct": ns.outlier_pct,
         "cv_threshold": ns.cv_threshold,
+        "devices": _devices(o.devices, o.device_pair),
+        "host_numa": o.host_numa,
+        "wait_idle_s": ns.wait_idle,
+        "soak_s": o.soak_s,
+        "soak_drop": ns.soak_drop,
     }
+
+
+def _devices(devices: Sequence[str] | None, pair: bool) -> str:
+    """The GPUs a rank measures, as its command line said it (``--pair 0,1``, ``all``)."""
+    if devices is None:
+        return "all"
+    return f"{'--pair' if pair else '--devices'} {','.join(devices)}"
 
 
 def differences(prints: Sequence[Mapping[str, Any] | None]) -> str | None:
@@ -117,6 +134,8 @@ class Start:
 
     refusal: str | None = None
     signum: int | None = None
+    #: the rank whose usage error is the refusal (None: no rank's, or no refusal)
+    rank: int | None = None
 
 
 def start_together(
@@ -139,5 +158,29 @@ def start_together(
     first = signals[0] if signals else None
     for rank, (failure, _fp, _s) in enumerate(gathered):
         if failure is not None:
-            return Start(f"rank {rank}: {failure}", first)
+            return Start(f"rank {rank}: {failure}", first, rank)
     return Start(differences([fp for _t, fp, _s in gathered]), first)
+
+
+def refused_with_ranks(error: BaseException | str, prog: str, code: int, said: bool = False) -> int:
+    """This MPI rank cannot run (a usage error, an option its flavour refuses, a bad
+    simulated system: anything before the run): it still joins the world and the start
+    agreement (the others would otherwise wait in MPI_Init, or for it, for ever), so that
+    every rank ends with ``code`` at once. Rank 0 says the refusal in one line, unless it is
+    its own and ``said`` (the caller has printed it). The one way out of an MPI rank that
+    ends before the run, for every entry point (``gpubw``, ``gpubw-nvbandwidth``)."""
+    from gpubw.model.console import to_stderr
+    from gpubw.runner.ranks import finish
+    from gpubw.world import WorldError, world_from_environment
+
+    if isinstance(error, str):
+        error = UsageError(error)
+    try:
+        world = world_from_environment()
+    except WorldError as exc:  # no world to join: say both, end alone
+        to_stderr(f"{prog}: error: {error}; and MPI could not start: {exc}")
+        return code
+    start = start_together(world, error, None, None)
+    if world.rank == 0 and not (said and start.rank == 0):
+        to_stderr(f"{prog}: error: {start.refusal or error}")
+    return finish(world, code)

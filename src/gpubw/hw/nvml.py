@@ -6,7 +6,9 @@ GPUs reachable over NVLink, ECC mode and volatile error counts, persistence mode
 clocks, power and the reasons the clocks are held down, VBIOS version, serial and UUID, the
 compute processes on the GPU (another job on "your" GPU halves your figures), the PCI device
 (product) id, and the health counters (:mod:`gpubw.hw.counters`: PCIe replays and AER, NVLink
-CRC/replay/recovery errors per link, remapped rows, retired pages).
+CRC/replay/recovery errors per link, remapped rows, retired pages). Per node: the driver and
+NVML versions, and whether Confidential Computing is on (host <-> device copies then go
+through encrypted bounce buffers; :data:`CC_BOUNCE_BUFFERS`).
 
 Read through ``nvidia-ml-py`` (module ``pynvml``, the maintained binding; a dependency of
 gpubw) by :mod:`gpubw.hw.nvml_read` (one :class:`gpubw.hw.nvml_read.Session` per run),
@@ -172,6 +174,10 @@ class DeviceFacts:
         return d
 
 
+#: what nvbandwidth v0.10 prints when it finds Confidential Computing on
+CC_BOUNCE_BUFFERS = "Detected platform using encrypted bounce buffers for CPU<->GPU traffic."
+
+
 @attrs.frozen
 class NodeFacts:
     available: bool
@@ -181,6 +187,9 @@ class NodeFacts:
     nvml_version: str = ""
     cuda_driver_version: int | None = None
     devices: tuple[DeviceFacts, ...] = ()
+    #: Confidential Computing on (NVML's CC feature enabled: CPU <-> GPU traffic goes
+    #: through encrypted bounce buffers); None: unknown (an old driver or module, no NVML)
+    confidential_compute: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = attrs.asdict(self, recurse=False)
@@ -208,6 +217,7 @@ def facts_from_dict(spec: Mapping[str, Any]) -> NodeFacts:
     """Facts of a modelled node, for the simulated backend. ``spec``::
 
         {"driver_version": "580.00 (simulated)",
+         "confidential_compute": true,     # optional; absent: unknown
          "devices": [                      # one per GPU, in order; every key optional
             {"name": "NVIDIA H200", "uuid": "GPU-...", "pci_bus_id": "0000:18:00.0",
              "pcie": {"gen": 5, "width": 16, "max_gen": 5, "max_width": 16},
@@ -254,6 +264,7 @@ def facts_from_dict(spec: Mapping[str, Any]) -> NodeFacts:
         nvml_version=str(spec.get("nvml_version", "")),
         cuda_driver_version=spec.get("cuda_driver_version"),
         devices=tuple(devices),
+        confidential_compute=spec.get("confidential_compute"),
     )
 
 

@@ -299,6 +299,29 @@ def fabric_domain(nv: ModuleType, h: Any) -> str | None:
     return f"{cluster.hex()}/{clique}"
 
 
+def confidential_compute(nv: ModuleType) -> bool | None:
+    """Whether Confidential Computing is on (CPU <-> GPU traffic through encrypted bounce
+    buffers): the CC feature of ``nvmlSystemGetConfComputeSettings`` (driver 550 and later)
+    or else ``nvmlSystemGetConfComputeState`` (535); None where neither answers (an old
+    driver or module: not supported is unknown). Never raises."""
+    import ctypes
+
+    enabled = getattr(nv, "NVML_CC_SYSTEM_FEATURE_ENABLED", 1)
+    settings_t = getattr(nv, "c_nvmlSystemConfComputeSettings_v1_t", None)
+    if settings_t is not None and hasattr(nv, "nvmlSystemGetConfComputeSettings"):
+        try:
+            settings = settings_t()
+            settings.version = getattr(nv, "nvmlSystemConfComputeSettings_v1", settings.version)
+            if nv.nvmlSystemGetConfComputeSettings(ctypes.byref(settings)) == 0:
+                return int(settings.ccFeature) == enabled
+        except Exception:  # FunctionNotFound, NotSupported: try the older query
+            pass
+    try:
+        return int(nv.nvmlSystemGetConfComputeState().ccFeature) == enabled
+    except Exception:  # NVMLError_NotSupported, FunctionNotFound, a module without it
+        return None
+
+
 class Session:
     """One NVML initialisation for a whole run: ``nvmlInit`` once, each device's handle and
     PCI bus id looked up once, ``nvmlShutdown`` at :meth:`close`. On the 2 x H200 test
@@ -375,6 +398,7 @@ class Session:
                     nvml_version=_text(r.get("nvml", nv.nvmlSystemGetNVMLVersion) or ""),
                     cuda_driver_version=cuda,
                     devices=tuple(devices),
+                    confidential_compute=confidential_compute(nv),
                 )
             except Exception as exc:
                 return NodeFacts(False, f"NVML query failed: {_why(exc)}")
@@ -404,6 +428,12 @@ class Session:
                 return out
             except Exception:
                 return None
+
+    def confidential_compute(self) -> bool | None:
+        """:func:`confidential_compute`; None where NVML is not available. Never raises."""
+        with self._lock:
+            nv = self._open()
+            return None if nv is None else confidential_compute(nv)
 
     def fabric_domain(self, pci_bus_id: str) -> str | None:
         """:func:`fabric_domain` of the GPU at ``pci_bus_id``; None where NVML is not

@@ -90,6 +90,41 @@ KERNELS: dict[str, KernelSpec] = {
             "pointer to *sink (so the loop cannot be removed).",
         ),
         KernelSpec(
+            "gpubw_read",
+            ("ptr", "u64", "u32", "ptr"),
+            "(src, elements, loops, sink): reads `elements` 16-byte elements, `loops` times, "
+            "resident grid-stride like gpubw_copy (L2-only loads that stay loads); each thread "
+            "folds what it read and stores the fold to the u32 *sink only if it equals a fixed "
+            "sentinel, so nothing is written in practice.",
+        ),
+        KernelSpec(
+            "gpubw_write",
+            ("ptr", "u64", "u32", "u32"),
+            "(dst, elements, value, loops): every 32-bit word of `elements` 16-byte elements = "
+            "value, `loops` times, resident grid-stride; stores only.",
+        ),
+        KernelSpec(
+            "gpubw_verify_value",
+            ("ptr", "u64", "u32", "ptr"),
+            "(buf, words, value, first_bad): atomicMin(first_bad, k) for every k < words where "
+            "buf[k] != value (the check of gpubw_write).",
+        ),
+        KernelSpec(
+            "gpubw_copy_tma",
+            ("ptr", "ptr", "u64", "u32"),
+            "(dst, src, elements, loops): the copy of gpubw_copy through shared memory with "
+            "TMA bulk copies (cp.async.bulk global->shared with an mbarrier, shared->global as "
+            "bulk groups), one issuing thread per 32-thread block, several chunks in flight per "
+            "block (initiators.tma_launch_shape); sm_90+, traps on older devices. Any grid.",
+        ),
+        KernelSpec(
+            "gpubw_pointer_chase_tma",
+            ("ptr", "u64", "u32", "ptr"),
+            "(start, steps, target, sink): gpubw_pointer_chase with each dereference a 16-byte "
+            "TMA bulk copy into shared memory (waited for on an mbarrier); nodes must be "
+            "16-byte aligned. sm_90+, traps on older devices.",
+        ),
+        KernelSpec(
             "gpubw_gate_relay",
             ("ptr", "ptr", "u64", "ptr"),
             "(host_flag, device_flag, timeout_ns, status): the cross-rank gate's relay, on the "

@@ -381,3 +381,225 @@ extern "C" __global__ void gpubw_gate_relay(const volatile int *host_flag,
     *device_flag = 1;
     __threadfence_system();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Device-local read-only and write-only kernels (nvbandwidth v0.10's device_local_read_sm and
+// device_local_write_sm): resident grid-stride passes over one buffer, GPUBW_COPY_UNROLL
+// independent 16-byte accesses in flight per thread, the copy kernels' cache operators.
+
+// (src, elements, loops, sink): read `elements` 16-byte elements, `loops` times. Each thread
+// folds what it reads (xor), and stores the fold to *sink only if it equals *sink's sentinel
+// argument `never`: the compiler cannot drop a load, and nothing is written in practice.
+extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK, GPUBW_COPY_MIN_BLOCKS)
+    gpubw_read(const uint4 *__restrict__ src, u64 elements, u32 loops, u32 *sink) {
+    const u64 stride = grid_threads();
+    u32 fold = 0U;
+    for (u32 l = 0; l < loops; ++l) {
+        u64 i = first_index();
+        if (elements > (u64)(GPUBW_COPY_UNROLL - 1) * stride) {
+            const u64 limit = elements - (u64)(GPUBW_COPY_UNROLL - 1) * stride;
+#pragma unroll 1
+            for (; i < limit; i += stride * (u64)GPUBW_COPY_UNROLL) {
+                uint4 v[GPUBW_COPY_UNROLL];
+#pragma unroll
+                for (int k = 0; k < GPUBW_COPY_UNROLL; ++k) {
+                    v[k] = load_cg_volatile(src + i + k * stride);
+                }
+#pragma unroll
+                for (int k = 0; k < GPUBW_COPY_UNROLL; ++k) {
+                    fold ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+                }
+            }
+        }
+#pragma unroll 1
+        for (; i < elements; i += stride) {
+            const uint4 v = load_cg_volatile(src + i);
+            fold ^= v.x ^ v.y ^ v.z ^ v.w;
+        }
+        fold = (fold << 1) | (fold >> 31);  // passes do not cancel each other
+    }
+    if (fold == 0x5EEDF00DU && sink != nullptr) {
+        *sink = fold;
+    }
+}
+
+// (dst, elements, value, loops): every 32-bit word of `elements` 16-byte elements = value,
+// `loops` times; stores only, nothing is read.
+extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK, GPUBW_COPY_MIN_BLOCKS)
+    gpubw_write(uint4 *__restrict__ dst, u64 elements, u32 value, u32 loops) {
+    const uint4 v = make_uint4(value, value, value, value);
+    const u64 stride = grid_threads();
+    for (u32 l = 0; l < loops; ++l) {
+        u64 i = first_index();
+        if (elements > (u64)(GPUBW_COPY_UNROLL - 1) * stride) {
+            const u64 limit = elements - (u64)(GPUBW_COPY_UNROLL - 1) * stride;
+#pragma unroll 1
+            for (; i < limit; i += stride * (u64)GPUBW_COPY_UNROLL) {
+#pragma unroll
+                for (int k = 0; k < GPUBW_COPY_UNROLL; ++k) GPUBW_ST(dst + i + k * stride, v);
+            }
+        }
+#pragma unroll 1
+        for (; i < elements; i += stride) GPUBW_ST(dst + i, v);
+    }
+}
+
+// (buf, words, value, first_bad): atomicMin(first_bad, k) for the words k that differ from
+// value (the check of gpubw_write, as gpubw_verify is the check of a copy).
+extern "C" __global__ void gpubw_verify_value(const u32 *__restrict__ buf, u64 words, u32 value,
+                                              u64 *first_bad) {
+    const u64 stride = grid_threads();
+    for (u64 k = first_index(); k < words; k += stride) {
+        if (__ldcg(buf + k) != value) {
+            atomicMin(first_bad, k);
+            return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// TMA copies (nvbandwidth v0.10's *_tma testcases): the Tensor Memory Accelerator's bulk
+// asynchronous copies, global -> shared (cp.async.bulk with an mbarrier counting the bytes)
+// and shared -> global (cp.async.bulk ... bulk_group), sm_90 and newer. One thread per block
+// issues them; each block has GPUBW_TMA_STAGES shared buffers of GPUBW_TMA_CHUNK bytes, so
+// that many loads are in flight while the previous chunk is stored. Built for older
+// architectures too (so the module loads everywhere), where they trap: the testcases that
+// launch them are waived below compute capability 9.0.
+#ifndef GPUBW_TMA_CHUNK
+#define GPUBW_TMA_CHUNK 8192
+#endif
+#ifndef GPUBW_TMA_STAGES
+#define GPUBW_TMA_STAGES 4
+#endif
+static_assert(GPUBW_TMA_CHUNK % 16 == 0, "bulk copies move multiples of 16 bytes");
+
+__device__ __forceinline__ u32 shared_address(const void *p) {
+    u32 a;
+    asm volatile("{ .reg .u64 t;\n\tcvta.to.shared.u64 t, %1;\n\tcvt.u32.u64 %0, t; }"
+                 : "=r"(a)
+                 : "l"(p));
+    return a;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void tma_barrier_init(u32 bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Load `bytes` from global `src` into shared `dst`; the barrier completes when they arrived.
+__device__ __forceinline__ void tma_load(u32 dst, const void *src, u32 bytes, u32 bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+            "r"(dst),
+        "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+}
+
+__device__ __forceinline__ void tma_wait(u32 bar, u32 phase) {
+    u32 done = 0U;
+    while (!done) {
+        asm volatile("{ .reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(bar), "r"(phase)
+                     : "memory");
+    }
+}
+
+// Store `bytes` from shared `src` to global `dst`, as one more bulk group.
+__device__ __forceinline__ void tma_store(void *dst, u32 src, u32 bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+#endif
+
+// (dst, src, elements, loops): copy `elements` 16-byte elements src -> dst, `loops` times,
+// through shared memory with bulk copies. Block b copies the chunks b, b + grid, ... of every
+// pass (item n of its sequence is pass n / mine, chunk b + (n % mine) x grid). Thread 0 issues
+// everything: the first STAGES loads, then per item wait for its load, store it, and once the
+// store before it has read its buffer, load the item STAGES - 1 ahead into that buffer.
+extern "C" __global__ void __launch_bounds__(32)
+    gpubw_copy_tma(uint4 *__restrict__ dst, const uint4 *__restrict__ src, u64 elements,
+                   u32 loops) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ __align__(128) unsigned char stage[GPUBW_TMA_STAGES][GPUBW_TMA_CHUNK];
+    __shared__ __align__(8) u64 full[GPUBW_TMA_STAGES];
+    if (threadIdx.x != 0) {
+        return;
+    }
+    const u64 per_chunk = GPUBW_TMA_CHUNK / 16;
+    const u64 chunks = (elements + per_chunk - 1) / per_chunk;
+    if (blockIdx.x >= chunks) {
+        return;
+    }
+    const u64 mine = (chunks - 1 - blockIdx.x) / gridDim.x + 1;
+    const u64 items = mine * (u64)loops;
+    for (int s = 0; s < GPUBW_TMA_STAGES; ++s) {
+        tma_barrier_init(shared_address(&full[s]));
+    }
+    // item n: its chunk's first element and its byte count
+    auto chunk_of = [&](u64 n, u64 *first) -> u32 {
+        const u64 c = blockIdx.x + (n % mine) * gridDim.x;
+        *first = c * per_chunk;
+        const u64 left = elements - *first;
+        return (u32)((left < per_chunk ? left : per_chunk) * 16ULL);
+    };
+    u64 first;
+    for (u64 n = 0; n < items && n < GPUBW_TMA_STAGES; ++n) {
+        const u32 bytes = chunk_of(n, &first);
+        tma_load(shared_address(stage[n]), src + first, bytes, shared_address(&full[n]));
+    }
+    for (u64 n = 0; n < items; ++n) {
+        const int s = (int)(n % GPUBW_TMA_STAGES);
+        const u32 bytes = chunk_of(n, &first);
+        tma_wait(shared_address(&full[s]), (u32)((n / GPUBW_TMA_STAGES) & 1ULL));
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        tma_store(dst + first, shared_address(stage[s]), bytes);
+        const u64 next = n - 1 + GPUBW_TMA_STAGES;
+        if (n >= 1 && next < items) {
+            // the store of item n - 1 has read its buffer: load item n - 1 + STAGES into it
+            asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+            const int r = (int)((n - 1) % GPUBW_TMA_STAGES);
+            const u32 nbytes = chunk_of(next, &first);
+            tma_load(shared_address(stage[r]), src + first, nbytes, shared_address(&full[r]));
+        }
+    }
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+// (start, steps, target, sink): gpubw_pointer_chase with every dereference a TMA bulk copy:
+// only block `target` (thread 0) copies the 16 bytes at p into shared memory
+// (cp.async.bulk, an mbarrier counting them), waits for them and takes the next pointer from
+// there, `steps` times from `start` (whose nodes are 16-byte aligned: the ring's stride is
+// 128 bytes), and stores the final pointer to *sink.
+extern "C" __global__ void gpubw_pointer_chase_tma(const void *start, u64 steps, u32 target,
+                                                   u64 *sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ __align__(16) u64 node[2];
+    __shared__ __align__(8) u64 full;
+    if (blockIdx.x != target || threadIdx.x != 0) {
+        return;
+    }
+    const u32 bar = shared_address(&full), box = shared_address(node);
+    tma_barrier_init(bar);
+    u64 p = (u64)start;
+    for (u64 s = 0; s < steps; ++s) {
+        tma_load(box, (const void *)p, 16U, bar);
+        tma_wait(bar, (u32)(s & 1ULL));
+        asm volatile("ld.volatile.shared.u64 %0, [%1];" : "=l"(p) : "r"(box) : "memory");
+    }
+    *sink = p;
+#else
+    __trap();
+#endif
+}

@@ -1,4 +1,5 @@
-"""Initiators: *how* a copy is made. CopyEngine (cuMemcpyAsync) and KernelCopy (SM kernel).
+"""Initiators: *how* a copy is made. CopyEngine (cuMemcpyAsync), KernelCopy (SM kernel), TmaCopy
+(TMA bulk copies), and the one-way SM kernels LocalRead and LocalWrite.
 
 An initiator knows how many bytes one copy call moves (``counted_bytes``, the figure that
 bandwidth is computed from), how many bytes are filled and checked (``checked_bytes``), how to
@@ -242,6 +243,119 @@ class SplitWarpCopy(KernelCopy):
         return [(first_slot, job.dst), (first_slot + 1, job.src)]
 
 
+#: The oldest compute capability with TMA (the Tensor Memory Accelerator's bulk copies).
+TMA_MIN_CAPABILITY = (9, 0)
+#: Threads per block of gpubw_copy_tma (one of them issues the bulk copies) and its blocks
+#: per SM: each block keeps GPUBW_TMA_STAGES x GPUBW_TMA_CHUNK bytes (32 KiB) of shared
+#: memory in flight, so 4 blocks keep 128 KiB per SM moving.
+TMA_BLOCK = 32
+TMA_BLOCKS_PER_SM = 4
+#: Bytes one block moves per bulk copy (GPUBW_TMA_CHUNK in kernels/gpubw.cu).
+TMA_CHUNK = 8192
+
+
+def has_tma(device: DeviceInfo) -> bool:
+    """Whether ``device`` can make TMA bulk copies (compute capability 9.0 or newer)."""
+    return tuple(device.compute_capability) >= TMA_MIN_CAPABILITY
+
+
+def tma_launch_shape(device: DeviceInfo, elements: int) -> tuple[int, int]:
+    """Grid and block of gpubw_copy_tma: TMA_BLOCKS_PER_SM blocks per SM, fewer when the
+    copy has fewer chunks (each block copies whole chunks of TMA_CHUNK bytes)."""
+    chunks = max(1, -(-elements * ELEMENT_BYTES // TMA_CHUNK))
+    return min(device.sm_count * TMA_BLOCKS_PER_SM, chunks), TMA_BLOCK
+
+
+class TmaCopy(KernelCopy):
+    """Copies made by the executing device's TMA: bulk asynchronous copies global -> shared ->
+    global (gpubw_copy_tma, sm_90+), several chunks in flight per block. Moves (and counts)
+    the whole 16-byte elements of the buffer: the SM truncation rule is the striding kernel's,
+    not TMA's."""
+
+    name = "TMA"
+    kernel = "gpubw_copy_tma"
+
+    def launch_shape(self, device: DeviceInfo, elements: int) -> tuple[int, int]:
+        return tma_launch_shape(device, elements)
+
+    def copied_elements(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return nbytes // ELEMENT_BYTES
+
+    def counted_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return (nbytes // ELEMENT_BYTES) * ELEMENT_BYTES
+
+    def checked_bytes(self, nbytes: int, exec_device: DeviceInfo) -> int:
+        return (nbytes // ELEMENT_BYTES) * ELEMENT_BYTES
+
+
+#: What gpubw_write stores (every 32-bit word), and what its check expects.
+WRITE_VALUE = 0x5A5AA5A5
+
+
+class LocalRead(KernelCopy):
+    """A read-only kernel over the pair's source (gpubw_read): counted bytes are the bytes
+    read (SM-truncated, as the SM copies). The source is filled with the source pattern and
+    checked after the reads (nothing may have changed it); the destination is not touched."""
+
+    name = "SM read"
+    kernel = "gpubw_read"
+
+    def enqueue(self, job: CopyJob, *, loops: int) -> None:
+        elements = self.copied_elements(job.nbytes, job.exec_device)
+        if elements == 0:
+            return
+        grid, block = self.launch_shape(job.exec_device, elements)
+        args = (ptr(job.src.ptr), u64(elements), u32(loops), ptr(0))
+        job.system.backend.launch(self.kernel, grid, block, args, job.stream)
+
+    def prepare(self, job: CopyJob) -> None:
+        job.src.fill(SRC_SEED, job.checked, stream=job.stream, exec_device=job.exec_device.ordinal)
+
+    def enqueue_checks(self, job: CopyJob, *, first_slot: int) -> list[tuple[int, Buffer]]:
+        stream, device = job.stream, job.exec_device.ordinal
+        job.src.enqueue_verify(
+            SRC_SEED, job.checked, stream=stream, exec_device=device, slot=first_slot
+        )
+        return [(first_slot, job.src)]
+
+
+class LocalWrite(KernelCopy):
+    """A write-only kernel over the pair's destination (gpubw_write, every word
+    WRITE_VALUE): counted bytes are the bytes written (SM-truncated, as the SM copies). The
+    destination is filled with the destination pattern first and checked for WRITE_VALUE
+    after the writes; the source is not touched."""
+
+    name = "SM write"
+    kernel = "gpubw_write"
+
+    def enqueue(self, job: CopyJob, *, loops: int) -> None:
+        elements = self.copied_elements(job.nbytes, job.exec_device)
+        if elements == 0:
+            return
+        grid, block = self.launch_shape(job.exec_device, elements)
+        args = (ptr(job.dst.ptr), u64(elements), u32(WRITE_VALUE), u32(loops))
+        job.system.backend.launch(self.kernel, grid, block, args, job.stream)
+
+    def prepare(self, job: CopyJob) -> None:
+        job.dst.fill(DST_SEED, job.checked, stream=job.stream, exec_device=job.exec_device.ordinal)
+
+    def enqueue_checks(self, job: CopyJob, *, first_slot: int) -> list[tuple[int, Buffer]]:
+        words = job.checked // 4
+        if words:
+            job.dst.enqueue_check(
+                "gpubw_verify_value",
+                *copy_launch_shape(job.exec_device, max(1, words // 4)),
+                (ptr(job.dst.ptr), u64(words), u32(WRITE_VALUE)),
+                stream=job.stream,
+                exec_device=job.exec_device.ordinal,
+                slot=first_slot,
+            )
+        return [(first_slot, job.dst)]
+
+
 CE = CopyEngine()
 SM = KernelCopy()
 SPLIT_WARP = SplitWarpCopy()
+TMA = TmaCopy()
+SM_READ = LocalRead()
+SM_WRITE = LocalWrite()

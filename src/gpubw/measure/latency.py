@@ -78,8 +78,17 @@ class LatencyMeasurement:
     steps: int
 
 
-def pointer_chase(system: System, exec_device: int, ring: Buffer) -> LatencyMeasurement:
-    """Walk ``ring`` (from its node 0) with kernels on ``exec_device``; nvbandwidth's recipe."""
+#: The pointer-chase kernels: each dereference a load (SM), or a TMA bulk copy into shared
+#: memory (TMA; the ring's nodes visited are 128-byte aligned, as bulk copies need).
+CHASE_KERNELS = {"SM": "gpubw_pointer_chase", "TMA": "gpubw_pointer_chase_tma"}
+
+
+def pointer_chase(
+    system: System, exec_device: int, ring: Buffer, how: str = "SM"
+) -> LatencyMeasurement:
+    """Walk ``ring`` (from its node 0) with kernels on ``exec_device``; nvbandwidth's recipe.
+    ``how`` picks the dereference: "SM" (a load) or "TMA" (a bulk copy), :data:`CHASE_KERNELS`."""
+    kernel = CHASE_KERNELS[how]
     backend = system.backend
     sms = system.devices[0].sm_count
     steps = ACCESSES // sms
@@ -96,7 +105,7 @@ def pointer_chase(system: System, exec_device: int, ring: Buffer) -> LatencyMeas
         for target in range(sms):
             backend.record_event(start, stream)
             backend.launch(
-                "gpubw_pointer_chase",
+                kernel,
                 sms,
                 1,
                 (ptr(ring.ptr), u64(steps), u32(target), ptr(sink.ptr)),

@@ -89,6 +89,14 @@ class System:
     def device_count(self) -> int:
         return len(self.devices)
 
+    def confidential_compute(self) -> bool | None:
+        """Whether host <-> device copies go through Confidential Computing's encrypted
+        bounce buffers (:meth:`gpubw.backend.base.Backend.confidential_compute`; asked
+        once); None: unknown."""
+        if not hasattr(self, "_confidential_compute"):
+            self._confidential_compute = self.backend.confidential_compute()
+        return self._confidential_compute
+
     def can_access_peer(self, device: int, peer: int) -> bool:
         """One-directional probe, cached (``device`` can read/write ``peer``'s memory)."""
         return self.pool.peers.can_access(device, peer)

@@ -149,10 +149,15 @@ def _ignored(path: str, why: str) -> None:
     warn_once(path, f"ignoring the cache file {path}: {why}; it is made again")
 
 
-def refuse_input_as_output(output: str | None, inputs: dict[str, str | None]) -> None:
-    """UsageError when ``-o output`` is one of the files a run reads (``inputs``: the flag,
-    e.g. ``--simulate``, and its value; a value that names no existing file is skipped): the
-    report would replace what it was made from."""
+def refuse_input_as_output(
+    output: str | None,
+    inputs: dict[str, str | None],
+    label: str = "-o/--output",
+    what: str = "the report",
+) -> None:
+    """UsageError when ``-o output`` is one of the files a command reads (``inputs``: the
+    flag, e.g. ``--simulate``, and its value; a value that names no existing file is
+    skipped): ``what`` it writes would replace what it was made from."""
     if output is None or output == "-":
         return
     for flag, value in inputs.items():
@@ -164,6 +169,6 @@ def refuse_input_as_output(output: str | None, inputs: dict[str, str | None]) ->
             same = False
         if same:
             raise UsageError(
-                f"-o/--output {output!r} is the file {flag} reads ({value!r}); the report "
+                f"{label} {output!r} is the file {flag} reads ({value!r}); {what} "
                 "would replace it: give another file"
             )

@@ -35,6 +35,7 @@ from typing import Any
 
 from gpubw.model.errors import UsageError
 from gpubw.model.infile import read_input
+from gpubw.model.nvbandwidth_check import check_document
 from gpubw.model.results import (
     BANDWIDTH,
     COUNTED_NONE,
@@ -194,6 +195,7 @@ def parse(doc: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("nvbandwidth"), Mapping):
         raise UsageError('not nvbandwidth JSON: no top-level "nvbandwidth" object')
     nv = doc["nvbandwidth"]
+    check_document(nv)  # a member of a wrong type: one line, never a traceback
     devices, host = [], ""
     for i, text in enumerate(nv.get("GPU Device list", []) or []):
         d, h = _device(str(text), i)

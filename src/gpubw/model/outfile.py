@@ -157,13 +157,16 @@ class OutputTarget:
         if self.descriptor is not None:
             self._check_descriptor(self.descriptor)
             return self
+        _refuse_kernel_file(self.absolute, label, path)
         if self.is_direct:
             if not os.access(self.absolute, os.W_OK):
                 raise UsageError(f"{label} {path!r} cannot be written: permission denied")
+            _check_direct(self.absolute, label, path)
             return self
         target = self.resolved()
         if os.path.isdir(target):
             raise UsageError(f"{label} {path!r} is a directory; give a file name")
+        check_protected_regular(target, label, path)
         folder = os.path.dirname(target)
         self._check_folder(folder)
         if not os.access(folder, os.W_OK | os.X_OK):
@@ -257,6 +260,73 @@ class OutputTarget:
             yield f
 
 
+#: the kernel's own files: never a place for a report (a new file there fails after the run)
+_KERNEL_ROOTS = ("/proc/", "/sys/")
+
+
+def _refuse_kernel_file(path: str, label: str, shown: str) -> None:
+    """UsageError for a path that resolves into ``/proc`` or ``/sys`` and is no device or
+    FIFO there (``/proc/<pid>/fd/N`` of another process's pipe or terminal still is one)."""
+    real = os.path.realpath(path)
+    if not any(real.startswith(root) or real == root[:-1] for root in _KERNEL_ROOTS):
+        return
+    with contextlib.suppress(OSError):
+        mode = os.stat(path).st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+            return
+    raise UsageError(
+        f"{label} {shown!r} is in /{real.split('/')[1]}, the kernel's own files; give a "
+        "file in a folder, a device, a FIFO or - for stdout"
+    )
+
+
+def _check_direct(path: str, label: str, shown: str) -> None:
+    """UsageError for a direct target that could never be written: a socket (open() fails
+    on one), a character device that cannot be opened now (``/dev/tty`` without a
+    terminal: ENXIO). A FIFO is not opened: its reader may come later."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # a new name under /dev: the write says why
+    if stat.S_ISSOCK(mode):
+        raise UsageError(
+            f"{label} {shown!r} is a socket, which a file cannot be written to; give a file, "
+            "a device, a FIFO or - for stdout"
+        )
+    if not stat.S_ISCHR(mode):
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        if path == "/dev/tty" and exc.errno == errno.ENXIO:
+            why = "this process has no terminal"
+        raise UsageError(f"{label} {shown!r} cannot be opened for writing: {why}") from None
+    os.close(fd)
+
+
+def check_protected_regular(target: str, label: str = "-o/--output", shown: str = "") -> None:
+    """Refuse to replace an existing regular file that the kernel's ``fs.protected_regular``
+    would not let this user open for writing: one in a world-writable sticky folder
+    (``/tmp``) owned by neither the user nor the folder's owner. Replacing it would hand
+    another user's file back to them with root's report in it (and its mode kept)."""
+    try:
+        st = os.lstat(target)
+        parent = os.stat(os.path.dirname(target) or ".")
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        return
+    shared = parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH
+    if shared and st.st_uid not in (os.geteuid(), parent.st_uid):
+        raise UsageError(
+            f"{label} {shown or target!r}: {target!r} is a file of uid {st.st_uid} in the "
+            f"world-writable sticky folder {os.path.dirname(target)!r}; gpubw replaces such "
+            "a file only where the kernel would write it (fs.protected_regular): its owner "
+            "must be you or the folder's owner"
+        )
+
+
 #: the most links followed in a row (the kernel's limit, ELOOP past it)
 _MAX_LINKS = 40
 
@@ -305,6 +375,7 @@ def atomic_file(target: str, *, binary: bool = False, mode: int | None = None) -
     if old is not None and not stat.S_ISREG(old.st_mode):
         raise UsageError(f"{target!r} is not a regular file; gpubw replaces only regular files")
     fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=folder)
+    _temporary.add(tmp)
     try:
         kwargs: dict[str, Any] = {} if binary else _TEXT
         with os.fdopen(fd, "wb" if binary else "w", **kwargs) as f:
@@ -320,6 +391,23 @@ def atomic_file(target: str, *, binary: bool = False, mode: int | None = None) -
         if tmp:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        _temporary.discard(tmp)
+
+
+#: the temporary files of the atomic writes under way (:func:`discard_temporary_files`)
+_temporary: set[str] = set()
+
+
+def discard_temporary_files() -> bool:
+    """Remove the temporary files of the atomic writes under way (a process about to end
+    with ``os._exit`` mid-write, where no ``finally`` runs); returns whether there were
+    any: then a write was cut short and its file keeps its old content (or is absent)."""
+    found = bool(_temporary)
+    for tmp in list(_temporary):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        _temporary.discard(tmp)
+    return found
 
 
 def _parent_only(pid: int) -> None:

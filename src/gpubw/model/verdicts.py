@@ -75,14 +75,31 @@ class Endpoint:
         )
 
 
-def _gpu(devices: Sequence[Mapping[str, Any]], label: str) -> Endpoint:
+class _Gpus:
+    """The endpoints of a report's GPUs by row or column label, each looked up once (a
+    matrix of n GPUs has n^2 cells: a scan of the devices per cell cost n^3)."""
+
+    def __init__(self, devices: Sequence[Mapping[str, Any]]) -> None:
+        self.devices = devices
+        self.by_ordinal: dict[Any, Mapping[str, Any]] = {}
+        for d in reversed(devices):  # the first record of an ordinal wins, as a scan would
+            self.by_ordinal[d.get("ordinal")] = d
+        self.known: dict[str, Endpoint] = {}
+
+    def __call__(self, label: str) -> Endpoint:
+        found = self.known.get(label)
+        if found is None:
+            found = self.known[label] = _gpu(self, label)
+        return found
+
+
+def _gpu(gpus: _Gpus, label: str) -> Endpoint:
     try:
         i = int(label)
     except ValueError:
         return Endpoint("unknown")
-    rec: Mapping[str, Any] = next(
-        (d for d in devices if d.get("ordinal") == i), devices[i] if i < len(devices) else {}
-    )
+    devices = gpus.devices
+    rec: Mapping[str, Any] = gpus.by_ordinal.get(i) or (devices[i] if 0 <= i < len(devices) else {})
     nv = rec.get("nvml") if isinstance(rec.get("nvml"), Mapping) else {}
     serial = rec.get("serial") or (nv or {}).get("serial") or ""
     return Endpoint(
@@ -106,14 +123,12 @@ class CellPlace:
     bidirectional: bool
 
 
-def _link_and_ends(
-    m: Matrix, r: int, c: int, devices: Sequence[Mapping[str, Any]]
-) -> tuple[str, Endpoint, Endpoint]:
+def _link_and_ends(m: Matrix, r: int, c: int, gpus: _Gpus) -> tuple[str, Endpoint, Endpoint]:
     """A cell's link type and its two ends as the row -> column arrow names them."""
     axes, n_rows = m.axes, len(m.row_labels)
     if axes.columns not in GPU_AXES:
         return CELL, Endpoint("unknown"), Endpoint("unknown")
-    col = _gpu(devices, m.column_labels[c])
+    col = gpus(m.column_labels[c])
     if n_rows == 1 and axes.rows == AXIS_HOST:
         return HOST, Endpoint("host"), col
     if n_rows == 1 and axes.rows in (AXIS_NONE, AXIS_PEERS):
@@ -122,7 +137,7 @@ def _link_and_ends(
         return DEVICE, col, (col if axes.rows == AXIS_NONE else Endpoint("peers"))
     if n_rows > 1 and n_rows == len(m.column_labels) and axes.rows in GPU_AXES:
         link = LOCAL if m.row_labels[r] == m.column_labels[c] else PEER
-        return link, _gpu(devices, m.row_labels[r]), col
+        return link, gpus(m.row_labels[r]), col
     return CELL, Endpoint("unknown"), Endpoint("unknown")
 
 
@@ -134,12 +149,13 @@ def cell_places(
     """Every applicable cell of ``m`` with its link type and its two ends, read from the
     matrix's :class:`~gpubw.model.results.Axes` (a rank is read as its GPU)."""
     direction = m.axes.direction
+    gpus = _Gpus(devices)
     out = []
     for r, values in enumerate(m.values):
         for c, v in enumerate(values):
             if v is None:
                 continue
-            link, a, b = _link_and_ends(m, r, c, devices)
+            link, a, b = _link_and_ends(m, r, c, gpus)
             if direction == COLUMN_TO_ROW:
                 a, b = b, a
             group = link

@@ -337,20 +337,21 @@ def _run_all(run: _Steps) -> None:
     """Every step in order, appending to the state's results; stops once a signal arrived
     (or once the world of ranks broke, or after an Error with ``stop_on_error``: the ranks
     agree on every status, so they all stop at the same step). With ``--soak`` the whole
-    selection repeats until its time (on the backend's clock: the simulated one's is
-    modelled time) is up; the last repetition begun runs to its end, so every repetition has
-    every cell."""
+    selection repeats until its time is up on the backend's clock (the simulated one's is
+    modelled time) or on the wall clock, whichever comes first (a simulated soak is never
+    longer than asked, nor its report bigger than the wall time allows); the last repetition
+    begun runs to its end, so every repetition has every cell."""
     sizes = run.system.options.buffer_sizes
     per_repetition = sum(len(_steps(item, sizes)) for item in run.spec.selection)
     soak = run.system.options.soak_s
     clock = run.system.backend.clock
-    began = clock()
+    began, wall = clock(), time.monotonic()
     repetition = 0
     while _run_selection(run, per_repetition, repetition if soak is not None else None):
         repetition += 1
         if soak is None:
             return
-        over = clock() - began >= soak
+        over = clock() - began >= soak or time.monotonic() - wall >= soak
         if run.system.world.size > 1:  # the ranks' clocks differ: rank 0's decides for all
             over = bool(run.system.world.allgather(over)[0])
         if over:

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 from gpubw.model.console import to_stderr
 from gpubw.model.errors import InterruptedRun
 from gpubw.model.options import exit_status
+from gpubw.model.outfile import discard_temporary_files
 
 #: the signals a guard handles
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -66,8 +67,12 @@ class SignalGuard:
         self.count = 0
         #: the Report as it stands now (set by the runner; the complete one once it is built)
         self.snapshot: Callable[[], Any] | None = None
-        #: writes a Report from the watchdog thread; None: no watchdog (the Python API)
+        #: writes a Report from the watchdog thread; None: no report to write
         self.emergency_write: Callable[[Any], None] | None = None
+        #: the process is the command: after a second signal the watchdog ends it even
+        #: before there is a report to write (a plugin's import that swallows the signal);
+        #: False (the Python API): a watchdog only once the run has set emergency_write
+        self.owns_process = False
         self._armed = False
         self._old: dict[int, Any] = {}
         self._previous: SignalGuard | None = None
@@ -132,13 +137,13 @@ class SignalGuard:
     def interruptible(self) -> Iterator[None]:
         """The block (plugin code) may be interrupted: a signal raises InterruptedRun in it;
         one that arrived just before the block raises at its start."""
-        self._armed = True
+        armed, self._armed = self._armed, True  # nested (a plugin imported mid-testcase)
         try:
             if self.signum is not None:
                 raise InterruptedRun(self.signum)
             yield
         finally:
-            self._armed = False
+            self._armed = armed
 
     def final(self, report: Any) -> None:
         """The run's report is complete (``report``): the watchdog writes this one if it must
@@ -156,7 +161,8 @@ class SignalGuard:
 
     # -- the watchdog ------------------------------------------------------------------
     def _start_watchdog(self) -> None:
-        if self._watchdog is not None or self.emergency_write is None or self._done.is_set():
+        writes = self.emergency_write is not None or self.owns_process
+        if self._watchdog is not None or not writes or self._done.is_set():
             return
         self._watchdog = threading.Thread(
             target=self._watch, name="gpubw-signal-watchdog", daemon=True
@@ -173,6 +179,7 @@ class SignalGuard:
             return
         code = exit_status(signal=self.signum)
         if got:
+            report = None
             with contextlib.suppress(BaseException):
                 report = self.snapshot() if self.snapshot is not None else None
                 if report is not None and self.report_final:
@@ -180,10 +187,23 @@ class SignalGuard:
                 if report is not None and self.emergency_write is not None:
                     self.emergency_write(report)
             with contextlib.suppress(BaseException):
+                written = report is not None and self.emergency_write is not None
                 to_stderr(
                     f"gpubw: the running testcase did not stop within {self.grace_s:g} s of "
                     "a second signal; the report was written without waiting for it"
+                    if written
+                    else f"gpubw: the running step (a plugin's import?) did not stop within "
+                    f"{self.grace_s:g} s of a second signal; no report was written (the run "
+                    "had not begun)"
                 )
+        else:  # the complete report's writer is stuck: its half-written file goes
+            discard_temporary_files()
+            with contextlib.suppress(BaseException):
+                to_stderr(
+                    f"gpubw: the report's writer did not finish within {2 * self.grace_s:g} s "
+                    "of a second signal; no report was written"
+                )
+        discard_temporary_files()
         os._exit(code)
 
 

@@ -80,10 +80,11 @@ def cache_path(kind: str = "testcase-list") -> str:
 
 
 def stat_of(path: str) -> tuple[int, int]:
-    """(modification time in ns, size) of ``path``; (-1, -1) when it cannot be read."""
+    """(modification time in ns, size) of ``path``; (-1, -1) when it cannot be read, or
+    cannot be a path (a NUL byte in a cache file's stored path: a miss, never a traceback)."""
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):
         return _MISSING
     return (st.st_mtime_ns, st.st_size)
 

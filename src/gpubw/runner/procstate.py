@@ -8,7 +8,8 @@ before plugin code, what the rest of the run relies on and puts it back after:
   (it returned, or raised, ``sys.exit()`` included) ends at once with ``os._exit(0)``:
   only the process that ran the plugin goes on, writes the report and cleans up;
 * **the current folder** (held by a descriptor, so a folder renamed meanwhile is still
-  found) and **the umask** (a relative path, a new file's mode);
+  found), **the umask** (a relative path, a new file's mode) and **the recursion limit**
+  (one lowered by plugin code would make writing the report a RecursionError);
 * **file descriptors 1 and 2** when plugin code closed or replaced them, and
   ``sys.stdout`` / ``sys.stderr``;
 * on the main thread, **signals**: the handlers of SIGINT and SIGTERM (the run's
@@ -76,6 +77,7 @@ class ProcessState:
             self.cwd = None
         self.umask = os.umask(0o077)
         os.umask(self.umask)
+        self.recursion_limit = sys.getrecursionlimit()
         self.fds = {fd: _dup(fd) for fd in (1, 2)}
         self.streams = (sys.stdout, sys.stderr)
         self.main = threading.current_thread() is threading.main_thread()
@@ -107,6 +109,9 @@ class ProcessState:
                 os.close(self.cwd)
             self.cwd = None
         os.umask(self.umask)
+        if sys.getrecursionlimit() != self.recursion_limit:
+            with contextlib.suppress(RecursionError, ValueError):
+                sys.setrecursionlimit(self.recursion_limit)
         sys.stdout, sys.stderr = self.streams
         for fd, saved in self.fds.items():
             if saved is None:

@@ -4,7 +4,7 @@ the ranks agree, and what rank 0 reports.
 The runner stays rank-blind; it calls the few hooks of :class:`Ranks` (a no-op for a world of
 one rank, so a single-process run is exactly what it always was):
 
-* **multinode testcases** (#35-#47) run on every rank, each rank driving its own device
+* **multinode testcases** (#44-#56) run on every rank, each rank driving its own device
   (:attr:`gpubw.memory.system.System.rank_device`); after each one the ranks agree on its status
   (:meth:`gpubw.world.World.agree`): an error on any rank makes it Error on every rank, with
   that rank's message, and the run goes on;
@@ -207,13 +207,15 @@ def _evolve(result: TestcaseResult, status: Status, message: str) -> TestcaseRes
 
 
 def finish(world: World, code: int) -> int:
-    """The run's last step on every rank: rank 0's exit code, broadcast (bounded), then the
-    world closed with it (collective; a broken MPI world is aborted with the code, by rank 0
-    first: another rank of a broken world waits up to the world's bound for rank 0 to write
-    its report and end the job). Returns the code this process exits with."""
+    """The run's last step on every rank: rank 0's exit code, broadcast (bounded; a rank
+    whose world broke, by a signal mid-step say, makes every rank's broken:
+    :meth:`gpubw.world.World.final_word`), then the world closed with it (collective; a
+    broken MPI world is aborted with the code, by rank 0 first: another rank of a broken
+    world waits up to the world's bound for rank 0 to write its report and end the job).
+    Returns the code this process exits with."""
     if world.size > 1:
         with contextlib.suppress(GpubwError):
-            code = int(world.bcast(code if world.rank == 0 else None, root=0))
+            code = world.final_word(code)  # any rank broken: every rank's world is
         if world.rank != 0 and world.broken is not None:
             # closing a broken world aborts the whole job: leave that to rank 0, once it has
             # written its report (its abort ends this process); bounded all the same

@@ -7,7 +7,7 @@ discovery here (:func:`discover_group`, :func:`load_group`, :func:`dedupe`,
 :func:`list_order`); this module keeps the discovery and the testcases.
 
 Order and indexes of testcases: gpubw's own testcases come first, in the order of
-:data:`gpubw.testcases.BUILTINS` (nvbandwidth's list first, so ``-t 34`` names the same
+:data:`gpubw.testcases.BUILTINS` (nvbandwidth v0.10's list first, so ``-t 34`` names the same
 testcase in both tools), then those of other distributions, sorted by (distribution name,
 key). A testcase's key is its entry-point name: an :class:`Entry` carries it with the class,
 and :meth:`Entry.create` gives it to the instance (classes are never changed). A plugin that
@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import re
 import signal
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -276,12 +277,21 @@ def _plugin_call(call: Callable[[], Any]) -> tuple[Any, str, BaseException | Non
     active already, which then takes it), the process state put back after it
     (:func:`gpubw.runner.procstate.kept`). Returns (its value, what it printed, what it
     raised); a signal's interrupt is raised, never returned."""
+    from gpubw.runner import interrupts
+
     ctrl_c = signal.getsignal(signal.SIGINT) is signal.default_int_handler
     capture = _capture.OutputCapture() if not _capture.active() else None
+    guard = interrupts.current()  # plugin code is interruptible as a testcase is (where
+    if threading.current_thread() is not threading.main_thread():  # the signal lands)
+        guard = None
     value: Any = None
     error: BaseException | None = None
     try:
-        with capture or contextlib.nullcontext(), kept():
+        with (
+            capture or contextlib.nullcontext(),
+            kept(),
+            guard.interruptible() if guard is not None else contextlib.nullcontext(),
+        ):
             value = call()
     except BaseException as exc:
         if _is_interrupt(exc, ctrl_c):
@@ -311,7 +321,10 @@ def load_group(group: str, found: Sequence[Found]) -> None:
             f = wanted[(ep.name, ep.value)]
             if f.plugin == BUILTIN_DIST:
                 return one(ep, *args, **kwargs)
-            value, f.output, error = _plugin_call(lambda: one(ep, *args, **kwargs))
+            try:
+                value, f.output, error = _plugin_call(lambda: one(ep, *args, **kwargs))
+            except InterruptedRun as exc:  # recorded by the guard: the run stops at its
+                error = exc  # next step, with the report; this plugin is not loaded
             if error is not None:
                 raise _PluginFailed(error)
             return value

@@ -30,10 +30,14 @@ from typing import ClassVar
 
 from gpubw.backend.base import MULTICAST_OFF, multicast_disabled
 from gpubw.kernels.modules import GPUBW, KernelModule
+from gpubw.measure.initiators import TMA_MIN_CAPABILITY, has_tma
 from gpubw.memory.system import System
 from gpubw.model.results import Matrix
 
-__all__ = ["MULTICAST_OFF", "Testcase", "multicast_disabled"]
+__all__ = ["BOUNCE_BUFFERS", "MULTICAST_OFF", "Testcase", "multicast_disabled"]
+
+#: why a testcase is waived under Confidential Computing (nvbandwidth v0.10's words)
+BOUNCE_BUFFERS = "bounce-buffer confidential computing enabled"
 
 
 class Testcase:
@@ -113,11 +117,47 @@ class Testcase:
             )
         return True
 
+    def no_bounce_buffers(self) -> bool:
+        """The filter of the host <-> device testcases whose figures mean nothing where
+        Confidential Computing sends CPU <-> GPU traffic through encrypted bounce buffers
+        (nvbandwidth v0.10's CC filter; docs/compatibility.md lists them): waived there,
+        run where CC is off or unknown."""
+        if self.system.confidential_compute():
+            return self.waive(BOUNCE_BUFFERS)
+        return True
+
+    def needs_tma(self) -> bool:
+        """The filter of the TMA testcases: waived where a measured device has no TMA (compute
+        capability below 9.0), naming them. Here, not in a testcase module, so that ``-t KEY``
+        imports only KEY's module."""
+        lacking = [d for d in self.system.devices if self.selected(d.ordinal) and not has_tma(d)]
+        if not lacking:
+            return True
+        major, minor = TMA_MIN_CAPABILITY
+        found = ", ".join(
+            f"{d.ordinal} ({d.compute_capability[0]}.{d.compute_capability[1]})" for d in lacking
+        )
+        return self.waive(
+            f"needs TMA (compute capability {major}.{minor} or newer); device(s) {found} have none"
+        )
+
     def needs_peers(self) -> bool:
         """The common filter of peer testcases (nvbandwidth's): at least one ordered pair of
         distinct devices with peer access."""
         n = self.system.device_count
-        if self.system.peer_pairs():
+        pairs = self.system.peer_pairs()
+        chosen = self.system.selection
+        if (
+            pairs
+            and chosen is not None
+            and not any(self.system.selected(a) and self.system.selected(b) for a, b in pairs)
+        ):  # --devices/--pair left no pair to measure: every cell would be null
+            gpus = ", ".join(str(d) for d in sorted(chosen))
+            return self.waive(
+                f"needs 2 selected devices with peer access; the selection has {len(chosen)} "
+                f"(GPU {gpus})"
+            )
+        if pairs:
             return True
         if n < 2:
             return self.waive(f"needs 2 devices with peer access; found {n} device")

@@ -43,6 +43,8 @@ class HostToDeviceBidirectionalCE(Testcase):
     the size) runs on the same device at the same time.
     Only the host to device bandwidth is reported."""
 
+    filter = Testcase.no_bounce_buffers
+
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
             Plan(self, size, loops, CE, BIDIR_CE),
@@ -57,6 +59,8 @@ class DeviceToHostBidirectionalCE(Testcase):
     """Device to host copy by the copy engine, measured while a host to device copy (twice
     the size) runs on the same device at the same time.
     Only the device to host bandwidth is reported."""
+
+    filter = Testcase.no_bounce_buffers
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(

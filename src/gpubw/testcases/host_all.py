@@ -46,6 +46,8 @@ class AllToHostBidirectionalCE(Testcase):
     device and every other device copies both ways (all twice the size) at the same time.
     Only the measured device to host bandwidth is reported."""
 
+    filter = Testcase.no_bounce_buffers
+
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
             Plan(self, size, loops, CE, BIDIR_CE),
@@ -76,6 +78,8 @@ class HostToAllBidirectionalCE(Testcase):
     """Host to device copy by the copy engine, measured while the same device copies device to
     host and every other device copies both ways (all twice the size) at the same time.
     Only the measured host to device bandwidth is reported."""
+
+    filter = Testcase.no_bounce_buffers
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(

@@ -1,4 +1,6 @@
-"""Memory latency by pointer chasing (nvbandwidth #32, #33); see :mod:`gpubw.measure.latency`.
+"""Memory latency by pointer chasing (nvbandwidth #32, #33, and v0.10's TMA one #42); see
+:mod:`gpubw.measure.latency`. Each testcase's matrix title is its ``TITLE`` (#42's is not
+public: gpubw's guess, docs/compatibility.md).
 
 Both ignore the buffer size (the ring is always 2 MiB), the sample count, the statistic and the
 loop count; the runner runs them once (``fixed_size``).
@@ -25,10 +27,15 @@ from gpubw.testcases.shapes import PeerTestcase, labels
 
 
 def latency_matrix(
-    testcase: Testcase, header: str, grid: list[list[LatencyMeasurement | None]], axes: Axes
+    testcase: Testcase,
+    header: str,
+    grid: list[list[LatencyMeasurement | None]],
+    axes: Axes,
+    how: str = "SM",
 ) -> Matrix:
     """A latency matrix (seconds per access); samples are the per-launch latencies."""
     found = next((m for row in grid for m in row if m is not None), None)
+    access = "16-byte TMA bulk copy" if how == "TMA" else "8-byte load"
     notes: tuple[tuple[str, object], ...] = (
         ("ring_bytes", RING_BYTES),
         ("stride_bytes", STRIDE_NODES * NODE_BYTES),
@@ -44,12 +51,12 @@ def latency_matrix(
         values=[[None if m is None else m.seconds for m in row] for row in grid],
         samples=[[None if m is None else m.launch_samples for m in row] for row in grid],
         bytes_counted=(
-            "not a bandwidth: seconds per dependent 8-byte load, the sum of the kernel "
+            f"not a bandwidth: seconds per dependent {access}, the sum of the kernel "
             f"launches' times divided by {ACCESSES:,} accesses (nvbandwidth's divisor), "
             "launch overhead included"
         ),
         statistic=f"sum of launch times / {ACCESSES} accesses",
-        initiator="SM pointer chase",
+        initiator=f"{how} pointer chase",
         bandwidth_kind="latency",
         bytes_per_copy=None,
         notes=notes,
@@ -62,7 +69,9 @@ class HostDeviceLatencySM(Testcase):
     device chases pointers through a 2 MB ring in host memory (--bufferSize is ignored).
     Reports the time per access of each device."""
 
+    TITLE = "memory latency SM CPU(row) <-> GPU(column) (ns)"
     fixed_size = True
+    filter = Testcase.no_bounce_buffers  # events are unreliable under bounce buffers
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         row: list[LatencyMeasurement | None] = []
@@ -74,8 +83,7 @@ class HostDeviceLatencySM(Testcase):
                 assert isinstance(ring, HostBuffer)
                 write_host_ring(ring)
                 row.append(pointer_chase(self.system, g, ring))
-        header = "memory latency SM CPU(row) <-> GPU(column) (ns)"
-        return [latency_matrix(self, header, [row], Axes(AXIS_HOST, AXIS_GPU, BOTH_WAYS))]
+        return [latency_matrix(self, self.TITLE, [row], Axes(AXIS_HOST, AXIS_GPU, BOTH_WAYS))]
 
 
 class DeviceToDeviceLatencySM(PeerTestcase):
@@ -83,6 +91,9 @@ class DeviceToDeviceLatencySM(PeerTestcase):
     chases pointers through a 2 MB ring on the peer (--bufferSize is ignored).
     Reports the time per access of every accessible pair."""
 
+    TITLE = "Device to Device Latency SM GPU(row) <-> GPU(column) (ns)"
+    #: how each dereference is made (:data:`gpubw.measure.latency.CHASE_KERNELS`)
+    HOW = "SM"
     fixed_size = True
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
@@ -101,6 +112,18 @@ class DeviceToDeviceLatencySM(PeerTestcase):
                     with DeviceBuffer.allocate(self.system, r, RING_BYTES) as reader:
                         assert isinstance(reader, DeviceBuffer)
                         if reader.enable_peer_access(ring):
-                            grid[r][c] = pointer_chase(self.system, r, ring)
-        header = "Device to Device Latency SM GPU(row) <-> GPU(column) (ns)"
-        return [latency_matrix(self, header, grid, Axes(AXIS_GPU, AXIS_GPU, BOTH_WAYS))]
+                            grid[r][c] = pointer_chase(self.system, r, ring, self.HOW)
+        axes = Axes(AXIS_GPU, AXIS_GPU, BOTH_WAYS)
+        return [latency_matrix(self, self.TITLE, grid, axes, self.HOW)]
+
+
+class DeviceToDeviceLatencyTMA(DeviceToDeviceLatencySM):
+    """Latency of a device's TMA (row) reading each accessible peer's memory (column): a kernel
+    chases pointers through a 2 MB ring on the peer by 16-byte TMA bulk copies (--bufferSize is
+    ignored). Reports the time per access of every accessible pair."""
+
+    TITLE = "Device to Device Latency TMA GPU(row) <-> GPU(column) (ns)"
+    HOW = "TMA"
+
+    def filter(self) -> bool:
+        return self.needs_tma() and self.needs_peers()

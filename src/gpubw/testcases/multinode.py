@@ -1,4 +1,4 @@
-"""nvbandwidth's 13 multinode testcases (#35-#47): ranks of an MPI run, one GPU each.
+"""nvbandwidth's 13 multinode testcases (#44-#56): ranks of an MPI run, one GPU each.
 
 N is the world size; "GPU g" is rank g's device; U(o) is device memory of rank o shared with
 every rank, L(o) memory only rank o sees, MC(o) a multicast object of every rank's device.

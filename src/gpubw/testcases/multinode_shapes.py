@@ -1,4 +1,4 @@
-"""The shapes of nvbandwidth's multinode testcases (#35-#47), written once.
+"""The shapes of nvbandwidth's multinode testcases (#44-#56), written once.
 
 N is the world size and "GPU g" is rank g's device. Every rank runs the same shape: buffers
 shared by a rank with all (U(o), MC(o)) are made and freed collectively, in the same order on

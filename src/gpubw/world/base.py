@@ -370,6 +370,15 @@ class World(abc.ABC):
             )
         return members
 
+    def final_word(self, exit_code: int) -> int:
+        """The ranks' last exchange before :meth:`close`: rank 0's exit code on every rank
+        (bounded; on failure this rank keeps its own). An implementation whose ranks can
+        break apart alone (MPI) also makes every rank's world broken when any rank's is, so
+        that rank 0 ends the job at once instead of waiting for a rank that will not come."""
+        with contextlib.suppress(WorldError):
+            exit_code = int(self.bcast(exit_code if self.rank == 0 else None, root=0))
+        return exit_code
+
     def abort(self, exit_code: int = 1) -> None:
         """End every rank now (after a broken world, once rank 0 has written its report)."""
         raise SystemExit(exit_code)

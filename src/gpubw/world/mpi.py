@@ -52,6 +52,34 @@ def _import_mpi() -> Any:
     return MPI
 
 
+def _import_mpi_for_pmix() -> Any:
+    """mpi4py's MPI for a launch that only says ``PMIX_RANK`` (a PMIx launcher): MPI started
+    only once its library is known to speak PMIx. MPICH built without PMIx (the ``mpich``
+    wheel's) would otherwise abort in MPI_Init with a many-line error stack."""
+    import sys
+
+    if "mpi4py.MPI" in sys.modules:  # started already (by the caller): nothing to check
+        return _import_mpi()
+    try:
+        import mpi4py
+    except ImportError:
+        return _import_mpi()  # its one-line error
+    mpi4py.rc.initialize = False
+    mpi4py.rc.finalize = True
+    mpi = _import_mpi()
+    version = library_version(mpi.Get_library_version())
+    if version.startswith("MPICH") and "pmix" not in version.lower():
+        first = " ".join(version.splitlines()[0].split())
+        raise WorldError(
+            "PMIX_RANK is set (a PMIx launcher, e.g. srun --mpi=pmix) but mpi4py's MPI "
+            f"library ({first}) was not built for PMIx; start the ranks with that MPI's "
+            "own mpiexec, or use an mpi4py built for the launcher's MPI"
+        )
+    if not mpi.Is_initialized():
+        mpi.Init_thread()
+    return mpi
+
+
 def _abort_run(exit_code: int) -> None:
     """MPI_Abort on MPI_COMM_WORLD, never on gpubw's duplicate of it. MPICH (ch4) ends a
     duplicate by messages to its ranks, which a hung rank never reads: it lives on until the
@@ -105,6 +133,8 @@ class MpiWorld(World):
         self._group_comm = group_comm
         #: the MPI library's version string (nvbandwidth prints it as "MPI version: ...")
         self.library = library
+        #: the ranks' last word (:meth:`final_word`), out of reach of any broken step
+        self._final_comm: Any = None
 
     @classmethod
     def create(
@@ -115,7 +145,7 @@ class MpiWorld(World):
         ``expected_size`` is the size the launcher announced in the environment; an MPI that
         sees another size (mpi4py built for another MPI than the launcher's, or ``srun``
         without a PMI plugin) is a clear error, not N independent single-rank runs."""
-        mpi = _import_mpi()
+        mpi = _import_mpi() if expected_size is not None else _import_mpi_for_pmix()
         world_comm = mpi.COMM_WORLD
         if expected_size is not None and world_comm.Get_size() != expected_size:
             raise WorldError(
@@ -126,6 +156,7 @@ class MpiWorld(World):
             )
         comm = world_comm.Dup()  # gpubw's messages never meet anyone else's
         group_comm = world_comm.Dup()  # nor do its groups' meet its world's
+        final_comm = world_comm.Dup()  # nor the last word what an interrupted step left
         rank = comm.Get_rank()
         local = comm.Split_type(mpi.COMM_TYPE_SHARED, key=rank)
         try:
@@ -145,6 +176,7 @@ class MpiWorld(World):
         rank_hosts = tuple(leaders.index(lead) for lead, _, _ in found)
         host_names = tuple(found[lead][1] for lead in leaders)
         world = cls(comm, rank_hosts, host_names, timeout_s, library, group_comm)
+        world._final_comm = final_comm
         world.host_pids = frozenset().union(*(pids for lead, _, pids in found if lead == leader))
         world._seq = probe._seq
         atexit.register(world._at_exit)
@@ -264,6 +296,52 @@ class MpiWorld(World):
 
     # -- ending -------------------------------------------------------------------------------
 
+    def final_word(self, exit_code: int) -> int:
+        """Rank 0's exit code on every rank, and every rank's world broken if any rank's is,
+        on a communicator of its own (so a world broken by a signal mid-step still has its
+        word): each rank tells rank 0 whether its world is broken, rank 0 answers the code
+        and whether any was (a rank not heard from within the bound counts as broken). A
+        rank broken alone no longer leaves rank 0 waiting the whole bound in its last
+        barrier, nor itself waiting for an abort that rank 0 had no reason to make."""
+        comm = self._final_comm
+        if comm is None:
+            return super().final_word(exit_code)
+        deadline = time.monotonic() + self.timeout_s
+        mine = self._broken is not None
+        try:
+            if self.rank == 0:
+                anyone = self._hear_all(comm, mine, deadline)
+                others = list(range(1, self.size))
+                self._send_all(others, (0, "final word", (exit_code, anyone)), 0, deadline, comm)
+            else:
+                self._send_all([0], (0, "final word", mine), 0, deadline, comm)
+                exit_code, anyone = self._receive(0, "final word", 0, deadline, comm)
+        except (CollectiveExpired, WorldError):
+            anyone = True
+        if anyone and self._broken is None:
+            self._broken = f"rank {self.rank}: another rank's world is broken at the end"
+        return int(exit_code)
+
+    def _hear_all(self, comm: Any, broken: bool, deadline: float) -> bool:
+        """Rank 0: whether any rank's world is broken (its own: ``broken``), from every
+        rank's last word; one not heard from by ``deadline`` counts as broken."""
+        pending = list(range(1, self.size))
+
+        def all_in() -> bool:
+            nonlocal broken
+            for r in list(pending):
+                msg = comm.improbe(source=r, tag=0)
+                if msg is not None:
+                    broken = bool(self._check(msg.recv(), r, "final word", 0)) or broken
+                    pending.remove(r)
+            return not pending
+
+        try:
+            _wait(all_in, deadline, lambda: "")
+        except CollectiveExpired:
+            return True
+        return broken
+
     def abort(self, exit_code: int = 1) -> None:
         """MPI_Abort: ends every rank of the run (the launcher exits with ``exit_code``)."""
         _abort_run(exit_code)
@@ -276,6 +354,9 @@ class MpiWorld(World):
         if self._group_comm is not None:
             self._group_comm.Free()
             self._group_comm = None
+        if self._final_comm is not None:
+            self._final_comm.Free()
+            self._final_comm = None
 
     def _at_exit(self) -> None:
         # Runs before mpi4py's MPI_Finalize: a process leaving with a broken world (an

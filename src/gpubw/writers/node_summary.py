@@ -1,10 +1,11 @@
 """Text of the node check that the text writer, ``gpubw info`` and ``gpubw check`` add:
-each device's health counters, and the pinned and pageable host copies side by side."""
+each device's health counters, the node's Confidential Computing state, and the pinned and
+pageable host copies side by side."""
 
 from __future__ import annotations
 
 from gpubw.hw.counters import counter_line
-from gpubw.hw.nvml import DeviceFacts
+from gpubw.hw.nvml import CC_BOUNCE_BUFFERS, DeviceFacts
 from gpubw.model.results import Report, Status
 
 #: (direction, pinned testcase, pageable testcase)
@@ -12,6 +13,15 @@ PINNED_AND_PAGEABLE = (
     ("host -> GPU", "host_to_device_memcpy_ce", "host_to_device_pageable_memcpy_ce"),
     ("GPU -> host", "device_to_host_memcpy_ce", "device_to_host_pageable_memcpy_ce"),
 )
+
+
+def confidential_compute_line(state: bool | None) -> str:
+    """The node's Confidential Computing state in words (NodeFacts.confidential_compute)."""
+    if state is None:
+        return "Confidential Computing: unknown (NVML cannot say)"
+    if state:
+        return f"Confidential Computing: on. {CC_BOUNCE_BUFFERS}"
+    return "Confidential Computing: off"
 
 
 def health_lines(f: DeviceFacts, indent: str = "  ") -> list[str]:

@@ -1,14 +1,20 @@
 """nvbandwidth's own output, exactly: ``--format nvbandwidth`` (plain text) and
 ``--format nvbandwidth-json`` (its ``-j`` document), for the tools that parse nvbandwidth.
 
-The shape is NVIDIA nvbandwidth v0.8's, line for line and key for key
-(docs: /work/shared/reference/nvbandwidth-behaviour.md, §7): the version block, the small
+The shape is NVIDIA nvbandwidth's, line for line and key for key, of one release: v0.10 by
+default, v0.8 on request (the writer option ``--nvbandwidth-version``; what differs is
+:mod:`gpubw.model.nvbandwidth_versions`). v0.8's (reference: nvbandwidth-behaviour.md, §7):
+the version block, the small
 buffer NOTE where nvbandwidth records it, the CUDA and driver lines, the host and its devices
 (or, in a run of several ranks, the ``MPI version:`` line and one ``Process <r> (<host>):
 device <d>: ...`` line per rank), then per testcase ``Running <key>.``, its matrices (header,
 columns, rows, blank, ``SUM <key> <v>``, ``MIN``/``MAX``/``AVG`` with ``-v``, blank),
-``Waived: `` or ``ERROR: Testcase <id> not found!``, and the two NOTE lines at the end. None
-of gpubw's additions: no counting line, no banner, no ``Backend:`` line, no sweep tables.
+``Waived: `` or ``ERROR: Testcase <id> not found!``, and the two NOTE lines at the end. v0.10
+adds ``COEFFICIENT_OF_VARIATION <key> <cv>`` after each testcase's last SUM (none for latency),
+writes ``Waived <key>: <reason>``, and its CUDA lines as ``13.3 (13030)``. None of gpubw's
+additions: no counting line, no banner, no ``Backend:`` line, no sweep tables. Names (devices,
+keys, descriptions, messages) are written :func:`~gpubw.model.console.printable`: a line break
+or ESC in one cannot forge a line; the JSON keeps them as they are (JSON-escaped).
 
 The JSON is jsoncpp's: keys sorted, one TAB per level, ``" : "``, every array one element per
 line, doubles as ``%.17g``, cells as ``%g`` strings in GB/s (ns for latency) and ``"N/A"``,
@@ -33,25 +39,47 @@ import math
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from gpubw.hw.nvml import CC_BOUNCE_BUFFERS
+from gpubw.model.console import printable, printable_lines
+from gpubw.model.nvbandwidth_versions import (
+    DEFAULT,
+    MULTINODE_TESTCASES,
+    V08,
+    VERSION_OPTION,
+    VERSIONS,
+    NvbVersion,
+    not_found_text,
+    strtol_index,
+    testcase_cv,
+    unknown_item,
+    version_named,
+)
 from gpubw.model.options import DEFAULT_BUFFER_SIZE
 from gpubw.model.results import (
     COUNTED_READ_WRITE,
+    KIND_LATENCY,
     Matrix,
     Report,
     Status,
     TestcaseResult,
 )
-from gpubw.writers import Writer, device_pci_short, display_scale
+from gpubw.writers import Writer, WriterOption, device_pci_short, display_scale
 from gpubw.writers.text import NOTE_LINES, sample_lines, table_lines, world_lines
 
-#: the nvbandwidth release whose output these writers reproduce
-NVBANDWIDTH_VERSION = "v0.8"
-#: nvbandwidth's warning for a buffer below its 512 MiB default, word for word ("64MB" is
-#: stale in nvbandwidth; gpubw's own reports say 512 MiB)
-SMALL_BUFFER_WARNING = (
-    "NOTE: You have chosen a buffer size that is smaller than the default buffer size. "
-    "It is suggested to use the default buffer size (64MB) to achieve maximal peak bandwidth."
+#: the nvbandwidth release these writers reproduce unless told another
+NVBANDWIDTH_VERSION = DEFAULT.version
+#: the writers' option that picks the release
+RELEASE = WriterOption(
+    VERSION_OPTION,
+    "the nvbandwidth release whose output to write (v0.10's by default; "
+    "gpubw-nvbandwidth takes GPUBW_NVBANDWIDTH_VERSION)",
+    choices=tuple(VERSIONS),
+    default=None,
+    metavar="|".join(VERSIONS),
 )
+#: nvbandwidth v0.8's warning for a buffer below its 512 MiB default, word for word ("64MB"
+#: is stale in nvbandwidth; gpubw's own reports say 512 MiB)
+SMALL_BUFFER_WARNING = V08.small_buffer_note()
 #: the start of gpubw's own wording of that warning (replaced by nvbandwidth's)
 _GPUBW_SMALL_BUFFER = "NOTE: You have chosen a buffer size that is smaller than the default"
 #: statuses after which nvbandwidth's process would have ended
@@ -70,11 +98,12 @@ def git_version(report: Report) -> str:
     return git_version_text(report.tool_version, report.system_name if report.simulated else None)
 
 
-def warnings(report: Report) -> list[str]:
+def warnings(report: Report, release: NvbVersion = DEFAULT) -> list[str]:
     """The run's warnings as nvbandwidth records them: its own small-buffer wording (when a
     buffer is below 512 MiB, as nvbandwidth decides it) first, then the others."""
     sizes = report.run_options.buffer_sizes
-    small = [SMALL_BUFFER_WARNING] if any(s < DEFAULT_BUFFER_SIZE for s in sizes) else []
+    note = release.small_buffer_note()
+    small = [note] if any(s < DEFAULT_BUFFER_SIZE for s in sizes) else []
     return small + [w for w in report.warnings if not w.startswith(_GPUBW_SMALL_BUFFER)]
 
 
@@ -87,8 +116,29 @@ def kept_matrices(result: TestcaseResult) -> list[Matrix]:
 
 def not_found_message(result: TestcaseResult) -> str:
     """nvbandwidth's words for an unresolved ``-t`` item (they end with ``!``)."""
+    item = unknown_item(result.key)
+    if item is not None:
+        return not_found_text(item, strtol_index(item))
     message = result.message or f"Testcase {result.key} not found"
     return message if message.endswith("!") else message + "!"
+
+
+def not_found_name(result: TestcaseResult) -> str:
+    """The ``-t`` item an unresolved testcase was."""
+    item = unknown_item(result.key)
+    return result.key if item is None else item
+
+
+def listed(report: Report) -> list[TestcaseResult]:
+    """The testcases nvbandwidth's build would print: outside MPI (a single-node build) not
+    the multinode ones gpubw waived there (``--format nvbandwidth`` of gpubw's default suite)."""
+    if report.world is not None:
+        return list(report.testcases)
+    return [t for t in report.testcases if not _single_node_waiver(t)]
+
+
+def _single_node_waiver(t: TestcaseResult) -> bool:
+    return t.status is Status.WAIVED and t.key in MULTINODE_TESTCASES
 
 
 def failure_message(report: Report) -> str:
@@ -107,48 +157,74 @@ def failure_message(report: Report) -> str:
 # -- plain text ------------------------------------------------------------------------------
 
 
-def version_lines(git: str) -> list[str]:
+def version_lines(git: str, release: NvbVersion = DEFAULT) -> list[str]:
     """nvbandwidth's version block (and a blank line) with ``git`` as its git version."""
-    return [f"nvbandwidth Version: {NVBANDWIDTH_VERSION}", f"Built from Git version: {git}", ""]
+    return [f"nvbandwidth Version: {release.version}", f"Built from Git version: {git}", ""]
 
 
-def header_lines(report: Report) -> list[str]:
+def _cuda_lines(report: Report, release: NvbVersion) -> list[str]:
+    cuda = int(report.versions.get("cuda_driver") or 0)
+    text = release.cuda_text(cuda)
+    driver = report.versions.get("driver", "unknown")
+    return [f"CUDA Runtime Version: {text}", f"{release.driver_label}: {text}",
+            f"Driver Version: {driver}", ""]  # fmt: skip
+
+
+def header_lines(report: Report, release: NvbVersion = DEFAULT) -> list[str]:
     """Everything nvbandwidth prints before its first testcase."""
-    out = version_lines(git_version(report))
+    out = version_lines(git_version(report), release)
     world = report.world
     if world is not None and world.get("mpi_library"):
         out.append(f"MPI version: {' '.join(str(world['mpi_library']).split())}")
-    out += warnings(report)
+    out += warnings(report, release)
     if not report.devices:  # the run could not start: nvbandwidth stops here
-        return out
-    cuda = report.versions.get("cuda_driver", 0)
-    out += [f"CUDA Runtime Version: {cuda}", f"CUDA Driver Version: {cuda}"]
-    out += [f"Driver Version: {report.versions.get('driver', 'unknown')}", ""]
+        return printable_lines(out)
+    out += _cuda_lines(report, release) + _cc_lines(report, release)
     if world is not None:
-        return out + world_lines(world)
+        return printable_lines(out + world_lines(world))
     out.append(report.host)
     for i, d in enumerate(report.devices):
         out.append(f"Device {d.get('ordinal', i)}: {d.get('name', 'unknown')} "
                    f"({device_pci_short(d)})")  # fmt: skip
-    return [*out, ""]
+    return printable_lines([*out, ""])
 
 
-def testcase_lines(t: TestcaseResult, verbose: bool = False, perf: bool = False) -> list[str]:
+def _cc_lines(report: Report, release: NvbVersion) -> list[str]:
+    """v0.10's line (then a blank one) when the node runs in Confidential Computing mode
+    (NVML said so, the report's ``nvml.confidential_compute``), before the host name."""
+    nvml = report.nvml or {}
+    if not release.cc_line or nvml.get("confidential_compute") is not True:
+        return []
+    return [CC_BOUNCE_BUFFERS, ""]
+
+
+def _cv_lines(matrices: Sequence[Matrix], release: NvbVersion) -> list[str]:
+    """v0.10's line after the last SUM of a bandwidth testcase (none for latency)."""
+    if not release.cv_lines or not matrices or matrices[-1].kind == KIND_LATENCY:
+        return []
+    return [f"COEFFICIENT_OF_VARIATION {matrices[-1].key} {testcase_cv(matrices):.2f}"]
+
+
+def testcase_lines(
+    t: TestcaseResult, verbose: bool = False, perf: bool = False, release: NvbVersion = DEFAULT
+) -> list[str]:
     """One testcase as nvbandwidth prints it (a failed one: only its ``Running`` line, the
-    last line nvbandwidth would print)."""
+    last line nvbandwidth would print); every name written printable."""
     if t.status is Status.WAIVED:
-        return ["Waived: "]
+        return [printable(release.waived_line(t.key, t.message))]
     if t.status is Status.NOT_FOUND:
-        return [f"ERROR: {not_found_message(t)}"]
+        return [printable(f"ERROR: {not_found_message(t)}")]
     out = [f"Running {t.key}."]
     if t.status in _FATAL:
-        return out
+        return printable_lines(out)
     matrices = kept_matrices(t)
     if verbose:
         out += [line for m in matrices for line in sample_lines(m)]
-    for m in matrices:
-        out += [*table_lines(m, verbose, perf), ""]
-    return out
+    for n, m in enumerate(matrices):
+        out += table_lines(m, verbose, perf)
+        out += _cv_lines(matrices, release) if n + 1 == len(matrices) else []
+        out.append("")
+    return printable_lines(out)
 
 
 def _emit(stream: TextIO, lines: Sequence[str]) -> None:
@@ -161,9 +237,12 @@ class NvbandwidthTextWriter(Writer):
     """nvbandwidth's plain text, exactly (no gpubw additions), testcase by testcase."""
 
     name = "nvbandwidth"
+    options = (RELEASE,)
 
     def __init__(self, *, verbose: bool = False, perf_formatter: bool = False) -> None:
         super().__init__(verbose=verbose, perf_formatter=perf_formatter)
+        #: the release's name (``--nvbandwidth-version``); None: the default
+        self.nvbandwidth_version: str | None = None
         self._header: Report | None = None
         self._written = 0
         self._stopped = False
@@ -178,21 +257,28 @@ class NvbandwidthTextWriter(Writer):
     def begin(self, header: Report, stream: TextIO) -> None:
         """The version block, the CUDA and driver lines and the devices."""
         self._header, self._written, self._stopped = header, 0, False
-        _emit(stream, header_lines(header))
+        _emit(stream, header_lines(header, self.release))
+
+    @property
+    def release(self) -> NvbVersion:
+        """The nvbandwidth release this writer writes."""
+        return version_named(self.nvbandwidth_version)
 
     def testcase(self, result: TestcaseResult, stream: TextIO) -> None:
         """One finished testcase; nothing after one that failed (nvbandwidth stops)."""
         self._written += 1
         if self._header is None or self._stopped:
             return
+        if self._header.world is None and _single_node_waiver(result):
+            return  # a single-node build has no multinode testcases
         self._stopped = result.status in _FATAL
-        _emit(stream, testcase_lines(result, self.verbose, self.perf_formatter))
+        _emit(stream, testcase_lines(result, self.verbose, self.perf_formatter, self.release))
 
     def end(self, report: Report, stream: TextIO) -> None:
         """Late warnings and the NOTE, unless the run stopped on a failure."""
         header, self._header = self._header, None
         if header is None:  # the run could not start: only what nvbandwidth printed by then
-            _emit(stream, header_lines(report))
+            _emit(stream, header_lines(report, self.release))
             return
         for result in report.testcases[self._written :]:
             self._header = header
@@ -201,7 +287,7 @@ class NvbandwidthTextWriter(Writer):
         if self._stopped or report.error or report.interrupted:
             return
         late = [w for w in report.warnings if w not in header.warnings]
-        _emit(stream, [*late, *NOTE_LINES, ""])
+        _emit(stream, [*printable_lines(late), *NOTE_LINES, ""])
 
 
 # -- JSON ------------------------------------------------------------------------------------
@@ -231,7 +317,8 @@ def matrix_stats(m: Matrix) -> dict[str, float]:
 def testcase_entry(t: TestcaseResult, verbose: bool = False) -> dict[str, Any]:
     """One element of nvbandwidth's ``testcases`` array."""
     status = {Status.PASSED: "Passed", Status.WAIVED: "Waived", Status.NOT_FOUND: "ERROR"}
-    entry: dict[str, Any] = {"name": t.key, "status": status.get(t.status, "Running")}
+    name = not_found_name(t) if t.status is Status.NOT_FOUND else t.key
+    entry: dict[str, Any] = {"name": name, "status": status.get(t.status, "Running")}
     matrices = kept_matrices(t) if t.status is Status.PASSED else []
     if not matrices:
         return entry
@@ -246,9 +333,12 @@ def testcase_entry(t: TestcaseResult, verbose: bool = False) -> dict[str, Any]:
     return entry
 
 
-def document(report: Report, verbose: bool = False) -> dict[str, Any]:
-    """nvbandwidth's ``-j`` document for a Report."""
-    nv: dict[str, Any] = {"version": NVBANDWIDTH_VERSION, "git_version": git_version(report)}
+def document(
+    report: Report, verbose: bool = False, release: NvbVersion = DEFAULT
+) -> dict[str, Any]:
+    """nvbandwidth's ``-j`` document for a Report (the same keys in v0.8 and v0.10: no v0.10
+    JSON is public; ``CUDA Runtime Version`` stays an int, as DCGM requires)."""
+    nv: dict[str, Any] = {"version": release.version, "git_version": git_version(report)}
     if report.devices:
         nv["CUDA Runtime Version"] = int(report.versions.get("cuda_driver") or 0)
         nv["Driver Version"] = str(report.versions.get("driver", "unknown"))
@@ -258,13 +348,13 @@ def document(report: Report, verbose: bool = False) -> dict[str, Any]:
             for i, d in enumerate(report.devices)
         ]
     entries = []
-    for t in report.testcases:
+    for t in listed(report):
         entries.append(testcase_entry(t, verbose))
         if t.status in _FATAL:
             break
     if entries:
         nv["testcases"] = entries
-    recorded = warnings(report)
+    recorded = warnings(report, release)
     if recorded:
         nv["warning"] = recorded[-1]  # nvbandwidth keeps only the last one
     error = failure_message(report)
@@ -329,6 +419,10 @@ class NvbandwidthJsonWriter(Writer):
     """nvbandwidth's ``-j`` document, exactly (jsoncpp's layout, nvbandwidth's keys)."""
 
     name = "nvbandwidth-json"
+    options = (RELEASE,)
+    #: the release's name (``--nvbandwidth-version``); None: the default
+    nvbandwidth_version: str | None = None
 
     def write(self, report: Report, stream: TextIO) -> None:
-        stream.write(jsoncpp_dumps(document(report, self.verbose)))
+        release = version_named(self.nvbandwidth_version)
+        stream.write(jsoncpp_dumps(document(report, self.verbose, release)))

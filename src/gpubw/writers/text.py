@@ -370,8 +370,15 @@ def verdict_summary(report: Report) -> list[str]:
     fails = [v for v in report.verdicts if v.severity == FAIL]
     warns = [v for v in report.verdicts if v.severity == WARN]
     out = ["Verdicts (judged against: " + "; ".join(a for a in against if a) + "):"]
-    if not fails and not warns:
-        out.append("  PASS: every judged cell is as fast as expected")
+    unjudged = exp.get("not_judged") or []
+    if unjudged:
+        out.append(f"  NOT JUDGED by {exp.get('name') or 'the expectations'} (no rule for them "
+                   f"at their size): {', '.join(unjudged)}")  # fmt: skip
+    if not report.testcases:
+        out.append("  NOTHING JUDGED: the report holds no testcase")
+    elif not fails and not warns:
+        more = f" ({len(unjudged)} testcase(s) not judged)" if unjudged else ""
+        out.append(f"  PASS: every judged cell is as fast as expected{more}")
     out += [f"  {format_verdict(v)}" for v in worst_first([*fails, *warns])]
     if fails:
         gpus = sorted({str(e) for v in fails for e in v.devices})

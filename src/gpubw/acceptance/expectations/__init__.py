@@ -143,19 +143,52 @@ def _schema_problem(e: jsonschema.ValidationError) -> str:
     return f"at {where}: {msg}"
 
 
-def expectations_from_dict(doc: Any, source: str = "<dict>") -> Expectations:
-    """Validate an expectations document and build :class:`Expectations`; UsageError naming
-    ``source``, the JSON pointer of each problem and what is allowed."""
+#: the longest problem line shown (a schema message quotes the whole wrong value)
+_MAX_PROBLEM = 300
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _MAX_PROBLEM else f"{text[: _MAX_PROBLEM - 30]}... (cut)"
+
+
+def _other_kind(doc: Any) -> str | None:
+    """What a document given as expectations is instead, when it is a report: ``a gpubw
+    report``, ``nvbandwidth's -j output``; else None."""
+    if not isinstance(doc, Mapping) or "format" in doc:
+        return None
+    if "testcases" in doc and "tool" in doc:
+        return "a gpubw report"
+    if "nvbandwidth" in doc:
+        return "nvbandwidth's -j output"
+    return None
+
+
+def _validate(doc: Any, source: str) -> None:
+    """UsageError unless ``doc`` is a valid expectations document: one short line for a
+    report given instead, else the first problems (each cut) and how many more."""
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        shown = "\n  ".join(_schema_problem(e) for e in errors[:5])
-        more = f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else ""
+    if not errors:
+        return
+    kind = _other_kind(doc)
+    if kind is not None:  # a report where the expectations go: say so, in one short line
         raise UsageError(
-            f"{source} is not a valid gpubw expectations file ({FORMAT}):\n  {shown}{more}"
+            f"{source} is {kind}, not an expectations file ({FORMAT}); make one from it "
+            f"with: gpubw expect-from {source} -o FILE"
         )
+    shown = "\n  ".join(_cut(_schema_problem(e)) for e in errors[:5])
+    more = f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else ""
+    raise UsageError(
+        f"{source} is not a valid gpubw expectations file ({FORMAT}):\n  {shown}{more}"
+    )
+
+
+def expectations_from_dict(doc: Any, source: str = "<dict>") -> Expectations:
+    """Validate an expectations document and build :class:`Expectations`; UsageError naming
+    ``source``, the JSON pointer of each problem and what is allowed."""
+    _validate(doc, source)
     default_tol = float(doc.get("tolerance", 0.0))
     rules = []
     for i, r in enumerate(doc["rules"]):

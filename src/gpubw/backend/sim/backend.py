@@ -257,6 +257,10 @@ class SimulatedBackend(SharingMixin, StreamsMixin, Backend):
         later = self._fact_readings > 1
         return sim_facts.node_facts(self.model, later=later, now=self._now)
 
+    def confidential_compute(self) -> bool | None:
+        """The system file's ``"nvml": {"confidential_compute": true}`` (absent: off)."""
+        return sim_facts.confidential_compute(self.model)
+
     def gpu_processes(self) -> dict[str, tuple[int, ...]] | None:
         specs = sim_facts.device_specs(self.model, now=self._now)
         return {

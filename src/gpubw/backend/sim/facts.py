@@ -8,6 +8,9 @@ peer links). A system file changes them (docs/simulate.md):
 * ``"nvml": {"device": {...}, "devices": {"3": {...}}}`` -- facts for every device, then for
   one device by index, in :func:`gpubw.hw.nvml.facts_from_dict`'s keys (``"pcie": "gen4 x8 of
   gen5 x16"``, ``"clocks": {"reasons": ["sw_power_cap"]}``, ``"nvlink": {...}``, ...);
+* ``"nvml": {"confidential_compute": true}`` -- the node runs in Confidential Computing mode
+  (host <-> device copies through encrypted bounce buffers: nvbandwidth v0.10's CC filter
+  waives some testcases); absent: off;
 * ``"other_processes": {"0": [1234]}`` -- compute processes of other programs on a GPU (at the
   start and the end of every testcase, as NVML would list them);
 * ``"huge_pages": {"page_bytes": 2097152, "free": 0}`` -- the host's free huge pages
@@ -167,8 +170,15 @@ def node_facts(model: Any, *, later: bool = False, now: float = 0.0) -> NodeFact
             "nvml_version": "13.580 (simulated)",
             "cuda_driver_version": model.cuda_driver,
             "devices": device_specs(model, later=later, now=now),
+            "confidential_compute": confidential_compute(model),
         }
     )
+
+
+def confidential_compute(model: Any) -> bool:
+    """The model's Confidential Computing state: its ``nvml``'s ``confidential_compute``
+    (not said: off, as on a node that never enabled it)."""
+    return (getattr(model, "nvml", None) or {}).get("confidential_compute") is True
 
 
 def _is_index(key: str, n: int) -> bool:
@@ -180,8 +190,15 @@ def _is_index(key: str, n: int) -> bool:
 def check_spec(nvml: Any, other_processes: Any, n: int, key: str = "nvml") -> None:
     """Validate a system file's ``nvml`` (or ``nvml_end``: ``key``) and ``other_processes``;
     ValueError naming the key."""
-    if not isinstance(nvml, Mapping) or set(nvml) - {"device", "devices"}:
-        raise ValueError(f"{key} must be an object with 'device' (every device) and/or 'devices'")
+    node_keys = {"confidential_compute"} if key == "nvml" else set()
+    if not isinstance(nvml, Mapping) or set(nvml) - {"device", "devices", *node_keys}:
+        also = ", and 'confidential_compute' (true/false)" if node_keys else ""
+        raise ValueError(
+            f"{key} must be an object with 'device' (every device) and/or 'devices'{also}"
+        )
+    cc = nvml.get("confidential_compute", False)
+    if not isinstance(cc, bool):
+        raise ValueError(f"{key}.confidential_compute must be true or false, got {cc!r}")
     per = nvml.get("devices", {})
     if not isinstance(per, Mapping) or not all(_is_index(k, n) for k in per):
         raise ValueError(f"{key}.devices must map device indexes '0'..'{n - 1}' to facts")

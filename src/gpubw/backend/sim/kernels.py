@@ -22,7 +22,7 @@ from gpubw.backend.sim.faults import FaultInjector, corrupt_word
 from gpubw.backend.sim.memory import ZERO, Alloc, Memory, Pattern
 from gpubw.backend.sim.model import SimSystem, path, single_rate
 from gpubw.kernels import ELEMENT_BYTES, KERNELS, PATTERN_WORDS
-from gpubw.model.errors import GpubwError, PluginError, UsageError
+from gpubw.model.errors import GpubwError, PluginError, SimulationError, UsageError
 
 
 @attrs.frozen
@@ -201,6 +201,110 @@ def copy_split_warp(c: Launch, dst: int, src: int, elements: int, loops: int) ->
     return _copy_kernel(c, dst, src, elements, loops, split=True)
 
 
+def copy_tma(c: Launch, dst: int, src: int, elements: int, loops: int) -> Op:
+    """gpubw_copy_tma: the bytes of gpubw_copy at the SM copies' rates (the model has no
+    separate TMA rates: docs/simulate.md); a device below compute capability 9.0 has no TMA,
+    and the real kernel traps there."""
+    needs_tma(c, "gpubw_copy_tma")
+    return _copy_kernel(c, dst, src, elements, loops, split=False, name="gpubw_copy_tma")
+
+
+def needs_tma(c: Launch, kernel: str) -> None:
+    """SimulationError where the launching device has no TMA (compute capability < 9.0)."""
+    cc = c.model.devices[c.stream.device].compute_capability
+    if tuple(cc) < (9, 0):
+        raise SimulationError(
+            f"{kernel} needs TMA (compute capability 9.0 or newer); device "
+            f"{c.stream.device} has {cc[0]}.{cc[1]}"
+        )
+
+
+def one_way_op(c: Launch, name: str, pointer: int, nbytes: int, reads: bool) -> Op:
+    """A kernel that only reads (``reads``) or only writes ``nbytes`` at ``pointer``: the
+    device's own memory serves one direction at twice its copy rate (a copy counts each byte
+    once but reads and writes it), as a plugin kernel's traffic (PluginLaunch.seconds)."""
+    device = c.stream.device
+    where = c.memory.loc(pointer)
+    op = Op("xfer", c.now, name)
+    op.overhead = c.model.overheads.kernel_launch
+    alloc = c.memory.find(pointer, 1)
+    ends = (alloc[0] if alloc else None, None) if reads else (None, alloc[0] if alloc else None)
+    if where == device:
+        res: tuple[Any, ...] = (("mem", device),)
+        peak = 2 * c.model.local_copy.sm
+    else:
+        res, peak = (
+            path(c.model, where, device, "sm", False)
+            if reads
+            else path(c.model, device, where, "sm", False)
+        )
+    peak *= rate_factor(c, res, *ends)
+    op.flows = [Flow(res, peak, nbytes, c.engine.jitter())]
+    return op
+
+
+def read(c: Launch, src: int, elements: int, loops: int, sink: int) -> Op:
+    """gpubw_read: reads only; its sink stays untouched (the sentinel never matches here)."""
+    return one_way_op(c, "gpubw_read", src, elements * ELEMENT_BYTES * loops, reads=True)
+
+
+def write(c: Launch, dst: int, elements: int, value: int, loops: int) -> Op:
+    """gpubw_write: every word of the elements = value (symbolically for large buffers)."""
+    memory = c.memory
+    nbytes = elements * ELEMENT_BYTES
+    op = one_way_op(c, "gpubw_write", dst, nbytes * loops, reads=False)
+    measured = c.stream.gated and nbytes >= 4096
+
+    def effect() -> None:
+        if nbytes == 0 or loops == 0:
+            return
+        alloc, off = memory.device_view(c.stream.device, dst, nbytes)
+        if alloc.data is not None:
+            word = int(value).to_bytes(4, "little")
+            memory.write(alloc, off, np.frombuffer(word * (nbytes // 4), dtype=np.uint8))
+        else:
+            assert alloc.sym is not None
+            alloc.generation += 1
+            for cls in (0, 1):
+                alloc.sym.cls[cls].assign(off, off + nbytes, Pattern(memory.constant_key(value), 0))
+        if measured:
+            c.maybe_corrupt(alloc, off, nbytes)
+
+    op.effect = effect
+    return op
+
+
+def verify_value(c: Launch, buf: int, words: int, value: int, first_bad: int) -> Op:
+    """gpubw_verify_value: the first word that is not ``value`` lowers ``*first_bad``."""
+    memory = c.memory
+    device = c.stream.device
+    nbytes = words * 4
+    op = c.kernel_op("gpubw_verify_value", nbytes / single_rate(c.model, memory.loc(buf), device))
+
+    def effect() -> None:
+        if words == 0:
+            return
+        r_alloc, r_off = memory.device_view(device, first_bad, 8)
+        b_alloc, b_off = memory.device_view(device, buf, nbytes)
+        key = memory.constant_key(value)
+        if b_alloc.data is not None:
+            actual = memory.read(b_alloc, b_off, nbytes)
+            expected = np.frombuffer(int(value).to_bytes(4, "little") * words, dtype=np.uint8)
+            diff = np.flatnonzero(actual != expected)
+            bad = int(diff[0]) if diff.size else None
+        else:
+            assert b_alloc.sym is not None
+            bad = b_alloc.sym.first_mismatch(b_off, nbytes, key, memory.patterns)
+        if bad is None:
+            return
+        current = int.from_bytes(memory.read(r_alloc, r_off, 8).tobytes(), "little")
+        word = min(current, bad // 4)
+        memory.write(r_alloc, r_off, np.frombuffer(word.to_bytes(8, "little"), dtype=np.uint8))
+
+    op.effect = effect
+    return op
+
+
 # -- the spin gate --------------------------------------------------------------------------
 def gate_wait(c: Launch, flag: int, timeout_ns: int, status: int) -> Op:
     """Holds its stream until the int at ``flag`` is non-zero; after ``timeout_ns`` it gives
@@ -346,14 +450,16 @@ def clear_warp_parity(c: Launch, buf: int, elements: int, parity: int) -> Op:
 
 
 # -- latency --------------------------------------------------------------------------------
-def pointer_chase(c: Launch, start: int, steps: int, target: int, sink: int) -> Op:
+def pointer_chase(
+    c: Launch, start: int, steps: int, target: int, sink: int, name: str = "gpubw_pointer_chase"
+) -> Op:
     memory = c.memory
     device = c.stream.device
     active = target < c.grid
     loc = memory.loc(start)
     lat = c.model.latency
     per_access = lat.host if loc is None else lat.local if loc == device else lat.peer
-    op = c.kernel_op("gpubw_pointer_chase", steps * per_access if active else 0.0)
+    op = c.kernel_op(name, steps * per_access if active else 0.0)
 
     def effect() -> None:
         if not active:
@@ -368,6 +474,13 @@ def pointer_chase(c: Launch, start: int, steps: int, target: int, sink: int) -> 
     return op
 
 
+def pointer_chase_tma(c: Launch, start: int, steps: int, target: int, sink: int) -> Op:
+    """gpubw_pointer_chase_tma: the walk of gpubw_pointer_chase at the model's latencies (it
+    has no separate TMA latency: docs/simulate.md); TMA needs compute capability 9.0."""
+    needs_tma(c, "gpubw_pointer_chase_tma")
+    return pointer_chase(c, start, steps, target, sink, name="gpubw_pointer_chase_tma")
+
+
 #: Built-in kernel name -> the function that builds its operation from the launch and the
 #: kernel's argument values (in the order of its KernelSpec's params).
 EMULATIONS: dict[str, Emulation] = {
@@ -379,6 +492,11 @@ EMULATIONS: dict[str, Emulation] = {
     "gpubw_verify": verify,
     "gpubw_clear_warp_parity": clear_warp_parity,
     "gpubw_pointer_chase": pointer_chase,
+    "gpubw_read": read,
+    "gpubw_write": write,
+    "gpubw_verify_value": verify_value,
+    "gpubw_copy_tma": copy_tma,
+    "gpubw_pointer_chase_tma": pointer_chase_tma,
 }
 if "gpubw_gate_relay" in KERNELS:  # the multinode gate's kernel, where it is catalogued
     EMULATIONS["gpubw_gate_relay"] = gate_relay

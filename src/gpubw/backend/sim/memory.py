@@ -517,6 +517,11 @@ class Memory:
             key = self._pattern_cache[cache_key] = self._intern(values)
         return key
 
+    def constant_key(self, word: int) -> int:
+        """Key of the pattern whose every 32-bit word is ``word`` (what gpubw_write stores)."""
+        one = int(word & 0xFFFFFFFF).to_bytes(4, "little")
+        return self._intern(np.frombuffer(one * (PATTERN_BYTES // 4), dtype=np.uint8))
+
     def _intern(self, values: np.ndarray) -> int:
         """The key of the pattern with the bytes of ``values``: the one seen before, else the
         next key. Patterns are told apart by a sample of their bytes, then compared whole
