@@ -343,6 +343,10 @@ def test_every_nvml_name_used_exists_in_the_real_binding():
         "nvmlDeviceGetCurrentClocksEventReasons",
         "nvmlDeviceGetGpuFabricInfoV",
         "nvmlDeviceGetGpuFabricInfo",
+        # Confidential Computing (nvidia-ml-py 12.535 and later), looked for with getattr
+        "NVML_CC_SYSTEM_FEATURE_ENABLED",
+        "nvmlSystemGetConfComputeSettings",
+        "nvmlSystemGetConfComputeState",
     }
     assert len(names) > 25
     missing = sorted(n for n in names if not hasattr(pynvml, n))
