@@ -85,6 +85,16 @@
 #                local ones) beside device_local_copy and _sm at ${PEERS_MIB:-4096} MiB, then
 #                benchmarks/peers.py (PyTorch's copy_ and the rest) on device 0; gpubw-nvbandwidth's
 #                default run as v0.10 and as v0.8: $OUT/v010-<tag>.json, $OUT/nvbw-v0{10,8}-<tag>.txt
+#   v08side      issue 35: NVIDIA's nvbandwidth v0.8 (carried in .nvbw/) and gpubw-nvbandwidth's v0.8
+#                flavour, default run as plain text, interleaved twice (binary, flavour, binary,
+#                flavour), each timed; benchmarks/nvbw_textdiff.py of each pair (numbers and build lines
+#                masked); then gpubw-nvbandwidth's v0.10 default run: $OUT/v08side-{nvbw,gpubw}{1,2}-<tag>.txt
+#   latency      issue 36 item 3: host_device_latency_sm, NVIDIA's binary and gpubw-nvbandwidth (v0.8
+#                flavour), ${LAT_RUNS:-5} interleaved runs each: the SUM lines -> $OUT/latency-<tag>.txt
+#   latvar       issue 36 item 3: benchmarks/latency_variants.py (nvbandwidth's recipe, the load compiled
+#                four ways, host and device rings, interleaved) -> console
+#   oneway       issue 36 item 4: benchmarks/tune_oneway.py (read-only and write-only kernels launched
+#                several ways against PyTorch's sum and fill_, 4 GiB) -> console
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
 tag=$1; shift
@@ -234,6 +244,24 @@ PY
         echo "gpubw-nvbandwidth v$v rc=$? wall=$(python3 -c "print(round($(date +%s.%N)-$s,1))")s Running=$(grep -c '^Running' "$OUT/nvbw-v$v-$tag.txt") Waived=$(grep -c '^Waived' "$OUT/nvbw-v$v-$tag.txt") CV=$(grep -c '^COEFFICIENT_OF_VARIATION' "$OUT/nvbw-v$v-$tag.txt")"
         head -8 "$OUT/nvbw-v$v-$tag.txt"
       done ;;
+    v08side)  # issue 35: the v0.8 flavour beside NVIDIA's v0.8 binary, text and time
+      [ -x .nvbw/nvbandwidth ] || { echo "no .nvbw/nvbandwidth"; continue; }
+      for r in 1 2; do for who in nvbw gpubw; do
+        cmd=./.nvbw/nvbandwidth; [ $who = gpubw ] && cmd=/tmp/site/bin/gpubw-nvbandwidth
+        s=$(date +%s.%N); GPUBW_NVBANDWIDTH_VERSION=0.8 timeout 300 $cmd > "$OUT/v08side-$who$r-$tag.txt" 2>> "$OUT/log-$tag.txt"
+        echo "$who$r rc=$? wall=$(python3 -c "print(round($(date +%s.%N)-$s,2))")s Running=$(grep -c '^Running' "$OUT/v08side-$who$r-$tag.txt")" | tee -a "$OUT/times-$tag.txt"
+      done; python3 benchmarks/nvbw_textdiff.py "$OUT/v08side-nvbw$r-$tag.txt" "$OUT/v08side-gpubw$r-$tag.txt" | tail -30; echo "textdiff $r rc=${PIPESTATUS[0]}"; done
+      s=$(date +%s.%N); timeout 300 /tmp/site/bin/gpubw-nvbandwidth > "$OUT/v08side-gpubw010-$tag.txt" 2>> "$OUT/log-$tag.txt"
+      echo "gpubw v0.10 rc=$? wall=$(python3 -c "print(round($(date +%s.%N)-$s,2))")s Running=$(grep -c '^Running' "$OUT/v08side-gpubw010-$tag.txt")" | tee -a "$OUT/times-$tag.txt"
+      python3 tests/nvbw_consumers.py --text "$OUT/v08side-nvbw1-$tag.txt" "$OUT/v08side-gpubw1-$tag.txt" "$OUT/v08side-gpubw010-$tag.txt" 2>&1 | tail -12; echo "consumers rc=$?" ;;
+    latency)  # issue 36 item 3: the pointer chase of both tools, interleaved
+      for i in $(seq "${LAT_RUNS:-5}"); do for who in nvbw gpubw; do
+        cmd=./.nvbw/nvbandwidth; [ $who = gpubw ] && cmd=/tmp/site/bin/gpubw-nvbandwidth
+        GPUBW_NVBANDWIDTH_VERSION=0.8 timeout 120 $cmd -t host_device_latency_sm 2>> "$OUT/log-$tag.txt" | grep '^SUM' | sed "s/^/$who $i /"
+      done; done | tee "$OUT/latency-$tag.txt"
+      awk '{v[$1]=v[$1]" "$5} END {for (k in v) print k, "ns:" v[k]}' "$OUT/latency-$tag.txt" ;;
+    latvar) timeout 200 python3 benchmarks/latency_variants.py --rounds "${LAT_RUNS:-5}" 2>&1 | tail -12 ;;
+    oneway) timeout 300 python3 benchmarks/tune_oneway.py 2>&1 | tail -25 ;;
     stdout)  # issue 33 item 1: every name of standard output, into a pipe, a file and a FIFO
       for name in /dev/stdout /proc/self/fd/1 /dev/fd/1 -; do
         python3 -m gpubw -t 0 -b 64 -q -j -o "$name" | python3 -c "import json,sys; from gpubw.model.report_check import validate; d=json.load(sys.stdin); validate(d); print(' pipe: valid report, exit_code', d['exit_code'])"
