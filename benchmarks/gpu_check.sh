@@ -95,6 +95,8 @@
 #                four ways, host and device rings, interleaved) -> console
 #   oneway       issue 36 item 4: benchmarks/tune_oneway.py (read-only and write-only kernels launched
 #                several ways against PyTorch's sum and fill_, 4 GiB) -> console
+#   tma          benchmarks/tune_tma.py: the TMA copy's chunk, stages and blocks per SM against the CE
+#                and SM local copies, ${PEERS_MIB:-4096} MiB -> console
 #   usage: bash benchmarks/gpu_check.sh TAG STEP...
 set -uo pipefail
 tag=$1; shift
@@ -262,6 +264,7 @@ PY
       awk '{v[$1]=v[$1]" "$5} END {for (k in v) print k, "ns:" v[k]}' "$OUT/latency-$tag.txt" ;;
     latvar) timeout 200 python3 benchmarks/latency_variants.py --rounds "${LAT_RUNS:-5}" 2>&1 | tail -12 ;;
     oneway) timeout 300 python3 benchmarks/tune_oneway.py 2>&1 | tail -25 ;;
+    tma) timeout 400 python3 benchmarks/tune_tma.py "${PEERS_MIB:-4096}" 2 2>&1 | tail -14 ;;
     stdout)  # issue 33 item 1: every name of standard output, into a pipe, a file and a FIFO
       for name in /dev/stdout /proc/self/fd/1 /dev/fd/1 -; do
         python3 -m gpubw -t 0 -b 64 -q -j -o "$name" | python3 -c "import json,sys; from gpubw.model.report_check import validate; d=json.load(sys.stdin); validate(d); print(' pipe: valid report, exit_code', d['exit_code'])"
