@@ -317,10 +317,13 @@ def nhc_check(output: str, pcie_gbps: float, p2p_gbps: float | None = None) -> l
 # NHC at its newest (PR #164, Azure/azurehpc-health-checks, "Add aarch64/Grace NVIDIA image
 # support", merged 2026-08-30): parse_nvbandwidth_results, as its bats tests in
 # test/unit-tests/nhc-gpu-agnostic.sh and its fixture test/data/nvbandwidth_v0.10_output.txt
-# @384f6659542dceab045d6ae688ede02a44d95e24 pin it down (the function's own code was not
-# available): per testcase, exactly the matrix data rows (an index, then numbers or N/A);
-# the title, column header, SUM, COEFFICIENT_OF_VARIATION, NOTE and blank lines dropped; a
-# testcase with no rows, or fewer than its GPU count asks for, fails the parse.
+# @384f6659542dceab045d6ae688ede02a44d95e24 pin it down (the merged function's code is not
+# public here; the PR branch's check_nvBW_gpu_bw, michael-beebe/azurehpc-health-checks
+# @4cfbabbfe01262379aca38fc728c1fb4f162a329, is, and tests/nhc_check_gpu_bw.sh runs it in
+# bash for tests/test_nvbw_nhc.py): per testcase, exactly the matrix data rows (an index,
+# then numbers or N/A); the title, column header, SUM, COEFFICIENT_OF_VARIATION, NOTE and
+# blank lines dropped; a testcase with no rows, or fewer than its GPU count asks for, fails
+# the parse.
 
 _NHC_DATA_ROW = re.compile(r"\s*\d+(?:\s+(?:[0-9]+\.[0-9]+|N/A))+\s*")
 
