@@ -417,3 +417,53 @@ def test_json_rank_faults(tmp_path: Path) -> None:
         path.write_text(json.dumps(bad))
         with pytest.raises(UsageError, match=message):
             load_system(str(path))
+
+
+def test_h200_presets_are_within_5_percent_of_their_source_measurements() -> None:
+    """benchmarks/sim_fidelity.py --check: every cell of gpubw's default suite on h200x1 and
+    h200x2 within 5 % of the median of the real reports they were fitted to (gpubw's and
+    nvbandwidth v0.8's, benchmarks/results), tool by tool."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "sim_fidelity.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--check", "--worst", "5"],
+        capture_output=True,
+        encoding="utf-8",
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("0 of ") == 2, done.stdout
+
+
+def test_json_link_factors_host_memory_and_local_rates(tmp_path: Path) -> None:
+    """A system file sets the factors of links busy both ways, host memory's writing
+    bandwidth and weight and the one-way rates inside a device; the base's stay otherwise."""
+    path = tmp_path / "sys.json"
+    doc = {
+        "base": "h200x2",
+        "host_link": {"h2d_bidirectional_factor": 0.8, "sm_load_factor": 0.7},
+        "peers": {"sm_load_factor": 0.9},
+        "host_memory_write_bandwidth": 100e9,
+        "host_memory_write_weight": 3,
+        "local_read": 4e12,
+    }
+    path.write_text(json.dumps(doc))
+    system = load_system(str(path))
+    link = system.host_links[1]
+    assert (link.bidirectional_factor, link.h2d_bidirectional_factor) == (0.925, 0.8)
+    assert link.sm_load_factor == 0.7 and system.peer_sm_load_factor == 0.9
+    assert system.peer_bidirectional_factor == 0.985
+    assert system.host_memory_write_bandwidth == 100e9
+    assert system.host_memory_write_weight == 3 and system.host_memory_bandwidth == 275e9
+    assert system.local_read == 4e12 and system.local_write == 4706e9
+    for bad, message in (
+        ({"host_memory_write_weight": 0.5}, r"host_memory_write_weight must be in \[1, 1000\]"),
+        ({"host_link": {"sm_load_factor": 2}}, r"host_link.sm_load_factor must be in"),
+        ({"peers": {"sm_load_factor": 0}}, "peers.sm_load_factor must be positive"),
+        ({"local_write": -1}, "local_write must be"),
+    ):
+        path.write_text(json.dumps({"base": "h200x2", **bad}))
+        with pytest.raises(UsageError, match=message):
+            load_system(str(path))

@@ -9,6 +9,7 @@ import pytest
 
 from gpubw.backend.base import ptr, u64
 from gpubw.backend.sim.backend import SimulatedBackend
+from gpubw.backend.sim.engine import Flow
 from gpubw.backend.sim.presets import load_system
 from gpubw.model.errors import CudaError, GateTimeoutError
 
@@ -210,7 +211,12 @@ def test_rates_kept_between_events_equal_a_full_recomputation() -> None:
     links = [("tx", 0), ("rx", 1), ("tx", 1), ("rx", 0), ("h2d", 2), ("d2h", 2), ("mem", 3)]
     rng = random.Random(7)
     flows = [
-        Flow((*rng.sample(links, rng.randint(1, 2)), *((HOSTMEM,) * (i % 3 == 0))), 1e9 + i, 1.0)
+        Flow(
+            (*rng.sample(links, rng.randint(1, 2)), *((HOSTMEM,) * (i % 3 == 0))),
+            1e9 + i,
+            1.0,
+            load=i % 4 == 1,
+        )
         for i in range(12)
     ]
     flows.append(Flow((HOSTMEM,), 5e11, 1.0))  # host to host: memory only
@@ -225,3 +231,55 @@ def test_rates_kept_between_events_equal_a_full_recomputation() -> None:
         fresh._compute_rates(list(active))  # sets every active flow's rate anew
         assert [g.rate for g in active] == kept
         assert engine._rated_set == set(active)
+
+
+def _rates(model_name: str, *flows: Flow) -> list[float]:
+    """The rates ``flows`` get together on ``model_name`` (a fresh engine)."""
+    from gpubw.backend.sim.engine import Engine
+    from gpubw.backend.sim.faults import FaultInjector, Faults
+
+    engine = Engine(load_system(model_name), FaultInjector(Faults()))
+    engine._compute_rates(list(flows))
+    return [f.rate for f in flows]
+
+
+def test_sm_loads_across_a_link_busy_both_ways_run_at_the_load_factor() -> None:
+    """NVLink busy both ways: copies that store run at 0.985, SM kernels loading from each
+    other's memory at 0.908 (their requests queue behind the other way's data); a host link:
+    device to host at 0.925, host to device at 0.88, both at 0.82 while an SM kernel loads
+    across it."""
+    from gpubw.backend.sim.model import HOSTMEM
+
+    def peer(load: bool) -> list[float]:
+        one, two = (("tx", 1), ("rx", 0)), (("tx", 0), ("rx", 1))
+        return _rates("h200x2", Flow(one, 373e9, 1.0, load=load), Flow(two, 373e9, 1.0, load=load))
+
+    assert peer(False) == [pytest.approx(373e9 * 0.985)] * 2
+    assert peer(True) == [pytest.approx(373e9 * 0.908)] * 2
+    up, down = (("h2d", 0), HOSTMEM), (("d2h", 0), HOSTMEM)
+    assert _rates("h200x1", Flow(up, 55.5e9, 1.0), Flow(down, 55.3e9, 1.0)) == [
+        pytest.approx(55.5e9 * 0.88),
+        pytest.approx(55.3e9 * 0.925),
+    ]
+    loads = _rates("h200x1", Flow(up, 51.4e9, 1.0, load=True), Flow(down, 52.6e9, 1.0))
+    assert loads == [pytest.approx(51.4e9 * 0.82), pytest.approx(52.6e9 * 0.82)]
+
+
+def test_host_memory_serves_writes_first_and_reads_the_rest() -> None:
+    """Two GPUs copying both ways through host memory (h200x2: 275 GB/s of reads or 125 of
+    writes, a write weighted 1.67 times a read): host memory, not the links, bounds them;
+    the writes get 1.67 times the reads' rate and together they use all of it."""
+    from gpubw.backend.sim.model import HOSTMEM
+
+    flows = [Flow(((d, g), HOSTMEM), 55.4e9, 1.0) for g in (0, 1) for d in ("h2d", "d2h")]
+    reads, writes = _rates("h200x2", *flows)[:2]
+    assert reads == pytest.approx(275e9 / (2 + 2 * 2.2 * 1.67))  # 29.4 GB/s
+    assert writes == pytest.approx(1.67 * reads)  # 49.1 GB/s, below the link's 51.2
+    assert 2 * reads + 2 * 2.2 * writes == pytest.approx(275e9)
+    # a flow its link holds lower keeps its link rate and leaves the rest to the others:
+    # the writes reach their links' rate, the other read gets what is left
+    slow = Flow((("h2d", 0), HOSTMEM), 10e9, 1.0)
+    rates = _rates("h200x2", slow, *flows[1:])
+    assert rates[0] == pytest.approx(10e9 * 0.88)
+    assert rates[1] == rates[3] == pytest.approx(55.4e9 * 0.925)
+    assert rates[2] == pytest.approx(275e9 - rates[0] - 2 * 2.2 * rates[1])

@@ -57,3 +57,39 @@ def test_paths_and_rates() -> None:
     assert single_rate(m, 0, 1) == peer.sm
     assert reverse(("tx", 3)) == ("rx", 3) and reverse(("h2d", 0)) == ("d2h", 0)
     assert reverse(("mem", 0)) is None and reverse(HOSTMEM) is None
+
+
+def test_local_seconds_one_way_and_mixed() -> None:
+    """A device's memory: reads alone at local_read, writes alone at local_write, an even
+    mix (a copy) at the SM copy's rate; without one-way rates, everything at twice the copy's
+    rate as before."""
+    from gpubw.backend.sim.model import local_seconds
+
+    h200 = load_system("h200x1")
+    gb = 1e9
+    assert gb / local_seconds(h200, gb, 0) == pytest.approx(4612e9)
+    assert gb / local_seconds(h200, 0, gb) == pytest.approx(4706e9)
+    assert 2 * gb / local_seconds(h200, gb, gb) == pytest.approx(2 * 2124e9)
+    triad = 3 * gb / local_seconds(h200, 2 * gb, gb)  # stream_triad: 4420 GB/s measured
+    assert 4340e9 < triad < 4420e9
+    plain = attrs.evolve(h200, local_read=None, local_write=None)
+    assert 3 * gb / local_seconds(plain, 2 * gb, gb) == pytest.approx(2 * 2124e9)
+
+
+def test_host_memory_cost_by_direction() -> None:
+    """A byte written to host memory takes reading / writing bandwidth of its budget, a byte
+    read one, a copy through host memory both; without a writing bandwidth, one each."""
+    from gpubw.backend.sim.model import host_memory_cost, writes_host
+
+    h200 = load_system("h200x2")  # 275 GB/s of reads, 125 of writes
+    assert host_memory_cost(h200, (("h2d", 0), HOSTMEM)) == 1.0
+    assert host_memory_cost(h200, (("d2h", 0), HOSTMEM)) == pytest.approx(2.2)
+    assert host_memory_cost(h200, (("d2h", 0), ("h2d", 1), HOSTMEM)) == pytest.approx(3.2)
+    assert host_memory_cost(h200, (HOSTMEM,)) == pytest.approx(3.2)
+    assert writes_host((("d2h", 0), HOSTMEM)) and not writes_host((("h2d", 0), HOSTMEM))
+    plain = attrs.evolve(h200, host_memory_write_bandwidth=None)
+    assert host_memory_cost(plain, (("d2h", 0), HOSTMEM)) == 1.0
+    with pytest.raises(ValueError, match="host_memory_write_bandwidth must be in"):
+        attrs.evolve(h200, host_memory_write_bandwidth=0.0)
+    with pytest.raises(ValueError, match="host_memory_write_weight must be in"):
+        attrs.evolve(h200, host_memory_write_weight=0.5)

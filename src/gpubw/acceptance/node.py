@@ -44,6 +44,7 @@ from gpubw.model.events import Finished, RunListener, Step
 from gpubw.model.options import DEFAULT_CV_THRESHOLD, DEFAULT_OUTLIER_PCT
 from gpubw.model.results import Report
 from gpubw.model.sizes import format_size
+from gpubw.model.trace import NO_TRACE, Tracer
 from gpubw.world import process_ids
 
 BUILTIN = "builtin"
@@ -98,6 +99,8 @@ class RunWatch(RunListener):
         #: the run's own processes (this one; once the System is open, every rank of the
         #: run on this host), which the process checks leave out
         self.own = process_ids()
+        #: the run's trace (--trace): where the NVML reads' time goes
+        self.trace: Tracer = NO_TRACE
         self._no_processes = False
         #: (ordinal, pids) -> ["start of key (size)", ...]
         self._seen: dict[tuple[int, tuple[int, ...]], list[str]] = {}
@@ -111,6 +114,7 @@ class RunWatch(RunListener):
         if not self.facts:
             return header
         self.backend = system.backend
+        self.trace = getattr(system, "trace", NO_TRACE)
         self.own = self.own | system.world.host_pids
         self.devices = [
             {
@@ -129,7 +133,8 @@ class RunWatch(RunListener):
             assert exp is not None
             spec = BUILTIN if self.builtin else exp.source
             refuse_run_sizes(exp, system.options.buffer_sizes, spec)
-        self.start = _facts(self.backend)
+        with self.trace.span("nvml"):
+            self.start = _facts(self.backend)
         #: the GPUs of this run (--devices): the ones waited for and watched
         self.watched = [d for d in self.devices if system.selected(d["ordinal"])]
         self.sampler = ProcessSampler(self.backend.gpu_processes, self.watched, self.own,
@@ -154,7 +159,8 @@ class RunWatch(RunListener):
             self.sampler.stop()
         if self.soak is not None:
             self.soak.finish()
-        self.end = _facts(self.backend)
+        with self.trace.span("nvml"):
+            self.end = _facts(self.backend)
 
     def testcase_started(self, step: Step) -> None:
         if self.backend is None:
@@ -241,7 +247,8 @@ class RunWatch(RunListener):
         if self._no_processes:
             return
         try:
-            procs = self.backend.gpu_processes()
+            with self.trace.span("nvml"):
+                procs = self.backend.gpu_processes()
         except Exception:  # a fact is not worth a failed run
             procs = None
         if procs is None:  # NVML cannot say: do not ask again before every testcase
@@ -504,6 +511,9 @@ class NodeInfo:
     #: (a, b) -> "NV18" (NVLink, 18 links), "PCIe" (peer access over PCIe), "X" (itself) or
     #: "-" (no peer access)
     links: dict[tuple[int, int], str]
+    #: a twin's inferred model (what ``--simulate REPORT`` built from the report: plain
+    #: data, bytes/s and seconds); None for anything else
+    twin: dict[str, Any] | None = None
 
 
 def info(system: Any) -> NodeInfo:
@@ -540,7 +550,16 @@ def info(system: Any) -> NodeInfo:
         devices=tuple(records),
         facts=facts,
         links=links,
+        twin=_twin(backend),
     )
+
+
+def _twin(backend: Any) -> dict[str, Any] | None:
+    """What a twin's model inferred from its report (None for any other system)."""
+    model = getattr(backend, "model", None)
+    origin = getattr(model, "origin", None)
+    summary = getattr(origin, "summary", None)
+    return None if summary is None else dict(summary(model))
 
 
 def info_to_dict(node: NodeInfo) -> dict[str, Any]:
@@ -558,6 +577,7 @@ def info_to_dict(node: NodeInfo) -> dict[str, Any]:
             "nvml": {k: v for k, v in node.facts.as_dict().items() if k != "devices"},
             "devices": list(node.devices),
             "links": [[node.links.get((a, b), "?") for b in range(n)] for a in range(n)],
+            **({} if node.twin is None else {"twin": node.twin}),
         }
     )
     return doc

@@ -361,6 +361,59 @@ def info_lines(node: NodeInfo) -> list[str]:
         out.append(f"{'GPU' + str(a):<6}{row}")
     out += ["", "X = itself; NV<n> = NVLink, n links active; PCIe = peer access over PCIe; "
             "- = no peer access"]  # fmt: skip
+    if node.twin is not None:
+        out += ["", *twin_lines(node.twin)]
     if node.simulated:
         out.append(f"SIMULATED SYSTEM {node.system_name or 'model'}: these facts are modelled")
     return printable_lines(out)
+
+
+def _gb(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e9:.2f}"
+
+
+def _factor(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def twin_lines(twin: dict[str, Any]) -> list[str]:
+    """What a twin inferred from its report (``gpubw info --simulate REPORT``), in GB/s."""
+    out = [f"Twin of {twin['source']} ({twin['format']}, {twin['measured_cells']} measured "
+           "figures); inferred (GB/s):"]  # fmt: skip
+    for h in twin["host_links"]:
+        out.append(
+            f"  GPU {h['device']} host link: H2D CE {_gb(h['h2d_ce'])} SM {_gb(h['h2d_sm'])}, "
+            f"D2H CE {_gb(h['d2h_ce'])} SM {_gb(h['d2h_sm'])}; both ways x"
+            f"{_factor(h['h2d_bidirectional_factor'])} H2D, x{_factor(h['bidirectional_factor'])}"
+            f" D2H, x{_factor(h['sm_load_factor'])} SM"
+        )
+    for p in twin["peers"]:
+        out.append(f"  peer {p['from']} -> {p['to']}: CE {_gb(p['ce'])} SM {_gb(p['sm'])}")
+    if twin["peers"]:
+        out.append(f"  peer links both ways x{_factor(twin['peer_bidirectional_factor'])}, "
+                   f"SM loads x{_factor(twin['peer_sm_load_factor'])}")  # fmt: skip
+    local = twin["local_copy"]
+    out.append(
+        f"  local copy: CE {_gb(local['ce'])} SM {_gb(local['sm'])} TMA "
+        f"{_gb(local['tma'])}; read {_gb(local['read'])} write {_gb(local['write'])}"
+    )
+    out.append(
+        f"  host memory: read {_gb(twin['host_memory_bandwidth'])}, write "
+        f"{_gb(twin['host_memory_write_bandwidth'])} (- = no shared limit)"
+    )
+    lat = twin["latency"]
+    out.append(
+        f"  latency (us): host {lat['host'] * 1e6:.3f}, peer {lat['peer'] * 1e6:.3f}, "
+        f"local {lat['local'] * 1e6:.3f}"
+    )
+    for what in twin["missing"]:
+        out.append(f"  not measured: {what}")
+    for what in twin["assumed"]:
+        out.append(f"  assumed: {what}")
+    fit = twin["fit"]
+    if fit is not None:
+        out.append(
+            f"  fit: {fit['iterations']} simulated runs; worst figure "
+            f"{fit['worst_cell']} at {fit['worst_deviation']:+.2%} of the report's"
+        )
+    return out

@@ -1,7 +1,8 @@
 """``--simulate NAME|FILE``, resolved once, and the System every run path opens from it.
 
-:func:`resolve_simulation` turns a preset name or a JSON system file into a
-:class:`Simulation`: the model (checked now, with the kernels of every installed testcase's
+:func:`resolve_simulation` turns a preset name, a JSON system file or a report (a twin of
+the node it measured, fitted by :mod:`gpubw.runner.twin`) into a :class:`Simulation`: the
+model (checked now, with the kernels of every installed testcase's
 kernel modules, which a system file's ``faults.kernel_error`` may name) and its hosts. The
 command, :func:`gpubw.run`, ``gpubw info`` and simulated racks all take it from here, so a
 system file means the same everywhere. :func:`opener` gives the function that opens the
@@ -46,6 +47,8 @@ class Simulation:
     name: str
     model: SimSystem
     ranks: tuple[int, ...] | None = None
+    #: what the run should warn about the system (a twin's report lacking something)
+    warnings: tuple[str, ...] = ()
 
     @property
     def hosts(self) -> tuple[int, ...] | None:
@@ -94,6 +97,12 @@ def resolve_simulation(simulate: str | os.PathLike[str] | None) -> Simulation | 
         raise UsageError(
             f"simulated system {text!r}: {exc} (presets: {names}; or a JSON system file)"
         ) from None
+    if model.origin is not None:  # a report: a twin of the node it measured
+        from gpubw.runner.twin import fit_twin
+
+        model = fit_twin(model)
+        warning = model.origin.warning()
+        return Simulation(text, model, warnings=() if warning is None else (warning,))
     return Simulation(text, model)
 
 

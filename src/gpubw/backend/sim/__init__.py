@@ -19,8 +19,9 @@ The parts, each in its own module (the package itself exports nothing):
   small allocations, exact symbolic content for large ones;
 * :mod:`~gpubw.backend.sim.engine` - the discrete-event device side: streams, events, flows
   sharing links, the device clock;
-* :mod:`~gpubw.backend.sim.kernels` - kernel emulation, a table keyed by kernel name, and
-  plugin kernels through their modules' simulate functions;
+* :mod:`~gpubw.backend.sim.kernels` - kernel emulation, a table keyed by kernel name;
+  :mod:`~gpubw.backend.sim.plugin_kernels` - plugin kernels through their modules' simulate
+  functions;
 * :mod:`~gpubw.backend.sim.faults` - fault injection (:class:`Faults`). Each fault surfaces the
   way it does on real hardware;
 * :mod:`~gpubw.backend.sim.sharing` - memory shared across ranks (export/import tokens,

@@ -37,9 +37,10 @@ from gpubw.backend.base import Backend, DeviceInfo, KernelArg, check_launch_geom
 from gpubw.backend.sim import facts as sim_facts
 from gpubw.backend.sim.engine import Engine, Stream
 from gpubw.backend.sim.faults import FaultInjector, Faults
-from gpubw.backend.sim.kernels import EMULATIONS, Launch, memcpy_op, plugin_kernel, plugin_op
+from gpubw.backend.sim.kernels import EMULATIONS, Launch, memcpy_op
 from gpubw.backend.sim.memory import Memory
 from gpubw.backend.sim.model import SimSystem
+from gpubw.backend.sim.plugin_kernels import plugin_kernel, plugin_op
 from gpubw.backend.sim.sharing import Export, Multicast, SharingMixin, locked
 from gpubw.backend.sim.streams import StreamsMixin
 from gpubw.hw.nvml import NodeFacts

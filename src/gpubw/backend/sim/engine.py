@@ -7,7 +7,10 @@ call, and further while the host waits in a synchronize. Events get virtual time
 elapsed times are deterministic. Copies are fluid flows over resources (each host link
 direction, each device's peer-link send and receive side, each device's memory, host memory):
 flows that overlap on a resource share it equally, a link busy in both directions runs at its
-bidirectional factor, and rates are re-evaluated whenever a flow starts or ends.
+bidirectional factor (lower while an SM kernel loads across it:
+:func:`~gpubw.backend.sim.model.both_ways_factor`), host memory is filled up to its reading
+and writing bandwidths with writes weighted, and rates are re-evaluated whenever a flow starts
+or ends.
 
 The engine knows devices only as numbers of the model (global ordinals), and nothing of memory,
 kernels or the host: an operation carries what it does (``effect``, ``prepare``, a gate's
@@ -27,7 +30,16 @@ from collections import deque
 from collections.abc import Callable
 
 from gpubw.backend.sim.faults import FaultInjector
-from gpubw.backend.sim.model import HOSTMEM, Resource, SimSystem, reverse
+from gpubw.backend.sim.model import (
+    HOSTMEM,
+    Resource,
+    SimSystem,
+    both_ways_factor,
+    host_memory_cost,
+    link_weight,
+    reverse,
+    writes_host,
+)
 from gpubw.model.errors import CudaError, GpubwError, SimulationError
 
 
@@ -66,19 +78,39 @@ class Event:
 
 
 class Flow:
-    __slots__ = ("hostmem", "jitter", "links", "peak", "rate", "remaining", "resources", "total")
+    __slots__ = (
+        "hostmem",
+        "jitter",
+        "link_rate",
+        "links",
+        "load",
+        "peak",
+        "rate",
+        "remaining",
+        "resources",
+        "total",
+    )
 
     def __init__(
-        self, resources: tuple[Resource, ...], peak: float, nbytes: float, jitter: float = 1.0
+        self,
+        resources: tuple[Resource, ...],
+        peak: float,
+        nbytes: float,
+        jitter: float = 1.0,
+        load: bool = False,
     ) -> None:
         self.resources = resources
         self.links = tuple(r for r in resources if r != HOSTMEM)  # shared equally
-        self.hostmem = HOSTMEM in resources  # capped by the model's host memory bandwidth
+        self.hostmem = HOSTMEM in resources  # shares the model's host memory bandwidth
+        #: an SM kernel loading across its links (their both-ways factor is the load factor)
+        self.load = load
         self.jitter = jitter
         self.peak = peak * jitter
         self.remaining = float(nbytes)
         self.total = float(nbytes)
-        #: bytes per second while the engine's active flows are what they are
+        #: bytes per second while the engine's active flows are what they are: its links'
+        #: share (``link_rate``), then host memory's
+        self.link_rate = 0.0
         self.rate = 0.0
 
 
@@ -144,7 +176,9 @@ class Engine:
         self._count: dict[Resource, int] = {}
         self._users: dict[Resource, set[Flow]] = {}
         self._share: dict[Resource, float] = {}
-        self._terms: dict[Resource, tuple[Resource | None, float]] = {}
+        #: how many of the flows using each resource are SM loads
+        self._loads: dict[Resource, int] = {}
+        self._terms: dict[Resource, tuple[Resource | None, float, float]] = {}
         self._ids = 0
         #: streams destroyed but not forgotten yet (their work was still running)
         self._destroyed = 0
@@ -246,20 +280,18 @@ class Engine:
         else:
             op.phase_end = t + op.overhead
 
-    def _link_terms(self, r: Resource) -> tuple[Resource | None, float]:
-        """``r``'s other direction and the factor it runs at while that is busy too (both
-        fixed by the model: looked up once per resource)."""
+    def _link_terms(self, r: Resource) -> tuple[Resource | None, float, float]:
+        """``r``'s other direction and the factors it runs at while that is busy too, without
+        and with an SM kernel loading across the link (fixed by the model: looked up once per
+        resource)."""
         terms = self._terms.get(r)
         if terms is None:
             rev = reverse(r)
-            factor = 1.0
+            plain = loaded = 1.0
             if rev is not None:
-                factor = (
-                    self.model.host_links[r[1]].bidirectional_factor
-                    if r[0] in ("h2d", "d2h")
-                    else self.model.peer_bidirectional_factor
-                )
-            terms = self._terms[r] = (rev, factor)
+                plain = both_ways_factor(self.model, r, loads=False)
+                loaded = both_ways_factor(self.model, r, loads=True)
+            terms = self._terms[r] = (rev, plain, loaded)
         return terms
 
     def _compute_rates(self, active: list[Flow]) -> None:
@@ -273,16 +305,18 @@ class Engine:
         if active == self._rated:  # the same flows (compared by identity): the same rates
             return
         was, now = self._rated_set, set(active)
-        count, users = self._count, self._users
+        count, users, loads = self._count, self._users, self._loads
         dirty: set[Resource] = set()
         for f in was - now:
             for r in f.resources:
                 count[r] -= 1
+                loads[r] = loads.get(r, 0) - f.load
                 users[r].discard(f)
                 dirty.add(r)
         for f in now - was:
             for r in f.resources:
                 count[r] = count.get(r, 0) + 1
+                loads[r] = loads.get(r, 0) + f.load
                 users.setdefault(r, set()).add(f)
                 dirty.add(r)
         changed: set[Flow] = set()
@@ -294,7 +328,9 @@ class Engine:
                 self._set_share(rev)
             self._set_share(r)
         for f in changed:
-            f.rate = self._rate(f)
+            f.rate = f.link_rate = self._rate(f)
+        if self.model.host_memory_bandwidth is not None and any(f.hostmem for f in changed):
+            self._share_host_memory([f for f in active if f.hostmem])
         self._rated, self._rated_set = active, now
 
     def _set_share(self, r: Resource) -> None:
@@ -304,19 +340,48 @@ class Engine:
         if n == 0 or r == HOSTMEM:
             self._share.pop(r, None)
             return
-        rev, both = self._link_terms(r)
-        self._share[r] = (both if rev is not None and self._count.get(rev, 0) else 1.0) / n
+        rev, plain, loaded = self._link_terms(r)
+        factor = 1.0
+        if rev is not None and self._count.get(rev, 0):
+            factor = loaded if self._loads.get(r, 0) or self._loads.get(rev, 0) else plain
+        self._share[r] = factor / n
 
     def _rate(self, f: Flow) -> float:
+        """``f``'s rate as its links allow: its peak times its smallest share of them."""
         share, least = self._share, 1.0
         for r in f.links:
             if share[r] < least:
                 least = share[r]
-        rate = f.peak * least
-        cap = self.model.host_memory_bandwidth
-        if f.hostmem and cap is not None:
-            rate = min(rate, cap * f.jitter / self._count[HOSTMEM])
-        return rate
+        return f.peak * least
+
+    def _share_host_memory(self, flows: list[Flow]) -> None:
+        """Host memory's bandwidth shared by the flows using it (in a fixed order: the rates
+        are the same bit for bit on every run): where their links would move more than it
+        serves, the rates are filled up evenly to one level (a writing flow's share weighted
+        by ``host_memory_write_weight``, each scaled by its jitter), and a flow its links hold
+        below the level keeps its link rate and leaves the rest to the others."""
+        model = self.model
+        budget = model.host_memory_bandwidth
+        assert budget is not None
+        terms = []
+        for f in flows:
+            f.rate = f.link_rate
+            weight = model.host_memory_write_weight if writes_host(f.resources) else 1.0
+            weight *= link_weight(model, f.resources)  # a device's own share (a twin's)
+            terms.append((f, host_memory_cost(model, f.resources), weight * f.jitter))
+        if sum(cost * f.link_rate for f, cost, _ in terms) <= budget:
+            return  # every flow keeps its link rate
+        terms.sort(key=lambda t: t[0].link_rate / t[2])
+        left, weights = budget, sum(cost * w for _, cost, w in terms)
+        for k, (f, cost, w) in enumerate(terms):
+            if f.link_rate > w * left / weights:
+                level = left / weights
+                for g, _, wg in terms[k:]:
+                    g.rate = wg * level
+                return
+            f.rate = f.link_rate
+            left -= cost * f.link_rate
+            weights -= cost * w
 
     def _finish(self, s: Stream, op: Op) -> None:
         op.done = True

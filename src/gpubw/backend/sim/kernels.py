@@ -4,8 +4,9 @@ it takes, as stream operations of :mod:`gpubw.backend.sim.engine`.
 :data:`EMULATIONS` maps each built-in kernel's name (:data:`gpubw.kernels.KERNELS`) to the
 function that builds its operation from the launch and the kernel's argument values. A plugin
 kernel (:mod:`gpubw.kernels.modules`) runs through its module's ``simulate`` function, which
-sees the launch as a :class:`gpubw.kernels.modules.SimulatedLaunch` (:class:`PluginLaunch`).
-Copies made with ``cuMemcpyAsync`` are built here too (:func:`memcpy_op`).
+sees the launch as a :class:`gpubw.kernels.modules.SimulatedLaunch`
+(:mod:`gpubw.backend.sim.plugin_kernels`, cut from here along that seam). Copies made with
+``cuMemcpyAsync`` are built here too (:func:`memcpy_op`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gpubw.backend.sim.faults import FaultInjector, corrupt_word
 from gpubw.backend.sim.memory import ZERO, Alloc, Memory, Pattern
 from gpubw.backend.sim.model import SimSystem, path, single_rate
 from gpubw.kernels import ELEMENT_BYTES, KERNELS, PATTERN_WORDS
-from gpubw.model.errors import GpubwError, PluginError, SimulationError, UsageError
+from gpubw.model.errors import SimulationError
 
 
 @attrs.frozen
@@ -120,9 +121,9 @@ def _copy_kernel(
         ends = (memory.find(src, 1), found)
         s_alloc, d_alloc = (None if e is None else e[0] for e in ends)
         for a, b, count in parts:
-            res, peak = path(c.model, a, b, "sm", False)
+            res, peak = path(c.model, a, b, "tma" if name == "gpubw_copy_tma" else "sm", False)
             peak *= rate_factor(c, res, s_alloc, d_alloc)
-            op.flows.append(Flow(res, peak, count * ELEMENT_BYTES * loops, jit))
+            op.flows.append(Flow(res, peak, count * ELEMENT_BYTES * loops, jit, a != device))
     measured = c.stream.gated and nbytes >= 4096
 
     def effect() -> None:
@@ -202,9 +203,8 @@ def copy_split_warp(c: Launch, dst: int, src: int, elements: int, loops: int) ->
 
 
 def copy_tma(c: Launch, dst: int, src: int, elements: int, loops: int) -> Op:
-    """gpubw_copy_tma: the bytes of gpubw_copy at the SM copies' rates (the model has no
-    separate TMA rates: docs/simulate.md); a device below compute capability 9.0 has no TMA,
-    and the real kernel traps there."""
+    """gpubw_copy_tma: gpubw_copy's bytes at the SM rates (inside one device at the model's
+    ``local_tma`` if set); below compute capability 9.0 the real kernel traps, so here too."""
     needs_tma(c, "gpubw_copy_tma")
     return _copy_kernel(c, dst, src, elements, loops, split=False, name="gpubw_copy_tma")
 
@@ -231,7 +231,7 @@ def one_way_op(c: Launch, name: str, pointer: int, nbytes: int, reads: bool) -> 
     ends = (alloc[0] if alloc else None, None) if reads else (None, alloc[0] if alloc else None)
     if where == device:
         res: tuple[Any, ...] = (("mem", device),)
-        peak = 2 * c.model.local_copy.sm
+        peak = (c.model.local_read if reads else c.model.local_write) or 2 * c.model.local_copy.sm
     else:
         res, peak = (
             path(c.model, where, device, "sm", False)
@@ -239,7 +239,7 @@ def one_way_op(c: Launch, name: str, pointer: int, nbytes: int, reads: bool) -> 
             else path(c.model, device, where, "sm", False)
         )
     peak *= rate_factor(c, res, *ends)
-    op.flows = [Flow(res, peak, nbytes, c.engine.jitter())]
+    op.flows = [Flow(res, peak, nbytes, c.engine.jitter(), reads and where != device)]
     return op
 
 
@@ -272,6 +272,17 @@ def write(c: Launch, dst: int, elements: int, value: int, loops: int) -> Op:
 
     op.effect = effect
     return op
+
+
+def read_flat(c: Launch, src: int, elements: int, loops: int, sink: int) -> Op:
+    """gpubw_read_flat: gpubw_read's bytes (the model times a kernel by its traffic, not by
+    its grid)."""
+    return read(c, src, elements, loops, sink)
+
+
+def write_flat(c: Launch, dst: int, elements: int, value: int, loops: int) -> Op:
+    """gpubw_write_flat: gpubw_write's bytes and effect."""
+    return write(c, dst, elements, value, loops)
 
 
 def verify_value(c: Launch, buf: int, words: int, value: int, first_bad: int) -> Op:
@@ -494,104 +505,11 @@ EMULATIONS: dict[str, Emulation] = {
     "gpubw_pointer_chase": pointer_chase,
     "gpubw_read": read,
     "gpubw_write": write,
+    "gpubw_read_flat": read_flat,
+    "gpubw_write_flat": write_flat,
     "gpubw_verify_value": verify_value,
     "gpubw_copy_tma": copy_tma,
     "gpubw_pointer_chase_tma": pointer_chase_tma,
 }
 if "gpubw_gate_relay" in KERNELS:  # the multinode gate's kernel, where it is catalogued
     EMULATIONS["gpubw_gate_relay"] = gate_relay
-
-
-# -- plugin kernels -------------------------------------------------------------------------
-def plugin_kernel(kernel: str) -> tuple[Any, Any]:
-    """The registered plugin module and spec of ``kernel`` (UsageError if none)."""
-    try:
-        from gpubw.kernels.modules import find_kernel
-    except ImportError:  # pragma: no cover - core without plugin kernel modules
-        raise UsageError(f"unknown kernel {kernel!r}") from None
-    try:
-        return find_kernel(kernel)
-    except KeyError:
-        raise UsageError(f"unknown kernel {kernel!r}") from None
-
-
-def plugin_op(c: Launch, kernel: str, simulate: Callable[..., None], values: list[int]) -> Op:
-    """A plugin kernel: its simulate function runs when the launch starts (reading and
-    writing the memory the backend holds) and reports the launch's traffic, which sets its
-    duration."""
-    op = Op("plugin", c.now, kernel)
-    jit = c.engine.jitter()
-
-    def run() -> float:
-        launch = PluginLaunch(c.model, c.memory, c.stream, c.grid, c.block)
-        try:
-            simulate(launch, *values)
-        except GpubwError:
-            raise
-        except Exception as exc:
-            raise PluginError(f"the simulation of kernel {kernel!r} failed: {exc!r}") from exc
-        return c.model.overheads.kernel_launch + launch.seconds() / jit
-
-    op.effect = None
-    op.prepare = run
-    return op
-
-
-class PluginLaunch:
-    """One launch of a plugin kernel, as its simulate function sees it
-    (:class:`gpubw.kernels.modules.SimulatedLaunch`)."""
-
-    def __init__(
-        self, model: SimSystem, memory: Memory, stream: Stream, grid: int, block: int
-    ) -> None:
-        self._model = model
-        self._memory = memory
-        self.device = stream.device
-        self.grid = grid
-        self.block = block
-        self._traffic: dict[tuple[str, int | None], float] = {}
-
-    def read(self, pointer: int, nbytes: int) -> bytes | None:
-        alloc, off = self._memory.device_view(self.device, pointer, nbytes)
-        if alloc.data is None:
-            return None
-        return alloc.data[off : off + nbytes].tobytes()
-
-    def holds(self, pointer: int, nbytes: int) -> bool:
-        found = self._memory.find(pointer, nbytes)
-        return found is not None and found[0].data is not None
-
-    def write(self, pointer: int, data: bytes) -> None:
-        alloc, off = self._memory.device_view(self.device, pointer, len(data))
-        if alloc.data is not None and data:
-            self._memory.write(alloc, off, np.frombuffer(bytes(data), dtype=np.uint8))
-
-    def traffic(self, pointer: int, *, read: int = 0, written: int = 0) -> None:
-        alloc, _ = self._memory.device_view(self.device, pointer, 1)
-        where = alloc.device
-        for direction, nbytes in (("read", read), ("written", written)):
-            if nbytes:
-                key = (direction, where)
-                self._traffic[key] = self._traffic.get(key, 0.0) + nbytes
-
-    def seconds(self) -> float:
-        """How long the reported traffic takes: each path at its rate, paths in parallel;
-        this device's memory serves reads and writes together at twice its copy rate."""
-        model = self._model
-        d = self.device
-        per_path: dict[Any, float] = {}
-        for (direction, where), nbytes in self._traffic.items():
-            if where == d:
-                key: Any = ("mem", d)
-                rate = 2 * model.local_copy.sm
-            elif where is None:
-                key = (direction, None)
-                link = model.host_links[d]
-                rate = link.h2d.sm if direction == "read" else link.d2h.sm
-            else:
-                key = (direction, where)
-                src, dst = (where, d) if direction == "read" else (d, where)
-                peer = model.peer_rate(src, dst)
-                rate = peer.sm if peer is not None else model.host_links[d].h2d.sm
-            per_path[key] = per_path.get(key, 0.0) + nbytes / rate
-        return max(per_path.values(), default=0.0)

@@ -86,14 +86,31 @@ class Rate:
         return self.ce if engine == "ce" else self.sm
 
 
+def _factor_or_none(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None:
+        _factor(instance, attribute, value)
+
+
 @attrs.frozen
 class HostLink:
-    """One device's link to host memory: each direction's peak, and the factor each direction
-    runs at while the other direction is busy too."""
+    """One device's link to host memory: each direction's peak, and the factors the
+    directions run at while the other direction is busy too.
+
+    ``bidirectional_factor`` is the device to host direction's (the GPU writing host memory)
+    and, unless ``h2d_bidirectional_factor`` says otherwise, the host to device direction's:
+    a GPU reading host memory sends its read requests the other way, behind the writes, and
+    loses more. ``sm_load_factor`` (None: the direction's own factor) is both directions'
+    while an SM kernel loads across the busy link: its loads are few and small, so the
+    queued traffic lengthens every round trip (:func:`both_ways_factor`)."""
 
     h2d: Rate
     d2h: Rate
     bidirectional_factor: float = attrs.field(default=0.9, validator=_factor)
+    h2d_bidirectional_factor: float | None = attrs.field(default=None, validator=_factor_or_none)
+    sm_load_factor: float | None = attrs.field(default=None, validator=_factor_or_none)
+    #: where host memory is the bottleneck, this device's copies get this many times the
+    #: share of another's (1: even; a twin fits it where a node's GPUs fared unevenly)
+    host_memory_weight: float = attrs.field(default=1.0, validator=_in_range(1e-3, 1e3))
 
 
 @attrs.frozen
@@ -184,10 +201,18 @@ class SimSystem:
     peers: Mapping[tuple[int, int], Rate] = attrs.field(factory=dict)
     #: each direction of a device's peer link runs at this factor while the other is busy
     peer_bidirectional_factor: float = attrs.field(default=0.985, validator=_factor)
+    #: ... and at this one while an SM kernel loads across it too (None: the factor above);
+    #: see :class:`HostLink`
+    peer_sm_load_factor: float | None = attrs.field(default=None, validator=_factor_or_none)
     #: a copy inside one device's memory (bytes counted once)
     local_copy: Rate = attrs.field(factory=lambda: Rate(2094e9, 2080e9))
-    #: all host-memory traffic of all devices together (None: no shared limit)
+    #: bytes/s host memory serves to all devices together, reading (None: no shared limit)
     host_memory_bandwidth: float | None = None
+    #: ... writing (None: as reading); a mix of both takes its share of each
+    host_memory_write_bandwidth: float | None = None
+    #: where host memory is the bottleneck, a copy writing it gets this many times the share
+    #: of one reading it (posted writes win the memory's arbitration)
+    host_memory_write_weight: float = attrs.field(default=1.0, validator=_in_range(1.0, 1e3))
     latency: Latency = attrs.field(factory=Latency)
     overheads: Overheads = attrs.field(factory=Overheads)
     #: each copy's rate is scaled by a factor drawn uniformly from [1 - jitter, 1 + jitter]
@@ -236,6 +261,17 @@ class SimSystem:
     #: fabric handles and multicast objects reach only within a domain (GB200 NVL72 racks
     #: joined by InfiniBand); each host lies in one domain
     nvlink_domains: tuple[int, ...] | None = attrs.field(default=None, converter=_hosts_tuple)
+    #: a TMA copy inside one device, bytes/s counted once (None: the SM copy's rate)
+    local_tma: float | None = attrs.field(default=None, validator=attrs.validators.optional(_rate))
+    #: a read-only / write-only kernel over its device's own memory, bytes/s (None: twice the
+    #: SM copy's rate, as a copy reads and writes each byte)
+    local_read: float | None = attrs.field(default=None, validator=attrs.validators.optional(_rate))
+    local_write: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_rate)
+    )
+    #: the report a twin was built from (a :class:`gpubw.backend.sim.twin.Twin`); None for a
+    #: preset or a system file
+    origin: Any = None
 
     def faults_of_rank(self, rank: int | None) -> Faults | None:
         """The faults simulated rank ``rank`` runs with (None: none given)."""
@@ -257,12 +293,13 @@ class SimSystem:
                 raise ValueError(f"peer pair ({a}, {b}) is not two distinct devices of 0..{n - 1}")
         if n > MAX_DEVICES:
             raise ValueError(f"a simulated system has at most {MAX_DEVICES} devices, got {n}")
-        hmb = self.host_memory_bandwidth
-        if hmb is not None and not (_finite(hmb) and MIN_RATE <= hmb <= MAX_RATE):
-            raise ValueError(
-                f"host_memory_bandwidth must be in [{MIN_RATE:g}, {MAX_RATE:g}] bytes/s "
-                f"(or null for no limit), got {hmb!r}"
-            )
+        for key in ("host_memory_bandwidth", "host_memory_write_bandwidth"):
+            hmb = getattr(self, key)
+            if hmb is not None and not (_finite(hmb) and MIN_RATE <= hmb <= MAX_RATE):
+                raise ValueError(
+                    f"{key} must be in [{MIN_RATE:g}, {MAX_RATE:g}] bytes/s "
+                    f"(or null for no limit), got {hmb!r}"
+                )
         smallest = min(d.memory_bytes for d in self.devices)
         for d in self.devices:
             if not 0 < d.memory_bytes <= MAX_DEVICE_MEMORY:
@@ -392,12 +429,70 @@ def reverse(resource: Resource) -> Resource | None:
     return (_REVERSE[kind], resource[1]) if kind in _REVERSE else None
 
 
+def both_ways_factor(model: SimSystem, resource: Resource, loads: bool) -> float:
+    """The factor link direction ``resource`` runs at while its other direction is busy too;
+    ``loads``: an SM kernel loads across the link (either direction)."""
+    kind, device = resource[0], resource[1]
+    if kind in ("h2d", "d2h"):
+        link = model.host_links[device]
+        own = link.bidirectional_factor
+        if kind == "h2d" and link.h2d_bidirectional_factor is not None:
+            own = link.h2d_bidirectional_factor
+        return link.sm_load_factor if loads and link.sm_load_factor is not None else own
+    if loads and model.peer_sm_load_factor is not None:
+        return model.peer_sm_load_factor
+    return model.peer_bidirectional_factor
+
+
+def local_seconds(model: SimSystem, read: float, written: float) -> float:
+    """How long a device's memory takes to serve ``read`` and ``written`` bytes to one of
+    its kernels. Reads alone run at ``local_read``, writes alone at ``local_write`` (both:
+    twice the SM copy's rate where None); mixed, the bus turns round between them, which
+    costs each byte of the smaller part the time that makes an even mix (a copy, which
+    reads and writes each byte) run at ``local_copy.sm``."""
+    mixed = 1.0 / model.local_copy.sm
+    to_read = 1.0 / (model.local_read or 2 * model.local_copy.sm)
+    to_write = 1.0 / (model.local_write or 2 * model.local_copy.sm)
+    turn = max(0.0, (mixed - to_read - to_write) / 2)
+    return read * to_read + written * to_write + 2 * min(read, written) * turn
+
+
+def host_memory_cost(model: SimSystem, resources: Iterable[Resource]) -> float:
+    """Bytes of host memory's reading budget (``host_memory_bandwidth``) one byte of a flow
+    over ``resources`` takes: 1 for a read (host to device), the ratio of the reading to the
+    writing bandwidth for a write (device to host), both for a copy staged through host
+    memory or from host memory to host memory."""
+    kinds = {r[0] for r in resources}
+    cap, write = model.host_memory_bandwidth, model.host_memory_write_bandwidth
+    write_cost = 1.0 if cap is None or write is None else cap / write
+    writes = "d2h" in kinds or "h2d" not in kinds
+    reads = "h2d" in kinds or "d2h" not in kinds
+    return (write_cost if writes else 0.0) + (1.0 if reads else 0.0)
+
+
+def link_weight(model: SimSystem, resources: Iterable[Resource]) -> float:
+    """The host-memory weight of the device whose host link a flow over ``resources`` uses
+    (:attr:`HostLink.host_memory_weight`; 1 for none)."""
+    for kind, *rest in resources:
+        if kind in ("h2d", "d2h"):
+            return model.host_links[rest[0]].host_memory_weight
+    return 1.0
+
+
+def writes_host(resources: Iterable[Resource]) -> bool:
+    """Whether a flow over ``resources`` writes host memory (device to host, staged, host to
+    host): it gets the write weight where host memory is the bottleneck."""
+    kinds = {r[0] for r in resources}
+    return HOSTMEM[0] in kinds and ("d2h" in kinds or "h2d" not in kinds)
+
+
 def path(
     model: SimSystem, src: int | None, dst: int | None, engine: str, staged: bool
 ) -> tuple[tuple[Resource, ...], float]:
     """Resources and peak rate of moving bytes from ``src`` to ``dst`` (device ordinals,
-    None for host memory) with ``engine`` ("ce" or "sm"); ``staged``: a device-to-device copy
-    goes through host memory even where a peer link exists."""
+    None for host memory) with ``engine`` ("ce", "sm", or "tma": the SM rates but inside one
+    device ``local_tma`` where set); ``staged``: a device-to-device copy goes through host
+    memory even where a peer link exists."""
     m = model
     if src is None and dst is None:
         return (HOSTMEM,), m.host_links[0].d2h.of(engine)
@@ -407,7 +502,7 @@ def path(
     if dst is None:
         return (("d2h", src), HOSTMEM), m.host_links[src].d2h.of(engine)
     if src == dst:
-        return (("mem", src),), m.local_copy.of(engine)
+        return (("mem", src),), (engine == "tma" and m.local_tma) or m.local_copy.of(engine)
     rate = m.peer_rate(src, dst)
     if rate is None or staged:  # through host memory (CE only; kernels fault earlier)
         peak = min(m.host_links[src].d2h.ce, m.host_links[dst].h2d.ce)

@@ -194,18 +194,29 @@ def read_rate(where: str, obj: Any, base: Rate | None) -> Rate:
     return Rate(ce, sm)
 
 
+#: a host link's factors besides its rates: the key, and its value where neither the file
+#: nor the base gives one (None: the factor does not apply)
+_LINK_FACTORS: dict[str, float | None] = {
+    "bidirectional_factor": 0.9,
+    "h2d_bidirectional_factor": None,
+    "sm_load_factor": None,
+}
+
+
 def read_host_link(where: str, obj: Any, base: HostLink | None) -> HostLink:
-    d = check_keys(where, obj, ("h2d", "d2h", "bidirectional_factor"))
+    d = check_keys(where, obj, ("h2d", "d2h", *_LINK_FACTORS))
     if base is None and not {"h2d", "d2h"} <= set(d):
         raise UsageError(f"{where} needs 'h2d' and 'd2h'")
     h2d = read_rate(f"{where}.h2d", d["h2d"], base.h2d if base else None) if "h2d" in d else None
     d2h = read_rate(f"{where}.d2h", d["d2h"], base.d2h if base else None) if "d2h" in d else None
-    factor = d.get("bidirectional_factor", base.bidirectional_factor if base else 0.9)
-    factor = factor_number(f"{where}.bidirectional_factor", factor)
+    factors: dict[str, float | None] = {}
+    for key, default in _LINK_FACTORS.items():
+        value = d.get(key, getattr(base, key) if base else default)
+        factors[key] = None if value is None else factor_number(f"{where}.{key}", value)
     return HostLink(
         h2d=h2d or base.h2d,  # type: ignore[union-attr]
         d2h=d2h or base.d2h,  # type: ignore[union-attr]
-        bidirectional_factor=factor,
+        **factors,  # type: ignore[arg-type]
     )
 
 

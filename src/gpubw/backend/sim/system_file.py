@@ -64,6 +64,11 @@ _TOP_KEYS = {
     "peers",
     "local_copy",
     "host_memory_bandwidth",
+    "host_memory_write_bandwidth",
+    "host_memory_write_weight",
+    "local_read",
+    "local_write",
+    "local_tma",
     "latency",
     "overheads",
     "jitter",
@@ -87,12 +92,19 @@ _TOP_KEYS = {
     "remote_numa_factor",
     "throttle",
 }
+#: a system file's top-level keys (a JSON document with none of them is no system file)
+SYSTEM_KEYS = frozenset(_TOP_KEYS)
+
+
+_PEER_KEYS = ("pairs", "ce", "sm", "symmetric", "bidirectional_factor", "sm_load_factor")
 
 
 def _peers(
     where: str, obj: Any, n: int, base: Mapping[tuple[int, int], Rate]
-) -> tuple[dict[tuple[int, int], Rate], float | None]:
-    d = check_keys(where, obj, ("pairs", "ce", "sm", "symmetric", "bidirectional_factor"))
+) -> tuple[dict[tuple[int, int], Rate], dict[str, float]]:
+    """The peer links a file's ``peers`` describes, and the factors it gives (by the
+    model's field names)."""
+    d = check_keys(where, obj, _PEER_KEYS)
     default: Rate | None = next(iter(base.values()), None)
     if "ce" in d or "sm" in d:
         default = read_rate(where, {k: d[k] for k in ("ce", "sm") if k in d}, default)
@@ -129,10 +141,15 @@ def _peers(
         out[(a, b)] = r
         if symmetric:
             out.setdefault((b, a), r)
-    factor = d.get("bidirectional_factor")
-    if factor is not None:
-        factor = factor_number(f"{where}.bidirectional_factor", factor)
-    return out, factor
+    factors = {
+        field: factor_number(f"{where}.{key}", d[key])
+        for key, field in (
+            ("bidirectional_factor", "peer_bidirectional_factor"),
+            ("sm_load_factor", "peer_sm_load_factor"),
+        )
+        if d.get(key) is not None
+    }
+    return out, factors
 
 
 def _nvml_keys(d: Mapping[str, Any], kw: dict[str, Any], n: int) -> None:
@@ -279,16 +296,15 @@ def build_system(
     n = len(devices)
     links = _host_links(d, base, n)
     base_peers = dict(base.peers) if base else {}
-    peer_factor: float | None = None
+    peer_factors: dict[str, float] = {}
     if "peers" in d:
-        peers, peer_factor = _peers("peers", d["peers"], n, base_peers)
+        peers, peer_factors = _peers("peers", d["peers"], n, base_peers)
     else:
         peers = {p: r for p, r in base_peers.items() if p[0] < n and p[1] < n}
     kw = _model_fields(d, base, n, plugin_kernels)
     if not isinstance(d.get("peers", {}).get("pairs"), list):  # "all" or the base's pairs
         peers = _within_domains(peers, kw.get("nvlink_domains"), n)
-    if peer_factor is not None:
-        kw["peer_bidirectional_factor"] = peer_factor
+    kw.update(peer_factors)
     if "nvml" in kw:  # a downtrained PCIe link also slows that device's host link
         from gpubw.backend.sim.facts import scale_host_links
 
@@ -377,6 +393,10 @@ def _host_links(d: Mapping[str, Any], base: SimSystem | None, n: int) -> tuple[H
     raise UsageError("host_link is required (bytes/s per direction, ce and sm)")
 
 
+#: rates inside one device besides ``local_copy`` (bytes/s; null: derived from it)
+_LOCAL_RATES = ("local_read", "local_write", "local_tma")
+
+
 def _model_fields(
     d: dict[str, Any], base: SimSystem | None, n: int, plugin_kernels: PluginKernels
 ) -> dict[str, Any]:
@@ -389,9 +409,14 @@ def _model_fields(
         kw["local_copy"] = read_rate("local_copy", d["local_copy"], kw.get("local_copy"))
     elif base is None:
         raise UsageError("local_copy is required (bytes/s of a copy inside one device)")
-    if "host_memory_bandwidth" in d:
-        v = d["host_memory_bandwidth"]
-        kw["host_memory_bandwidth"] = None if v is None else rate_number("host_memory_bandwidth", v)
+    for key in ("host_memory_bandwidth", "host_memory_write_bandwidth", *_LOCAL_RATES):
+        if key in d:
+            v = d[key]
+            kw[key] = None if v is None else rate_number(key, v)
+    if "host_memory_write_weight" in d:
+        kw["host_memory_write_weight"] = check_number(
+            "host_memory_write_weight", d["host_memory_write_weight"], low=1.0, high=1e3
+        )
     if "latency" in d:
         kw["latency"] = read_latency(d["latency"], kw.get("latency", Latency()))
     if "overheads" in d:
