@@ -37,6 +37,10 @@
 #                exit codes, the -o report of each, what is left running (and gpubw-fd-* sockets)
 #   multinode    mpirun -np 2 (Open MPI + mpi4py of the image): -p multinode -> $OUT/multinode-<tag>.json,
 #                the whole default suite -> $OUT/mpi-suite-<tag>.json (multicast variables kept)
+#   overhead     issue 36: the default suite with --trace, kernel cache cold then warm, each
+#                split by benchmarks/overhead.py (timed copies vs allocation, pinning, fill,
+#                warm-up, verification, kernel load, NVML, teardown):
+#                $OUT/overhead-{cold,warm}-<tag>.{json,txt}
 #   startup      issue 11 item 5: wall of `python3 -c pass`, `gpubw -l` and one testcase as a whole
 #                process (warm kernel cache), 5 runs each -> $OUT/times-<tag>.txt; `-X importtime` of
 #                `-l` and a cProfile of the one-testcase run -> $OUT/startup-<tag>.txt
@@ -177,6 +181,15 @@ for step in "$@"; do
     tests) python3 -m pytest -q -m gpu -p no:cacheprovider -o testpaths="tests $([ -d /tmp/site/gpubw_stream ] && echo plugins/gpubw-stream/tests)" 2>&1 | grep -v -i warn | tail -15 ;;
     full) rm -rf "$GPUBW_CACHE_DIR"; suite full ;;
     warm) suite warm ;;
+    overhead)  # issue 36: where the default suite's time goes, cold and warm kernel cache
+      rm -rf "$GPUBW_CACHE_DIR"
+      for c in cold warm; do
+        s=$(date +%s.%N)
+        timeout 400 python3 -m gpubw --trace -j -o "$OUT/overhead-$c-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt"
+        echo "overhead-$c rc=$? wall=$(python3 -c "print(round($(date +%s.%N)-$s,1))")s" | tee -a "$OUT/times-$tag.txt"
+        python3 benchmarks/overhead.py "$OUT/overhead-$c-$tag.json" > "$OUT/overhead-$c-$tag.txt"
+        tail -3 "$OUT/overhead-$c-$tag.txt"
+      done ;;
     full1) rm -rf "$GPUBW_CACHE_DIR"; CUDA_VISIBLE_DEVICES=0 suite full1 ;;
     warm1) CUDA_VISIBLE_DEVICES=0 suite warm1 ;;
     plugin) pipi plugins/gpubw-stream && python3 -m compileall -q /tmp/site > /dev/null || exit 3 ;;
@@ -305,11 +318,11 @@ PY
       for fault in sm kill hang int fdhang; do
         rm -f "$OUT/mpi-$fault-$tag.json"; s=$(date +%s.%N)
         case $fault in
-          sm) FAULT=sm "${mpi[@]}" python3 tests/mpi_fault_rank.py "${few[@]}" --world-timeout 5 -t 35 39 36 -o "$OUT/mpi-$fault-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" ;;
+          sm) FAULT=sm "${mpi[@]}" python3 tests/mpi_fault_rank.py "${few[@]}" --world-timeout 5 -t multinode_device_to_device_memcpy_read_ce multinode_device_to_device_memcpy_read_sm multinode_device_to_device_memcpy_write_ce -o "$OUT/mpi-$fault-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" ;;
           int)  # SIGINT to mpirun while rank 0 waits for the hung rank 1 (Open MPI forwards it)
-            FAULT=hang "${mpi[@]}" python3 tests/mpi_fault_rank.py "${few[@]}" --world-timeout 60 -t 35 36 37 38 -o "$OUT/mpi-$fault-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" &
+            FAULT=hang "${mpi[@]}" python3 tests/mpi_fault_rank.py "${few[@]}" --world-timeout 60 -t multinode_device_to_device_memcpy_read_ce multinode_device_to_device_memcpy_write_ce multinode_device_to_device_bidirectional_memcpy_read_ce multinode_device_to_device_bidirectional_memcpy_write_ce -o "$OUT/mpi-$fault-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" &
             pid=$!; sleep 15; kill -INT $pid; wait $pid ;;
-          *) FAULT=$fault "${mpi[@]}" python3 tests/mpi_fault_rank.py "${few[@]}" --world-timeout 5 -t 35 36 37 38 -o "$OUT/mpi-$fault-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" ;;
+          *) FAULT=$fault "${mpi[@]}" python3 tests/mpi_fault_rank.py "${few[@]}" --world-timeout 5 -t multinode_device_to_device_memcpy_read_ce multinode_device_to_device_memcpy_write_ce multinode_device_to_device_bidirectional_memcpy_read_ce multinode_device_to_device_bidirectional_memcpy_write_ce -o "$OUT/mpi-$fault-$tag.json" > /dev/null 2>> "$OUT/log-$tag.txt" ;;
         esac
         echo "$fault rc=$? after $(python3 -c "print(round($(date +%s.%N)-$s,1))") s"
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('  interrupted:', d['interrupted'], 'exit_code:', d['exit_code'], [(t['key'][-16:], t['status'], t['message'][:120]) for t in d['testcases']])" "$OUT/mpi-$fault-$tag.json" 2>&1 | tail -1

@@ -81,7 +81,8 @@ def main() -> None:
     hbase = pinned.ptr
     ctypes.memmove(hbase, ring(hbase), RING)
     dev = cp.cuda.alloc(RING)
-    dev.copy_from_host(ctypes.c_char_p(ring(dev.ptr)), RING)
+    staging = ctypes.create_string_buffer(ring(dev.ptr), RING)
+    dev.copy_from_host(ctypes.addressof(staging), RING)
     sink = cp.zeros(1, dtype=cp.uint64)
     results: dict[str, list[float]] = {}
     for _ in range(args.rounds):

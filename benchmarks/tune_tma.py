@@ -64,7 +64,7 @@ def main() -> int:
             p = subprocess.run(
                 [sys.executable, __file__, "child", name, str(mib)],
                 capture_output=True,
-                text=True,
+                encoding="utf-8",
                 check=False,
             )
             if p.returncode:

@@ -16,7 +16,7 @@ from gpubw.measure.latency import (
     write_host_ring,
 )
 from gpubw.memory.buffers import DeviceBuffer, HostBuffer
-from gpubw.model.errors import CudaError
+from gpubw.model.errors import CudaError, GateTimeoutError
 
 
 def test_ring_nodes_point_128_bytes_on() -> None:
@@ -111,4 +111,53 @@ def test_pointer_chase_raises_a_failing_destroy_after_success(
         monkeypatch.setattr(backend, "destroy_event", destroy_event)
         with pytest.raises(CudaError, match="cuEventDestroy"):
             pointer_chase(system, 0, ring)
+    assert backend.live_streams() == 0 and backend.live_events() == 0
+
+
+def test_each_chase_launch_is_queued_with_its_events_behind_the_gate(
+    sim_system: SimSystemFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gate wait, start event, chase, end event, then the gate opens: the host's launch call
+    is outside the timed span (issue 36 item 3)."""
+    system = sim_system("h200x1")
+    backend = system.backend
+    calls: list[str] = []
+    real_launch, real_record, real_open = backend.launch, backend.record_event, system.gate.open
+
+    def launch(name: str, *args: Any, **kwargs: Any) -> None:
+        calls.append(name)
+        real_launch(name, *args, **kwargs)
+
+    def record(*args: Any) -> None:
+        calls.append("event")
+        real_record(*args)
+
+    def gate_open() -> None:
+        calls.append("open")
+        real_open()
+
+    monkeypatch.setattr(backend, "launch", launch)
+    monkeypatch.setattr(backend, "record_event", record)
+    monkeypatch.setattr(system.gate, "open", gate_open)
+    with DeviceBuffer.allocate(system, 0, RING_BYTES) as ring:
+        write_device_ring(system, ring)
+        calls.clear()
+        got = pointer_chase(system, 0, ring)
+    one = ["gpubw_gate_wait", "event", "gpubw_pointer_chase", "event", "open"]
+    assert calls == one * got.launches
+
+
+def test_a_gate_that_gave_up_discards_the_latency(
+    sim_system: SimSystemFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gate kernel that timed out before its launch was queued: GateTimeoutError, and
+    every handle is freed."""
+    system = sim_system("h200x1")
+    monkeypatch.setattr(system.gate, "timed_out", lambda: True)
+    with HostBuffer.allocate(system, 0, RING_BYTES) as ring:
+        write_host_ring(ring)
+        with pytest.raises(GateTimeoutError, match="latency launch"):
+            pointer_chase(system, 0, ring)
+    backend = system.backend
+    assert isinstance(backend, SimulatedBackend)
     assert backend.live_streams() == 0 and backend.live_events() == 0

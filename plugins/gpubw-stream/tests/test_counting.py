@@ -71,10 +71,17 @@ def test_strided_bytes_do_not_depend_on_the_element_type(monkeypatch: pytest.Mon
     assert tc.working_set(256 * MIB, FP32) == 384 * MIB
 
 
-def test_the_read_scratch_is_one_double_per_block() -> None:
-    """The read kernel's scratch is one double per block; the copy kernel needs none."""
-    assert ReadKernel.scratch_bytes(H200, 512 * MIB) == 8 * 132 * 4
-    assert ReadKernel.scratch_bytes(H200, 4096) == 8  # 256 vectors: one block
+def test_the_read_scratch_holds_the_partial_sums_of_either_form(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The read's scratch is a double per flat piece (256 x V vectors) or per resident block,
+    whichever is more; the copy kernel needs none."""
+    monkeypatch.delenv("GPUBW_KERNEL_DEFINES", raising=False)
+    assert ReadKernel.scratch_bytes(H200, 512 * MIB) == 8 * (512 * MIB // 16 // 512)  # V = 2
+    assert ReadKernel.scratch_bytes(H200, 256 * 1024) == 8 * 64  # 64 blocks > 32 pieces
+    assert ReadKernel.scratch_bytes(H200, 4096) == 8  # 256 vectors: one block, one piece
+    monkeypatch.setenv("GPUBW_KERNEL_DEFINES", "STREAM_UNROLL=8,STREAM_READ_FLAT_V=4")
+    assert ReadKernel.scratch_bytes(H200, 512 * MIB) == 8 * (512 * MIB // 16 // 1024)
     assert CopyKernel.scratch_bytes(H200, 512 * MIB) == 0
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from gpubw import CopyJob, RunOptions, System, VerificationError
 
-from gpubw_stream.initiators import CopyKernel, StreamKernel, TriadKernel, WriteKernel
+from gpubw_stream.initiators import CopyKernel, ReadKernel, StreamKernel, TriadKernel, WriteKernel
 from gpubw_stream.kernels import FLAT
-from gpubw_stream.testcases import StreamCopy, StreamTestcase, StreamTriad, StreamWrite
+from gpubw_stream.testcases import StreamCopy, StreamRead, StreamTestcase, StreamTriad, StreamWrite
 
 from _stream_devices import gpu_unavailable
 
@@ -100,3 +100,29 @@ def test_a_skipped_vector_is_caught(
     """A flat kernel that leaves the last vector unwritten fails verification."""
     with pytest.raises(VerificationError):
         keyed_testcase(cls, key, short(kernel))(gpu).run(128 * MIB, 4)
+
+
+def corrupted_read() -> type[StreamKernel]:
+    """ReadKernel whose array gets junk in one word after it is filled (so the sums are off)."""
+
+    def prepare(self: Any, job: CopyJob) -> None:
+        ReadKernel.prepare(self, job)
+        junk = job.system.pool.host_scratch("planted junk", 4096)
+        junk.write(b"\x00\x00\x00\x40")  # fp32 2.0 where 1.0 was
+        job.system.backend.memcpy_async(self.arrays[0].ptr + 4 * BAD_WORD, junk.ptr, 4, job.stream)
+
+    return type("CorruptedReadKernel", (ReadKernel,), {"prepare": prepare})
+
+
+@pytest.mark.parametrize("kernel", [ReadKernel, corrupted_read(), short(ReadKernel)])
+def test_the_flat_read_sums_every_piece(gpu: System, kernel: type[StreamKernel]) -> None:
+    """The flat read (arrays far beyond L2, a last piece cut short) verifies; a corrupted
+    element or a skipped vector fails the sum of its partial sums."""
+    assert "stream_read" in FLAT
+    run = keyed_testcase(StreamRead, "stream_read", kernel)(gpu).run
+    if kernel is ReadKernel:
+        (m,) = run(128 * MIB + 48, 4)
+        assert all(v is not None and v > 0 for v in m.values[0])
+    else:
+        with pytest.raises(VerificationError):
+            run(128 * MIB + 48, 4)

@@ -148,6 +148,7 @@ _NOT_FOR_LIST = (
     ("outlier_pct", "--outlier-pct"),
     ("cv_threshold", "--cv-threshold"),
     ("host_huge_pages", "--host-huge-pages"),
+    ("trace", "--trace"),
 )
 
 
@@ -196,6 +197,7 @@ def run_options(ns: argparse.Namespace, sizes: list[int]) -> RunOptions:
         gate_timeout_s=ns.gate_timeout,
         buffer_sizes=sizes,
         host_huge_pages=ns.host_huge_pages,
+        trace=ns.trace,
         world_timeout_s=ns.world_timeout,
         sample_pairs=ns.sample_pairs,
         seed=ns.seed,
@@ -276,7 +278,13 @@ def _listeners(
     if world.size > 1 and output.rewritable:
         # a rank killed by the launcher takes the others down: keep -o valid meanwhile
         listeners.append(PartialWrites(make, output))
-    return [*listeners, *spec.listeners], live
+    # the trace's listener (--trace) stays first: it marks each step before the others work
+    # on it, and its trace is in the Report before the report is written
+    from gpubw.runner.tracing import TraceListener
+
+    tracing = [x for x in spec.listeners if isinstance(x, TraceListener)]
+    rest = [x for x in spec.listeners if not isinstance(x, TraceListener)]
+    return [*tracing, *listeners, *rest], live
 
 
 class _Notes(RunListener):

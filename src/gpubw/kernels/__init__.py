@@ -104,6 +104,20 @@ KERNELS: dict[str, KernelSpec] = {
             "value, `loops` times, resident grid-stride; stores only.",
         ),
         KernelSpec(
+            "gpubw_read_flat",
+            ("ptr", "u64", "u32", "ptr"),
+            "(src, elements, loops, sink): gpubw_read over gpubw_copy_flat's pass-major "
+            "(pass, piece) space, one element per thread, launched with loops x pieces blocks "
+            "(a device's own memory beyond L2). Any grid is correct.",
+        ),
+        KernelSpec(
+            "gpubw_write_flat",
+            ("ptr", "u64", "u32", "u32"),
+            "(dst, elements, value, loops): gpubw_write over gpubw_copy_flat's pass-major "
+            "(pass, piece) space, one element per thread, launched with loops x pieces blocks "
+            "(a device's own memory beyond L2). Any grid is correct.",
+        ),
+        KernelSpec(
             "gpubw_verify_value",
             ("ptr", "u64", "u32", "ptr"),
             "(buf, words, value, first_bad): atomicMin(first_bad, k) for every k < words where "

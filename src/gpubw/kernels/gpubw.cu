@@ -347,8 +347,9 @@ extern "C" __global__ void gpubw_clear_warp_parity(uint4 *buf, u64 elements, u32
 }
 
 // (start, steps, target, sink): only block `target` (thread 0) follows p = *(void **)p `steps`
-// times from `start`, each a volatile generic load (never served from L1, never hoisted),
-// and stores the final pointer to *sink so the chain cannot be removed.
+// times from `start`, each a global load (each address depends on the load before, so none
+// is hoisted or merged; a 2 MB ring walked at a 128-byte stride misses L1 anyway), and stores
+// the final pointer to *sink so the chain cannot be removed.
 extern "C" __global__ void gpubw_pointer_chase(const void *start, u64 steps, u32 target,
                                                u64 *sink) {
     if (blockIdx.x != target || threadIdx.x != 0) {
@@ -357,7 +358,11 @@ extern "C" __global__ void gpubw_pointer_chase(const void *start, u64 steps, u32
     u64 p = (u64)start;
     for (u64 s = 0; s < steps; ++s) {
         u64 next;
-        asm volatile("ld.volatile.u64 %0, [%1];" : "=l"(next) : "l"(p) : "memory");
+        // ld.global, not a generic load: the ring is in the global window (device memory, or
+        // host memory mapped there); on an H100 the generic ld.volatile read ~3 ns more of
+        // ~1,180 ns on host memory (benchmarks/latency_variants.py), what put gpubw above
+        // nvbandwidth. Each address comes from the load before, so nothing can be merged.
+        asm volatile("ld.global.u64 %0, [%1];" : "=l"(next) : "l"(p) : "memory");
         p = next;
     }
     *sink = p;
@@ -441,6 +446,41 @@ extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK, GPUBW_COPY_MIN_BL
         }
 #pragma unroll 1
         for (; i < elements; i += stride) GPUBW_ST(dst + i, v);
+    }
+}
+
+// The same read and write over gpubw_copy_flat's pass-major (pass, piece) space, one 16-byte
+// element per thread: launched with loops x pieces blocks (initiators.flat_copy_launches), for
+// a buffer in the executing device's memory beyond its L2. On an H100 at 4 GiB
+// (benchmarks/tune_oneway.py, call c): flat one-element reads 3,216 GB/s against the resident
+// kernel's 3,105 and PyTorch's sum 3,111; flat writes 3,302 against 3,210 and PyTorch's
+// fill_ 3,295. Any grid is correct (a block-stride loop covers what the grid does not).
+extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK)
+    gpubw_read_flat(const uint4 *__restrict__ src, u64 elements, u32 loops, u32 *sink) {
+    const u64 bd = (u64)blockDim.x;
+    const u64 pieces = (elements + bd - 1) / bd, total = pieces * (u64)loops;
+    u32 fold = 0U;
+    for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
+        const u64 i = (k % pieces) * bd + (u64)threadIdx.x;
+        if (i < elements) {
+            const uint4 v = load_cg_volatile(src + i);
+            fold ^= v.x ^ v.y ^ v.z ^ v.w;
+        }
+        fold = (fold << 1) | (fold >> 31);  // passes do not cancel each other
+    }
+    if (fold == 0x5EEDF00DU && sink != nullptr) {
+        *sink = fold;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(GPUBW_COPY_BLOCK)
+    gpubw_write_flat(uint4 *__restrict__ dst, u64 elements, u32 value, u32 loops) {
+    const uint4 v = make_uint4(value, value, value, value);
+    const u64 bd = (u64)blockDim.x;
+    const u64 pieces = (elements + bd - 1) / bd, total = pieces * (u64)loops;
+    for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
+        const u64 i = (k % pieces) * bd + (u64)threadIdx.x;
+        if (i < elements) GPUBW_ST(dst + i, v);
     }
 }
 

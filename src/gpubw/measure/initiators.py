@@ -161,6 +161,18 @@ def flat_copy_applies(src: Buffer, dst: Buffer, elements: int, exec_device: Devi
     )
 
 
+def one_way_flat_applies(buf: Buffer, elements: int, exec_device: DeviceInfo) -> bool:
+    """Whether LocalRead / LocalWrite use their flat kernels (gpubw_read_flat,
+    gpubw_write_flat): ``buf`` is in the executing device's own memory and its
+    ``elements x 16`` bytes do not fit in the device's L2 (as :func:`flat_copy_applies`; on an
+    H100 at 4 GiB the flat grid reads 3.6 % and writes 2.9 % faster than the resident one)."""
+    return (
+        type(buf) is DeviceBuffer
+        and buf.device == exec_device.ordinal
+        and elements * ELEMENT_BYTES > exec_device.l2_bytes
+    )
+
+
 #: Threads per block of the split-warp kernel (its __launch_bounds__ in kernels/gpubw.cu).
 SPLIT_WARP_BLOCK = 1024
 
@@ -304,9 +316,20 @@ class LocalRead(KernelCopy):
         elements = self.copied_elements(job.nbytes, job.exec_device)
         if elements == 0:
             return
+        launch = job.system.backend.launch
+        if one_way_flat_applies(job.src, elements, job.exec_device):
+            for grid, passes in flat_copy_launches(elements, loops):
+                args = (ptr(job.src.ptr), u64(elements), u32(passes), ptr(0))
+                launch("gpubw_read_flat", grid, FLAT_COPY_BLOCK, args, job.stream)
+            return
         grid, block = self.launch_shape(job.exec_device, elements)
-        args = (ptr(job.src.ptr), u64(elements), u32(loops), ptr(0))
-        job.system.backend.launch(self.kernel, grid, block, args, job.stream)
+        launch(
+            self.kernel,
+            grid,
+            block,
+            (ptr(job.src.ptr), u64(elements), u32(loops), ptr(0)),
+            job.stream,
+        )
 
     def prepare(self, job: CopyJob) -> None:
         job.src.fill(SRC_SEED, job.checked, stream=job.stream, exec_device=job.exec_device.ordinal)
@@ -332,9 +355,15 @@ class LocalWrite(KernelCopy):
         elements = self.copied_elements(job.nbytes, job.exec_device)
         if elements == 0:
             return
+        launch = job.system.backend.launch
+        if one_way_flat_applies(job.dst, elements, job.exec_device):
+            for grid, passes in flat_copy_launches(elements, loops):
+                args = (ptr(job.dst.ptr), u64(elements), u32(WRITE_VALUE), u32(passes))
+                launch("gpubw_write_flat", grid, FLAT_COPY_BLOCK, args, job.stream)
+            return
         grid, block = self.launch_shape(job.exec_device, elements)
         args = (ptr(job.dst.ptr), u64(elements), u32(WRITE_VALUE), u32(loops))
-        job.system.backend.launch(self.kernel, grid, block, args, job.stream)
+        launch(self.kernel, grid, block, args, job.stream)
 
     def prepare(self, job: CopyJob) -> None:
         job.dst.fill(DST_SEED, job.checked, stream=job.stream, exec_device=job.exec_device.ordinal)

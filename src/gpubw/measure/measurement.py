@@ -316,11 +316,16 @@ class MemcpyOperation:
         system = self.system
         backend = system.backend
         execs, infos, counted, checked = self._plan(system, copies)
+        trace = system.trace
         with contextlib.ExitStack() as stack:
+            stack.callback(trace.end)  # the teardown span (below) ends once all is undone
+            trace.begin("setup")
             streams = [stack.enter_context(backend.stream(e)) for e in execs]
             owners = [*execs, *execs, *execs[:1]] if sync.total_event else [*execs, *execs]
             events = [stack.enter_context(backend.event(e)) for e in owners]
             stack.callback(sync.drain, streams)
+            stack.callback(trace.begin, "teardown")  # the first thing undone
+            trace.end()
             n = len(execs)
             cell = CellRun(
                 jobs=self._jobs(copies, infos, checked, streams),
@@ -366,21 +371,41 @@ class MemcpyOperation:
     def _queue(self, cell: CellRun, sync: Sync) -> None:
         """Steps 2-4: fill and wait; close the gate; hold every stream with its warm-up;
         start events, the measured copies, end events."""
-        self._fill(cell.jobs)
-        sync.close()
-        self._enqueue_timed(cell, sync.hold)
+        trace = self.system.trace
+        with trace.span("pattern_fill"):
+            self._fill(cell.jobs)
+        with trace.span("enqueue"):
+            sync.close()
+            self._enqueue_timed(cell, sync.hold)
 
     def _finish(self, cell: CellRun, sync: Sync) -> None:
         """Steps 5-7: release and wait (bounded), verify, and this sample's rates."""
-        sync.release()
-        self._wait_released([j.stream for j in cell.jobs], sync.releaser)
+        trace = self.system.trace
+        with trace.span("warmup"):
+            sync.release()
+            self._wait_released([j.stream for j in cell.jobs], sync.releaser)
         if self.system.options.verify:
-            self._verify(cell.jobs)
-        for samples, rate in zip(cell.pair_samples, self._rates(cell)):
+            with trace.span("verification"):
+                self._verify(cell.jobs)
+        rates = self._rates(cell)
+        for samples, rate in zip(cell.pair_samples, rates):
             samples.append(rate)
         if self.kind is Kind.TOTAL and cell.total_end is not None:
             seconds = self.system.backend.elapsed_seconds(cell.starts[0], cell.total_end)
             cell.total_samples.append(bytes_per_second(sum(cell.counted) * self.loops, seconds))
+        if trace.on:
+            self._trace_wait(cell, rates)
+
+    def _trace_wait(self, cell: CellRun, rates: list[float]) -> None:
+        """The trace: the wait ran the warm-up, then the timed copies (what the figure's
+        samples cover: pair 0 of a FIRST figure, else every pair), then the rest of longer
+        simultaneous copies; the events say how long each was (loops x bytes / rate)."""
+        spans = [n * self.loops / r for n, r in zip(cell.counted, rates)]
+        if self.kind is Kind.TOTAL and cell.total_samples:
+            spans.append(sum(cell.counted) * self.loops / cell.total_samples[-1])
+        timed = spans[0] if self.kind is Kind.FIRST else max(spans)
+        tail = [("timed", round(timed * 1e9)), ("interference", round((max(spans) - timed) * 1e9))]
+        self.system.trace.split_last("warmup", tail)
 
     def _fill(self, jobs: list[CopyJob]) -> None:
         """Fill every copy's buffers (outside the timing) and wait for it, so no fill

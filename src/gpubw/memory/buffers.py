@@ -23,6 +23,7 @@ from gpubw.kernels import ELEMENT_BYTES
 from gpubw.memory.gate import Gate
 from gpubw.model.errors import VerificationError
 from gpubw.model.options import RunOptions
+from gpubw.model.trace import NO_TRACE, Tracer
 
 _BLOCK = 1024
 _NONE = b"\xff" * 8
@@ -77,6 +78,8 @@ class Pool(abc.ABC):
     options: RunOptions
     gate: Gate
     peers: PeerAccess
+    #: where the run's time goes (--trace); the System sets its own
+    trace: Tracer = NO_TRACE
 
     @abc.abstractmethod
     def take(self, kind: type[_B], device: int | None, nbytes: int) -> _B: ...
@@ -176,7 +179,13 @@ class Buffer:
         self.pool.forget(self)
         if self._backing is not self:
             self._backing.free()
-        elif self.pageable:
+            return
+        with self.pool.trace.span("teardown"):
+            self._free_memory()
+
+    def _free_memory(self) -> None:
+        """Give this buffer's own memory back to the driver."""
+        if self.pageable:
             self.backend.free_pageable(self.ptr)
         elif self.is_host:
             self.backend.free_host(self.ptr)

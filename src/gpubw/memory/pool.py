@@ -122,6 +122,12 @@ class BufferPool(Pool):
         self, host: bool, device: int | None, nbytes: int, *, pageable: bool = False
     ) -> int:
         """Allocate raw memory, retrying once after freeing the idle buffers on out-of-memory."""
+        category = "host_registration" if host and not pageable else "allocation"
+        with self.trace.span(category):
+            return self._allocate(host, device, nbytes, pageable)
+
+    def _allocate(self, host: bool, device: int | None, nbytes: int, pageable: bool) -> int:
+        """:meth:`allocate_memory`'s work."""
         for attempt in (0, 1):
             try:
                 if host:
@@ -268,10 +274,11 @@ class BufferPool(Pool):
             buf = DeviceBuffer(self, self.allocate_memory(False, device, nbytes), nbytes, device)
             try:
                 staging = self.host_scratch("staging", PATTERN_WORDS * 4)
-                self.backend.host_write(staging.ptr, pattern_bytes(seed))
-                with self.backend.stream(device) as stream:
-                    self.backend.memcpy_async(buf.ptr, staging.ptr, buf.nbytes, stream)
-                    self.backend.synchronize(stream, self.options.sync_timeout_s)
+                with self.trace.span("pattern_fill"):
+                    self.backend.host_write(staging.ptr, pattern_bytes(seed))
+                    with self.backend.stream(device) as stream:
+                        self.backend.memcpy_async(buf.ptr, staging.ptr, buf.nbytes, stream)
+                        self.backend.synchronize(stream, self.options.sync_timeout_s)
             except BaseException:
                 with contextlib.suppress(Exception):  # the first error is the one to report
                     buf.free()

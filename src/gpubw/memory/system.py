@@ -18,6 +18,7 @@ from gpubw.memory.gate import Gate
 from gpubw.memory.pool import BufferPool
 from gpubw.memory.sharing import Sharing
 from gpubw.model.options import RunOptions
+from gpubw.model.trace import NO_TRACE, Tracer
 from gpubw.world import SingleWorld, World, device_assignment
 from gpubw.world.launch_env import driven_devices
 
@@ -36,8 +37,15 @@ class System:
         self.devices: Sequence[DeviceInfo] = tuple(backend.devices())
         if self.options.host_huge_pages:  # refuse now when the host has too few
             backend.enable_host_huge_pages(max(self.options.buffer_sizes))
+        #: where the run's time goes (--trace; :data:`NO_TRACE` records nothing), on the
+        #: backend's clock (the simulated one's is modelled time)
+        self.trace: Tracer = NO_TRACE
+        if self.options.trace:
+            clock = "simulated" if getattr(backend, "simulated", False) else "monotonic"
+            self.trace = Tracer(backend.clock, clock)
         #: every buffer's memory, the run's scratch, patterns and the gate page
         self.pool = BufferPool(backend, self.devices, self.options)
+        self.pool.trace = self.trace
         self._world: World = world if world is not None else SingleWorld()
         #: the devices this process drives: every one, except on an MPI rank that is not its
         #: host's first, which runs only the multinode testcases, on :attr:`rank_device`
@@ -108,7 +116,8 @@ class System:
     def enable_peer_access(self, a: int, b: int) -> None:
         """Enable access both ways between devices a and b (nvbandwidth probes one way and
         enables both). Idempotent."""
-        self.pool.peers.enable(a, b)
+        with self.trace.span("setup"):
+            self.pool.peers.enable(a, b)
 
     def select_devices(self, *, lenient: bool = False) -> tuple[str, ...]:
         """Resolve the options' ``devices`` (:mod:`gpubw.memory.selection`) into
@@ -137,8 +146,9 @@ class System:
             register_kernel_module(module)
         current = generation()
         if self._kernels_loaded != current:
-            for ordinal in self.driven_devices:
-                self.backend.load_kernels(ordinal)
+            with self.trace.span("kernel_load"):
+                for ordinal in self.driven_devices:
+                    self.backend.load_kernels(ordinal)
             self._kernels_loaded = current
 
     def load_kernels(self) -> None:
@@ -186,6 +196,11 @@ class System:
         if self.closed:
             return
         self.closed = True
+        with self.trace.span("teardown"):
+            self._close()
+
+    def _close(self) -> None:
+        """:meth:`close`'s work: the hooks, sharing, the pool, the backend."""
         errors: list[BaseException] = []
         for hook in self._before_close:
             try:

@@ -191,6 +191,9 @@ class RunOptions:
     host_numa: str | None = attrs.field(default=None, validator=_host_numa)
     #: --soak: repeat the selection until this many seconds have passed (None: once)
     soak_s: float | None = attrs.field(default=None, validator=_soak)
+    #: --trace: record where the run's time goes (:mod:`gpubw.model.trace`) into the report's
+    #: ``trace``; off, nothing is recorded
+    trace: bool = attrs.field(default=False, validator=_bool)
 
 
 @attrs.frozen
@@ -239,6 +242,8 @@ def options_record(
         record["handle_type"] = o.handle_type
     if o.world_timeout_s != DEFAULT_WORLD_TIMEOUT_S:
         record["world_timeout_s"] = o.world_timeout_s
+    if o.trace:  # only when asked for: older readers never see the key
+        record["trace"] = True
     record.update(node_options_record(o))
     if invocation is not None:
         i = invocation
@@ -301,6 +306,7 @@ def options_from_record(
             "device_pair",
             "host_numa",
             "soak_s",
+            "trace",
         )
         if record.get(name) is not None
     }

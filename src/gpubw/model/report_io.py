@@ -250,6 +250,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         doc["nvml"] = json_safe(report.nvml)
     if report.soak is not None:
         doc["soak"] = json_safe(report.soak)
+    if report.trace is not None:
+        doc["trace"] = json_safe(report.trace)
     if report.world is not None:
         doc["world"] = json_safe(report.world)
     if report.hosts:
@@ -426,6 +428,7 @@ def report_from_dict(doc: Mapping[str, Any]) -> Report:
         nvml=doc.get("nvml"),
         expectations=doc.get("expectations"),
         soak=doc.get("soak"),
+        trace=doc.get("trace"),
     )
 
 

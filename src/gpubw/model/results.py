@@ -365,6 +365,9 @@ class Report:
     #: a soak (--soak): duration_s asked for, repetitions run, and per repetition the
     #: devices' clocks, temperature, power and throttle reasons (``samples``); None otherwise
     soak: dict[str, Any] | None = None
+    #: --trace: where the run's time went (:func:`gpubw.model.trace.trace_record`: the clock
+    #: and the events); None when not asked for
+    trace: dict[str, Any] | None = None
 
     @property
     def below_expectation(self) -> bool:

@@ -145,11 +145,22 @@ def build_spec(request: RunRequest) -> RunSpec:
         request.options,
         simulation=simulation,
         invocation=invocation,
-        warnings=[*warnings, *request.warnings],
-        listeners=(*request.listeners, *plugin_listeners()),
+        warnings=[*warnings, *(simulation.warnings if simulation else ()), *request.warnings],
+        # --trace: its listener first, so that it marks a step before the others start
+        # their work on it, and puts the trace in the Report before any of them writes it
+        listeners=(*_tracing(request.options), *request.listeners, *plugin_listeners()),
         handle_signals=request.handle_signals,
         stop_on_error=request.stop_on_error,
     )
+
+
+def _tracing(options: RunOptions) -> tuple[RunListener, ...]:
+    """The trace's listener when the options ask for a trace (``--trace``), else none."""
+    if not options.trace:
+        return ()
+    from gpubw.runner.tracing import TraceListener
+
+    return (TraceListener(),)
 
 
 def select(

@@ -53,7 +53,8 @@ def latency_matrix(
         bytes_counted=(
             f"not a bandwidth: seconds per dependent {access}, the sum of the kernel "
             f"launches' times divided by {ACCESSES:,} accesses (nvbandwidth's divisor), "
-            "launch overhead included"
+            "each launch timed by events queued with it behind the spin gate (the host's "
+            "launch call is not in it)"
         ),
         statistic=f"sum of launch times / {ACCESSES} accesses",
         initiator=f"{how} pointer chase",

@@ -23,7 +23,15 @@ import attrs
 from gpubw import Buffer, Copy, CopyJob, DeviceInfo, Initiator, KernelArg, System, ptr, u32, u64
 
 from gpubw_stream.dtypes import VECTOR_BYTES, DType
-from gpubw_stream.kernels import BLOCK, FLAT, flat_block, flat_launches, launch_grid
+from gpubw_stream.kernels import (
+    BLOCK,
+    FLAT,
+    flat_block,
+    flat_launches,
+    flat_piece,
+    flat_pieces,
+    launch_grid,
+)
 from gpubw_stream.metrics import strided_count
 
 #: Initial values of the arrays called a, b and c.
@@ -100,16 +108,20 @@ class StreamKernel(Initiator):
     def args(self, vecs: int, loops: int) -> tuple[KernelArg, ...]:
         raise NotImplementedError
 
+    def flat(self, job: CopyJob) -> bool:
+        """Whether the measured passes use the kernel's "_flat" variant: beyond L2, one
+        block per (pass, piece) (kernels.FLAT says why); within L2 the resident grid-stride
+        kernel (block starts would cap the flat one there)."""
+        base = self.kernel().removesuffix(f"_{self.dtype.suffix}")
+        return base in FLAT and self.working_set(job.nbytes, self.dtype) > job.exec_device.l2_bytes
+
     def enqueue(self, job: CopyJob, *, loops: int) -> None:
         vecs = vectors(job.nbytes)
         kernel = self.kernel()
         launch = job.system.backend.launch
-        flat = kernel.removesuffix(f"_{self.dtype.suffix}") in FLAT
-        if flat and self.working_set(job.nbytes, self.dtype) > job.exec_device.l2_bytes:
-            # beyond L2, one block per (pass, piece): kernels.FLAT says why; within L2 the
-            # resident grid-stride kernel (block starts would cap the flat one there)
+        if self.flat(job):
             block = flat_block(kernel)
-            for grid, passes in flat_launches(vecs, loops, block):
+            for grid, passes in flat_launches(vecs, loops, flat_piece(kernel)):
                 launch(f"{kernel}_flat", grid, block, self.args(vecs, passes), job.stream)
             return
         grid = launch_grid(job.exec_device.sm_count, vecs)
@@ -232,9 +244,10 @@ class WriteKernel(StreamKernel):
 
 
 class ReadKernel(StreamKernel):
-    """sum(a): every byte of a read once per pass; each block writes one partial sum (a
-    double) to a small scratch buffer, whose bytes are not counted (a few KiB against the
-    array; they are listed in the notes)."""
+    """sum(a): every byte of a read once per pass; one partial sum (a double) per block of
+    the resident kernel, or per piece of the flat one (one 8-byte sum per 8 KiB of a with
+    the default STREAM_READ_FLAT_V = 2), goes to a scratch buffer whose bytes are not counted
+    (they are named in the bytes-counted line)."""
 
     formula = "sum(a)"
     array_names = ("a",)
@@ -244,7 +257,18 @@ class ReadKernel(StreamKernel):
 
     @classmethod
     def scratch_bytes(cls, device: DeviceInfo, nbytes: int) -> int:
-        return 8 * launch_grid(device.sm_count, vectors(nbytes))
+        """Room for the partial sums of either form (the check sums those written)."""
+        vecs = vectors(nbytes)
+        pieces = flat_pieces(vecs, flat_piece("stream_read"))
+        return 8 * max(launch_grid(device.sm_count, vecs), pieces)
+
+    def partial_sums(self, job: CopyJob) -> int:
+        """Partial sums each pass writes: one per piece of the flat kernel, else one per
+        block of the resident grid."""
+        vecs = vectors(job.nbytes)
+        if self.flat(job):
+            return flat_pieces(vecs, flat_piece(self.kernel()))
+        return launch_grid(job.exec_device.sm_count, vecs)
 
     def kernel(self) -> str:
         return f"stream_read_{self.dtype.suffix}"
@@ -261,7 +285,7 @@ class ReadKernel(StreamKernel):
         if vecs == 0:
             return []
         elements = vecs * VECTOR_BYTES // self.dtype.itemsize
-        count = self.scratch.nbytes // 8
+        count = self.partial_sums(job)
         self.scratch.enqueue_check(
             "stream_check_sum",
             1,

@@ -12,10 +12,11 @@ result so that verification is exercised on CI.
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from gpubw import KernelModule, KernelSpec, SimulatedLaunch
+from gpubw import KernelModule, KernelSpec, SimulatedLaunch, UsageError
 
 from gpubw_stream.dtypes import DTYPES, VECTOR_BYTES, DType
 from gpubw_stream.metrics import strided_traffic
@@ -38,13 +39,24 @@ MAX_GRID = (1 << 31) - 1
 #: grid-stride kernels stay (16 MiB triad: 9,694 GB/s resident, 5,890 flat, whose block
 #: starts cap it there). benchmarks/tune_copy.py flat, 4 GiB fp32 on an H200: copy 4,275
 #: vs 3,942 GB/s for the resident grid-stride kernels, triad 4,387 vs 4,105, write 4,710 vs
-#: 4,310 (benchmarks/results/tune-flat-h200-2026-11-30.json).
-FLAT = ("stream_copy", "stream_write", "stream_scale", "stream_add", "stream_triad")
+#: 4,310 (benchmarks/results/tune-flat-h200-2026-11-30.json). The read's flat form sums
+#: STREAM_READ_FLAT_V vectors per thread per piece (benchmarks/tune_oneway.py, 4 GiB on an
+#: H100: a flat read of one vector per thread in 256-thread blocks 3,216 GB/s, the resident
+#: grid-stride read 3,105, PyTorch's sum 3,111).
+FLAT = ("stream_copy", "stream_write", "stream_scale", "stream_add", "stream_triad", "stream_read")
 #: Threads per block of the flat kernels: 128 for the kernels that read (a 128-thread copy
 #: piece moves 4 KiB: gpubw_copy_flat 4,318 GB/s vs 4,274 with 256), 256 for the write-only
 #: one (128-thread pieces of 2 KiB start too many blocks: 3,389 vs 4,694 GB/s).
 FLAT_BLOCK = 128
 FLAT_WRITE_BLOCK = 256
+#: Threads per block of the flat read (the shape measured above).
+FLAT_READ_BLOCK = 256
+#: The source's define of the flat read's vectors per thread, its default and allowed values.
+READ_FLAT_V = "STREAM_READ_FLAT_V"
+READ_FLAT_V_DEFAULT = 2
+READ_FLAT_V_CHOICES = (1, 2, 4)
+#: gpubw's variable of extra compile macros ("NAME=VALUE,..."), which sets READ_FLAT_V too.
+DEFINES_ENV = "GPUBW_KERNEL_DEFINES"
 
 
 def source() -> str:
@@ -58,16 +70,46 @@ def launch_grid(sm_count: int, work: int) -> int:
     return max(1, min(sm_count * BLOCKS_PER_SM, -(-work // BLOCK)))
 
 
+def read_flat_vectors() -> int:
+    """Vectors per thread of the flat read: STREAM_READ_FLAT_V as ``$GPUBW_KERNEL_DEFINES``
+    sets it for the compile (the launch plan and the partial sums must agree with the
+    compiled kernel), else 2; UsageError if not 1, 2 or 4."""
+    value = str(READ_FLAT_V_DEFAULT)
+    for item in os.environ.get(DEFINES_ENV, "").split(","):
+        name, _, given = item.strip().partition("=")
+        if name == READ_FLAT_V:
+            value = given.strip() or "1"  # a bare NAME is NAME=1, as the compile reads it
+    if value not in {str(v) for v in READ_FLAT_V_CHOICES}:
+        allowed = ", ".join(map(str, READ_FLAT_V_CHOICES))
+        raise UsageError(f"{DEFINES_ENV}: {READ_FLAT_V} must be one of {allowed}, got {value!r}")
+    return int(value)
+
+
 def flat_block(kernel: str) -> int:
-    """Threads per block of the flat variant of ``kernel`` (FLAT_BLOCK, FLAT_WRITE_BLOCK)."""
-    return FLAT_WRITE_BLOCK if kernel.startswith("stream_write") else FLAT_BLOCK
+    """Threads per block of the flat variant of ``kernel`` (FLAT_BLOCK, FLAT_WRITE_BLOCK,
+    FLAT_READ_BLOCK)."""
+    if kernel.startswith("stream_write"):
+        return FLAT_WRITE_BLOCK
+    return FLAT_READ_BLOCK if kernel.startswith("stream_read") else FLAT_BLOCK
 
 
-def flat_launches(vecs: int, loops: int, block: int = FLAT_BLOCK) -> list[tuple[int, int]]:
+def flat_piece(kernel: str) -> int:
+    """Vectors of one piece (one block's share of a pass) of the flat variant of ``kernel``:
+    its block, times read_flat_vectors() for the read."""
+    per_thread = read_flat_vectors() if kernel.startswith("stream_read") else 1
+    return flat_block(kernel) * per_thread
+
+
+def flat_pieces(vecs: int, piece: int) -> int:
+    """Pieces of ``piece`` vectors covering ``vecs`` vectors (at least one)."""
+    return max(1, -(-vecs // piece))
+
+
+def flat_launches(vecs: int, loops: int, piece: int = FLAT_BLOCK) -> list[tuple[int, int]]:
     """(grid, loops) of each launch of a "_flat" kernel over ``vecs`` vectors, ``loops``
-    passes: one block per (pass, piece of ``block`` vectors), as few launches as MAX_GRID
-    allows."""
-    pieces = max(1, -(-vecs // block))
+    passes: one block per (pass, piece of ``piece`` vectors: flat_piece), as few launches
+    as MAX_GRID allows."""
+    pieces = flat_pieces(vecs, piece)
     per = max(1, min(loops, MAX_GRID // pieces))
     out = []
     left = loops
@@ -192,6 +234,23 @@ def _typed(dt: DType) -> dict[str, Any]:
         sums = np.bincount(owner, weights=per_vector, minlength=grid)
         launch.write(partials, sums.astype("<f8").tobytes())
 
+    def read_flat(launch: SimulatedLaunch, a: int, vecs: int, partials: int, loops: int) -> None:
+        n = vecs * VECTOR_BYTES
+        piece = launch.block * read_flat_vectors()
+        pieces = -(-vecs // piece)
+        launch.traffic(a, read=n * loops)
+        launch.traffic(partials, written=pieces * 8 * loops)
+        x = _array(launch, a, n, dt)
+        np = _np()
+        if x is None:  # not held: NaN partials, as in read above
+            launch.write(partials, np.full(pieces, np.nan, dtype="<f8").tobytes())
+            return
+        # Vector i is in piece i // piece, whose block writes partials[i // piece].
+        per_vector = x.astype(np.float64).reshape(vecs, -1).sum(axis=1)
+        owner = np.arange(vecs) // piece
+        sums = np.bincount(owner, weights=per_vector, minlength=pieces)
+        launch.write(partials, sums.astype("<f8").tobytes())
+
     def strided(launch: SimulatedLaunch, y: int, x: int, m: int, stride: int, loops: int) -> None:
         moved_read, moved_written = strided_traffic(m, stride, dt.itemsize)
         launch.traffic(x, read=moved_read * loops)
@@ -207,6 +266,7 @@ def _typed(dt: DType) -> dict[str, Any]:
         f"stream_add_{dt.suffix}": binary(triad=False),
         f"stream_triad_{dt.suffix}": binary(triad=True),
         f"stream_read_{dt.suffix}": read,
+        f"stream_read_{dt.suffix}_flat": read_flat,
         f"stream_strided_{dt.suffix}": strided,
     }
 
@@ -291,22 +351,30 @@ def _flat_specs() -> tuple[KernelSpec, ...]:
     out = []
     for name, spec in by_name.items():
         if name.rsplit("_", 1)[0] in FLAT or name in FLAT:
-            out.append(
-                KernelSpec(
-                    f"{name}_flat",
-                    spec.params,
-                    f"{spec.doc} Flat: one 16-byte vector per thread over the pass-major "
-                    "(pass, blockDim-vector piece) space; launch loops x pieces blocks "
-                    "(kernels.flat_launches).",
-                )
-            )
+            out.append(KernelSpec(f"{name}_flat", spec.params, _flat_doc(spec)))
     return tuple(out)
+
+
+def _flat_doc(spec: KernelSpec) -> str:
+    if spec.name.startswith("stream_read"):
+        return (
+            "(a, vecs, partials, loops): the read over the pass-major (pass, piece) space: "
+            "a piece is blockDim x STREAM_READ_FLAT_V vectors, and the block of each (pass, "
+            "piece) sums its elements and writes the sum (a double) to partials[piece] "
+            "(pieces doubles), loops passes; launch loops x pieces blocks "
+            "(kernels.flat_launches, flat_piece)."
+        )
+    return (
+        f"{spec.doc} Flat: one 16-byte vector per thread over the pass-major "
+        "(pass, blockDim-vector piece) space; launch loops x pieces blocks "
+        "(kernels.flat_launches)."
+    )
 
 
 FLAT_SPECS = _flat_specs()
 SPECS = (*SPECS, *FLAT_SPECS)
 for _spec in FLAT_SPECS:
-    SIMULATE[_spec.name] = SIMULATE[_spec.name.removesuffix("_flat")]
+    SIMULATE.setdefault(_spec.name, SIMULATE[_spec.name.removesuffix("_flat")])
 
 #: The kernel module the STREAM testcases declare (``StreamTestcase.kernel_modules``).
 MODULE = KernelModule(name=MODULE_NAME, source=source(), kernels=SPECS, simulate=SIMULATE)

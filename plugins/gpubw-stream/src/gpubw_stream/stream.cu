@@ -12,10 +12,11 @@
 // the compiler cannot drop, merge or hoist a repeated load. Two kinds of kernel, both correct
 // for any grid and running `loops` passes in one launch: the resident grid-stride ones keep
 // STREAM_UNROLL independent 16-byte loads in flight per thread and are launched with a few
-// blocks per SM; the "_flat" ones (copy, scale, add, triad, write) do one vector per thread
-// and are launched with one block per (pass, piece), a one-shot grid (see unary_flat). The
-// host's choice is gpubw_stream/kernels.py (FLAT, flat_launches); benchmarks/tune_copy.py
-// measured the choices below on an H200 (benchmarks/README.md).
+// blocks per SM; the "_flat" ones (copy, scale, add, triad, write; the read with
+// STREAM_READ_FLAT_V vectors per thread) do one vector per thread and are launched with one
+// block per (pass, piece), a one-shot grid (see unary_flat). The host's choice is
+// gpubw_stream/kernels.py (FLAT, flat_launches); benchmarks/tune_copy.py measured the
+// choices below on an H200 (benchmarks/README.md).
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -396,6 +397,41 @@ __device__ __forceinline__ void reduce(const uint4 *src, u64 n, double *partials
     }
 }
 
+// Vectors per thread of the flat read (stream_read_*_flat): a piece is blockDim x
+// STREAM_READ_FLAT_V vectors, thread t's are t, t + blockDim, ... (all loaded before they are
+// summed). The host reads the same define from GPUBW_KERNEL_DEFINES to size its grid and the
+// partial sums (kernels.py: read_flat_vectors), so set it there only.
+#ifndef STREAM_READ_FLAT_V
+#define STREAM_READ_FLAT_V 2
+#endif
+static_assert(STREAM_READ_FLAT_V == 1 || STREAM_READ_FLAT_V == 2 || STREAM_READ_FLAT_V == 4,
+              "STREAM_READ_FLAT_V must be 1, 2 or 4");
+
+// The flat read over the pass-major (pass, piece) space, as unary_flat: the block of step k
+// sums piece k % pieces and writes partials[k % pieces] (every pass writes the same value to
+// the same slot), so partials holds `pieces` doubles. Correct for any grid; k depends on the
+// block only, so every thread of a block reaches block_sum's barriers together.
+template <class T>
+__device__ __forceinline__ void reduce_flat(const uint4 *src, u64 n, double *partials, u32 loops) {
+    const u64 bd = (u64)blockDim.x, piece = bd * (u64)STREAM_READ_FLAT_V;
+    const u64 pieces = (n + piece - 1) / piece, total = pieces * (u64)loops;
+    for (u64 k = blockIdx.x; k < total; k += gridDim.x) {
+        const u64 p = k % pieces, i = p * piece + (u64)threadIdx.x;
+        typename T::acc s = 0;
+        if (i + (STREAM_READ_FLAT_V - 1) * bd < n) {
+            uint4 v[STREAM_READ_FLAT_V];
+#pragma unroll
+            for (int u = 0; u < STREAM_READ_FLAT_V; ++u) v[u] = ld16(src + i + u * bd);
+#pragma unroll
+            for (int u = 0; u < STREAM_READ_FLAT_V; ++u) s += T::sum(v[u]);
+        } else {
+            for (u64 j = i; j < n; j += bd) s += T::sum(ld16(src + j));  // the last piece
+        }
+        const double sum = block_sum((double)s);
+        if (threadIdx.x == 0) partials[p] = sum;
+    }
+}
+
 // dst[i] = src[i * stride] + 1 for i < m elements of T, `loops` times (scalar accesses).
 __device__ __forceinline__ float ld_f32(const float *p) {
     float v;
@@ -523,6 +559,10 @@ STREAM_KERNEL stream_check_sum(const double *partials, u64 count, u64 expected, 
     }                                                                                          \
     STREAM_KERNEL stream_read_##sfx(const uint4 *a, u64 vecs, double *partials, u32 loops) {   \
         reduce<T>(a, vecs, partials, loops);                                                   \
+    }                                                                                          \
+    STREAM_KERNEL stream_read_##sfx##_flat(const uint4 *a, u64 vecs, double *partials,          \
+                                           u32 loops) {                                        \
+        reduce_flat<T>(a, vecs, partials, loops);                                              \
     }                                                                                          \
     STREAM_KERNEL stream_strided_##sfx(E *y, const E *x, u64 m, u32 stride, u32 loops) {       \
         strided<E>(y, x, m, stride, loops);                                                    \

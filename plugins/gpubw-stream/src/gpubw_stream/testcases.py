@@ -222,10 +222,13 @@ class StreamTriad(StreamTestcase):
 class StreamRead(StreamTestcase):
     """Read-only sum(a) in each device's memory; bytes read (1 x array).
 
-    Each block writes one partial sum; those few KiB are not counted."""
+    Each block (resident, within L2) or each piece of a (flat, beyond L2) writes one partial
+    sum; those doubles are not counted."""
 
     kernel = ReadKernel
-    traffic_words = "a read (1 x array; the few KiB of per-block partial sums not counted)"
+    traffic_words = (
+        "a read (1 x array; the partial sums, a double per block or per piece of a, not counted)"
+    )
 
 
 class StreamWrite(StreamTestcase):
