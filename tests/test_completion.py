@@ -38,7 +38,7 @@ def complete(bash_file: Path, line: str) -> list[str]:
 @pytest.mark.parametrize(
     ("line", "offered"),
     [
-        ("gpubw ", ["check", "expect-from", "info", "compare", "plot", "completion"]),
+        ("gpubw ", ["check", "expect-from", "info", "compare", "plot", "fleet", "completion"]),
         ("gpubw -t dev", ["device_local_copy", "device_to_host_memcpy_ce"]),
         ("gpubw -t 0 device_l", ["device_local_copy"]),  # -t takes several
         ("gpubw --testcase-prefixes str", ["stream_copy"]),
@@ -54,6 +54,8 @@ def complete(bash_file: Path, line: str) -> list[str]:
         ("gpubw plot r.json -p str", ["stream_copy"]),
         ("gpubw info --simulate h200x1", ["h200x1"]),
         ("gpubw completion z", ["zsh"]),
+        ("gpubw fleet /x --format op", ["openmetrics"]),
+        ("gpubw fleet /x --min", ["--min-nodes"]),
     ],
 )
 def test_bash_completes(bash_file: Path, line: str, offered: list[str]) -> None:

@@ -21,6 +21,7 @@ import pytest
 
 from gpubw.cli.accept import check_parser
 from gpubw.cli.args import SUBCOMMANDS, parse_command_line, writer_settings
+from gpubw.cli.fleet import fleet_parser
 from gpubw.runner.writer_registry import Writers
 from gpubw.version import __version__
 from gpubw.world import detect_launch
@@ -29,6 +30,7 @@ from test_world import _mpiexec, needs_mpi
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 SBATCH = EXAMPLES / "slurm.sbatch"
+FLEET_SBATCH = EXAMPLES / "slurm-fleet.sbatch"
 MANIFESTS = sorted((EXAMPLES / "kubernetes").glob("*.yaml"))
 
 
@@ -108,8 +110,11 @@ def test_the_yaml_reader_reads_what_it_claims() -> None:
 
 def check_gpubw_args(args: list[str]) -> None:
     """``args`` (what follows ``gpubw``) is a command line gpubw's parsers accept."""
+    if args and args[0] == "fleet":
+        fleet_parser().parse_args(args[1:])
+        return
     if args and args[0] in SUBCOMMANDS:
-        assert args[0] == "check", args  # the only sub-command the examples use
+        assert args[0] == "check", args  # with fleet, the only sub-commands the examples use
         check_parser().parse_args(args[1:])
         return
     ns, rest = parse_command_line(args)
@@ -150,7 +155,13 @@ def test_manifests_parse_and_run_gpubw(path: Path) -> None:
         check_gpubw_args(args)
         if kind == "MPIJob":
             assert command[0] == "mpirun" and "-p" in args  # the multinode testcases
-    assert [p.name for p in MANIFESTS] == ["cronjob.yaml", "job.yaml", "mpijob.yaml"]
+    assert [p.name for p in MANIFESTS] == [
+        "cronjob.yaml",
+        "fleet-collect.yaml",
+        "fleet-job.yaml",
+        "job.yaml",
+        "mpijob.yaml",
+    ]
 
 
 # -- the MPIJob, as the Kubeflow MPI Operator's kubeflow.org/v2beta1 runs it: the operator
@@ -310,7 +321,7 @@ WHEEL = f"gpubw-{__version__}-py3-none-any.whl"
 INDEX_INSTALL = re.compile(r"pip install\s+['\"]?gpubw(\[|['\"\s]|$)")
 
 
-@pytest.mark.parametrize("path", [*MANIFESTS, SBATCH], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*MANIFESTS, SBATCH, FLEET_SBATCH], ids=lambda p: p.name)
 def test_the_examples_install_gpubw_from_a_wheel_of_the_checkout(path: Path) -> None:
     """Each example says how to install gpubw where it runs: a wheel built in a checkout,
     installed with its extras, never pip install 'gpubw[...]' from an index."""

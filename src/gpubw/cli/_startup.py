@@ -171,7 +171,7 @@ _NOT_A_RUN = ("--simulate", "--list", "--help", "--version")
 #: short options, alone or in a cluster (-jl), that mean the same
 _NOT_A_RUN_SHORT = frozenset("lhV")
 #: first words that are other commands than a run
-_SUBCOMMANDS = ("plot", "compare", "check", "expect-from", "info", "completion")
+_SUBCOMMANDS = ("plot", "compare", "fleet", "check", "expect-from", "info", "completion")
 
 
 def looks_like_gpu_run(args: list[str]) -> bool:

@@ -72,7 +72,7 @@ EXIT_CODES += "\n" + JUDGE_HELP
 # -- argument parsing ----------------------------------------------------------------------
 #: the sub-commands, in the order the usage line names them (:data:`gpubw.cli.command.COMMANDS`
 #: runs them)
-SUBCOMMANDS = ("check", "expect-from", "info", "compare", "plot", "completion")
+SUBCOMMANDS = ("check", "expect-from", "info", "compare", "plot", "fleet", "completion")
 
 
 def given_flags(ns: argparse.Namespace) -> set[str]:
@@ -233,6 +233,13 @@ def _add_selection(add: Callable[..., Any]) -> None:
 def _add_measurement(add: Callable[..., Any]) -> None:
     """How to measure: verbosity, verification, affinity, samples, the statistic."""
     add("-v", "--verbose", action="store_true", help="verbose output (per-sample figures)")
+    add(
+        "--trace",
+        action="store_true",
+        help="record where the run's time goes (allocation, pinning, pattern fill, warm-up, "
+        "timed copies, verification, kernel load, NVML, teardown) into the JSON report's "
+        "trace; benchmarks/overhead.py reads it",
+    )
     add(
         "-s",
         "--skip-verification",

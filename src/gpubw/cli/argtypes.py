@@ -147,6 +147,26 @@ def tolerance(text: str) -> float:
     return value
 
 
+# -- gpubw fleet -----------------------------------------------------------------------------
+def robust_z(text: str) -> float:
+    """``gpubw fleet --z``: a negative, finite number (a robust z: -4)."""
+    value = finite_float(text)
+    if not value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a negative number, e.g. -4")
+    return value
+
+
+def fleet_threshold(text: str) -> float:
+    """``gpubw fleet --threshold``: ``10%`` or ``0.1`` -> 0.1, in (0, 1)."""
+    value = fraction(text, off=False)
+    assert value is not None
+    return value
+
+
+#: gpubw fleet --min-nodes: a median of fewer than 3 nodes says nothing about any of them
+min_nodes_int = bounded_int(1_000_000, low=3)
+
+
 # -- node checks -----------------------------------------------------------------------------
 #: the longest --wait-idle
 MAX_WAIT_IDLE_S = 86_400.0
@@ -170,6 +190,30 @@ def duration(text: str, *, most: float = MAX_SOAK_S) -> float:
 
 def wait_idle(text: str) -> float:
     return duration(text, most=MAX_WAIT_IDLE_S)
+
+
+# -- gpubw fleet --db ------------------------------------------------------------------------
+#: the longest ``gpubw fleet --since`` window: ten years
+MAX_SINCE_S = 3650 * 86_400.0
+_SINCE_UNITS = {"h": 3600.0, "d": 86_400.0, "w": 7 * 86_400.0}
+_SINCE = re.compile(r"([0-9]+)\s*([hdw])", re.IGNORECASE)
+
+
+def since(text: str) -> float:
+    """``12h``, ``30d``, ``2w`` (a whole number of hours, days or weeks) -> seconds, more
+    than 0 and at most ten years."""
+    m = _SINCE.fullmatch(text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time span; give a whole number of hours, days or weeks "
+            "(e.g. 12h, 30d, 2w)"
+        )
+    value = int(m[1]) * _SINCE_UNITS[m[2].lower()]
+    if not 0 < value <= MAX_SINCE_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must be more than 0 and at most 3650d (ten years)"
+        )
+    return value
 
 
 def devices(text: str) -> tuple[str, ...]:

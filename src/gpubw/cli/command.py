@@ -52,6 +52,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("gpubw.cli.accept", "info_main"),
     "compare": ("gpubw.cli.compare", "compare_main"),
     "plot": ("gpubw.cli.plot", "main"),
+    "fleet": ("gpubw.cli.fleet", "fleet_main"),
     "completion": ("gpubw.cli.completion", "completion_main"),
 }
 

@@ -132,6 +132,7 @@ def _subparsers() -> list[tuple[str, str, Callable[[], argparse.ArgumentParser]]
     """(name, one line of help, its parser or None) of each sub-command."""
     from gpubw.cli.accept import check_parser, expect_from_parser, info_parser
     from gpubw.cli.compare import compare_parser
+    from gpubw.cli.fleet import fleet_parser
     from gpubw.cli.plot import plot_parser  # (matplotlib is imported only to draw)
 
     return [
@@ -140,6 +141,7 @@ def _subparsers() -> list[tuple[str, str, Callable[[], argparse.ArgumentParser]]
         ("info", "devices, NVML facts, peer links", info_parser),
         ("compare", "two reports cell by cell", compare_parser),
         ("plot", "figures of a report", plot_parser),
+        ("fleet", "many nodes' reports against their fleet", fleet_parser),
         ("completion", "a shell completion script", completion_parser),
     ]
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 REPORT, LIST, INFO, CHECK, COMPARE, EXPECT = "report", "list", "info", "check", "compare", "expect"
+FLEET = "fleet"
 #: the current schema_version of each output (a string: "1"; a breaking change makes "2")
 LIST_VERSION = "1"
 VERSIONS = {
@@ -29,6 +30,7 @@ VERSIONS = {
     CHECK: "1",
     COMPARE: "1",
     EXPECT: "1",
+    FLEET: "1",
 }
 #: the marker of an object gpubw writes with only the members its schema names
 CLOSED = "x-gpubw-closed"
