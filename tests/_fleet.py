@@ -144,3 +144,13 @@ def pair_override(a: int, b: int, ce: float, sm: float, gpus: int = 8) -> dict[s
         for y in range(x + 1, gpus):
             pairs.append({"pair": [x, y], "ce": ce, "sm": sm} if (x, y) == (a, b) else [x, y])
     return {"pairs": pairs}
+
+
+def small_suite(path: Path) -> dict[str, Any]:
+    """One simulated h200x2 report of the default suite (4 MiB buffers, 2 samples) written
+    to ``path``, as a dict."""
+    from gpubw.cli import command
+
+    argv = ["--simulate", "h200x2", "-b", "4MiB", "-i", "2", "-q", "-j", "-o", str(path)]
+    assert command.main(argv) == 0
+    return dict(json.loads(path.read_text(encoding="utf-8")))

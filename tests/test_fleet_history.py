@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from _cli import run_cli, usage_error
-from _fleet import node_copy, slow_host_link
+from _fleet import node_copy, slow_host_link, small_suite
 from gpubw.cli.argtypes import since
 from gpubw.fleet.history import SCHEMA_VERSION, open_history
 from gpubw.fleet.reading import read_tables
@@ -26,12 +26,7 @@ NOW = datetime.datetime.now(datetime.timezone.utc)
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One simulated h200x2 report of the default suite (small buffers), as a dict."""
-    from gpubw.cli import command
-
-    path = tmp_path_factory.mktemp("base") / "r.json"
-    argv = ["--simulate", "h200x2", "-b", "4MiB", "-i", "2", "-q", "-j", "-o", str(path)]
-    assert command.main(argv) == 0
-    return dict(json.loads(path.read_text()))
+    return small_suite(tmp_path_factory.mktemp("base") / "r.json")
 
 
 def write(

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from _cli import run_cli, usage_error
-from _fleet import slow_host_link, slow_pair, write_fleet
+from _fleet import slow_host_link, slow_pair, small_suite, write_fleet
 
 pytest.importorskip("matplotlib")
 
@@ -27,12 +27,7 @@ HOSTILE = '<script>alert("x")</script>&<img src=http://e.example/x> $\\notex{$'
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One simulated h200x2 report of the default suite (small buffers), as a dict."""
-    from gpubw.cli import command
-
-    path = tmp_path_factory.mktemp("base") / "r.json"
-    argv = ["--simulate", "h200x2", "-b", "4MiB", "-i", "2", "-q", "-j", "-o", str(path)]
-    assert command.main(argv) == 0
-    return dict(json.loads(path.read_text()))
+    return small_suite(tmp_path_factory.mktemp("base") / "r.json")
 
 
 class Page(HTMLParser):

@@ -17,7 +17,8 @@ def _num(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _slot(s: Slot) -> dict[str, Any]:
+def slot_doc(s: Slot) -> dict[str, Any]:
+    """Where a figure sits, as the JSON output names it (findings and trends alike)."""
     return {
         "testcase": s.testcase,
         "matrix": s.matrix,
@@ -31,7 +32,7 @@ def _slot(s: Slot) -> dict[str, Any]:
 
 
 def _figure(f: Figure) -> dict[str, Any]:
-    return _slot(f.slot) | {
+    return slot_doc(f.slot) | {
         "value": _num(f.value),
         "median": _num(f.median),
         "ratio": _num(f.ratio),
@@ -64,7 +65,7 @@ def _finding(f: Finding) -> dict[str, Any]:
 def _fleet(fleet: Fleet) -> dict[str, Any]:
     o = fleet.options
     stats = [
-        _slot(s)
+        slot_doc(s)
         | {
             "nodes": int(fleet.count[j]),
             "judged": bool(fleet.judged[j]),

@@ -8,6 +8,7 @@ import datetime
 from collections.abc import Sequence
 from typing import Any
 
+from gpubw.fleet.document import slot_doc
 from gpubw.fleet.history import StoredGpu
 from gpubw.fleet.trends import MIN_EARLIER, Change, GpuTrend
 
@@ -81,16 +82,8 @@ def _gpu(g: StoredGpu | None) -> dict[str, Any] | None:
 def _change(c: Change | None) -> dict[str, Any] | None:
     if c is None:
         return None
-    s = c.slot
     return {
-        "testcase": s.testcase,
-        "matrix": s.matrix,
-        "kind": s.kind,
-        "unit": s.unit,
-        "size_bytes": s.size,
-        "link": s.link,
-        "row": s.row,
-        "column": s.column,
+        **slot_doc(c.slot),
         "peer": _gpu(c.peer),
         "latest": c.latest,
         "time": _when(c.when),
