@@ -23,13 +23,13 @@ import time
 
 import attrs
 
-from gpubw import api
 from gpubw.backend.sim.model import SimSystem, iter_pairs
 from gpubw.backend.sim.presets import GB200_PER_HOST, gb200_device, gb200_racks, gb200nvl72
-from gpubw.measure.sampling import parse_sample_pairs
+from gpubw.cli.argtypes import sample_pairs
 from gpubw.model.options import RunOptions
 from gpubw.runner import core as runner
 from gpubw.runner.simulation import Simulation
+from gpubw.runner.spec import RunSpec, select
 from gpubw.world import tasks
 
 
@@ -56,7 +56,7 @@ def _cpu() -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("n", type=int)
-    p.add_argument("--sample-pairs", type=parse_sample_pairs)
+    p.add_argument("--sample-pairs", type=sample_pairs)
     p.add_argument("-t", nargs="+", default=[])
     p.add_argument("-i", type=int, default=RunOptions().samples)
     p.add_argument("--racks", type=int, default=0)
@@ -65,7 +65,7 @@ def main() -> None:
     options = RunOptions(
         samples=args.i, sample_pairs=args.sample_pairs, seed=0, world_timeout_s=600.0
     )
-    selection, _ = api.select(args.t, [] if args.t else ["multinode"])
+    selection, _ = select(args.t, [] if args.t else ["multinode"])
     if args.racks and args.n != 72 * args.racks:
         raise SystemExit(f"--racks {args.racks} needs N = {72 * args.racks}, got {args.n}")
     model = gb200_racks(f"gb200nvl72x{args.racks}", args.racks) if args.racks else rack(args.n)
@@ -78,7 +78,7 @@ def main() -> None:
 
     tasks.TaskHub.__init__ = record  # type: ignore[method-assign]
     load, cpu, start = os.getloadavg()[0], _cpu(), time.perf_counter()
-    report = runner.run(runner.RunSpec(selection, options, simulation=Simulation("rack", model)))
+    report = runner.run(RunSpec(selection, options, simulation=Simulation("rack", model)))
     seconds, cpu = time.perf_counter() - start, _cpu() - cpu
     counts = collections.Counter(t.status.value for t in report.testcases)
     what = ",".join(args.t) if args.t else "-p multinode"

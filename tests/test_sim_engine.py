@@ -9,8 +9,8 @@ import pytest
 
 from gpubw.backend.base import ptr, u64
 from gpubw.backend.sim.backend import SimulatedBackend
-from gpubw.backend.sim.engine import Flow
 from gpubw.backend.sim.presets import load_system
+from gpubw.backend.sim.rates import Flow
 from gpubw.model.errors import CudaError, GateTimeoutError
 
 MIB = 1 << 20
@@ -203,9 +203,10 @@ def test_rates_kept_between_events_equal_a_full_recomputation() -> None:
     get the rates a fresh engine computes for the same flows, bit for bit."""
     import random
 
-    from gpubw.backend.sim.engine import Engine, Flow
+    from gpubw.backend.sim.engine import Engine
     from gpubw.backend.sim.faults import FaultInjector, Faults
     from gpubw.backend.sim.model import HOSTMEM
+    from gpubw.backend.sim.rates import Flow
 
     model = load_system("h200x8")
     links = [("tx", 0), ("rx", 1), ("tx", 1), ("rx", 0), ("h2d", 2), ("d2h", 2), ("mem", 3)]
@@ -231,6 +232,38 @@ def test_rates_kept_between_events_equal_a_full_recomputation() -> None:
         fresh._compute_rates(list(active))  # sets every active flow's rate anew
         assert [g.rate for g in active] == kept
         assert engine._rated_set == set(active)
+
+
+def test_a_lone_flow_kept_by_its_resources_gets_the_full_computation_s_rate() -> None:
+    """A flow alone after none (kept by its resources and load from the first such flow)
+    gets the rate the full incremental computation gives it, bit for bit, and leaves the
+    counts so that a flow joining it is rated as from scratch."""
+    from gpubw.backend.sim.engine import Engine
+    from gpubw.backend.sim.faults import FaultInjector, Faults
+    from gpubw.backend.sim.model import HOSTMEM
+    from gpubw.backend.sim.rates import Flow
+
+    model = load_system("h200x8")
+    kinds = [
+        ((("tx", 0), ("rx", 1)), False),
+        ((("tx", 0), ("rx", 1)), True),  # the same links, loading: kept apart
+        ((("tx", 1), ("rx", 0), ("tx", 0)), False),  # a link and its other direction
+        ((("d2h", 2), HOSTMEM), False),  # host memory's bandwidth
+    ]
+    engine = Engine(model, FaultInjector(Faults()))
+    other = Flow((("tx", 1), ("rx", 0)), 7e10, 1.0)  # the other direction of the first two
+    for peak in (3e11, 5e10, 2e12):  # a new peak each time; the last beyond host memory
+        for resources, load in kinds:
+            f = Flow(resources, peak, 1.0, load=load)
+            engine._compute_rates([])
+            engine._compute_rates([f])
+            fresh = Flow(resources, peak, 1.0, load=load)
+            Engine(model, FaultInjector(Faults()))._update_rates([fresh])
+            assert f.rate == fresh.rate and f.link_rate == fresh.link_rate
+            engine._compute_rates([f, other])
+            both = [Flow(resources, peak, 1.0, load=load), Flow(other.resources, 7e10, 1.0)]
+            Engine(model, FaultInjector(Faults()))._update_rates(both)
+            assert [f.rate, other.rate] == [g.rate for g in both]
 
 
 def _rates(model_name: str, *flows: Flow) -> list[float]:

@@ -146,3 +146,56 @@ def test_patterns_with_the_same_bytes_share_a_key_and_others_do_not() -> None:
     assert (memory.patterns[first] == content).all()  # kept, not a view of the allocation
     memory.write(allocs[1], 0, content)
     assert memory.pattern_key(allocs[1], 0) == first
+
+
+@pytest.mark.parametrize("size", [4096, 64 << 20])  # real bytes, and symbolic content
+def test_a_repeated_copy_is_stored_once_and_redone_after_any_write(size: int) -> None:
+    """A copy made again with neither side written since leaves the destination as it is
+    (one store for a sample's copies); a write to either side, or a copy within one
+    allocation, makes the next copy store again."""
+    import numpy as np
+
+    from gpubw.backend.sim.memory import Memory
+    from gpubw.backend.sim.presets import load_system
+
+    memory = Memory(load_system("h200x2"))
+    src, dst = (memory.location(memory.alloc_device(d, size), 1, "t")[0] for d in (0, 1))
+    one, two = np.full(4096, 1, dtype=np.uint8), np.full(4096, 2, dtype=np.uint8)
+    memory.write(src, 0, one)
+    memory.copy(dst, 0, src, 0, size)
+    stored = dst.generation
+    memory.copy(dst, 0, src, 0, size)
+    assert dst.generation == stored  # the same bytes: not stored again
+    memory.write(src, 0, two)
+    memory.copy(dst, 0, src, 0, size)
+    assert (memory.read(dst, 0, 4096) == two).all()  # the source changed: stored again
+    memory.write(dst, 0, one)
+    memory.copy(dst, 0, src, 0, size)
+    assert (memory.read(dst, 0, 4096) == two).all()  # the destination changed: again
+    memory.copy(dst, 0, src, 0, 4096)  # another range: stored, remembered in its place
+    memory.write(src, 0, one)
+    memory.copy(dst, 0, src, 0, 4096)
+    assert (memory.read(dst, 0, 4096) == one).all()
+    ramp = np.arange(4096, dtype=np.uint8)
+    memory.write(src, 0, ramp)
+    for _ in range(2):  # within one allocation, overlapping: each copy moves the bytes on
+        memory.copy(src, 1, src, 0, 8)
+    assert list(memory.read(src, 0, 10)) == [0, 0, 0, 1, 2, 3, 4, 5, 6, 9]
+
+
+def test_a_foreign_allocation_is_copied_into_every_time() -> None:
+    """Another process may have stored to a foreign allocation unseen: copies into it are
+    never taken as made already."""
+    import numpy as np
+
+    from gpubw.backend.sim.memory import Memory
+    from gpubw.backend.sim.presets import load_system
+
+    memory = Memory(load_system("h200x2"))
+    src, dst = (memory.location(memory.alloc_device(d, 4096), 1, "t")[0] for d in (0, 1))
+    dst.foreign = True
+    memory.write(src, 0, np.full(4096, 3, dtype=np.uint8))
+    memory.copy(dst, 0, src, 0, 4096)
+    stored = dst.generation
+    memory.copy(dst, 0, src, 0, 4096)
+    assert dst.generation == stored + 1

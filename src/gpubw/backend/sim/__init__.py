@@ -17,8 +17,9 @@ The parts, each in its own module (the package itself exports nothing):
   and the paths bytes take through it;
 * :mod:`~gpubw.backend.sim.memory` - the allocator, and allocation content: real bytes for
   small allocations, exact symbolic content for large ones;
-* :mod:`~gpubw.backend.sim.engine` - the discrete-event device side: streams, events, flows
-  sharing links, the device clock;
+* :mod:`~gpubw.backend.sim.engine` - the discrete-event device side: streams, events, the
+  device clock; :mod:`~gpubw.backend.sim.rates` - the flows of copies and how they share
+  links and host memory;
 * :mod:`~gpubw.backend.sim.kernels` - kernel emulation, a table keyed by kernel name;
   :mod:`~gpubw.backend.sim.plugin_kernels` - plugin kernels through their modules' simulate
   functions;

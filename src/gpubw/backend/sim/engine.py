@@ -7,10 +7,8 @@ call, and further while the host waits in a synchronize. Events get virtual time
 elapsed times are deterministic. Copies are fluid flows over resources (each host link
 direction, each device's peer-link send and receive side, each device's memory, host memory):
 flows that overlap on a resource share it equally, a link busy in both directions runs at its
-bidirectional factor (lower while an SM kernel loads across it:
-:func:`~gpubw.backend.sim.model.both_ways_factor`), host memory is filled up to its reading
-and writing bandwidths with writes weighted, and rates are re-evaluated whenever a flow starts
-or ends.
+bidirectional factor, host memory is filled up to its reading and writing bandwidths
+(:mod:`gpubw.backend.sim.rates`), and rates are re-evaluated whenever a flow starts or ends.
 
 The engine knows devices only as numbers of the model (global ordinals), and nothing of memory,
 kernels or the host: an operation carries what it does (``effect``, ``prepare``, a gate's
@@ -30,16 +28,8 @@ from collections import deque
 from collections.abc import Callable
 
 from gpubw.backend.sim.faults import FaultInjector
-from gpubw.backend.sim.model import (
-    HOSTMEM,
-    Resource,
-    SimSystem,
-    both_ways_factor,
-    host_memory_cost,
-    link_weight,
-    reverse,
-    writes_host,
-)
+from gpubw.backend.sim.model import SimSystem
+from gpubw.backend.sim.rates import Flow, FlowRates
 from gpubw.model.errors import CudaError, GpubwError, SimulationError
 
 
@@ -75,43 +65,6 @@ class Event:
 
     def __repr__(self) -> str:
         return f"<simulated event {self.id} on device {self.device}>"
-
-
-class Flow:
-    __slots__ = (
-        "hostmem",
-        "jitter",
-        "link_rate",
-        "links",
-        "load",
-        "peak",
-        "rate",
-        "remaining",
-        "resources",
-        "total",
-    )
-
-    def __init__(
-        self,
-        resources: tuple[Resource, ...],
-        peak: float,
-        nbytes: float,
-        jitter: float = 1.0,
-        load: bool = False,
-    ) -> None:
-        self.resources = resources
-        self.links = tuple(r for r in resources if r != HOSTMEM)  # shared equally
-        self.hostmem = HOSTMEM in resources  # shares the model's host memory bandwidth
-        #: an SM kernel loading across its links (their both-ways factor is the load factor)
-        self.load = load
-        self.jitter = jitter
-        self.peak = peak * jitter
-        self.remaining = float(nbytes)
-        self.total = float(nbytes)
-        #: bytes per second while the engine's active flows are what they are: its links'
-        #: share (``link_rate``), then host memory's
-        self.link_rate = 0.0
-        self.rate = 0.0
 
 
 class Op:
@@ -160,7 +113,7 @@ class Op:
         self.remote = False
 
 
-class Engine:
+class Engine(FlowRates):
     """Streams, events and the device clock ``t`` of one modelled system."""
 
     def __init__(self, model: SimSystem, injector: FaultInjector) -> None:
@@ -169,16 +122,7 @@ class Engine:
         self.t = 0.0  # the device side has been run up to here
         self.streams: list[Stream] = []
         self.events: set[Event] = set()
-        #: the flows whose rates are set (as given, and as a set), how many of them use each
-        #: resource, and which use it
-        self._rated: list[Flow] = []
-        self._rated_set: set[Flow] = set()
-        self._count: dict[Resource, int] = {}
-        self._users: dict[Resource, set[Flow]] = {}
-        self._share: dict[Resource, float] = {}
-        #: how many of the flows using each resource are SM loads
-        self._loads: dict[Resource, int] = {}
-        self._terms: dict[Resource, tuple[Resource | None, float, float]] = {}
+        self._init_rates(model)
         self._ids = 0
         #: streams destroyed but not forgotten yet (their work was still running)
         self._destroyed = 0
@@ -279,109 +223,6 @@ class Engine:
                 self._fail(s, exc)
         else:
             op.phase_end = t + op.overhead
-
-    def _link_terms(self, r: Resource) -> tuple[Resource | None, float, float]:
-        """``r``'s other direction and the factors it runs at while that is busy too, without
-        and with an SM kernel loading across the link (fixed by the model: looked up once per
-        resource)."""
-        terms = self._terms.get(r)
-        if terms is None:
-            rev = reverse(r)
-            plain = loaded = 1.0
-            if rev is not None:
-                plain = both_ways_factor(self.model, r, loads=False)
-                loaded = both_ways_factor(self.model, r, loads=True)
-            terms = self._terms[r] = (rev, plain, loaded)
-        return terms
-
-    def _compute_rates(self, active: list[Flow]) -> None:
-        """Every active flow's rate: its peak times its smallest share of a resource (a link
-        busy both ways runs at its bidirectional factor), capped by host memory.
-
-        A flow's rate depends only on how many active flows use each of its resources and
-        their other directions, so only the flows on a resource that a flow starting or
-        ending uses are recomputed (with the same arithmetic: the rates are those of a full
-        recomputation, bit for bit)."""
-        if active == self._rated:  # the same flows (compared by identity): the same rates
-            return
-        was, now = self._rated_set, set(active)
-        count, users, loads = self._count, self._users, self._loads
-        dirty: set[Resource] = set()
-        for f in was - now:
-            for r in f.resources:
-                count[r] -= 1
-                loads[r] = loads.get(r, 0) - f.load
-                users[r].discard(f)
-                dirty.add(r)
-        for f in now - was:
-            for r in f.resources:
-                count[r] = count.get(r, 0) + 1
-                loads[r] = loads.get(r, 0) + f.load
-                users.setdefault(r, set()).add(f)
-                dirty.add(r)
-        changed: set[Flow] = set()
-        for r in dirty:
-            changed.update(users.get(r, ()))
-            rev = self._link_terms(r)[0]
-            if rev is not None:
-                changed.update(users.get(rev, ()))
-                self._set_share(rev)
-            self._set_share(r)
-        for f in changed:
-            f.rate = f.link_rate = self._rate(f)
-        if self.model.host_memory_bandwidth is not None and any(f.hostmem for f in changed):
-            self._share_host_memory([f for f in active if f.hostmem])
-        self._rated, self._rated_set = active, now
-
-    def _set_share(self, r: Resource) -> None:
-        """The share of link ``r`` each of its flows gets: its factor (bidirectional while
-        its other direction is used too) over the flows using it."""
-        n = self._count.get(r, 0)
-        if n == 0 or r == HOSTMEM:
-            self._share.pop(r, None)
-            return
-        rev, plain, loaded = self._link_terms(r)
-        factor = 1.0
-        if rev is not None and self._count.get(rev, 0):
-            factor = loaded if self._loads.get(r, 0) or self._loads.get(rev, 0) else plain
-        self._share[r] = factor / n
-
-    def _rate(self, f: Flow) -> float:
-        """``f``'s rate as its links allow: its peak times its smallest share of them."""
-        share, least = self._share, 1.0
-        for r in f.links:
-            if share[r] < least:
-                least = share[r]
-        return f.peak * least
-
-    def _share_host_memory(self, flows: list[Flow]) -> None:
-        """Host memory's bandwidth shared by the flows using it (in a fixed order: the rates
-        are the same bit for bit on every run): where their links would move more than it
-        serves, the rates are filled up evenly to one level (a writing flow's share weighted
-        by ``host_memory_write_weight``, each scaled by its jitter), and a flow its links hold
-        below the level keeps its link rate and leaves the rest to the others."""
-        model = self.model
-        budget = model.host_memory_bandwidth
-        assert budget is not None
-        terms = []
-        for f in flows:
-            f.rate = f.link_rate
-            weight = model.host_memory_write_weight if writes_host(f.resources) else 1.0
-            weight *= link_weight(model, f.resources)  # a device's own share (a twin's)
-            terms.append((f, host_memory_cost(model, f.resources), weight * f.jitter))
-        if sum(cost * f.link_rate for f, cost, _ in terms) <= budget:
-            return  # every flow keeps its link rate
-        terms.sort(key=lambda t: t[0].link_rate / t[2])
-        left, weights = budget, sum(cost * w for _, cost, w in terms)
-        for k, (f, cost, w) in enumerate(terms):
-            if f.link_rate > w * left / weights:
-                level = left / weights
-                for g, _, wg in terms[k:]:
-                    g.rate = wg * level
-                return
-            f.rate = f.link_rate
-            left -= cost * f.link_rate
-            weights -= cost * w
 
     def _finish(self, s: Stream, op: Op) -> None:
         op.done = True

@@ -18,10 +18,11 @@ from typing import Any
 import attrs
 import numpy as np
 
-from gpubw.backend.sim.engine import Engine, Flow, Op, Stream
+from gpubw.backend.sim.engine import Engine, Op, Stream
 from gpubw.backend.sim.faults import FaultInjector, corrupt_word
 from gpubw.backend.sim.memory import ZERO, Alloc, Memory, Pattern
 from gpubw.backend.sim.model import SimSystem, path, single_rate
+from gpubw.backend.sim.rates import Flow
 from gpubw.kernels import ELEMENT_BYTES, KERNELS, PATTERN_WORDS
 from gpubw.model.errors import SimulationError
 

@@ -231,6 +231,9 @@ class Alloc:
     #: host memory: pageable (not pinned), and the NUMA node its pages are on (None: unknown)
     pageable: bool = False
     numa_node: int | None = None
+    #: the last copy into this allocation and the generation it left: (dst offset, source,
+    #: the source's generation, source offset, bytes, parity, generation after it)
+    last_copy: tuple[int, Alloc, int, int, int, int | None, int] | None = None
 
     @property
     def where(self) -> str:
@@ -474,6 +477,36 @@ class Memory:
     ) -> None:
         if n <= 0:
             return
+        if self._copied_already(dst, doff, src, soff, n, parity):
+            return
+        self._copy(dst, doff, src, soff, n, parity)
+        if src is not dst and not (dst.foreign or src.foreign):  # (within one: it may overlap)
+            dst.last_copy = (doff, src, src.generation, soff, n, parity, dst.generation)
+
+    @staticmethod
+    def _copied_already(
+        dst: Alloc, doff: int, src: Alloc, soff: int, n: int, parity: int | None
+    ) -> bool:
+        """Whether this copy is the last one made into ``dst``, with neither allocation
+        written since (so ``dst`` holds its result already: a sample's 16 copies of the
+        same bytes store them once; another process's stores are unseen, so a foreign
+        allocation never counts as unchanged)."""
+        last = dst.last_copy
+        return (
+            last is not None
+            and last[1] is src
+            and last[6] == dst.generation
+            and last[2] == src.generation
+            and last[0] == doff
+            and last[3] == soff
+            and last[4] == n
+            and last[5] == parity
+            and not (dst.foreign or src.foreign)
+        )
+
+    def _copy(
+        self, dst: Alloc, doff: int, src: Alloc, soff: int, n: int, parity: int | None
+    ) -> None:
         if dst.sym is None or src.sym is None:
             if parity is None and dst.data is not None and src.data is not None:
                 values = src.data[soff : soff + n]  # real -> real: one copy, not two
