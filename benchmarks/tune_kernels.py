@@ -69,9 +69,10 @@ class Bench:
         key = (source, tuple(sorted(defines.items())))
         if key not in self.modules:
             opts = tuple(f"-D{k}={v}" for k, v in key[1])
-            self.modules[key] = self.cp.RawModule(
-                code=SOURCES[source].read_text(), options=("--std=c++17", *opts)
-            )
+            code = SOURCES[source].read_text()
+            if source == "gpubw":  # the prelude gpubw.kernels.source() puts before each unit
+                code = (ROOT / "src/gpubw/kernels/common.cuh").read_text() + code
+            self.modules[key] = self.cp.RawModule(code=code, options=("--std=c++17", *opts))
         return self.modules[key]
 
     def setup(self, op: str) -> tuple[tuple[Any, ...], Any, float]:

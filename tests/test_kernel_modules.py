@@ -38,11 +38,28 @@ def make(name: str = "kmtest", **kw: Any) -> km.KernelModule:
 
 
 @pytest.fixture
+def fresh_registry() -> Iterator[None]:
+    """The registry as a fresh process has it (the protocol module only), restored after."""
+    saved = (dict(km._modules), dict(km._by_kernel))
+    with km._lock:
+        km._modules.clear()
+        km._by_kernel.clear()
+        km._add(km.PROTOCOL)
+    yield
+    with km._lock:
+        km._modules.clear()
+        km._modules.update(saved[0])
+        km._by_kernel.clear()
+        km._by_kernel.update(saved[1])
+        km._add(km.PROTOCOL)  # a new generation: every System loads again
+
+
+@pytest.fixture
 def clean() -> Iterator[None]:
     before = {m.name for m in km.kernel_modules()}
     yield
     for m in km.kernel_modules():
-        if m.name not in before:
+        if m.name not in before and m.name != km.BUILTIN:  # gpubw.cu stays once declared
             km.unregister_kernel_module(m.name)
 
 
@@ -56,17 +73,45 @@ def test_public_names() -> None:
     assert gpubw.register_kernel_module is km.register_kernel_module
 
 
-def test_builtin_module_is_first_and_is_gpubws_own() -> None:
-    """The first module is gpubw's own: gpubw.cu, the KERNELS catalogue and no simulations."""
-    first = km.kernel_modules()[0]
-    assert first is km.GPUBW
-    assert first.name == km.BUILTIN == "gpubw"
-    assert first.names == tuple(KERNELS)
-    assert first.source == gpubw.kernels.source("gpubw.cu")
-    assert not first.simulate  # the simulated backend models gpubw's own kernels itself
-    module, spec = km.find_kernel("gpubw_copy")
-    assert module is first
-    assert spec is KERNELS["gpubw_copy"]
+def test_builtin_modules_split_the_catalogue() -> None:
+    """gpubw's own modules: the protocol unit (registered first, on import) and gpubw.cu,
+    together the KERNELS catalogue, each its own source, neither with simulations."""
+    assert km.kernel_modules()[0] is km.PROTOCOL
+    assert km.PROTOCOL.name == km.PROTOCOL_NAME == "gpubw_protocol"
+    assert km.GPUBW.name == km.BUILTIN == "gpubw"
+    both = km.PROTOCOL.names + km.GPUBW.names
+    assert sorted(both) == sorted(KERNELS) and len(set(both)) == len(both)
+    assert km.GPUBW.names == tuple(n for n in KERNELS if n not in km.PROTOCOL.names)
+    assert km.PROTOCOL.source == gpubw.kernels.source("gpubw_protocol.cu")
+    assert km.GPUBW.source == gpubw.kernels.source("gpubw.cu")
+    for module in (km.PROTOCOL, km.GPUBW):
+        assert not module.simulate  # the simulated backend models gpubw's own kernels itself
+    module, spec = km.find_kernel("gpubw_gate_wait")
+    assert module is km.PROTOCOL and spec is KERNELS["gpubw_gate_wait"]
+    assert km.builtin_module("gpubw_copy") is km.GPUBW
+    assert km.builtin_module("gpubw_fill") is km.PROTOCOL
+    assert km.builtin_module("kmtest_twice") is None
+
+
+def test_copy_kernels_registered_once_declared(fresh_registry: None) -> None:
+    """Only the protocol module is registered on import; gpubw.cu once a System is told a
+    testcase launches its kernels, and a System no testcase declared to loads it too."""
+    assert km.kernel_modules() == (km.PROTOCOL,)
+    with pytest.raises(KeyError):
+        km.find_kernel("gpubw_copy")
+    with gpubw.System(_simulated()) as system:
+        system.load_kernel_modules(())  # a copy-engine testcase
+        assert km.kernel_modules() == (km.PROTOCOL,)
+        system.load_kernels()  # what a measurement calls: still nothing more
+        assert km.kernel_modules() == (km.PROTOCOL,)
+        system.load_kernel_modules((km.GPUBW,))
+        assert km.kernel_modules() == (km.PROTOCOL, km.GPUBW)
+    km._modules.pop(km.BUILTIN)
+    km._by_kernel.clear()
+    km._by_kernel.update(dict.fromkeys(km.PROTOCOL.names, km.PROTOCOL))
+    with gpubw.System(_simulated()) as system:
+        system.load_kernels()  # measuring without the runner: everything of gpubw's
+        assert km.kernel_modules() == (km.PROTOCOL, km.GPUBW)
 
 
 def test_register_find_and_unregister(clean: None) -> None:
@@ -113,12 +158,13 @@ def test_kernel_names_are_global(clean: None) -> None:
         km.register_kernel_module(make(name="thief", kernels=(clash,), simulate={}))
 
 
-def test_the_builtin_name_is_reserved() -> None:
-    """The module name 'gpubw' can be neither registered nor unregistered."""
+@pytest.mark.parametrize("name", ["gpubw", "gpubw_protocol"])
+def test_the_builtin_name_is_reserved(name: str) -> None:
+    """gpubw's own module names can be neither registered nor unregistered."""
     with pytest.raises(PluginError, match="gpubw's own"):
-        km.register_kernel_module(make(name="gpubw"))
+        km.register_kernel_module(make(name=name))
     with pytest.raises(PluginError):
-        km.unregister_kernel_module("gpubw")
+        km.unregister_kernel_module(name)
 
 
 @pytest.mark.parametrize(
@@ -397,3 +443,43 @@ def test_the_runner_loads_what_a_testcase_declares(clean: None) -> None:
     assert result.status.value == "Passed", result.message
     assert result.matrices[0].key == "kmtest_case"
     assert km.find_kernel("kmtest_twice")[0] is _Twice.kernel_modules[1]
+
+
+def test_copy_engine_testcases_run_before_gpubw_cu_is_loaded(fresh_registry: None) -> None:
+    """Run by the runner, the copy-engine testcases launch only the protocol kernels and never
+    make the System load gpubw.cu (on a cold kernel cache still compiling); the first testcase
+    that launches a copy kernel loads it, before its run()."""
+    from _run import run
+    from gpubw.runner.registry import Entry
+    from gpubw.testcases import fan, host, host_all, peer
+
+    copy_engine = [
+        cls
+        for module in (host, host_all, peer, fan)
+        for name, cls in sorted(vars(module).items())
+        if name.endswith("CE") and isinstance(cls, type)
+    ]
+    assert len(copy_engine) == 16
+    launched: list[tuple[str, tuple[km.KernelModule, ...]]] = []
+
+    def opener(options: Any) -> gpubw.System:
+        backend = _simulated("h200x2")
+        original = backend.launch
+
+        def spy(kernel: str, *args: Any) -> None:
+            launched.append((kernel, km.kernel_modules()))
+            original(kernel, *args)
+
+        backend.launch = spy  # type: ignore[method-assign]
+        return gpubw.System(backend, options)
+
+    entries = [Entry(i, f"tc{i}", "tests", cls=cls) for i, cls in enumerate(copy_engine)]
+    report = run(opener, entries)
+    assert [r.status.value for r in report.testcases] == ["Passed"] * 16
+    assert km.kernel_modules() == (km.PROTOCOL,)  # gpubw.cu was never needed
+    assert launched and {k for k, _ in launched} <= set(km.PROTOCOL.names)
+    launched.clear()
+    sm = gpubw.testcases.host.HostToDeviceSM
+    report = run(opener, [Entry(0, "sm", "tests", cls=sm)])
+    assert report.testcases[0].status.value == "Passed"
+    assert ("gpubw_copy", (km.PROTOCOL, km.GPUBW)) in launched  # loaded before run()

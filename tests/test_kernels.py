@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from gpubw.backend import nvrtc as compiler
-from gpubw.kernels import KERNELS, PATTERN_WORDS, source
+from gpubw.kernels import KERNELS, PATTERN_WORDS, PROTOCOL_KERNELS, source
 from gpubw.kernels import cache as kcache
+from gpubw.kernels.modules import GPUBW, PROTOCOL
 from gpubw.model.errors import KernelCompileError
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
@@ -72,24 +73,49 @@ def kernel_signatures(text: str) -> dict[str, list[str]]:
     }
 
 
+#: gpubw's two compile units: (program name, module)
+UNITS = (("gpubw_protocol.cu", PROTOCOL), ("gpubw.cu", GPUBW))
+
+
 @pytest.fixture(scope="module")
-def cubins() -> dict[str, bytes]:
+def cubins() -> dict[tuple[str, str], bytes]:
     return {
-        arch: compiler.compile_source(source(), compiler.Target("cubin", arch)) for arch in ARCHS
+        (arch, program): compiler.compile_source(
+            module.source, compiler.Target("cubin", arch), program
+        )
+        for arch in ARCHS
+        for program, module in UNITS
     }
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_every_kernel_compiles_and_is_exported(cubins: dict[str, bytes], arch: str) -> None:
-    """gpubw.cu compiles to a cubin for sm_80 and sm_90 that exports every catalogued kernel."""
-    symbols = elf_function_symbols(cubins[arch])
-    missing = sorted(set(KERNELS) - symbols)
-    assert not missing, f"{arch} cubin lacks {missing}"
+@pytest.mark.parametrize(("program", "module"), UNITS)
+def test_every_kernel_compiles_and_is_exported(
+    cubins: dict[tuple[str, str], bytes], arch: str, program: str, module: Any
+) -> None:
+    """Each unit compiles to a cubin for sm_80 and sm_90 that exports the kernels of its module."""
+    symbols = elf_function_symbols(cubins[arch, program])
+    missing = sorted(set(module.names) - symbols)
+    assert not missing, f"{arch} cubin of {program} lacks {missing}"
+
+
+def test_units_split_the_catalogue() -> None:
+    """The protocol unit holds PROTOCOL_KERNELS, gpubw.cu every other catalogued kernel: no
+    kernel is in both, none is left out, and each module's source is its unit's file."""
+    assert PROTOCOL.names == PROTOCOL_KERNELS
+    assert set(PROTOCOL.names) | set(GPUBW.names) == set(KERNELS)
+    assert not set(PROTOCOL.names) & set(GPUBW.names)
+    for program, module in UNITS:
+        assert module.source == source(program)
+        assert set(kernel_signatures(module.source)) == set(module.names), program
 
 
 def test_source_signatures_match_catalogue() -> None:
-    """gpubw.cu defines exactly the catalogued kernels, with the catalogued parameter types."""
-    sigs = kernel_signatures(source())
+    """The two units define exactly the catalogued kernels, with the catalogued parameter
+    types."""
+    sigs = {
+        name: p for program, _ in UNITS for name, p in kernel_signatures(source(program)).items()
+    }
     assert set(sigs) == set(KERNELS)
     for name, spec in KERNELS.items():
         params = sigs[name]

@@ -367,9 +367,10 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def load_kernels(self, device: int) -> None:
-        """Compile (or fetch from the cache) and load every gpubw kernel on ``device``.
-        Called for every device before any measurement, so no module load happens while
-        a stream is held by the spin gate."""
+        """Compile (or fetch from the cache) and load every registered kernel module
+        (:func:`gpubw.kernels.modules.kernel_modules`) not yet loaded on ``device``. Called
+        for every device before any measurement, so no module load happens while a stream
+        is held by the spin gate."""
 
     @abc.abstractmethod
     def launch(

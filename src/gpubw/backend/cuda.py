@@ -41,6 +41,7 @@ from gpubw.backend.cuda_support import (
     pack_kernel_args,
     read_numa,
     read_pci_device_id,
+    register_builtin,
     registered_modules,
     result_name,
     unmap,
@@ -424,7 +425,7 @@ class CudaBackend(CudaSharingMixin, CudaHostMemory):
         key = (name, text, cc)
         image = self._images.get(key)
         if image is None:
-            cuda_start.kernels_ready()  # a command's start may be compiling it already
+            cuda_start.kernels_ready(name)  # a command's start may be compiling it already
             image, _ = load_or_compile(cc, self._driver_version, source_text=text, name=program)
             self._images[key] = image
         return image
@@ -456,7 +457,9 @@ class CudaBackend(CudaSharingMixin, CudaHostMemory):
         functions = self._functions.get(device, {})
         func = functions.get(kernel)
         if func is None:
-            # A plugin module registered after the up-front load: load it now.
+            # A module registered after the up-front load (a plugin's, or gpubw's copy kernels
+            # where nothing declared them): load it now.
+            register_builtin(kernel)
             self.load_kernels(device)
             func = self._functions[device].get(kernel)
         if func is None:

@@ -9,8 +9,9 @@ even parses it: :func:`gpubw.cli._startup.looks_like_gpu_run`; else right after 
 :class:`gpubw.backend.cuda.CudaBackend` opened later takes over what it made
 (:func:`adopt`): the primary contexts retained here are the backend's to release. A
 second helper thread meanwhile prepares the first kernel launch (:func:`_prepare_kernels`:
-NVRTC loaded, gpubw's kernels in the kernel cache, the verification patterns); the backend
-waits for it (:func:`kernels_ready`) before it loads kernels.
+NVRTC loaded, gpubw's two kernel units in the kernel cache, the small protocol unit first,
+the verification patterns); the backend waits for a unit (:func:`kernels_ready`) before it
+loads it, so the copy-engine testcases run while the copy kernels still compile.
 
 Nothing here is needed for correctness: when :func:`prestart` was not called, or its thread
 failed, the backend does the same work itself (and reports any error with its own messages).
@@ -135,7 +136,7 @@ def prestart(driver: Any = None, environ: Mapping[str, str] | None = None) -> bo
         _started = _Prestart(cu, os.environ if environ is None else environ)
         _started.thread.start()
         if driver is None:
-            compiled = threading.Event()
+            compiled = {name: threading.Event() for name in _UNITS}
             loader = threading.Thread(
                 target=_prepare_kernels,
                 args=(_started, compiled),
@@ -148,55 +149,91 @@ def prestart(driver: Any = None, environ: Mapping[str, str] | None = None) -> bo
     return True
 
 
-def _prepare_kernels(started: _Prestart, compiled: threading.Event) -> None:
-    """What the run's first kernel launch needs, made beside the CUDA start: the NVRTC
-    library loaded (every run reads its version, for the report and the kernel cache's key:
-    ~50-65 ms of dlopen, on one GPU on the main thread's critical path), gpubw's own kernels
-    for every device's architecture in the kernel cache (compiled on a cache miss: NVRTC lets
-    go of the GIL while it compiles, a first run's ~0.3-0.5 s), then (``compiled`` set) the
-    two verification patterns. The backend waits for the kernels (:func:`kernels_ready`)
-    before it loads any, so nothing is compiled twice; the patterns are needed only by the
-    first fill, after the first buffers are allocated (gpubw.kernels.patterns makes a second caller
-    wait for the one computing). A failure is left for the run's own calls to report."""
-    with contextlib.suppress(Exception):
-        try:
-            from gpubw.backend.nvrtc import SOURCE_NAME, load_or_compile, nvrtc_version
-            from gpubw.kernels.modules import GPUBW
+#: gpubw's kernel modules the helper thread compiles, in this order (names of
+#: :mod:`gpubw.kernels.modules`): the small protocol unit that the first measurement needs,
+#: then the copy kernels, which the first kernel-copy testcase waits for
+_UNITS = ("gpubw_protocol", "gpubw")
 
-            nvrtc_version()
-            started.probed.wait()
-            if started.cancelled.is_set():  # the command is ending without a run
+
+def _prepare_kernels(started: _Prestart, compiled: Mapping[str, threading.Event]) -> None:
+    """What the run's kernel launches need, made beside the CUDA start: the NVRTC library
+    loaded (every run reads its version, for the report and the kernel cache's key: ~50-65 ms
+    of dlopen, on one GPU on the main thread's critical path), then each of gpubw's kernel
+    units (:data:`_UNITS`) for every device's architecture in the kernel cache (compiled on a
+    cache miss: NVRTC lets go of the GIL while it compiles; ``compiled[name]`` set when it is
+    there), the protocol unit's (~0.15 s) before the copy kernels' (~0.5 s); the two
+    verification patterns between them, as the first fill needs them. The backend waits for a
+    unit (:func:`kernels_ready`) before it loads it, so nothing is compiled twice, and the
+    copy-engine testcases, which need only the protocol unit, run while the copy kernels
+    compile. A failure is left for the run's own calls to report."""
+    try:
+        from gpubw.backend.nvrtc import nvrtc_version
+
+        nvrtc_version()
+        started.probed.wait()
+        for name in _UNITS:
+            if not _compile_unit(started, name, compiled[name]):
                 return
-            for cc in started.targets:
-                if started.cancelled.is_set():  # the command is ending without a run
-                    return
-                load_or_compile(
-                    cc, started.driver_version, source_text=GPUBW.source, name=SOURCE_NAME
-                )
-        finally:
-            compiled.set()
-        if started.cancelled.is_set():
-            return
-        from gpubw.kernels.patterns import DST_SEED, SRC_SEED, pattern_bytes
-
-        pattern_bytes(DST_SEED)
-        pattern_bytes(SRC_SEED)
+            if name == _UNITS[0]:
+                _make_patterns()
+    except Exception:  # the run's own calls report it
+        pass
+    finally:
+        for event in compiled.values():
+            event.set()
 
 
-def kernels_ready() -> None:
-    """Wait until the kernels :func:`_prepare_kernels` compiles are in the cache (at once
-    when nothing was prestarted): the backend calls this before it loads its first kernel
-    module."""
+def _compile_unit(started: _Prestart, name: str, done: threading.Event) -> bool:
+    """Compile gpubw's module ``name`` for every target into the kernel cache (``done`` set
+    after, also on a failure); False when the command is ending without a run."""
+    from gpubw.backend.cuda_support import registered_program
+    from gpubw.backend.nvrtc import load_or_compile
+    from gpubw.kernels.modules import own_module
+
+    module = own_module(name)
+    try:
+        for cc in started.targets:
+            if started.cancelled.is_set():
+                return False
+            load_or_compile(
+                cc,
+                started.driver_version,
+                source_text=module.source,
+                name=registered_program(module),
+            )
+    finally:
+        done.set()
+    return not started.cancelled.is_set()
+
+
+def _make_patterns() -> None:
+    """The two verification patterns (gpubw.kernels.patterns makes a second caller wait for
+    the one computing)."""
+    from gpubw.kernels.patterns import DST_SEED, SRC_SEED, pattern_bytes
+
+    pattern_bytes(DST_SEED)
+    pattern_bytes(SRC_SEED)
+
+
+def kernels_ready(module: str | None = None) -> None:
+    """Wait until :func:`_prepare_kernels` has the kernel module named ``module`` (every
+    one it compiles: None) in the cache (at once when nothing was prestarted, or for a module
+    it does not compile): the backend calls this before it loads a kernel module."""
     with _lock:
-        events = list(_compiled)
+        events = [
+            event
+            for compiled in _compiled
+            for name, event in compiled.items()
+            if module is None or name == module
+        ]
     for event in events:
         event.wait()
 
 
 #: the kernel helper threads (:func:`_prepare_kernels`), joined by :func:`settle`, and the
-#: events each sets once its kernels are compiled (waited for by :func:`kernels_ready`)
+#: events each sets once a module is compiled (waited for by :func:`kernels_ready`)
 _loaders: list[threading.Thread] = []
-_compiled: list[threading.Event] = []
+_compiled: list[dict[str, threading.Event]] = []
 
 
 def pending() -> bool:

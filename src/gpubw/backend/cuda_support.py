@@ -18,7 +18,14 @@ from typing import Any
 from gpubw.backend.base import KernelArg
 from gpubw.backend.nvrtc import SOURCE_NAME
 from gpubw.kernels import KERNELS, KernelSpec
-from gpubw.kernels.modules import GPUBW, find_kernel, kernel_modules
+from gpubw.kernels.modules import (
+    GPUBW,
+    KernelModule,
+    builtin_module,
+    find_kernel,
+    kernel_modules,
+    register_kernel_module,
+)
 from gpubw.model.errors import UsageError
 
 _SYSFS_PCI = Path("/sys/bus/pci/devices")
@@ -36,11 +43,20 @@ _ARG_TYPES: dict[str, tuple[type[ctypes._SimpleCData[Any]], int, int]] = {
 def registered_modules() -> list[tuple[str, str, str, tuple[KernelSpec, ...]]]:
     """(module name, program name, CUDA C source, kernels) of every kernel module: gpubw's
     own first, then those plugins registered (:mod:`gpubw.kernels.modules`)."""
-    out = []
-    for m in kernel_modules():
-        program = SOURCE_NAME if m is GPUBW else f"{m.name}.cu"
-        out.append((m.name, program, m.source, tuple(m.kernels)))
-    return out
+    return [(m.name, registered_program(m), m.source, tuple(m.kernels)) for m in kernel_modules()]
+
+
+def registered_program(module: KernelModule) -> str:
+    """The program name a module is compiled under (compiler messages, the cache key)."""
+    return SOURCE_NAME if module is GPUBW else f"{module.name}.cu"
+
+
+def register_builtin(kernel: str) -> None:
+    """Register gpubw's own module that defines ``kernel`` (nothing for another name): a
+    kernel launched though nothing declared its module is loaded at its launch."""
+    module = builtin_module(kernel)
+    if module is not None:
+        register_kernel_module(module)
 
 
 def kernel_spec(kernel: str) -> KernelSpec | None:

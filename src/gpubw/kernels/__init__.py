@@ -1,11 +1,14 @@
 """gpubw's CUDA kernels: the catalogue both backends implement.
 
-The CUDA C sources live beside this file (``*.cu``); the real backend compiles them with NVRTC
-for each device's exact architecture and caches the cubin on disk. The simulated backend
-implements the same names in Python. As a :class:`~gpubw.kernels.modules.KernelModule` they are
-:data:`gpubw.kernels.modules.GPUBW`, which testcases declare (by default) and the System loads
-like any plugin's module. A kernel is launched by name with
-:class:`gpubw.backend.base.KernelArg` arguments in the order given here.
+The CUDA C sources live beside this file (``*.cu``, each preceded by ``common.cuh``:
+:func:`source`); the real backend compiles them with NVRTC for each device's exact architecture
+and caches the cubin on disk. The simulated backend implements the same names in Python. They
+are two compile units, two kernel modules cut from the one catalogue :data:`KERNELS`:
+:data:`PROTOCOL_KERNELS` (``gpubw_protocol.cu``: the spin gate, fill and verify that every
+measurement needs, :data:`gpubw.kernels.modules.PROTOCOL`, small and compiled first) and the
+rest (``gpubw.cu``: the copy, one-way, chase and TMA kernels,
+:data:`gpubw.kernels.modules.GPUBW`, which testcases that launch kernels declare). A kernel is
+launched by name with :class:`gpubw.backend.base.KernelArg` arguments in the order given here.
 
 All sizes are 64-bit; "elements" are 16-byte vectors (``uint4``); "words" are 32-bit.
 """
@@ -150,6 +153,25 @@ KERNELS: dict[str, KernelSpec] = {
 }
 
 
+#: The kernels of the small compile unit ``gpubw_protocol.cu``: what every measurement launches
+#: (the spin gates, the pattern fill and verify, the split-warp clear of a buffer); every other
+#: kernel of :data:`KERNELS` is in ``gpubw.cu``.
+PROTOCOL_KERNELS: tuple[str, ...] = (
+    "gpubw_gate_wait",
+    "gpubw_gate_relay",
+    "gpubw_fill",
+    "gpubw_verify",
+    "gpubw_clear_warp_parity",
+)
+#: The prelude every ``*.cu`` unit is compiled with (types, pattern length, indices).
+PRELUDE = "common.cuh"
+
+
 def source(name: str = "gpubw.cu") -> str:
-    """The CUDA C source text of a kernel file shipped in this package."""
-    return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+    """The CUDA C source text of a kernel unit shipped in this package, as it is compiled: a
+    ``*.cu`` unit comes after :data:`PRELUDE` (compiler messages still give the unit's own
+    line numbers); any other file is returned as it is."""
+    text = resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+    if not name.endswith(".cu"):
+        return text
+    return f'{source(PRELUDE)}#line 1 "{name}"\n{text}'

@@ -5,12 +5,9 @@
 // Every index and size is 64-bit, so buffers above 16 GiB (2^30 16-byte elements, 2^32 words)
 // are handled; every kernel is grid-stride, so it is correct for any grid the host chooses.
 //
-// The host passes GPUBW_PATTERN_WORDS (gpubw.kernels.PATTERN_WORDS) as a macro so that the
-// pattern length has one source of truth.
-
-#ifndef GPUBW_PATTERN_WORDS
-#define GPUBW_PATTERN_WORDS 524288ULL
-#endif
+// The copy, one-way, chase and TMA kernels: the large compile unit. The spin gate, fill and
+// verify are the small unit gpubw_protocol.cu, compiled first; common.cuh (the types, the
+// pattern length, the grid-stride indices) comes before the text of both.
 
 // Copy kernels: 16-byte elements in flight per thread before the first store, and the block
 // size / minimum resident blocks per SM that the register budget is sized for. The launch
@@ -117,28 +114,6 @@ __device__ __forceinline__ void copy_st(uint4 *p, uint4 v) {
 }
 #define GPUBW_LD(p) copy_ld(p)
 #define GPUBW_ST(p, v) copy_st((p), (v))
-
-typedef unsigned long long u64;
-typedef unsigned int u32;
-
-static_assert((GPUBW_PATTERN_WORDS & (GPUBW_PATTERN_WORDS - 1)) == 0,
-              "the pattern length must be a power of two");
-static_assert(sizeof(void *) == 8, "gpubw needs 64-bit device pointers");
-
-#define GPUBW_PATTERN_MASK ((u64)(GPUBW_PATTERN_WORDS) - 1ULL)
-
-__device__ __forceinline__ u64 first_index() {
-    return (u64)blockIdx.x * (u64)blockDim.x + (u64)threadIdx.x;
-}
-
-__device__ __forceinline__ u64 grid_threads() { return (u64)gridDim.x * (u64)blockDim.x; }
-
-// Nanoseconds from the GPU's global timer (independent of the SM clock).
-__device__ __forceinline__ u64 global_timer_ns() {
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 // Element e belongs to the 32-element group e / 32.
 __device__ __forceinline__ bool group_is_odd(u64 e) { return ((e >> 5) & 1ULL) != 0ULL; }
@@ -281,71 +256,6 @@ extern "C" __global__ void __launch_bounds__(1024)
     }
 }
 
-// (flag, timeout_ns, status): the spin gate. One thread polls the host flag until it becomes
-// non-zero. If timeout_ns pass first it writes 1 to the host *status and returns, so the host
-// can tell that the sample's copies started before it released the gate.
-// gate_poll: the polling both gate kernels do. Returns once *flag is non-zero (true) or, after
-// timeout_ns, with 1 written to *status (false).
-__device__ __forceinline__ bool gate_poll(const volatile int *flag, u64 timeout_ns,
-                                          volatile int *status) {
-    const u64 start = global_timer_ns();
-    while (*flag == 0) {
-        if (global_timer_ns() - start >= timeout_ns) {
-            *status = 1;
-            return false;
-        }
-#if __CUDA_ARCH__ >= 700
-        __nanosleep(128);
-#endif
-    }
-    return true;
-}
-
-extern "C" __global__ void gpubw_gate_wait(const volatile int *flag, u64 timeout_ns,
-                                           volatile int *status) {
-    if (blockIdx.x != 0 || threadIdx.x != 0) {
-        return;
-    }
-    if (!gate_poll(flag, timeout_ns, status)) {
-        __threadfence_system();
-    }
-}
-
-// (dst, pattern, words): dst[k] = pattern[k % PATTERN_WORDS] for k < words.
-extern "C" __global__ void gpubw_fill(u32 *__restrict__ dst, const u32 *__restrict__ pattern,
-                                      u64 words) {
-    const u64 stride = grid_threads();
-    for (u64 k = first_index(); k < words; k += stride) {
-        dst[k] = pattern[k & GPUBW_PATTERN_MASK];
-    }
-}
-
-// (buf, pattern, words, first_bad): atomicMin(first_bad, k) for the words k that differ from
-// the pattern. Each thread walks its indices in increasing order, so its first mismatch is its
-// smallest one and one atomic per thread suffices.
-extern "C" __global__ void gpubw_verify(const u32 *__restrict__ buf,
-                                        const u32 *__restrict__ pattern, u64 words,
-                                        u64 *first_bad) {
-    const u64 stride = grid_threads();
-    for (u64 k = first_index(); k < words; k += stride) {
-        if (__ldcg(buf + k) != pattern[k & GPUBW_PATTERN_MASK]) {
-            atomicMin(first_bad, k);
-            return;
-        }
-    }
-}
-
-// (buf, elements, parity): zero the 16-byte elements whose 32-element group has `parity`.
-extern "C" __global__ void gpubw_clear_warp_parity(uint4 *buf, u64 elements, u32 parity) {
-    const u64 stride = grid_threads();
-    const u64 want = (u64)(parity & 1U);
-    for (u64 e = first_index(); e < elements; e += stride) {
-        if (((e >> 5) & 1ULL) == want) {
-            buf[e] = make_uint4(0U, 0U, 0U, 0U);
-        }
-    }
-}
-
 // (start, steps, target, sink): only block `target` (thread 0) follows p = *(void **)p `steps`
 // times from `start`, each a global load (each address depends on the load before, so none
 // is hoisted or merged; a 2 MB ring walked at a 128-byte stride misses L1 anyway), and stores
@@ -366,25 +276,6 @@ extern "C" __global__ void gpubw_pointer_chase(const void *start, u64 steps, u32
         p = next;
     }
     *sink = p;
-}
-
-// ---------------------------------------------------------------------------------------------
-// The cross-rank spin gate (multinode testcases).
-// (host_flag, device_flag, timeout_ns, status): on the first rank's first stream, one thread
-// polls the host int *host_flag as gpubw_gate_wait does (gate_poll); when it becomes non-zero
-// it makes everything before visible system-wide and stores 1 to *device_flag, a device int (in
-// memory shared by every rank) that every other rank's gpubw_gate_wait polls. On a timeout it
-// writes 1 to *status and still sets the device flag, so no rank's streams stay held.
-extern "C" __global__ void gpubw_gate_relay(const volatile int *host_flag,
-                                            volatile int *device_flag, u64 timeout_ns,
-                                            volatile int *status) {
-    if (blockIdx.x != 0 || threadIdx.x != 0) {
-        return;
-    }
-    gate_poll(host_flag, timeout_ns, status);
-    __threadfence_system();
-    *device_flag = 1;
-    __threadfence_system();
 }
 
 // ---------------------------------------------------------------------------------------------

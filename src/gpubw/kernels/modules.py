@@ -5,13 +5,17 @@ architecture and cached on disk by the real backend), the catalogue of the ``ext
 kernels it defines (:class:`~gpubw.kernels.KernelSpec`: name, parameter C types, doc), and,
 for the simulated backend, one Python function per kernel that models it.
 
-gpubw's own kernels are the module :data:`GPUBW` (``kernels/gpubw.cu`` and
-:data:`gpubw.kernels.KERNELS`; the simulated backend models those itself). A testcase declares
-the modules it launches kernels of in its ``kernel_modules`` class attribute; gpubw's own are
-the default (:attr:`gpubw.Testcase.kernel_modules`), and a plugin adds its module to them.
-Before a testcase runs, the runner has the System load what it declares
-(:meth:`gpubw.memory.system.System.load_kernel_modules`), which registers each module here and loads
-it on every device. Nothing is registered by importing a module::
+gpubw's own kernels (:data:`gpubw.kernels.KERNELS`; the simulated backend models those itself)
+are two modules, two compile units: :data:`PROTOCOL` (``kernels/gpubw_protocol.cu``: the spin
+gate, fill and verify, which every measurement launches; always registered and loaded) and
+:data:`GPUBW` (``kernels/gpubw.cu``: the copy, one-way, chase and TMA kernels). A testcase
+declares the modules it launches kernels of in its ``kernel_modules`` class attribute;
+:data:`GPUBW` is the default (:attr:`gpubw.Testcase.kernel_modules`), a testcase whose copies
+are the copy engine's declares none, and a plugin adds its module to them. Before a testcase
+runs, the runner has the System load what it declares
+(:meth:`gpubw.memory.system.System.load_kernel_modules`), which registers each module here and
+loads it on every device: so on a cold kernel cache the copy-engine testcases run while
+``gpubw.cu`` still compiles in the background. Nothing is registered by importing a module::
 
     from gpubw import KernelModule, KernelSpec, Testcase
 
@@ -50,12 +54,14 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from gpubw.kernels import KERNELS, KernelSpec
+from gpubw.kernels import KERNELS, PROTOCOL_KERNELS, KernelSpec
 from gpubw.kernels import source as _read_source
 from gpubw.model.errors import PluginError
 
-#: Name of gpubw's own module.
+#: Name of gpubw's own module of copy kernels (:data:`GPUBW`).
 BUILTIN = "gpubw"
+#: Name of gpubw's own module of protocol kernels (:data:`PROTOCOL`).
+PROTOCOL_NAME = "gpubw_protocol"
 #: C types a kernel parameter may have (those of :class:`~gpubw.backend.base.KernelArg`).
 PARAM_TYPES = frozenset({"ptr", "u64", "u32", "i32"})
 
@@ -155,8 +161,22 @@ class KernelModule:
         raise KeyError(name)
 
 
-#: gpubw's own kernels (the spin gate, fill, verify, the SM copies, the pointer chase).
-GPUBW = KernelModule(name=BUILTIN, source=_read_source("gpubw.cu"), kernels=tuple(KERNELS.values()))
+#: gpubw's own protocol kernels (the spin gate, fill, verify: :data:`PROTOCOL_KERNELS`), the
+#: small unit compiled first.
+PROTOCOL = KernelModule(
+    name=PROTOCOL_NAME,
+    source=_read_source("gpubw_protocol.cu"),
+    kernels=tuple(KERNELS[name] for name in PROTOCOL_KERNELS),
+)
+#: gpubw's own copy kernels (the SM copies, one-way kernels, the pointer chase, TMA): every
+#: catalogued kernel that is not :data:`PROTOCOL`'s.
+GPUBW = KernelModule(
+    name=BUILTIN,
+    source=_read_source("gpubw.cu"),
+    kernels=tuple(spec for spec in KERNELS.values() if spec.name not in PROTOCOL_KERNELS),
+)
+#: gpubw's own modules, by name
+_OWN = {PROTOCOL_NAME: PROTOCOL, BUILTIN: GPUBW}
 
 _lock = threading.Lock()
 _modules: dict[str, KernelModule] = {}
@@ -168,7 +188,8 @@ def _add(module: KernelModule) -> None:
     # Under _lock.
     global _generation
     for name in module.names:
-        owner = _by_kernel.get(name)
+        # gpubw's own names are taken also before their module is registered
+        owner = _by_kernel.get(name) or builtin_module(name)
         if owner is not None and owner.name != module.name:
             raise PluginError(
                 f"kernel module {module.name!r} defines {name!r}, which module "
@@ -191,15 +212,16 @@ def register_kernel_module(module: KernelModule) -> KernelModule:
 
     Registering the same module again (same name, source and kernels) is a no-op that keeps
     the newest simulate functions. A different module under a registered name, a kernel name
-    another module already defines, or a module named ``"gpubw"`` that is not :data:`GPUBW`
-    raises :class:`~gpubw.model.errors.PluginError`; something that is not a KernelModule raises
+    another module already defines, or a module named ``"gpubw"`` or ``"gpubw_protocol"``
+    that is not :data:`GPUBW` or :data:`PROTOCOL` raises
+    :class:`~gpubw.model.errors.PluginError`; something that is not a KernelModule raises
     TypeError.
     """
     if not isinstance(module, KernelModule):
         raise TypeError(f"register_kernel_module() needs a KernelModule, got {module!r}")
     with _lock:
-        if module.name == BUILTIN and module is not GPUBW:
-            raise PluginError(f"the kernel module name {BUILTIN!r} is gpubw's own")
+        if module.name in _OWN and module is not _OWN[module.name]:
+            raise PluginError(f"the kernel module name {module.name!r} is gpubw's own")
         old = _modules.get(module.name)
         if old is not None:
             if old is module or (
@@ -221,8 +243,8 @@ def unregister_kernel_module(name: str) -> None:
     """Remove a plugin's module (for tests). Unknown names are ignored; the built-in module
     cannot be removed."""
     global _generation
-    if name == BUILTIN:
-        raise PluginError(f"the built-in kernel module {BUILTIN!r} cannot be unregistered")
+    if name in _OWN:
+        raise PluginError(f"the built-in kernel module {name!r} cannot be unregistered")
     with _lock:
         module = _modules.pop(name, None)
         if module is not None:
@@ -232,8 +254,8 @@ def unregister_kernel_module(name: str) -> None:
 
 
 def kernel_modules() -> tuple[KernelModule, ...]:
-    """Every registered module: gpubw's own (:data:`GPUBW`) first, then the others in
-    registration order."""
+    """Every registered module in registration order: :data:`PROTOCOL` first, :data:`GPUBW`
+    once something declared it."""
     with _lock:
         return tuple(_modules.values())
 
@@ -254,7 +276,22 @@ def generation() -> int:
         return _generation
 
 
-# gpubw's own module is always registered: every System's measurement protocol launches its
-# kernels (the spin gate, fill, verify), and a backend may load kernels before any testcase
-# has declared what it needs. It is registered the way every other module is.
-register_kernel_module(GPUBW)
+def own_module(name: str) -> KernelModule:
+    """gpubw's own module named ``name`` (``"gpubw"`` or ``"gpubw_protocol"``); KeyError for
+    another name."""
+    return _OWN[name]
+
+
+def builtin_module(kernel: str) -> KernelModule | None:
+    """gpubw's own module that defines ``kernel`` (registered or not), None for another
+    name."""
+    if kernel not in KERNELS:
+        return None
+    return PROTOCOL if kernel in PROTOCOL_KERNELS else GPUBW
+
+
+# gpubw's protocol module is always registered: every System's measurement protocol launches
+# its kernels (the spin gate, fill, verify), and a backend may load kernels before any
+# testcase has declared what it needs. It is registered the way every other module is;
+# GPUBW (the copy kernels, the large unit) when a testcase or the System declares it.
+register_kernel_module(PROTOCOL)

@@ -11,7 +11,13 @@ import contextlib
 from collections.abc import Callable, Iterable, Sequence
 
 from gpubw.backend.base import Backend, DeviceInfo
-from gpubw.kernels.modules import GPUBW, KernelModule, generation, register_kernel_module
+from gpubw.kernels.modules import (
+    GPUBW,
+    PROTOCOL,
+    KernelModule,
+    generation,
+    register_kernel_module,
+)
 from gpubw.kernels.patterns import DST_SEED, SRC_SEED, pattern_bytes
 from gpubw.memory import selection
 from gpubw.memory.gate import Gate
@@ -59,6 +65,8 @@ class System:
         self.gate: Gate = self.pool.gate
         #: kernel-module registry generation the devices were loaded at (None: not yet)
         self._kernels_loaded: int | None = None
+        #: whether a testcase declared its kernel modules (:meth:`load_kernel_modules`)
+        self._declared = False
         self._sharing: Sharing | None = None
         self._before_close: list[Callable[[], None]] = []
         #: the GPUs to measure (--devices, --pair); None: every GPU (see :meth:`select_devices`)
@@ -138,10 +146,26 @@ class System:
 
     def load_kernel_modules(self, modules: Iterable[KernelModule]) -> None:
         """Make the kernels of ``modules`` (what a testcase declares in ``kernel_modules``)
-        launchable on every device this process drives (:attr:`driven_devices`), before
-        anything is gated: each is registered
+        and gpubw's protocol kernels (:data:`gpubw.kernels.modules.PROTOCOL`: the spin gate,
+        fill, verify) launchable on every device this process drives
+        (:attr:`driven_devices`), before anything is gated: each is registered
         (:func:`gpubw.kernels.modules.register_kernel_module`; PluginError on a clash) and
-        the backend loads, once per device, whatever it has not loaded yet."""
+        the backend loads, once per device, whatever it has not loaded yet. A copy-engine
+        testcase declares no module, so it never waits for gpubw's copy kernels (gpubw.cu,
+        on a cold kernel cache still compiling in the background)."""
+        self._declared = True
+        self._load((PROTOCOL, *modules))
+
+    def load_kernels(self) -> None:
+        """What a measurement calls before it gates a stream: gpubw's protocol kernels and
+        whatever else is registered, once per device; on a System no testcase declared its
+        modules to (:meth:`load_kernel_modules`: code that measures without the runner), also
+        gpubw's copy kernels (:data:`gpubw.kernels.modules.GPUBW`), as nothing says which it
+        launches."""
+        self._load((PROTOCOL,) if self._declared else (PROTOCOL, GPUBW))
+
+    def _load(self, modules: Iterable[KernelModule]) -> None:
+        """Register ``modules`` and load what the registry has that the devices lack."""
         for module in modules:
             register_kernel_module(module)
         current = generation()
@@ -150,11 +174,6 @@ class System:
                 for ordinal in self.driven_devices:
                     self.backend.load_kernels(ordinal)
             self._kernels_loaded = current
-
-    def load_kernels(self) -> None:
-        """Load gpubw's own kernels (the spin gate, fill, verify: every measurement needs
-        them) and whatever else is registered, once per device."""
-        self.load_kernel_modules((GPUBW,))
 
     # -- affinity ---------------------------------------------------------------------------
     def near(self, device: int | None) -> contextlib.AbstractContextManager[None]:

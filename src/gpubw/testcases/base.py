@@ -46,8 +46,10 @@ class Testcase:
     __test__ = False  # not a pytest class, whatever the test module imports
 
     #: the kernel modules whose kernels the testcase launches, loaded by the System before
-    #: it runs: gpubw's own by default (every measurement uses its spin gate); a plugin adds
-    #: its own, ``kernel_modules = (*Testcase.kernel_modules, MODULE)``
+    #: it runs with gpubw's protocol kernels (the spin gate, fill, verify: every measurement
+    #: uses them): gpubw's copy kernels by default; ``()`` for a testcase whose copies are the
+    #: copy engine's (it never waits for gpubw.cu to compile); a plugin adds its own,
+    #: ``kernel_modules = (*Testcase.kernel_modules, MODULE)``
     kernel_modules: ClassVar[tuple[KernelModule, ...]] = (GPUBW,)
     #: True for testcases that ignore the buffer size (latency): the runner runs them once
     fixed_size: ClassVar[bool] = False

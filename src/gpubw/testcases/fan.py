@@ -26,6 +26,8 @@ class AllToOneWriteCE(PeerTestcase):
     the peer (it writes the device's memory).
     Reports each device's total inbound bandwidth."""
 
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
+
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return all_to_one(Plan(self, size, loops, CE, INTO_CE), read=False, prefer=Prefer.SRC)
 
@@ -34,6 +36,8 @@ class AllToOneReadCE(PeerTestcase):
     """Copy engine copies from one device into every accessible peer at once, each issued by
     the peer (it reads the device's memory).
     Reports each device's total outbound bandwidth."""
+
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return all_to_one(Plan(self, size, loops, CE, OUT_OF_CE), read=True, prefer=Prefer.DST)
@@ -44,6 +48,8 @@ class OneToAllWriteCE(PeerTestcase):
     that device (it writes the peers' memory).
     Reports each device's total outbound bandwidth."""
 
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
+
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return one_to_all(Plan(self, size, loops, CE, OUT_OF_CE), read=False, prefer=Prefer.SRC)
 
@@ -52,6 +58,8 @@ class OneToAllReadCE(PeerTestcase):
     """Copy engine copies from every accessible peer into one device at once, all issued by
     that device (it reads the peers' memory).
     Reports each device's total inbound bandwidth."""
+
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return one_to_all(Plan(self, size, loops, CE, INTO_CE), read=True, prefer=Prefer.DST)

@@ -26,6 +26,8 @@ class HostToDeviceCE(Testcase):
     """Host to device copy by the copy engine (cuMemcpyAsync), one device at a time.
     Reports each device's host to device bandwidth."""
 
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
+
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(Plan(self, size, loops, CE, H2D_CE), H2D, direction=TO_GPU)
 
@@ -33,6 +35,8 @@ class HostToDeviceCE(Testcase):
 class DeviceToHostCE(Testcase):
     """Device to host copy by the copy engine (cuMemcpyAsync), one device at a time.
     Reports each device's device to host bandwidth."""
+
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(Plan(self, size, loops, CE, D2H_CE), D2H, direction=TO_HOST)
@@ -42,6 +46,8 @@ class HostToDeviceBidirectionalCE(Testcase):
     """Host to device copy by the copy engine, measured while a device to host copy (twice
     the size) runs on the same device at the same time.
     Only the host to device bandwidth is reported."""
+
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
 
     filter = Testcase.no_bounce_buffers
 
@@ -59,6 +65,8 @@ class DeviceToHostBidirectionalCE(Testcase):
     """Device to host copy by the copy engine, measured while a host to device copy (twice
     the size) runs on the same device at the same time.
     Only the device to host bandwidth is reported."""
+
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
 
     filter = Testcase.no_bounce_buffers
 

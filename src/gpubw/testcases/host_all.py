@@ -31,6 +31,8 @@ class AllToHostCE(Testcase):
     the host (twice the size) at the same time.
     Only the measured device's device to host bandwidth is reported."""
 
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
+
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
             Plan(self, size, loops, CE, D2H_CE),
@@ -45,6 +47,8 @@ class AllToHostBidirectionalCE(Testcase):
     """Device to host copy by the copy engine, measured while the same device copies host to
     device and every other device copies both ways (all twice the size) at the same time.
     Only the measured device to host bandwidth is reported."""
+
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
 
     filter = Testcase.no_bounce_buffers
 
@@ -64,6 +68,8 @@ class HostToAllCE(Testcase):
     device (twice the size) at the same time.
     Only the measured device's host to device bandwidth is reported."""
 
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
+
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         return host_traffic(
             Plan(self, size, loops, CE, H2D_CE),
@@ -78,6 +84,8 @@ class HostToAllBidirectionalCE(Testcase):
     """Host to device copy by the copy engine, measured while the same device copies device to
     host and every other device copies both ways (all twice the size) at the same time.
     Only the measured host to device bandwidth is reported."""
+
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
 
     filter = Testcase.no_bounce_buffers
 

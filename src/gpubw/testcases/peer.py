@@ -43,6 +43,8 @@ class DeviceToDeviceReadCE(PeerTestcase):
     issued in the target's context: the target reads the peer's memory.
     Reports every accessible pair's bandwidth, one copy at a time."""
 
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
+
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)"
         return n_by_n(
@@ -58,6 +60,8 @@ class DeviceToDeviceWriteCE(PeerTestcase):
     issued in the target's context: the target writes the peer's memory.
     Reports every accessible pair's bandwidth, one copy at a time."""
 
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
+
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)"
         return n_by_n(
@@ -70,6 +74,8 @@ class DeviceToDeviceBidirectionalReadCE(PeerTestcase):
     (column), each issued by the device it copies into (reads).
     Reports peer -> target (Read1), target -> peer (Read2) and their total."""
 
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
+
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) <-> GPU(column) {} bandwidth (GB/s)"
         return bidirectional(Plan(self, size, loops, CE, header), "Read", prefer=Prefer.DST)
@@ -79,6 +85,8 @@ class DeviceToDeviceBidirectionalWriteCE(PeerTestcase):
     """Copy engine copies both ways at once between the target (row) and each accessible peer
     (column), each issued by the device it copies from (writes).
     Reports peer -> target (Write1, written by the peer), target -> peer (Write2), total."""
+
+    kernel_modules = ()  # copy-engine copies: gpubw's protocol kernels only
 
     def run(self, size: int, loops: int) -> Sequence[Matrix]:
         header = "memcpy CE GPU(row) <-> GPU(column) {} bandwidth (GB/s)"
