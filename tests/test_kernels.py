@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import re
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -168,8 +170,34 @@ def test_pattern_length_is_passed_to_the_compiler() -> None:
 def test_compile_error_carries_the_log() -> None:
     """A source NVRTC rejects raises KernelCompileError with the compiler's message."""
     bad = 'extern "C" __global__ void broken(int *p) { p[0] = undefined_name; }'
-    with pytest.raises(KernelCompileError, match="undefined_name"):
+    with pytest.raises(KernelCompileError, match="undefined_name") as caught:
         compiler.compile_source(bad, compiler.Target("cubin", "sm_90"), "broken.cu")
+    assert str(caught.value).startswith("NVRTC could not compile broken.cu for sm_90:\n")
+    assert "NVRTC_ERROR_COMPILATION" in str(caught.value)
+
+
+def test_the_compile_path_does_not_import_cuda_core(tmp_path: Path) -> None:
+    """A cold compile of the protocol unit goes through cuda.bindings.nvrtc alone: importing
+    cuda.core costs ~0.3 s of a cold start (issue 36)."""
+    code = f"""if True:
+        import sys
+        from pathlib import Path
+        from gpubw.backend.cuda_support import registered_program
+        from gpubw.backend.nvrtc import load_or_compile
+        from gpubw.kernels.cache import KernelCache
+        from gpubw.kernels.modules import own_module
+        unit = own_module("gpubw_protocol")
+        image, _ = load_or_compile((9, 0), None, cache=KernelCache(Path({str(tmp_path)!r})),
+                                   source_text=unit.source, name=registered_program(unit))
+        assert image[:4] == b"\\x7fELF", image[:4]
+        print(sorted(m for m in sys.modules if m.startswith("cuda.core")))
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, encoding="utf-8", timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+    assert list(tmp_path.glob("*.bin")), "the protocol unit was not compiled into the cache"
 
 
 def test_cache_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

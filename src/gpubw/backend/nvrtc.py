@@ -11,7 +11,6 @@ on the CPU, which is how CI compiles every kernel.
 
 from __future__ import annotations
 
-import io
 import os
 
 import attrs
@@ -93,35 +92,74 @@ def compile_options() -> tuple[tuple[str, str], ...]:
     return (("GPUBW_PATTERN_WORDS", f"{PATTERN_WORDS}ULL"), *extra)
 
 
+def nvrtc_options(target: Target) -> list[bytes]:
+    """The NVRTC command line of every compile (the one ``cuda.core.ProgramOptions(arch=...,
+    std="c++17", define_macro=compile_options())`` made before issue 36)."""
+    macros = [f"--define-macro={name}={value}".encode() for name, value in compile_options()]
+    return [f"-arch={target.arch}".encode(), *macros, b"--std=c++17"]
+
+
 def compile_source(source_text: str, target: Target, name: str = SOURCE_NAME) -> bytes:
-    """Compile with NVRTC (through ``cuda.core.Program``); KernelCompileError with the log on
+    """Compile with NVRTC through ``cuda.bindings.nvrtc`` (not ``cuda.core``, whose import
+    alone costs ~0.3 s of a cold start: issue 36); KernelCompileError with the log on
     failure. ``name`` is the program's name in compiler messages."""
     try:
-        from cuda.core import Program, ProgramOptions
+        from cuda.bindings import nvrtc
     except Exception as exc:
-        raise KernelCompileError(f"cuda.core could not be imported: {exc}") from exc
-    options = ProgramOptions(
-        name=name,
-        arch=target.arch,
-        std="c++17",
-        define_macro=list(compile_options()),
-    )
-    logs = io.StringIO()
+        raise KernelCompileError(f"cuda.bindings.nvrtc could not be imported: {exc}") from exc
+    result, program = nvrtc.nvrtcCreateProgram(source_text.encode(), name.encode(), 0, [], [])
+    _check(result, "nvrtcCreateProgram", name, target)
     try:
-        program = Program(source_text, "c++", options)
-        try:
-            code = program.compile(target.kind, logs=logs).code
-        finally:
-            program.close()
-    except KernelCompileError:
-        raise
-    except Exception as exc:
-        text = logs.getvalue().strip()
-        detail = f"{exc}\n{text}" if text else str(exc)
+        options = nvrtc_options(target)
+        (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        if int(result) != 0:
+            detail = f"{_result_name(result)}, compilation log:\n\n{_program_log(program)}"
+            raise KernelCompileError(f"NVRTC could not compile {name} for {target.arch}:\n{detail}")
+        return _program_code(program, target, name)
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+
+
+def _program_code(program: object, target: Target, name: str) -> bytes:
+    """The compiled image of ``program``: its cubin, or its PTX (NUL-terminated)."""
+    from cuda.bindings import nvrtc
+
+    if target.kind == "cubin":
+        size_call, get_call = nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN
+    else:
+        size_call, get_call = nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX
+    result, size = size_call(program)
+    _check(result, size_call.__name__, name, target)
+    image = b" " * int(size)
+    (result,) = get_call(program, image)
+    _check(result, get_call.__name__, name, target)
+    return image
+
+
+def _program_log(program: object) -> str:
+    """NVRTC's log of compiling ``program`` (empty when it cannot be read)."""
+    from cuda.bindings import nvrtc
+
+    result, size = nvrtc.nvrtcGetProgramLogSize(program)
+    if int(result) != 0 or size <= 1:
+        return ""
+    log = b" " * int(size)
+    (result,) = nvrtc.nvrtcGetProgramLog(program, log)
+    return log.rstrip(b"\0").decode("utf-8", "replace") if int(result) == 0 else ""
+
+
+def _result_name(result: object) -> str:
+    """``6: NVRTC_ERROR_COMPILATION`` for an nvrtcResult."""
+    return f"{int(result)}: {getattr(result, 'name', result)}"  # type: ignore[call-overload]
+
+
+def _check(result: object, call: str, name: str, target: Target) -> None:
+    """KernelCompileError naming the unit and the call when an NVRTC call failed."""
+    if int(result) != 0:  # type: ignore[call-overload]
         raise KernelCompileError(
-            f"NVRTC could not compile {name} for {target.arch}:\n{detail}"
-        ) from exc
-    return code.encode("utf-8") if isinstance(code, str) else bytes(code)
+            f"NVRTC could not compile {name} for {target.arch}:\n{call} failed: "
+            f"{_result_name(result)}"
+        )
 
 
 def load_or_compile(
