@@ -1216,20 +1216,3 @@ def real_cu_version() -> str:
     from importlib import metadata
 
     return metadata.version("cuda-bindings")
-
-
-def test_repeated_copies_are_separate_driver_calls(
-    fake: tuple[FakeDriver, CudaBackend], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """memcpy_async_repeated(..., 5) is five cuMemcpyAsync calls of the pair on the stream."""
-    driver, backend = fake
-    calls: list[tuple[Any, ...]] = []
-
-    def memcpy(*args: Any) -> tuple[Any, ...]:
-        calls.append(args)
-        return (R.CUDA_SUCCESS,)
-
-    monkeypatch.setattr(driver, "cuMemcpyAsync", memcpy, raising=False)
-    stream = backend.create_stream(1)
-    backend.memcpy_async_repeated(0x2000, 0x1000, 4096, stream, 5)
-    assert calls == [(0x2000, 0x1000, 4096, stream.handle)] * 5

@@ -122,23 +122,6 @@ def test_enqueue_and_prepare_make_a_correct_copy(
         backend.destroy_stream(stream)
 
 
-def test_ce_queues_its_loops_as_one_repeated_copy(
-    sim_system: SimSystemFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The copy engine initiator hands the backend its loops as one repeated copy of the pair
-    (the backend decides how to issue them), never as separate calls."""
-    system = sim_system("h200x2")
-    backend = system.backend
-    src, dst = HostBuffer.allocate(system, 0, 4 * MIB), DeviceBuffer.allocate(system, 0, 4 * MIB)
-    stream = backend.create_stream(0)
-    calls: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(backend, "memcpy_async", lambda *a: calls.append(("single", *a)))
-    monkeypatch.setattr(backend, "memcpy_async_repeated", lambda *a: calls.append(a))
-    CE.enqueue(_job(system, src, dst, stream), loops=7)
-    backend.destroy_stream(stream)
-    assert calls == [(dst.ptr, src.ptr, 4 * MIB, stream, 7)]
-
-
 def test_prepare_fills_destination_with_other_pattern(sim_system: SimSystemFactory) -> None:
     """Before the copy the destination does not verify (it holds the destination pattern)."""
     system = sim_system("h200x1")

@@ -306,12 +306,11 @@ def test_failing_destroy_still_destroys_the_rest(
 # -- the one protocol and its injected synchronisation ----------------------------------------
 def _trace(system: System, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record the protocol's backend calls through ``system`` (a gate write as close/open,
-    a launch as its kernel, a repeated copy as its copies)."""
+    a launch as its kernel)."""
     calls: list[str] = []
     backend = system.backend
     names = "create_stream create_event destroy_event destroy_stream record_event wait_event"
     names += " synchronize memcpy_async host_read elapsed_seconds launch host_write"
-    names += " memcpy_async_repeated"
 
     def spy(name: str) -> Any:
         real = getattr(backend, name)
@@ -319,8 +318,6 @@ def _trace(system: System, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         def call(*args: Any) -> Any:
             if name == "launch":
                 calls.append(args[0])
-            elif name == "memcpy_async_repeated":
-                calls.extend(["memcpy_async"] * args[4])
             elif name == "host_write":
                 calls.append("open" if args[1][:1] == b"\x01" else "close")
             else:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import attrs
 import numpy as np
 import pytest
 
 from gpubw.backend.base import i32, ptr, u32, u64
 from gpubw.backend.sim.backend import SimulatedBackend
-from gpubw.backend.sim.model import SimSystem, Throttle
 from gpubw.backend.sim.presets import load_system
 from gpubw.kernels import PATTERN_WORDS
 from gpubw.kernels.patterns import SRC_SEED, pattern_bytes
@@ -196,40 +194,3 @@ def test_a_gates_flag_is_read_again_only_after_its_allocation_is_written(
     assert op.probe() is True and op.probe() is True and reads == [flag] * 3
     backend.free_host(flag)
     assert op.probe() is None
-
-
-def _five_copies(model: SimSystem, repeated: bool) -> tuple[float, ...]:
-    """Host clock before and after, the copies' elapsed time, the next copy's (the jitter
-    draws after them) and a checksum of what arrived, for five 8 MiB H2D copies."""
-    be = SimulatedBackend(model)
-    n = 8 * MIB
-    h, d, back = be.alloc_host(n, 0), be.alloc_device(0, n), be.alloc_host(n, 0)
-    be.host_write(h, bytes(range(256)) * (n // 256))
-    s = be.create_stream(0)
-    a, b, c = (be.create_event(0) for _ in range(3))
-    start = be.now
-    be.record_event(a, s)
-    if repeated:
-        be.memcpy_async_repeated(d, h, n, s, 5)
-    else:
-        for _ in range(5):
-            be.memcpy_async(d, h, n, s)
-    be.record_event(b, s)
-    be.memcpy_async(back, d, n, s)
-    be.record_event(c, s)
-    be.synchronize(s, 1.0)
-    total = float(np.frombuffer(be.host_read(back, n), dtype=np.uint8).sum())
-    return start, be.now, be.elapsed_seconds(a, b), be.elapsed_seconds(b, c), total
-
-
-def test_repeated_copies_are_the_separate_copies_bit_for_bit() -> None:
-    """memcpy_async_repeated(..., 5) leaves clocks, timings, jitter draws and bytes exactly
-    as five memcpy_async calls do, also with a throttle starting between the calls."""
-    plain = attrs.evolve(load_system("h200x2"), jitter=0.05)
-    start = _five_copies(plain, repeated=False)[0]
-    midway = attrs.evolve(plain, throttle=Throttle(after_s=start + 2.5e-6, factor=0.5))
-    held = attrs.evolve(plain, throttle=Throttle(after_s=0.0, factor=0.5))
-    for model in (plain, midway):
-        assert _five_copies(model, repeated=True) == _five_copies(model, repeated=False)
-    spans = {_five_copies(m, repeated=True)[2] for m in (plain, midway, held)}
-    assert len(spans) == 3  # the throttle takes hold in the middle of the five

@@ -1,7 +1,7 @@
 """The backend facade: the only layer that talks to CUDA (or to a simulated system).
 
 Two implementations exist: :class:`gpubw.backend.cuda.CudaBackend` (the real driver, through
-``cuda.bindings.driver`` and NVRTC via ``cuda.bindings.nvrtc``) and
+``cuda.bindings.driver`` and NVRTC via ``cuda.core``) and
 :class:`gpubw.backend.sim.backend.SimulatedBackend` (a modelled system, for CI and ``--simulate``).
 Everything above this layer (buffers, initiators, measurement, testcases) is written against
 :class:`Backend` only, so the same testcase code runs on both.
@@ -364,16 +364,6 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def memcpy_async(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
         """Copy-engine copy of ``nbytes`` (any direction, unified addressing) on ``stream``."""
-
-    def memcpy_async_repeated(
-        self, dst: int, src: int, nbytes: int, stream: Any, repeat: int
-    ) -> None:
-        """``repeat`` copy-engine copies of the same pair back to back on ``stream``: by
-        default ``repeat`` separate :meth:`memcpy_async` calls (the CUDA backend's, so the
-        driver sees exactly those calls); a backend may make them cheaper to issue, never
-        different in what they do."""
-        for _ in range(repeat):
-            self.memcpy_async(dst, src, nbytes, stream)
 
     @abc.abstractmethod
     def load_kernels(self, device: int) -> None:

@@ -100,9 +100,9 @@ class CopyEngine(Initiator):
         return nbytes
 
     def enqueue(self, job: CopyJob, *, loops: int) -> None:
-        job.system.backend.memcpy_async_repeated(
-            job.dst.ptr, job.src.ptr, job.nbytes, job.stream, loops
-        )
+        memcpy_async = job.system.backend.memcpy_async
+        for _ in range(loops):
+            memcpy_async(job.dst.ptr, job.src.ptr, job.nbytes, job.stream)
 
 
 #: Threads per block of the copy kernels (at most GPUBW_COPY_BLOCK in kernels/gpubw.cu).

@@ -37,7 +37,7 @@ from gpubw.backend.base import Backend, DeviceInfo, KernelArg, check_launch_geom
 from gpubw.backend.sim import facts as sim_facts
 from gpubw.backend.sim.engine import Engine, Stream
 from gpubw.backend.sim.faults import FaultInjector, Faults
-from gpubw.backend.sim.kernels import EMULATIONS, Launch, MemcpyPair, memcpy_op
+from gpubw.backend.sim.kernels import EMULATIONS, Launch, memcpy_op
 from gpubw.backend.sim.memory import Memory
 from gpubw.backend.sim.model import SimSystem
 from gpubw.backend.sim.plugin_kernels import plugin_kernel, plugin_op
@@ -462,23 +462,6 @@ class SimulatedBackend(SharingMixin, StreamsMixin, Backend):
             return
         op = memcpy_op(self._launch(s), dst, src, nbytes)
         self._engine.enqueue(s, op, self._now)
-
-    @locked
-    def memcpy_async_repeated(
-        self, dst: int, src: int, nbytes: int, stream: Any, repeat: int
-    ) -> None:
-        """``repeat`` copies of one pair, each as one call of :meth:`memcpy_async` would
-        make it (same host clock, jitter draws, operations and engine steps), the pair's
-        locations, path and effect worked out once (:class:`MemcpyPair`)."""
-        pair = None
-        for _ in range(repeat):
-            self._tick()
-            s = self._stream(stream, "cuMemcpyAsync")
-            if nbytes <= 0:
-                continue
-            if pair is None:
-                pair = MemcpyPair(self._launch(s), dst, src, nbytes)
-            self._engine.enqueue(s, pair.op(self._now), self._now)
 
     @locked
     def load_kernels(self, device: int) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 from gpubw.backend.sim.engine import Engine, Op, Stream
 from gpubw.backend.sim.faults import FaultInjector, corrupt_word
 from gpubw.backend.sim.memory import ZERO, Alloc, Memory, Pattern
-from gpubw.backend.sim.model import Resource, SimSystem, path, single_rate
+from gpubw.backend.sim.model import SimSystem, path, single_rate
 from gpubw.backend.sim.rates import Flow
 from gpubw.kernels import ELEMENT_BYTES, KERNELS, PATTERN_WORDS
 from gpubw.model.errors import SimulationError
@@ -63,63 +63,39 @@ Emulation = Callable[..., Op]
 # -- copies ---------------------------------------------------------------------------------
 def memcpy_op(c: Launch, dst: int, src: int, nbytes: int) -> Op:
     """A copy engine copy of ``nbytes`` (> 0) from ``src`` to ``dst``."""
-    return MemcpyPair(c, dst, src, nbytes).op(c.now)
-
-
-class MemcpyPair:
-    """A copy engine copy of ``nbytes`` (> 0) from ``src`` to ``dst``, worked out once
-    (locations, path, staging, its effect on memory), so that ``loops`` copies of the same
-    pair queued back to back each cost only their operation (:meth:`op`): each still draws its
-    own jitter and runs its own effect, as ``loops`` separate calls would."""
-
-    def __init__(self, c: Launch, dst: int, src: int, nbytes: int) -> None:
-        memory = c.memory
-        self.launch, self.nbytes = c, nbytes
-        d_alloc, d_off = memory.location(dst, nbytes, "cuMemcpyAsync")
-        s_alloc, s_off = memory.location(src, nbytes, "cuMemcpyAsync")
-        self.d_alloc, self.s_alloc = d_alloc, s_alloc
-        staged = False
-        if d_alloc.device is not None and s_alloc.device is not None:
-            a, b = s_alloc.device, d_alloc.device
-            staged = a != b and not (
-                c.model.peer_rate(a, b) is not None
-                and (
-                    (a, b) in memory.peer_enabled
-                    or (b, a) in memory.peer_enabled
-                    or c.stream.device in d_alloc.mapped_by | s_alloc.mapped_by
-                )
+    memory = c.memory
+    d_alloc, d_off = memory.location(dst, nbytes, "cuMemcpyAsync")
+    s_alloc, s_off = memory.location(src, nbytes, "cuMemcpyAsync")
+    op = Op("xfer", c.now, "memcpy")
+    op.overhead = c.model.overheads.memcpy
+    jit = c.engine.jitter()
+    staged = False
+    if d_alloc.device is not None and s_alloc.device is not None:
+        a, b = s_alloc.device, d_alloc.device
+        staged = a != b and not (
+            c.model.peer_rate(a, b) is not None
+            and (
+                (a, b) in memory.peer_enabled
+                or (b, a) in memory.peer_enabled
+                or c.stream.device in d_alloc.mapped_by | s_alloc.mapped_by
             )
-        self.staged = staged
-        self.path: tuple[tuple[Resource, ...], float] | None = None
-        measured = c.stream.gated and nbytes >= 4096
+        )
+    if d_alloc.members is not None:
+        op.flows = [multicast_flow(c, s_alloc.device, d_alloc, nbytes, "ce", jit)]
+    else:
+        res, peak = path(c.model, s_alloc.device, d_alloc.device, "ce", staged)
+        op.flows = [Flow(res, peak * rate_factor(c, res, s_alloc, d_alloc), nbytes, jit)]
+    measured = c.stream.gated and nbytes >= 4096
 
-        def effect() -> None:
-            memory.check_live(d_alloc, s_alloc)
-            for target in stored_to(d_alloc):
-                memory.copy(target, d_off, s_alloc, s_off, nbytes)
-            if measured:
-                c.maybe_corrupt(d_alloc, d_off, nbytes)
+    def effect() -> None:
+        memory.check_live(d_alloc, s_alloc)
+        for target in stored_to(d_alloc):
+            memory.copy(target, d_off, s_alloc, s_off, nbytes)
+        if measured:
+            c.maybe_corrupt(d_alloc, d_off, nbytes)
 
-        self.effect = effect
-
-    def op(self, now: float) -> Op:
-        """One copy of the pair, submitted at host time ``now``."""
-        c, nbytes, d_alloc, s_alloc = self.launch, self.nbytes, self.d_alloc, self.s_alloc
-        op = Op("xfer", now, "memcpy")
-        op.overhead = c.model.overheads.memcpy
-        jit = c.engine.jitter()
-        if c.model.throttle is not None and now != c.now:  # its factor depends on the time
-            c = attrs.evolve(c, now=now)
-        if d_alloc.members is not None:
-            op.flows = [multicast_flow(c, s_alloc.device, d_alloc, nbytes, "ce", jit)]
-        else:
-            if self.path is None or c.model.throttle is not None:
-                res, peak = path(c.model, s_alloc.device, d_alloc.device, "ce", self.staged)
-                self.path = res, peak * rate_factor(c, res, s_alloc, d_alloc)
-            res, peak = self.path
-            op.flows = [Flow(res, peak, nbytes, jit)]
-        op.effect = self.effect
-        return op
+    op.effect = effect
+    return op
 
 
 def _copy_kernel(
