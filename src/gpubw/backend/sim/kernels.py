@@ -307,14 +307,19 @@ def verify_value(c: Launch, buf: int, words: int, value: int, first_bad: int) ->
         else:
             assert b_alloc.sym is not None
             bad = b_alloc.sym.first_mismatch(b_off, nbytes, key, memory.patterns)
-        if bad is None:
-            return
-        current = int.from_bytes(memory.read(r_alloc, r_off, 8).tobytes(), "little")
-        word = min(current, bad // 4)
-        memory.write(r_alloc, r_off, np.frombuffer(word.to_bytes(8, "little"), dtype=np.uint8))
+        if bad is not None:
+            record_first_bad(memory, r_alloc, r_off, bad // 4)
 
     op.effect = effect
     return op
+
+
+def record_first_bad(memory: Memory, alloc: Alloc, off: int, word: int) -> None:
+    """atomicMin of a check kernel: the u64 result slot at ``alloc + off`` keeps the smaller
+    of what it holds and ``word`` (the first mismatching 32-bit word)."""
+    current = int.from_bytes(memory.read(alloc, off, 8).tobytes(), "little")
+    smaller = min(current, word)
+    memory.write(alloc, off, np.frombuffer(smaller.to_bytes(8, "little"), dtype=np.uint8))
 
 
 # -- the spin gate --------------------------------------------------------------------------
@@ -428,11 +433,8 @@ def verify(c: Launch, buf: int, pattern: int, words: int, first_bad: int) -> Op:
             assert b_alloc.sym is not None
             key = memory.pattern_key(p_alloc, p_off)
             bad = b_alloc.sym.first_mismatch(b_off, nbytes, key, memory.patterns)
-        if bad is None:
-            return
-        current = int.from_bytes(memory.read(r_alloc, r_off, 8).tobytes(), "little")
-        word = min(current, bad // 4)
-        memory.write(r_alloc, r_off, np.frombuffer(word.to_bytes(8, "little"), dtype=np.uint8))
+        if bad is not None:
+            record_first_bad(memory, r_alloc, r_off, bad // 4)
 
     op.effect = effect
     return op
