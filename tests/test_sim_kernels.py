@@ -194,3 +194,21 @@ def test_a_gates_flag_is_read_again_only_after_its_allocation_is_written(
     assert op.probe() is True and op.probe() is True and reads == [flag] * 3
     backend.free_host(flag)
     assert op.probe() is None
+
+
+def test_control_words_draw_no_jitter_from_the_measured_copies_stream() -> None:
+    """A copy under MEASURED_MIN (a flag word) takes no draw from the random stream the
+    measured copies' jitter comes from; a copy of MEASURED_MIN bytes takes one."""
+    from gpubw.backend.sim.kernels import MEASURED_MIN
+
+    be = SimulatedBackend(load_system("h200x2"))
+    rng = be._engine._rng
+    h, d = be.alloc_host(MEASURED_MIN, 0), be.alloc_device(0, MEASURED_MIN)
+    s = be.create_stream(0)
+    state = rng.getstate()
+    for nbytes in (4, MEASURED_MIN - 1):
+        be.memcpy_async(d, h, nbytes, s)
+    assert rng.getstate() == state
+    be.memcpy_async(d, h, MEASURED_MIN, s)
+    be.synchronize(s, 1.0)
+    assert rng.getstate() != state

@@ -5,10 +5,13 @@ times one cell on one process (the protocol, its steps, a :class:`~gpubw.measure
 Sync`); this one runs the same protocol on every rank of a world (the multinode testcases),
 a cell at a time, with a :class:`RankSync`.
 
-**A cell across ranks**: the ranks that issue a copy of the cell and rank 0 (the cell's
-*group*, :func:`cell_ranks`) run the protocol, each for its own pairs (rank 0 for none where
-it issues none); the other ranks take no part in the cell. :class:`RankSync` is a rank's
-synchronisation: the spin gate plus the device flag of a
+**A cell across ranks**: the ranks that issue a copy of the cell (its *group*,
+:func:`cell_ranks`) run the protocol, each for its own pairs; the other ranks take no part
+in the cell. A cell issued by **one rank** (every N x N testcase of one copy: read and write)
+is that rank's alone: it runs one process's protocol (:class:`~gpubw.measure.measurement.
+LocalSync`: its own spin gate, nothing to agree on), the same copies, fills, warm-ups,
+events and checks, with no collective at all. A cell of several issuing ranks needs them in
+step: :class:`RankSync` is a rank's synchronisation: the spin gate plus the device flag of a
 :class:`gpubw.measure.rank_gate.RankGate`, which carries the first rank's release to the
 others, and an agreement point among the cell's group (:func:`gpubw.memory.sharing.agreed`)
 at the end of steps 1, 4 and 7, so that an error on one rank is raised on every rank of the
@@ -19,18 +22,18 @@ cleanup). Across ranks a cell has no TOTAL figure.
 **A series of cells across ranks** (:func:`measure_series`): every rank walks the same list
 of cells, each measured by its group only, one after the other:
 
-- rank 0 takes part in every cell (in its group: :func:`cell_ranks`), so a rank that dies or
-  hangs in a cell is found within one step's bound, as when every rank took part;
-- between cell k - 1 and cell k the groups of both cells agree (a *hand-over*): cell k
-  starts once cell k - 1 has ended, and the first error so far travels on; a rank waits at a
-  hand-over for the cells since its last one, each within its bound (:func:`cell_bound_s`);
+- between cell k - 1 and cell k the groups of both cells and rank 0 agree (a *hand-over*):
+  cell k starts once cell k - 1 has ended, and the first error so far travels on; a rank
+  waits at a hand-over for the cells since its last one, each within its bound
+  (:func:`cell_bound_s`). Rank 0 takes part in every hand-over, so a rank that dies or hangs
+  in a cell is found within that cell's bound;
 - after an error no later cell is measured (its ranks skip it);
 - after the last cell every rank takes part once: the world gathers every rank's figures and
   errors, and every rank either holds every cell or raises the same
   :class:`~gpubw.memory.sharing.RemoteRankError`.
 
-So a cell costs agreements among its own ranks (2 or 3 in an N x N testcase), not the whole
-world's: a rack of N ranks pays O(1) per cell, not O(N).
+So a cell costs agreements among its own ranks (none for one issuing rank, 10 for two) and
+one hand-over, not the whole world's: a rack of N ranks pays O(1) per cell, not O(N).
 """
 
 from __future__ import annotations
@@ -45,11 +48,12 @@ from gpubw.measure.measurement import (
     CellMeasurement,
     Copy,
     Kind,
+    LocalSync,
     MemcpyOperation,
     Sync,
     pair_label,
 )
-from gpubw.memory.sharing import RemoteRankError, agreed
+from gpubw.memory.sharing import RemoteRankError, agreed, error_text
 from gpubw.memory.system import System
 from gpubw.model.errors import GpubwError, UsageError
 from gpubw.world.base import WorldError
@@ -139,10 +143,8 @@ _Figures = dict[int, _Part]
 
 
 def cell_ranks(pairs: Sequence[RankCopy]) -> tuple[int, ...]:
-    """A cell's group, in increasing order: the ranks that issue its pairs, and rank 0,
-    which takes part in every cell (without copies where it issues none), so that a rank
-    that dies or hangs in a cell is found within one step's bound, as before."""
-    return tuple(sorted({0, *(p.rank for p in pairs)}))
+    """A cell's group, in increasing order: the ranks that issue its pairs."""
+    return tuple(sorted({p.rank for p in pairs}))
 
 
 def measure_ranks(
@@ -184,8 +186,10 @@ def cell_bound_s(op: MemcpyOperation) -> float:
 
 def measure_own_pairs(op: MemcpyOperation, pairs: Sequence[RankCopy], rank_gate: RankGate) -> _Part:
     """This rank's part of one cell, {pair index: (counted, samples)} and {pair index:
-    label}: the protocol with a :class:`RankSync` among the cell's ranks, then their
-    agreement on an error made outside a step."""
+    label}: one process's protocol where this rank issues every pair, else the protocol with
+    a :class:`RankSync` among the cell's ranks, then their agreement on an error made
+    outside a step. An error is raised as the :class:`RemoteRankError` of the rank that made
+    it (on every rank of the cell)."""
     world = op.world
     me = world.rank
     group = cell_ranks(pairs)
@@ -194,14 +198,20 @@ def measure_own_pairs(op: MemcpyOperation, pairs: Sequence[RankCopy], rank_gate:
     try:
         if len(copies) < len(indexes):
             raise UsageError(f"rank {me} issues a pair of the cell but has no buffers for it")
-        first = rank_gate.relays([p.rank for p in pairs])  # per NVLink domain
-        cell = op.run_cell(copies, RankSync(op.system, rank_gate, first=first, group=group))
+        if len(group) == 1:  # this rank's alone: nothing to agree on
+            cell = op.run_cell(copies, LocalSync(op.system))
+        else:
+            first = rank_gate.relays([p.rank for p in pairs])  # per NVLink domain
+            cell = op.run_cell(copies, RankSync(op.system, rank_gate, first=first, group=group))
     except (RemoteRankError, WorldError):
         raise  # every rank of the cell raised it at the same point already; or broken
     except GpubwError as exc:
+        if len(group) == 1:
+            raise RemoteRankError(me, error_text(exc)) from exc
         agreed(world, exc, group=group)  # raises it on every rank of the cell
         raise AssertionError("unreachable: an agreement on an error raises") from exc
-    agreed(world, None, group=group)
+    if len(group) > 1:
+        agreed(world, None, group=group)
     return (
         {i: (cell.counted[k], tuple(cell.pair_samples[k])) for k, i in enumerate(indexes)},
         {i: pair_label(c) for i, c in zip(indexes, copies)},
@@ -237,8 +247,8 @@ class _Series:
         return self._gather(keep)
 
     def _hand_over_group(self, k: int) -> tuple[int, ...]:
-        """The groups of cells k - 1 and k (rank 0 among them)."""
-        return tuple(sorted({*self.groups[k - 1], *self.groups[k]}))
+        """The groups of cells k - 1 and k, and rank 0."""
+        return tuple(sorted({0, *self.groups[k - 1], *self.groups[k]}))
 
     def _wait_s(self, k: int) -> float:
         """How long this rank may wait at hand-over k (or at the end, k = the cell count):

@@ -26,6 +26,11 @@ from gpubw.backend.sim.rates import Flow
 from gpubw.kernels import ELEMENT_BYTES, KERNELS, PATTERN_WORDS
 from gpubw.model.errors import SimulationError
 
+#: copies smaller than this are control traffic (a rank gate's flag word, a result slot):
+#: no rate jitter is drawn for them, so the random stream the measured copies draw from does
+#: not depend on how the protocol around them signals
+MEASURED_MIN = 4096
+
 
 @attrs.frozen
 class Launch:
@@ -68,7 +73,7 @@ def memcpy_op(c: Launch, dst: int, src: int, nbytes: int) -> Op:
     s_alloc, s_off = memory.location(src, nbytes, "cuMemcpyAsync")
     op = Op("xfer", c.now, "memcpy")
     op.overhead = c.model.overheads.memcpy
-    jit = c.engine.jitter()
+    jit = c.engine.jitter() if nbytes >= MEASURED_MIN else 1.0
     staged = False
     if d_alloc.device is not None and s_alloc.device is not None:
         a, b = s_alloc.device, d_alloc.device
@@ -85,7 +90,7 @@ def memcpy_op(c: Launch, dst: int, src: int, nbytes: int) -> Op:
     else:
         res, peak = path(c.model, s_alloc.device, d_alloc.device, "ce", staged)
         op.flows = [Flow(res, peak * rate_factor(c, res, s_alloc, d_alloc), nbytes, jit)]
-    measured = c.stream.gated and nbytes >= 4096
+    measured = c.stream.gated and nbytes >= MEASURED_MIN
 
     def effect() -> None:
         memory.check_live(d_alloc, s_alloc)
@@ -125,7 +130,7 @@ def _copy_kernel(
             res, peak = path(c.model, a, b, "tma" if name == "gpubw_copy_tma" else "sm", False)
             peak *= rate_factor(c, res, s_alloc, d_alloc)
             op.flows.append(Flow(res, peak, count * ELEMENT_BYTES * loops, jit, a != device))
-    measured = c.stream.gated and nbytes >= 4096
+    measured = c.stream.gated and nbytes >= MEASURED_MIN
 
     def effect() -> None:
         if nbytes == 0 or loops == 0:
@@ -254,7 +259,7 @@ def write(c: Launch, dst: int, elements: int, value: int, loops: int) -> Op:
     memory = c.memory
     nbytes = elements * ELEMENT_BYTES
     op = one_way_op(c, "gpubw_write", dst, nbytes * loops, reads=False)
-    measured = c.stream.gated and nbytes >= 4096
+    measured = c.stream.gated and nbytes >= MEASURED_MIN
 
     def effect() -> None:
         if nbytes == 0 or loops == 0:
