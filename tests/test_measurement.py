@@ -417,30 +417,45 @@ def _rank_system(rank: int, agreement: Agreement) -> Any:
 
 
 def test_rank_sync_relays_the_first_ranks_release() -> None:
-    """Across ranks: every rank closes its gate at the start, the first rank also zeroes
-    the flag; the first rank's stream 0 relays, every other stream waits on the flag; only
-    the first rank opens its gate."""
-    flag = _Recorder(owner=0, flag_pointer=0x1000)
-    first = RankSync(_rank_system(1, Agreement(ok=True)), flag, first=True)  # type: ignore[arg-type]
-    other = RankSync(_rank_system(0, Agreement(ok=True)), flag, first=False)  # type: ignore[arg-type]
+    """Across ranks: every rank closes its gate at each sample's start, the first rank also
+    zeroes the next sample's flag (and the last one's at the cell's end); samples use the
+    two flags in turn; the first rank's stream 0 relays, every other stream waits on the
+    flag; only the first rank opens its gate."""
+
+    def flag(sample: int) -> int:
+        return 0x1000 + 4 * (sample % 2)
+
+    gate = _Recorder(owner=0, flag=flag)
+    first = RankSync(_rank_system(1, Agreement(ok=True)), gate, first=True)  # type: ignore[arg-type]
+    other = RankSync(_rank_system(0, Agreement(ok=True)), gate, first=False)  # type: ignore[arg-type]
     for sync in (first, other):
-        sync.begin()
-        sync.close()
-        sync.hold(0, "s0")
-        sync.hold(1, "s1")
-        sync.release()
+        for _ in range(2):
+            sync.begin()
+            sync.close()
+            sync.hold(0, "s0")
+            sync.hold(1, "s1")
+            sync.release()
+        sync.end()
     assert first.system.gate.calls == [
         ("close", (), {}),
         ("enqueue_relay", ("s0", 0x1000, 2.0), {}),
         ("enqueue_wait", ("s1", 2.0), {"flag": 0x1000}),
+        ("open", (), {}),
+        ("close", (), {}),
+        ("enqueue_relay", ("s0", 0x1004, 2.0), {}),
+        ("enqueue_wait", ("s1", 2.0), {"flag": 0x1004}),
         ("open", (), {}),
     ]
     assert other.system.gate.calls == [
         ("close", (), {}),
         ("enqueue_wait", ("s0", 2.0), {"flag": 0x1000}),
         ("enqueue_wait", ("s1", 2.0), {"flag": 0x1000}),
+        ("close", (), {}),
+        ("enqueue_wait", ("s0", 2.0), {"flag": 0x1004}),
+        ("enqueue_wait", ("s1", 2.0), {"flag": 0x1004}),
     ]
-    assert flag.calls == [("reset", (), {})]  # by the first rank (rank 1), not the owner
+    # by the first rank (rank 1), not the owner: samples 1 and 2's at the starts, 1's at the end
+    assert gate.calls == [("reset", (1,), {}), ("reset", (2,), {}), ("reset", (1,), {})]
 
 
 def test_a_steps_error_is_raised_at_once_on_one_process_and_agreed_across_ranks() -> None:

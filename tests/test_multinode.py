@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import struct
 import threading
 import time
 from pathlib import Path
@@ -22,7 +23,8 @@ from gpubw.measure.measurement import CellMeasurement, Copy, MemcpyOperation
 from gpubw.measure.rank_gate import RankGate
 from gpubw.measure.sampling import sample_columns
 from gpubw.measure.series import RankCopy, measure_ranks, measure_series
-from gpubw.memory.buffers import DeviceBuffer
+from gpubw.memory.buffers import DeviceBuffer, HostBuffer
+from gpubw.memory.shared import SharedBuffer
 from gpubw.memory.sharing import RemoteRankError
 from gpubw.memory.system import System
 from gpubw.model.errors import GpubwError, UsageError
@@ -704,13 +706,13 @@ def test_only_rank_0_builds_the_n_by_n_matrices() -> None:
 
 def test_a_series_takes_no_collective_of_the_ranks_outside_a_cell() -> None:
     """A cell of one issuing rank takes no collective; one of two, its ranks' own (one
-    sample: three steps and the cell's end); rank 0 is at every hand-over and outside the
-    cells; every rank ends with every cell."""
+    sample: steps 4 and 7, nothing at the cell's end); rank 0 is at every hand-over and
+    outside the cells; every rank ends with every cell."""
     values = _series_on_4_ranks(None)
     assert [v[0] for v in values] == [[1, 1, 1]] * 4
     seen = [v[1] for v in values]
     assert seen[0] == seen[1] == [(0, 1), (0, 1, 2, 3), None]
-    assert seen[2] == seen[3] == [(0, 1, 2, 3), *[(2, 3)] * 4, None]
+    assert seen[2] == seen[3] == [(0, 1, 2, 3), (2, 3), (2, 3), None]
 
 
 @pytest.mark.parametrize(
@@ -731,6 +733,80 @@ def test_an_error_in_a_cell_of_a_series_is_raised_on_every_rank_after_it(
         [(0, 1, 2, 3), *in_cell, None],
         [(0, 1, 2, 3), *in_cell, None],
     ]
+
+
+def _series_with_failing_reset(monkeypatch: pytest.MonkeyPatch, when: int) -> list[Any]:
+    """:func:`_series_on_4_ranks` with a fourth cell like the third, where rank 2 (the
+    third cell's first rank) fails to zero the flag of sample ``when``: 1 at the sample's
+    start (step 1), 0 after its last agreement (one sample a cell)."""
+    real = RankGate.reset
+
+    def reset(self: RankGate, sample: int) -> None:
+        if self.system.world.rank == 2 and sample == when:
+            raise GpubwError(f"flag {sample} not zeroed")
+        real(self, sample)
+
+    monkeypatch.setattr(RankGate, "reset", reset)
+
+    def fn(system: System) -> Any:
+        me = system.world.rank
+        op = MemcpyOperation(system, CE, loops=2)
+        with RankGate.create(system) as gate:
+            cells = []
+            for issuers in ((1,), (1,), (2, 3), (2, 3)):
+                pairs = []
+                for issuer in issuers:
+                    copy = None
+                    if me == issuer:
+                        a = DeviceBuffer.allocate(system, system.rank_device, 1 << 20)
+                        copy = Copy(a, DeviceBuffer.allocate(system, system.rank_device, 1 << 20))
+                    pairs.append(RankCopy(issuer, copy))
+                cells.append(pairs)
+            try:
+                return [len(c.pair_samples[0]) for c in measure_series(op, cells, gate)]
+            except RemoteRankError as exc:
+                return str(exc).split(": <")[0]
+
+    outcomes = run_ranks("h200x8", [4], fn, SMALL)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    return [o.value for o in outcomes]
+
+
+@pytest.mark.parametrize("when", [1, 0])
+def test_a_failed_flag_reset_is_raised_on_every_rank(
+    monkeypatch: pytest.MonkeyPatch, when: int
+) -> None:
+    """A flag not zeroed at a sample's start fails the cell at its next agreement; one not
+    zeroed after the cell's last agreement travels to the next hand-over: either way every
+    rank raises it and nothing hangs."""
+    values = _series_with_failing_reset(monkeypatch, when)
+    assert values == [f"rank 2: flag {when} not zeroed"] * 4
+
+
+def test_the_rank_gate_zeroes_flags_it_did_not_find_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Device memory need not be zero when made: each owner zeroes its domain's two flags
+    before the gate is used."""
+    made = SharedBuffer.create
+
+    def dirty(system: System, owner: int, nbytes: int) -> Any:
+        buf = made(system, owner, nbytes)
+        if system.world.rank == owner:
+            ones = HostBuffer.allocate(system, None, nbytes)
+            ones.write(b"\xff" * nbytes)
+            with system.backend.stream(system.rank_device) as s:
+                system.backend.memcpy_async(buf.ptr, ones.ptr, nbytes, s)
+                system.backend.synchronize(s, 5.0)
+            ones.close()
+        return buf
+
+    monkeypatch.setattr(SharedBuffer, "create", staticmethod(dirty))
+
+    def fn(system: System) -> Any:
+        with RankGate.create(system) as gate:
+            return _words(system, gate.flag(0), 2)
+
+    outcomes = run_ranks("h200x8", [2], fn, SMALL)
+    assert [o.value for o in outcomes] == [(0, 0), (0, 0)], [o.error for o in outcomes]
 
 
 # -- NVLink domains ----------------------------------------------------------------------------
@@ -834,18 +910,32 @@ def test_sampled_columns_stay_within_nvlink_domains(
     assert notes["sampled"] == {"cells": 8, "measured": 4, "seed": 3}
 
 
-def test_the_rank_gate_has_one_flag_per_nvlink_domain() -> None:
-    """RankGate: one flag per domain, owned by its lowest rank, mapped by its ranks only;
-    the relay of a cell is the first of its ranks in each domain."""
+def _words(system: System, ptr: int, count: int) -> tuple[int, ...]:
+    """``count`` ints of device memory at ``ptr``, copied back to the host."""
+    host = HostBuffer.allocate(system, None, 4 * count)
+    try:
+        with system.backend.stream(system.rank_device) as s:
+            system.backend.memcpy_async(host.ptr, ptr, 4 * count, s)
+            system.backend.synchronize(s, 5.0)
+        return struct.unpack(f"<{count}i", host.read(4 * count))
+    finally:
+        host.close()
 
-    def body(system: System) -> tuple[int, int, list[bool], bool, bool]:
+
+def test_the_rank_gate_has_one_flag_per_nvlink_domain() -> None:
+    """RankGate: two flags (alternate samples) per domain, owned by its lowest rank, zero
+    when made, mapped by its ranks only; the relay of a cell is the first of its ranks in
+    each domain."""
+
+    def body(system: System) -> tuple[Any, ...]:
         with RankGate.create(system) as gate:
             return (
                 gate.owner,
                 len(gate.flags),
                 [f.mapped for f in gate.flags],
                 gate.relays([5, 1, 6, 2]),
-                gate.flag_pointer != 0,
+                gate.flag(0) != 0 and gate.flag(1) == gate.flag(2) + 4 == gate.flag(0) + 4,
+                _words(system, gate.flag(0), 2),
             )
 
     engine = two_domains()
@@ -861,6 +951,6 @@ def test_the_rank_gate_has_one_flag_per_nvlink_domain() -> None:
 
     out = [o.value for o in cluster.run(run)]
     assert [o[0] for o in out] == [0] * 4 + [4] * 4
-    assert all(o[1] == 2 and o[4] for o in out)
+    assert all(o[1] == 2 and o[4] and o[5] == (0, 0) for o in out)
     assert [o[2] for o in out] == [[True, False]] * 4 + [[False, True]] * 4
     assert [r for r, o in enumerate(out) if o[3]] == [1, 5]

@@ -7,18 +7,19 @@ module along that seam: it injects its own :class:`Sync`).
 For one matrix cell a testcase hands :meth:`MemcpyOperation.measure` a list of copies (source,
 destination); they all run at once, each on its own stream in the context of its executing
 device. Across the ranks of a world (:func:`gpubw.measure.series.measure_series`) the ranks
-that issue a copy of the cell and rank 0 (the cell's *group*) run the same protocol, each for
-its own pairs.
+that issue a copy of the cell (the cell's *group*) run the same protocol, each for its own
+pairs (a cell of one issuing rank with :class:`LocalSync`, as one process).
 
 One sequence serves both (:meth:`MemcpyOperation._sample`); what differs is injected as a
 :class:`Sync`. :class:`LocalSync` is one process's: the spin gate, opened by gpubw, nothing to
-agree on. :class:`gpubw.measure.series.RankSync` is a rank's: the spin gate plus the device
-flag of a :class:`gpubw.measure.rank_gate.RankGate`, which carries the first rank's release
-to the others, and an agreement point among the cell's group
-(:func:`gpubw.memory.sharing.agreed`) at the end of steps 1, 4 and 7, so that an error on one
-rank is raised on every rank of the cell at the same point. Each sample:
+agree on. :class:`gpubw.measure.series.RankSync` is a rank's: the spin gate plus a device
+flag of a :class:`gpubw.measure.rank_gate.RankGate` (two, used by alternate samples), which
+carries the first rank's release to the others, and an agreement point among the cell's
+group (:func:`gpubw.memory.sharing.agreed`) at the end of steps 4 and 7, so that an error on
+one rank is raised on every rank of the cell at the same point. Each sample:
 
-1. Across ranks: close the host gate, and the first rank zeroes the device flag; agree.
+1. Across ranks: close the host gate, and the first rank zeroes the *next* sample's flag
+   (this sample's was zeroed before the last agreement; an error here is step 4's).
 2. Fill every copy's buffers (outside the timing) and wait for it, so that no fill overlaps a
    timed copy.
 3. Close the gate (one process; across ranks it closed in step 1); hold every stream behind it
@@ -33,13 +34,15 @@ rank is raised on every rank of the cell at the same point. Each sample:
 7. Rates: bandwidth per pair = counted bytes x loops / (end - start); TOTAL: all pairs' bytes x
    loops / (stream 0's start -> the last end). Across ranks: agree.
 
-After the last sample: across ranks the cell's group agrees on its errors once more (one
-made outside a step: a bad copy, a stream that could not be made, a failed cleanup). The
+After the last sample (``Sync.end``) across ranks the first rank zeroes the last sample's
+flag; an error made before the first step (a bad copy, a stream that could not be made) is
+agreed at the first step's point, one made after the last (a failed cleanup) travels to the
+series' next hand-over (:mod:`gpubw.measure.series`). The
 statistic (median or mean) of each pair's samples, and of the TOTAL samples, gives the cell's
 FIRST, SUM, VECTOR or TOTAL figure (:class:`CellMeasurement`; across ranks no TOTAL).
 
 Cleanup: each stream and event is owned as soon as it exists; whatever fails (a create, a
-sample, Ctrl-C), the gate is opened (across ranks the device flag set too), the streams are
+sample, Ctrl-C), the gate is opened (across ranks the device flags set too), the streams are
 drained (bounded) and every handle is destroyed, each step tried; the first error is raised.
 """
 
@@ -171,7 +174,8 @@ class Sync(abc.ABC):
 
     @abc.abstractmethod
     def begin(self) -> None:
-        """Step 1, before the fill."""
+        """Step 1, before the fill (not an agreement point: an error here is the next
+        step's)."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -184,6 +188,10 @@ class Sync(abc.ABC):
     @abc.abstractmethod
     def release(self) -> None:
         """Step 5: release the held streams."""
+
+    @abc.abstractmethod
+    def end(self) -> None:
+        """After the cell's last sample, before its streams are drained."""
 
     def drain(self, streams: Sequence[Any]) -> None:
         """Cleanup: open the gate (never leave a stream held by it) and wait for the streams
@@ -217,6 +225,9 @@ class LocalSync(Sync):
 
     def release(self) -> None:
         self.system.gate.open()
+
+    def end(self) -> None:
+        """Nothing: the gate is this process's alone."""
 
 
 @attrs.define
@@ -337,6 +348,7 @@ class MemcpyOperation:
             )
             for _ in range(system.options.samples):
                 self._sample(cell, sync)
+            sync.end()
         return cell
 
     def _jobs(
@@ -361,10 +373,10 @@ class MemcpyOperation:
         ]
 
     def _sample(self, cell: CellRun, sync: Sync) -> None:
-        """One sample: steps 1-7 of the module's protocol, in three steps of ``sync`` (each
-        an agreement point across ranks)."""
+        """One sample: steps 1-7 of the module's protocol, the last two of them steps of
+        ``sync`` (each an agreement point across ranks)."""
         options = self.system.options
-        sync.step(sync.begin)
+        sync.begin()
         sync.step(lambda: self._queue(cell, sync), options.gate_timeout_s)
         sync.step(lambda: self._finish(cell, sync), options.gate_timeout_s + options.sync_timeout_s)
 

@@ -16,14 +16,17 @@ from gpubw.model.errors import GpubwError
 
 
 class RankGate:
-    """The device flags of the cross-rank spin gate: one int per NVLink domain, in memory
+    """The device flags of the cross-rank spin gate: two ints per NVLink domain, in memory
     owned by the domain's lowest rank and mapped by that domain's ranks (shared buffers,
     made collectively, once per testcase; a flag reaches no further than fabric handles do),
-    plus a small host buffer holding the words 0 and 1 that are copied into them. In each
-    domain the first rank with a pair of the cell (:meth:`relays`) zeroes its flag before
-    each sample (the owner may take no part in the cell) and its relay kernel sets it when
-    its host gate opens; every other gate kernel of the domain waits on it. Close it
-    collectively (a context manager)."""
+    plus a small host buffer holding the words that are copied into them. Sample s of a
+    cell uses flag s mod 2: in each domain the first rank with a pair of the cell
+    (:meth:`relays`) sets it when its host gate opens (its relay kernel), and every other
+    gate kernel of the domain waits on it. Two flags let that rank zero the *next* sample's
+    flag at the start of a sample (every wait on it ended before the previous sample's last
+    agreement) instead of agreeing on a zeroed flag before each sample: both flags are zero
+    whenever no cell runs (made so here by each owner, and by a cell's first rank after its
+    last sample). Close it collectively (a context manager)."""
 
     #: the owner rank of this rank's flag: the lowest rank of its NVLink domain (0 where
     #: every rank is in one domain)
@@ -55,13 +58,17 @@ class RankGate:
         error: BaseException | None = None
         try:
             for owner in owners:
-                flags.append(SharedBuffer.create(system, owner, 4))
+                flags.append(SharedBuffer.create(system, owner, _FLAGS_BYTES))
         except RemoteRankError:
             _close_flags(flags)  # every rank is here: the closes are collective
             raise  # (a WorldError leaves them to the run's sharing, as below)
         try:
-            words = HostBuffer.allocate(system, None, 8)
-            words.write(struct.pack("<ii", 0, 1))
+            words = HostBuffer.allocate(system, None, 2 * _FLAGS_BYTES)
+            words.write(struct.pack("<4i", 0, 0, 1, 1))
+            me = system.world.rank
+            if sharing.domain_ranks(me)[0] == me:  # an owner zeroes its domain's flags
+                own = next(f for f in flags if f.owner == me)
+                _put(system, own.ptr, words.ptr, own.context_device, _FLAGS_BYTES)
         except GpubwError as exc:
             error = exc
         try:
@@ -83,26 +90,21 @@ class RankGate:
         first = next((r for r in ranks if r in self.members), None)
         return first == self.system.world.rank
 
-    @property
-    def flag_pointer(self) -> int:
-        """The flag's address in this rank's mapping."""
-        return int(self.shared.ptr)
+    def flag(self, sample: int) -> int:
+        """The address, in this rank's mapping, of the flag of sample ``sample`` of a cell."""
+        return int(self.shared.ptr) + 4 * (sample % 2)
 
-    def _put(self, word: int) -> None:
-        system = self.system
-        device = self.shared.context_device
-        with system.backend.stream(device) as s:
-            system.backend.memcpy_async(self.shared.ptr, self._words.ptr + 4 * word, 4, s)
-            system.backend.synchronize(s, system.options.sync_timeout_s)
-
-    def reset(self) -> None:
-        """Zero the flag (before each sample, by the rank that relays to it in the cell:
+    def reset(self, sample: int) -> None:
+        """Zero the flag of sample ``sample`` (by the rank that relays to it in the cell:
         :meth:`relays`), synchronously."""
-        self._put(0)
+        self._put(self.flag(sample), self._words.ptr, 4)
 
     def release(self) -> None:
-        """Set the flag (on the error path: no rank's streams stay held)."""
-        self._put(1)
+        """Set both flags (on the error path: no rank's streams stay held)."""
+        self._put(self.flag(0), self._words.ptr + _FLAGS_BYTES, _FLAGS_BYTES)
+
+    def _put(self, dst: int, src: int, nbytes: int) -> None:
+        _put(self.system, dst, src, self.shared.context_device, nbytes)
 
     def close(self) -> None:
         """Collective: free the flags' memory and the host words."""
@@ -117,6 +119,18 @@ class RankGate:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: the two flags of a domain (ints); the host words are two zeros, then two ones
+_FLAGS_BYTES = 8
+
+
+def _put(system: System, dst: int, src: int, device: int, nbytes: int) -> None:
+    """Copy ``nbytes`` of the host words at ``src`` to the flag(s) at ``dst`` on a stream of
+    ``device``, and wait for it."""
+    with system.backend.stream(device) as s:
+        system.backend.memcpy_async(dst, src, nbytes, s)
+        system.backend.synchronize(s, system.options.sync_timeout_s)
 
 
 def _close_flags(flags: Sequence[Any]) -> None:

@@ -11,13 +11,14 @@ in the cell. A cell issued by **one rank** (every N x N testcase of one copy: re
 is that rank's alone: it runs one process's protocol (:class:`~gpubw.measure.measurement.
 LocalSync`: its own spin gate, nothing to agree on), the same copies, fills, warm-ups,
 events and checks, with no collective at all. A cell of several issuing ranks needs them in
-step: :class:`RankSync` is a rank's synchronisation: the spin gate plus the device flag of a
-:class:`gpubw.measure.rank_gate.RankGate`, which carries the first rank's release to the
-others, and an agreement point among the cell's group (:func:`gpubw.memory.sharing.agreed`)
-at the end of steps 1, 4 and 7, so that an error on one rank is raised on every rank of the
-cell at the same point. After the last sample the cell's group agrees on its errors once
-more (one made outside a step: a bad copy, a stream that could not be made, a failed
-cleanup). Across ranks a cell has no TOTAL figure.
+step: :class:`RankSync` is a rank's synchronisation: the spin gate plus a device flag of a
+:class:`gpubw.measure.rank_gate.RankGate` (two, used by alternate samples, so that none
+needs an agreement on its reset), which carries the first rank's release to the others,
+and an agreement point among the cell's group (:func:`gpubw.memory.sharing.agreed`) at the
+end of steps 4 and 7, so that an error on one rank is raised on every rank of the cell at
+the same point. An error made before the first step (a bad copy, a stream that could not be
+made) is agreed at the first step's point; one made after the last (a failed cleanup) is
+this rank's, and travels to the next hand-over. Across ranks a cell has no TOTAL figure.
 
 **A series of cells across ranks** (:func:`measure_series`): every rank walks the same list
 of cells, each measured by its group only, one after the other:
@@ -32,8 +33,8 @@ of cells, each measured by its group only, one after the other:
   errors, and every rank either holds every cell or raises the same
   :class:`~gpubw.memory.sharing.RemoteRankError`.
 
-So a cell costs agreements among its own ranks (none for one issuing rank, 10 for two) and
-one hand-over, not the whole world's: a rack of N ranks pays O(1) per cell, not O(N).
+So a cell costs agreements among its own ranks (none for one issuing rank, two a sample for
+more) and one hand-over, not the whole world's: a rack of N ranks pays O(1) per cell, not O(N).
 """
 
 from __future__ import annotations
@@ -72,10 +73,12 @@ class RankCopy:
 
 
 class RankSync(Sync):
-    """One rank of a cross-rank cell: the host gate plus the rank gate's device flag, which
-    carries the release of the rank that issues the cell's first pair (``first``) to every
-    other rank's streams; each step ends at an agreement point among the cell's ranks
-    (``group``; None: the whole world)."""
+    """One rank of a cross-rank cell: the host gate plus the rank gate's device flag of the
+    sample (two flags, used by alternate samples), which carries the release of the rank
+    that issues the cell's first pair (``first``) to every other rank's streams; steps 4 and
+    7 end at an agreement point among the cell's ranks (``group``; None: the whole world).
+    ``ended`` tells that the cell's last agreement has passed: an error after it is this
+    rank's alone (the others have gone on)."""
 
     releaser = "the first rank"
 
@@ -91,32 +94,44 @@ class RankSync(Sync):
         self.rank_gate = rank_gate
         self.first = first
         self.group = group
+        #: the sample under way (-1: none yet)
+        self.sample = -1
+        #: an error of step 1 (no agreement point of its own): the next step's
+        self.pending: GpubwError | None = None
+        self.ended = False
 
     def step(self, work: Callable[[], None], bound_s: float | None = None) -> None:
-        """Run the step, then agree: if any rank failed, every rank raises the same
-        :class:`RemoteRankError`. The agreement waits ``bound_s`` plus the world's timeout."""
-        error: BaseException | None = None
-        try:
-            work()
-        except GpubwError as exc:
-            error = exc
+        """Run the step (unless step 1 failed), then agree: if any rank failed, every rank
+        raises the same :class:`RemoteRankError`. The agreement waits ``bound_s`` plus the
+        world's timeout."""
+        error, self.pending = self.pending, None
+        if error is None:
+            try:
+                work()
+            except GpubwError as exc:
+                error = exc
         world = self.system.world
         bound = None if bound_s is None else bound_s + world.timeout_s
         agreed(world, error, bound, self.group)
 
     def begin(self) -> None:
-        """Close the host gate and (the first rank) zero the device flag: on every rank of
-        the cell before any of them holds a stream (the agreement that ends step 1)."""
-        self.system.gate.close()
-        if self.first:
-            self.rank_gate.reset()
+        """Close the host gate and (the first rank) zero the next sample's flag: every wait
+        on it ended before the last agreement, and this sample's was zeroed a sample ago (or
+        before the cell), before any rank holds a stream behind it."""
+        self.sample += 1
+        try:
+            self.system.gate.close()
+            if self.first:
+                self.rank_gate.reset(self.sample + 1)
+        except GpubwError as exc:
+            self.pending = exc
 
     def close(self) -> None:
         """Nothing: both gates closed in step 1."""
 
     def hold(self, k: int, stream: Any) -> None:
         gate, timeout_s = self.system.gate, self.system.options.gate_timeout_s
-        flag = self.rank_gate.flag_pointer
+        flag = self.rank_gate.flag(self.sample)
         if self.first and k == 0:
             gate.enqueue_relay(stream, flag, timeout_s)
         else:
@@ -126,11 +141,18 @@ class RankSync(Sync):
         if self.first:
             self.system.gate.open()
 
+    def end(self) -> None:
+        """The cell's last agreement has passed: (the first rank) zero the last sample's
+        flag, so that both are zero when the next cell starts."""
+        self.ended = True
+        if self.first and self.sample >= 0:
+            self.rank_gate.reset(self.sample)
+
     def drain(self, streams: Sequence[Any]) -> None:
-        """Also set the device flag (any rank may), so that no rank's streams stay held when
-        the first rank failed before its relay ran; a rank with no streams holds none
-        behind the flag and leaves it alone."""
-        if streams:
+        """Unless every sample ended, also set the device flags (any rank may), so that no
+        rank's streams stay held when the first rank failed before its relay ran; a rank
+        with no streams holds none behind the flag and leaves it alone."""
+        if streams and not self.ended:
             with contextlib.suppress(GpubwError):
                 self.rank_gate.release()
         super().drain(streams)
@@ -195,23 +217,24 @@ def measure_own_pairs(op: MemcpyOperation, pairs: Sequence[RankCopy], rank_gate:
     group = cell_ranks(pairs)
     indexes = [i for i, p in enumerate(pairs) if p.rank == me]
     copies = [c for c in (pairs[i].copy for i in indexes) if c is not None]
+    sync: Sync | None = None
     try:
         if len(copies) < len(indexes):
             raise UsageError(f"rank {me} issues a pair of the cell but has no buffers for it")
         if len(group) == 1:  # this rank's alone: nothing to agree on
-            cell = op.run_cell(copies, LocalSync(op.system))
+            sync = LocalSync(op.system)
         else:
             first = rank_gate.relays([p.rank for p in pairs])  # per NVLink domain
-            cell = op.run_cell(copies, RankSync(op.system, rank_gate, first=first, group=group))
+            sync = RankSync(op.system, rank_gate, first=first, group=group)
+        cell = op.run_cell(copies, sync)
     except (RemoteRankError, WorldError):
         raise  # every rank of the cell raised it at the same point already; or broken
     except GpubwError as exc:
-        if len(group) == 1:
+        if isinstance(sync, LocalSync) or (isinstance(sync, RankSync) and sync.ended):
+            # this rank's alone, or after the cell's last agreement: the next hand-over's
             raise RemoteRankError(me, error_text(exc)) from exc
         agreed(world, exc, group=group)  # raises it on every rank of the cell
         raise AssertionError("unreachable: an agreement on an error raises") from exc
-    if len(group) > 1:
-        agreed(world, None, group=group)
     return (
         {i: (cell.counted[k], tuple(cell.pair_samples[k])) for k, i in enumerate(indexes)},
         {i: pair_label(c) for i, c in zip(indexes, copies)},
