@@ -41,9 +41,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
-
-import attrs
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpubw.measure.measurement import (
     CellMeasurement,
@@ -63,10 +61,11 @@ if TYPE_CHECKING:
     from gpubw.measure.rank_gate import RankGate
 
 
-@attrs.frozen
-class RankCopy:
+class RankCopy(NamedTuple):
     """One pair of a cross-rank cell: issued by ``rank``; ``copy`` is its buffers on that
-    rank and None on every other rank (whose mappings it does not need)."""
+    rank and None on every other rank (whose mappings it does not need). A named tuple:
+    every rank makes one for every pair of every cell (a simulated rack's ranks, N times
+    the cells, in one process)."""
 
     rank: int
     copy: Copy | None
@@ -166,6 +165,8 @@ _Figures = dict[int, _Part]
 
 def cell_ranks(pairs: Sequence[RankCopy]) -> tuple[int, ...]:
     """A cell's group, in increasing order: the ranks that issue its pairs."""
+    if len(pairs) == 1:
+        return (pairs[0].rank,)
     return tuple(sorted({p.rank for p in pairs}))
 
 
@@ -262,8 +263,9 @@ class _Series:
 
     def run(self, keep: bool) -> list[CellMeasurement]:
         me = self.world.rank
-        for k, group in enumerate(self.groups):
-            if k > 0 and me in self._hand_over_group(k):
+        groups = self.groups
+        for k, group in enumerate(groups):
+            if k > 0 and (me == 0 or me in group or me in groups[k - 1]):  # hand-over k
                 self._hand_over(k)
             if me in group and self.error is None:
                 self._measure(k)
