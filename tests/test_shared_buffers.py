@@ -819,6 +819,31 @@ def test_every_ranks_buffer_is_mapped_only_within_its_domain() -> None:
     assert engine.live_allocations() == [] and engine.exports == {}
 
 
+def test_some_ranks_buffers_at_once_in_two_collectives() -> None:
+    """create_all of owners 0 and 4 (one per domain, out of order and repeated): only they
+    export, each rank maps its domain's one and holds a placeholder for the other's, in two
+    collectives to make and two to free; a bad owner is refused before any collective."""
+
+    def body(r: Rank) -> tuple[list[int], list[bool], list[str]]:
+        r.sharing.handle_kind()
+        r.sharing.rank_domains()
+        with pytest.raises(ValueError, match="owner must be a rank of 0..7, got 8"):
+            SharedBuffer.create_all(r.sharing, SIZE, [0, 8])
+        seen = _counting(r.world)
+        bufs = SharedBuffer.create_all(r.sharing, SIZE, [4, 0, 4])
+        try:
+            return [b.owner for b in bufs], [b.mapped for b in bufs], seen
+        finally:
+            SharedBuffer.destroy_all(bufs)
+
+    engine, out = run_ranks(_two_domains(), [2, 2, 2, 2], body)
+    for rank, (owners, mapped, collectives) in enumerate(values(out)):
+        assert owners == [0, 4]
+        assert mapped == [rank < 4, rank >= 4]
+        assert collectives == ["allgather", "agree", "barrier", "barrier"]
+    assert engine.live_allocations() == [] and engine.exports == {}
+
+
 # -- every rank's multicast object at once (MulticastBuffer.create_all) ------------------------
 @pytest.mark.usefixtures("multicast_allowed")
 def test_every_ranks_multicast_object_at_once_in_three_collectives() -> None:

@@ -53,15 +53,11 @@ class RankGate:
         sharing = system.sharing
         size = len(sharing.rank_domains())
         owners = sorted({sharing.domain_ranks(r)[0] for r in range(size)})
-        flags: list[Any] = []
         words: Buffer | None = None
         error: BaseException | None = None
-        try:
-            for owner in owners:
-                flags.append(SharedBuffer.create(system, owner, _FLAGS_BYTES))
-        except RemoteRankError:
-            _close_flags(flags)  # every rank is here: the closes are collective
-            raise  # (a WorldError leaves them to the run's sharing, as below)
+        # every domain's flags at once (two collectives, however many domains; undone on
+        # every rank if any fails: a WorldError leaves them to the run's sharing, as below)
+        flags = SharedBuffer.create_all(system, _FLAGS_BYTES, owners)
         try:
             words = HostBuffer.allocate(system, None, 2 * _FLAGS_BYTES)
             words.write(struct.pack("<4i", 0, 0, 1, 1))
@@ -79,7 +75,7 @@ class RankGate:
                 if words is not None:
                     words.close()
             if isinstance(exc, RemoteRankError):  # every rank is here: the close is collective
-                _close_flags(flags)
+                SharedBuffer.destroy_all(flags)
             raise
         assert words is not None
         return cls(system, flags, words, sharing.domain_ranks(system.world.rank))
@@ -109,8 +105,7 @@ class RankGate:
     def close(self) -> None:
         """Collective: free the flags' memory and the host words."""
         try:
-            for flag in self.flags:
-                flag.close()
+            SharedBuffer.destroy_all(self.flags)
         finally:
             self._words.close()
 
@@ -125,17 +120,9 @@ class RankGate:
 _FLAGS_BYTES = 8
 
 
-def _put(system: System, dst: int, src: int, device: int, nbytes: int) -> None:
+def _put(system: System, dst: int, src: int, device: int | None, nbytes: int) -> None:
     """Copy ``nbytes`` of the host words at ``src`` to the flag(s) at ``dst`` on a stream of
-    ``device``, and wait for it."""
-    with system.backend.stream(device) as s:
+    ``device`` (the flags' context: this rank's device), and wait for it."""
+    with system.backend.stream(system.rank_device if device is None else device) as s:
         system.backend.memcpy_async(dst, src, nbytes, s)
         system.backend.synchronize(s, system.options.sync_timeout_s)
-
-
-def _close_flags(flags: Sequence[Any]) -> None:
-    """Close every flag made so far (collectively: every rank calls it at the same point);
-    each close is tried."""
-    for flag in flags:
-        with contextlib.suppress(GpubwError):
-            flag.close()

@@ -167,24 +167,31 @@ class SharedBuffer(Buffer):
         return buf
 
     @classmethod
-    def create_all(cls, owner_of: Sharing | Any, nbytes: int) -> list[SharedBuffer]:
-        """COLLECTIVE: U(0), ..., U(N-1) at once, every rank the owner of its own, in two
-        collectives whatever N (:meth:`create` per owner takes two each): every rank
+    def create_all(
+        cls, owner_of: Sharing | Any, nbytes: int, owners: Sequence[int] | None = None
+    ) -> list[SharedBuffer]:
+        """COLLECTIVE: U(0), ..., U(N-1) at once, every rank the owner of its own (or one
+        buffer of each rank of ``owners``, in increasing order), in two collectives
+        whatever their number (:meth:`create` per owner takes two each): every owner
         exports, the offers are gathered, every rank imports its domain's others, then one
         agreement. A failure anywhere raises :class:`RemoteRankError` on every rank after
         undoing what was done. Destroy them with :meth:`destroy_all` (two barriers), not
         one by one."""
         sharing = sharing_of(owner_of)
         world, device = sharing.world, sharing.device
+        chosen = list(range(world.size)) if owners is None else sorted(set(owners))
+        for owner in chosen:
+            check_owner(world, owner)
         sharing.pool.check_request(False, device, nbytes)
         kind = sharing.handle_kind()
         sharing.domain_ranks(0)  # every rank's domain (collective on the first call)
         mine: tuple[int, tuple[Any, int, str | None], FdServer | None] | None = None
         error: BaseException | None = None
-        try:
-            mine = _export_offer(sharing, kind, nbytes)
-        except GpubwError as exc:
-            error = exc
+        if world.rank in chosen:
+            try:
+                mine = _export_offer(sharing, kind, nbytes)
+            except GpubwError as exc:
+                error = exc
         ptrs: dict[int, int] = {}
         imported = False  # every rank got as far as importing: unwinding meets a barrier
         try:
@@ -200,12 +207,12 @@ class SharedBuffer(Buffer):
         except BaseException:
             _unwind_all(sharing, mine, ptrs, barrier=imported)
             raise
-        assert mine is not None
-        close_server(mine[2])
-        ptrs[world.rank] = mine[0]
-        granularity = mine[1][1]
+        if mine is not None:
+            close_server(mine[2])
+            ptrs[world.rank] = mine[0]
+        granularity = offers[chosen[0]][1][1]
         allocated = -(-nbytes // granularity) * granularity
-        bufs = [cls(sharing, o, ptrs.get(o, 0), nbytes, allocated, kind) for o in range(world.size)]
+        bufs = [cls(sharing, o, ptrs.get(o, 0), nbytes, allocated, kind) for o in chosen]
         sharing.live.update(bufs)
         return bufs
 
@@ -281,10 +288,11 @@ def _import_all(
     ptrs: dict[int, int],
 ) -> BaseException | None:
     """This rank's imports of :meth:`SharedBuffer.create_all`: every other owner's of its
-    NVLink domain, into ``ptrs`` (owner -> mapping); the first error, or None."""
+    NVLink domain (a rank that made an offer), into ``ptrs`` (owner -> mapping); the first
+    error, or None."""
     world, backend, device = sharing.world, sharing.backend, sharing.device
     for owner in sharing.domain_ranks(world.rank):
-        if owner == world.rank:
+        if owner == world.rank or offers[owner] is None:
             continue
         handle, _, address = offers[owner]
         try:
