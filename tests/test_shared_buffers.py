@@ -827,7 +827,7 @@ def test_some_ranks_buffers_at_once_in_two_collectives() -> None:
     def body(r: Rank) -> tuple[list[int], list[bool], list[str]]:
         r.sharing.handle_kind()
         r.sharing.rank_domains()
-        with pytest.raises(ValueError, match="owner must be a rank of 0..7, got 8"):
+        with pytest.raises(ValueError, match=r"owner must be a rank of 0\.\.7, got 8"):
             SharedBuffer.create_all(r.sharing, SIZE, [0, 8])
         seen = _counting(r.world)
         bufs = SharedBuffer.create_all(r.sharing, SIZE, [4, 0, 4])
