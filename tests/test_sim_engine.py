@@ -198,6 +198,47 @@ def test_synchronizing_an_idle_stream_does_not_move_the_clock() -> None:
     assert engine.t == pytest.approx(2e-3)
 
 
+def _advances_between_events(settled: bool) -> tuple[list[float], int, list[object]]:
+    """Two copies on two of many streams, the device advanced in small steps between their
+    events: the flows' bytes left after each step, how many scans ran, the streams visited."""
+    from gpubw.backend.sim.engine import Engine
+
+    be = SimulatedBackend(load_system("h200x2"))
+    engine = be._engine
+    if not settled:  # every advance through the event loop, as before the shortcut
+        engine._advance_settled = lambda limit, until: None  # type: ignore[method-assign]
+    scans = 0
+    scan = engine._scan
+
+    def counted() -> tuple[list[Flow], float | None]:
+        nonlocal scans
+        scans += 1
+        return scan()
+
+    engine._scan = counted  # type: ignore[method-assign]
+    idle = [be.create_stream(0) for _ in range(20)]
+    s0, s1 = be.create_stream(0), be.create_stream(1)
+    h, d0, d1 = be.alloc_host(64 * MIB, 0), be.alloc_device(0, 64 * MIB), be.alloc_device(1, MIB)
+    be.memcpy_async(d0, h, 64 * MIB, s0)
+    be.memcpy_async(d1, d0, MIB, s1)
+    left, scans = [], 0
+    for _ in range(40):
+        Engine.advance(engine, engine.t + 2e-5)
+        left.append(sum(f.remaining for s in (s0, s1) if s.cur for f in s.cur.flows))
+    assert not any(s.busy for s in idle)
+    return left, scans, list(engine._busy)
+
+
+def test_an_advance_that_reaches_no_event_only_moves_the_flows() -> None:
+    """Between two events an advance runs no event loop (no scan of the streams) and moves
+    the flows as the loop would, bit for bit; idle streams are never visited."""
+    left, scans, busy = _advances_between_events(settled=True)
+    loop_left, loop_scans, _ = _advances_between_events(settled=False)
+    assert left == loop_left and 0 < left[-1] < left[0]
+    assert scans < loop_scans / 4  # a scan only at the few events (copies starting, ending)
+    assert len(busy) == 1  # the small copy ended; the idle streams were never busy
+
+
 def test_rates_kept_between_events_equal_a_full_recomputation() -> None:
     """Flows starting and ending one by one (shared links, both directions, host memory)
     get the rates a fresh engine computes for the same flows, bit for bit."""
@@ -232,6 +273,27 @@ def test_rates_kept_between_events_equal_a_full_recomputation() -> None:
         fresh._compute_rates(list(active))  # sets every active flow's rate anew
         assert [g.rate for g in active] == kept
         assert engine._rated_set == set(active)
+
+
+def test_rates_reused_for_an_active_set_seen_before_equal_a_full_recomputation() -> None:
+    """Shares kept for an active set are reused when the same set comes back, and a set
+    computed after such reuse gets every rate anew (no flow keeps the reused set's rate)."""
+    from gpubw.backend.sim.engine import Engine
+    from gpubw.backend.sim.faults import FaultInjector, Faults
+    from gpubw.backend.sim.model import HOSTMEM
+    from gpubw.backend.sim.rates import Flow
+
+    model = load_system("h200x8")
+    a = Flow((("tx", 0), ("rx", 1)), 3e11, 1.0)
+    b = Flow((("tx", 0), ("rx", 2), HOSTMEM), 2e11, 1.0, jitter=1.01)  # shares tx 0 with a
+    c = Flow((("tx", 3), ("rx", 4)), 1e11, 1.0)  # shares nothing with a
+    engine = Engine(model, FaultInjector(Faults()))
+    for active in ([a], [a, b], [a], [a, b, c], [a, b], [b], [a, b, c], [c, a], [a]):
+        engine._compute_rates(list(active))
+        kept = [f.rate for f in active]
+        Engine(model, FaultInjector(Faults()))._compute_rates(list(active))
+        assert kept == [f.rate for f in active], [f.key for f in active]
+    assert len(engine._leasts) == 5  # [a], [a, b] and [a, b, c] came back
 
 
 def test_a_lone_flow_kept_by_its_resources_gets_the_full_computation_s_rate() -> None:

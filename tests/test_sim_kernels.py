@@ -212,3 +212,62 @@ def test_control_words_draw_no_jitter_from_the_measured_copies_stream() -> None:
     be.memcpy_async(d, h, MEASURED_MIN, s)
     be.synchronize(s, 1.0)
     assert rng.getstate() != state
+
+
+def _copy_runs(be: SimulatedBackend, sizes: tuple[int, ...]) -> tuple[list[float], list[str]]:
+    """Runs of the same copy on one stream (split by a record, a new size, a new path) beside
+    a run on a second stream, with jitter; the elapsed times of the records and the kinds of
+    the first stream's ops as queued behind its running one."""
+    n = max(sizes)
+    d0, d1, h = be.alloc_device(0, n), be.alloc_device(1, n), be.alloc_host(n, 0)
+    s0, s1 = be.create_stream(0), be.create_stream(1)
+    events = [be.create_event(0) for _ in range(len(sizes) + 3)]
+    be.record_event(events[0], s0)
+    for size, event in zip(sizes, events[1:]):
+        for i in range(4):
+            be.memcpy_async(d1, d0, size, s0)
+            if size < 4096 and i == 1:  # host calls: the third copy starts at its call
+                be.create_event(0), be.create_event(0), be.create_event(0)
+        be.record_event(event, s0)
+    be.enable_peer_access(0, 1)  # the same copy over another path from here: a new run
+    for _ in range(3):
+        be.memcpy_async(d1, d0, n, s0)
+        be.memcpy_async(d0, h, n, s1)
+    be.record_event(events[-2], s0)
+    be.record_event(events[-1], s1)
+    kinds = [op.kind for op in (s0.cur, *s0.queue) if op is not None]
+    be.synchronize(s0, 1.0)
+    be.synchronize(s1, 1.0)
+    return [be.elapsed_seconds(events[0], e) for e in events[1:]], kinds
+
+
+def test_a_copy_made_again_behind_itself_is_one_op_with_the_times_of_separate_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Copies of the same buffers, size and path queued back to back on a stream are one
+    engine op made again (a record, another size or another path starts a new one), with
+    the same elapsed times and jitter draws as separate ops, bit for bit."""
+    import gpubw.backend.sim.backend as sim_backend
+
+    sizes = (4096, 8, 4 * MIB)  # copies slower than the host's calls, faster, far slower
+    merged = SimulatedBackend(load_system("h200x2"))
+    times, kinds = _copy_runs(merged, sizes)
+    monkeypatch.setattr(sim_backend, "repeat_copy", lambda *args: False)
+    separate = SimulatedBackend(load_system("h200x2"))
+    assert _copy_runs(separate, sizes)[0] == times
+    assert merged._engine._rng.getstate() == separate._engine._rng.getstate()
+    assert kinds == ["xfer", "record", "xfer", "record"]  # the last two runs: one op each
+
+
+def test_a_copy_made_again_after_its_buffer_was_freed_is_refused(
+    backend: SimulatedBackend,
+) -> None:
+    """The same copy queued behind itself after its source was freed is not made again: it
+    is refused as any copy of unallocated memory is."""
+    src, dst = backend.alloc_device(0, 4 * MIB), backend.alloc_device(0, 4 * MIB)
+    s = backend.create_stream(0)
+    backend.memcpy_async(dst, src, 4 * MIB, s)
+    backend.free_device(src)
+    with pytest.raises(CudaError) as info:
+        backend.memcpy_async(dst, src, 4 * MIB, s)
+    assert info.value.result == "CUDA_ERROR_INVALID_VALUE"

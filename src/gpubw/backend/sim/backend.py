@@ -37,7 +37,7 @@ from gpubw.backend.base import Backend, DeviceInfo, KernelArg, check_launch_geom
 from gpubw.backend.sim import facts as sim_facts
 from gpubw.backend.sim.engine import Engine, Stream
 from gpubw.backend.sim.faults import FaultInjector, Faults
-from gpubw.backend.sim.kernels import EMULATIONS, Launch, memcpy_op
+from gpubw.backend.sim.kernels import EMULATIONS, Launch, memcpy_op, repeat_copy
 from gpubw.backend.sim.memory import Memory
 from gpubw.backend.sim.model import SimSystem
 from gpubw.backend.sim.plugin_kernels import plugin_kernel, plugin_op
@@ -459,6 +459,9 @@ class SimulatedBackend(SharingMixin, StreamsMixin, Backend):
         self._tick()
         s = self._stream(stream, "cuMemcpyAsync")
         if nbytes <= 0:
+            return
+        if repeat_copy(self._engine, s, dst, src, nbytes, self._now):
+            self._engine.advance(self._now)  # as enqueue does: behind work, so nothing starts
             return
         op = memcpy_op(self._launch(s), dst, src, nbytes)
         self._engine.enqueue(s, op, self._now)

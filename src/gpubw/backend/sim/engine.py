@@ -19,6 +19,11 @@ ranks' copies compete for the same links. A gate whose flag lives in device memo
 (``Op.remote``: another rank's release reaches it through a device-side write) is re-probed
 whenever work finishes, and :meth:`Engine.held_remotely` tells a facade to wait for that
 rank rather than run the clock into a false timeout.
+
+The event loop is kept cheap without changing what it computes: it visits only the streams
+with work (``Engine._busy``); after an advance nothing starts or ends before the next event,
+so a later advance that reaches no event only moves the flows (``Engine._advance_settled``);
+and a copy queued right behind the same copy is that op made once more (``Op.repeats``).
 """
 
 from __future__ import annotations
@@ -34,7 +39,17 @@ from gpubw.model.errors import CudaError, GpubwError, SimulationError
 
 
 class Stream:
-    __slots__ = ("cur", "destroyed", "device", "error", "free_at", "gated", "id", "queue")
+    __slots__ = (
+        "busy",
+        "cur",
+        "destroyed",
+        "device",
+        "error",
+        "free_at",
+        "gated",
+        "id",
+        "queue",
+    )
 
     def __init__(self, sid: int, device: int) -> None:
         self.id = sid
@@ -45,6 +60,7 @@ class Stream:
         self.destroyed = False
         self.gated = False  # a gate was ever enqueued here (copies after it are "measured")
         self.error: GpubwError | None = None
+        self.busy = False  # in the engine's list of streams with work (Engine._busy)
 
     def idle(self) -> bool:
         return self.cur is None and not self.queue
@@ -68,9 +84,16 @@ class Event:
 
 
 class Op:
-    """One unit of stream work. ``kind``: gate, record, wait, fixed, plugin, xfer."""
+    """One unit of stream work. ``kind``: gate, record, wait, fixed, plugin, xfer.
+
+    A copy made again right behind itself is kept as one op made several times
+    (``repeats``: each further copy's submit time and rate jitter, in the order of the calls;
+    ``refill``: a copy's flows for a jitter): when one copy ends (its effect done) the op is
+    put back at the head of its stream for the next, as a separate op queued behind it would
+    start there (:meth:`Engine._finish`)."""
 
     __slots__ = (
+        "again",
         "deadline",
         "done",
         "duration",
@@ -86,7 +109,9 @@ class Op:
         "prepare",
         "probe",
         "record",
+        "refill",
         "remote",
+        "repeats",
         "submit",
     )
 
@@ -111,6 +136,10 @@ class Op:
         self.on_timeout: Callable[[], None] | None = None
         #: a gate whose flag is in device memory: another rank may release it
         self.remote = False
+        #: a copy: whether a copy call with these arguments (dst, src, bytes) makes it again
+        self.again: Callable[[int, int, int], bool] | None = None
+        self.refill: Callable[[float], list[Flow]] | None = None
+        self.repeats: deque[tuple[float, float]] | None = None
 
 
 class Engine(FlowRates):
@@ -121,6 +150,18 @@ class Engine(FlowRates):
         self.injector = injector
         self.t = 0.0  # the device side has been run up to here
         self.streams: list[Stream] = []
+        #: the streams that may have work, in the order of ``streams`` (by id): the only ones
+        #: the event loop visits (an idle stream does nothing there); one that went idle is
+        #: dropped before the next event (``_shed``)
+        self._busy: list[Stream] = []
+        self._shed = False
+        #: nothing can start or end at ``t`` before something changes (an advance ended
+        #: there with every start done and the next event later): an advance needs no event
+        #: loop until that event (:meth:`_advance_settled`); the last scan's flows and its
+        #: earliest event other than their ends
+        self._settled = False
+        self._active: list[Flow] = []
+        self._fixed: float | None = None
         self.events: set[Event] = set()
         self._init_rates(model)
         self._ids = 0
@@ -154,8 +195,36 @@ class Engine(FlowRates):
         return 1.0 + j * (2.0 * self._rng.random() - 1.0) if j else 1.0
 
     def enqueue(self, s: Stream, op: Op, now: float) -> None:
-        s.queue.append(op)
+        """Queue ``op`` on ``s`` and run the device side up to ``now``. Behind other work
+        ``op`` cannot start yet, so a settled engine stays settled."""
+        queue = s.queue
+        if s.cur is None and not queue:
+            self._settled = False
+        queue.append(op)
+        if not s.busy:
+            self._mark_busy(s)
         self.advance(now)
+
+    def _mark_busy(self, s: Stream) -> None:
+        """``s`` has work: the event loop visits it, in stream order (a new list: a loop
+        that is running keeps the one it iterates)."""
+        s.busy = True
+        busy = self._busy
+        i = len(busy)
+        while i and busy[i - 1].id > s.id:
+            i -= 1
+        self._busy = [*busy[:i], s, *busy[i:]]
+
+    def _drop_idle(self) -> None:
+        """Forget the streams that went idle since the last event (a new list, as above)."""
+        self._shed = False
+        keep = []
+        for s in self._busy:
+            if s.cur is None and not s.queue:
+                s.busy = False
+            else:
+                keep.append(s)
+        self._busy = keep
 
     def held_remotely(self, s: Stream) -> bool:
         """Whether ``s`` has a gate ahead whose flag lives in device memory and is not
@@ -184,6 +253,7 @@ class Engine(FlowRates):
                 continue
             if self._gate_open(op):
                 op.end = self.t + self.model.overheads.gate_poll
+                self._settled = False
             else:
                 still.append(op)
         self._waiting = still
@@ -228,6 +298,8 @@ class Engine(FlowRates):
         op.done = True
         s.cur = None
         s.free_at = self.t
+        if not s.queue:
+            self._shed = True
         if op.kind == "gate" and (op.end is None or op.end > op.deadline):
             # Timed out: the kernel reports it through *status, like the real one.
             if op.on_timeout is not None:
@@ -243,6 +315,12 @@ class Engine(FlowRates):
                 self._fail(s, exc)
             if self.remote_gates and op.kind != "gate":
                 self.release_gates()  # the work may have released a flag in device memory
+        if op.repeats:  # the same copy again: it starts as the next op queued would
+            assert op.refill is not None
+            op.submit, jitter = op.repeats.popleft()
+            op.flows = op.refill(jitter)
+            op.done = False
+            s.queue.appendleft(op)
 
     @staticmethod
     def _fail(s: Stream, exc: GpubwError) -> None:
@@ -255,6 +333,11 @@ class Engine(FlowRates):
         there); returns whether ``until()`` holds at the end."""
         if self.injector.sync_hang:
             return until() if until is not None else False
+        if self._settled:
+            done = self._advance_settled(limit, until)
+            if done is not None:
+                return done
+        self._settled = False
         if self._destroyed:
             self._prune()
         if not self.streams:  # nothing on the device side: only the clock moves
@@ -262,13 +345,20 @@ class Engine(FlowRates):
             return until() if until is not None else False
         stalls = 0
         while True:
+            if self._shed:
+                self._drop_idle()
             self._start_ready()
             if until is not None and until():
                 return True
             active, nxt = self._scan()
             if nxt is None or nxt > limit:
-                self._progress(active, max(0.0, limit - self.t))
-                self.t = max(self.t, limit)
+                # every start at t is done; settled if the next event is later than t
+                if limit <= self.t:
+                    self._settled = nxt is None or nxt > self.t
+                else:
+                    self._progress(active, limit - self.t)
+                    self.t = limit
+                    self._settled = True
                 return until() if until is not None else False
             if nxt <= self.t:
                 stalls += 1
@@ -283,6 +373,28 @@ class Engine(FlowRates):
             if self._destroyed:
                 self._prune()
 
+    def _advance_settled(self, limit: float, until: Callable[[], bool] | None) -> bool | None:
+        """:meth:`advance` where nothing changed since the last scan: nothing starts or ends
+        at ``t``, the flows and their rates are the scan's, and the next event is the
+        earliest of the scan's other events (``_fixed``) and the flows' ends computed now
+        (as :meth:`_scan` computes them). If it is later than ``limit`` the flows move up
+        to it (what the event loop would do) and this returns what ``advance`` returns;
+        else None (the event loop runs)."""
+        t = self.t
+        if limit <= t:
+            return until() if until is not None else False
+        if until is not None and until():
+            return True
+        nxt, active = self._fixed, self._active
+        for f in active:
+            c = t + f.remaining / f.rate
+            nxt = c if nxt is None or c < nxt else nxt
+        if nxt is not None and nxt <= limit:
+            return None
+        self._progress(active, limit - t)
+        self.t = limit
+        return until() if until is not None else False
+
     def _prune(self) -> None:
         """Forget destroyed streams once their work is done."""
         if self._destroyed:
@@ -294,6 +406,7 @@ class Engine(FlowRates):
         if not s.destroyed:
             s.destroyed = True
             self._destroyed += 1
+            self._settled = False
 
     def _scan(self) -> tuple[list[Flow], float | None]:
         """The flows moving now (their rates computed) and the next time anything starts or
@@ -301,7 +414,7 @@ class Engine(FlowRates):
         t = self.t
         active: list[Flow] = []
         nxt: float | None = None
-        for s in self.streams:
+        for s in self._busy:
             op = s.cur
             if op is None:
                 if s.queue:
@@ -332,6 +445,7 @@ class Engine(FlowRates):
             nxt = c if nxt is None or c < nxt else nxt
         if active != self._rated:
             self._compute_rates(active)
+        self._fixed, self._active = nxt, active
         for f in active:
             c = t + f.remaining / f.rate
             nxt = c if nxt is None or c < nxt else nxt
@@ -340,7 +454,7 @@ class Engine(FlowRates):
     def _finish_due(self) -> None:
         """Finish every running op whose end has come, in stream order."""
         t = self.t
-        for s in self.streams:
+        for s in self._busy:
             op = s.cur
             if op is None:
                 continue
@@ -379,7 +493,7 @@ class Engine(FlowRates):
         progressed = True
         while progressed:
             progressed = False
-            for s in self.streams:
+            for s in self._busy:
                 op = s.cur
                 if op is None:
                     if not s.queue:

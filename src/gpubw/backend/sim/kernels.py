@@ -12,6 +12,7 @@ sees the launch as a :class:`gpubw.kernels.modules.SimulatedLaunch`
 from __future__ import annotations
 
 import struct
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -67,30 +68,41 @@ Emulation = Callable[..., Op]
 
 # -- copies ---------------------------------------------------------------------------------
 def memcpy_op(c: Launch, dst: int, src: int, nbytes: int) -> Op:
-    """A copy engine copy of ``nbytes`` (> 0) from ``src`` to ``dst``."""
+    """A copy engine copy of ``nbytes`` (> 0) from ``src`` to ``dst``; the op also makes the
+    same copy again when it is queued right behind itself (:func:`repeat_copy`)."""
     memory = c.memory
     d_alloc, d_off = memory.location(dst, nbytes, "cuMemcpyAsync")
     s_alloc, s_off = memory.location(src, nbytes, "cuMemcpyAsync")
     op = Op("xfer", c.now, "memcpy")
     op.overhead = c.model.overheads.memcpy
     jit = c.engine.jitter() if nbytes >= MEASURED_MIN else 1.0
-    staged = False
-    if d_alloc.device is not None and s_alloc.device is not None:
-        a, b = s_alloc.device, d_alloc.device
-        staged = a != b and not (
-            c.model.peer_rate(a, b) is not None
-            and (
-                (a, b) in memory.peer_enabled
-                or (b, a) in memory.peer_enabled
-                or c.stream.device in d_alloc.mapped_by | s_alloc.mapped_by
-            )
-        )
+    staged = _staged(c, s_alloc, d_alloc)
     if d_alloc.members is not None:
-        op.flows = [multicast_flow(c, s_alloc.device, d_alloc, nbytes, "ce", jit)]
+
+        def refill(jitter: float) -> list[Flow]:
+            return [multicast_flow(c, s_alloc.device, d_alloc, nbytes, "ce", jitter)]
     else:
         res, peak = path(c.model, s_alloc.device, d_alloc.device, "ce", staged)
-        op.flows = [Flow(res, peak * rate_factor(c, res, s_alloc, d_alloc), nbytes, jit)]
+        peak *= rate_factor(c, res, s_alloc, d_alloc)
+
+        def refill(jitter: float) -> list[Flow]:
+            return [Flow(res, peak, nbytes, jitter)]
+
+    op.flows = refill(jit)
     measured = c.stream.gated and nbytes >= MEASURED_MIN
+    if c.model.throttle is None:  # else the rate depends on the time of the call
+
+        def again(dst_: int, src_: int, nbytes_: int) -> bool:
+            return (
+                dst_ == dst
+                and src_ == src
+                and nbytes_ == nbytes
+                and not d_alloc.freed
+                and not s_alloc.freed
+                and _staged(c, s_alloc, d_alloc) == staged
+            )
+
+        op.again, op.refill, op.repeats = again, refill, deque()
 
     def effect() -> None:
         memory.check_live(d_alloc, s_alloc)
@@ -101,6 +113,36 @@ def memcpy_op(c: Launch, dst: int, src: int, nbytes: int) -> Op:
 
     op.effect = effect
     return op
+
+
+def _staged(c: Launch, s_alloc: Alloc, d_alloc: Alloc) -> bool:
+    """Whether a copy between two devices goes through host memory: no peer link, or peer
+    access neither enabled nor given by a mapping to the copying stream's device."""
+    if d_alloc.device is None or s_alloc.device is None:
+        return False
+    a, b = s_alloc.device, d_alloc.device
+    peer_enabled = c.memory.peer_enabled
+    return a != b and not (
+        c.model.peer_rate(a, b) is not None
+        and (
+            (a, b) in peer_enabled
+            or (b, a) in peer_enabled
+            or c.stream.device in d_alloc.mapped_by | s_alloc.mapped_by
+        )
+    )
+
+
+def repeat_copy(engine: Engine, s: Stream, dst: int, src: int, nbytes: int, now: float) -> bool:
+    """Queue a copy engine copy made at ``now`` as one more of the same copy, if the last
+    op on ``s`` is that copy (the same arguments, buffers and path) and has work left to
+    queue behind (not ended): its rate jitter is drawn now, as :func:`memcpy_op` draws it.
+    Whether it was queued so."""
+    last = s.queue[-1] if s.queue else s.cur
+    if last is None or last.again is None or last.done or not last.again(dst, src, nbytes):
+        return False
+    assert last.repeats is not None
+    last.repeats.append((now, engine.jitter() if nbytes >= MEASURED_MIN else 1.0))
+    return True
 
 
 def _copy_kernel(

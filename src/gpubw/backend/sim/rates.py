@@ -23,11 +23,15 @@ from gpubw.backend.sim.model import (
     writes_host,
 )
 
+#: how many active sets' link shares :class:`FlowRates` keeps (then it starts again)
+LEASTS_KEPT = 1 << 16
+
 
 class Flow:
     __slots__ = (
         "hostmem",
         "jitter",
+        "key",
         "link_rate",
         "links",
         "load",
@@ -59,6 +63,8 @@ class Flow:
         #: share (``link_rate``), then host memory's
         self.link_rate = 0.0
         self.rate = 0.0
+        #: its resources and load as a small number (:meth:`FlowRates._keys`; -1: not yet)
+        self.key = -1
 
 
 class FlowRates:
@@ -68,10 +74,12 @@ class FlowRates:
 
     def _init_rates(self, model: SimSystem) -> None:
         self.model = model
-        #: the flows whose rates are set (as given, and as a set), how many of them use each
-        #: resource, and which use it
+        #: the flows whose rates are set (as given, and as a set)
         self._rated: list[Flow] = []
         self._rated_set: set[Flow] = set()
+        #: the flows the incremental state below counts (those of the last full computation),
+        #: how many of them use each resource, and which use it
+        self._counted: set[Flow] = set()
         self._count: dict[Resource, int] = {}
         self._users: dict[Resource, set[Flow]] = {}
         self._share: dict[Resource, float] = {}
@@ -84,6 +92,12 @@ class FlowRates:
             tuple[tuple[Resource, ...], bool],
             tuple[dict[Resource, int], dict[Resource, int], dict[Resource, float], float],
         ] = {}
+        #: each active set's smallest link shares (:meth:`_compute_rates`), by the keys of its
+        #: flows in order; flows' keys by their resources and load
+        self._leasts: dict[tuple[int, ...], tuple[float, ...]] = {}
+        self._key_of: dict[tuple[tuple[Resource, ...], bool], int] = {}
+        #: rates were set from kept shares since the counts were last computed
+        self._reused = False
 
     def _link_terms(self, r: Resource) -> tuple[Resource | None, float, float]:
         """``r``'s other direction and the factors it runs at while that is busy too, without
@@ -106,17 +120,67 @@ class FlowRates:
         A flow's rate depends only on how many active flows use each of its resources and
         their other directions, so only the flows on a resource that a flow starting or
         ending uses are recomputed (with the same arithmetic: the rates are those of a full
-        recomputation, bit for bit)."""
+        recomputation, bit for bit). A flow's smallest link share depends only on the
+        resources and loads of the active flows, so the shares found for one active set are
+        kept by its flows' keys (:meth:`_keys`) and reused for the same set (each rate then
+        its peak times its share, as computed; host memory is shared anew)."""
         if active == self._rated:  # the same flows (compared by identity): the same rates
             return
-        if not active or (len(active) == 1 and not self._rated):
+        sig = self._keys(active)
+        leasts = self._leasts.get(sig)
+        if leasts is not None:
+            self._set_rates(active, leasts)
+            self._rated, self._rated_set = active, set(active)
+            self._reused = True
+            return
+        if not active or (len(active) == 1 and not self._counted):
             self._rate_alone(active)
         else:
             self._update_rates(active)
+        leasts = self._keep_leasts(sig, active)
+        if self._reused:
+            # rates were set from kept shares since the counts were last computed: a flow
+            # the update left alone may hold another set's rate
+            self._reused = False
+            self._set_rates(active, leasts)
+
+    def _set_rates(self, active: list[Flow], leasts: tuple[float, ...]) -> None:
+        """Each active flow's rate from its smallest link share, then host memory's."""
+        hostmem = False
+        for f, least in zip(active, leasts):
+            f.rate = f.link_rate = f.peak * least
+            hostmem = hostmem or f.hostmem
+        if hostmem and self.model.host_memory_bandwidth is not None:
+            self._share_host_memory([f for f in active if f.hostmem])
+
+    def _keys(self, active: list[Flow]) -> tuple[int, ...]:
+        """The active flows' keys in order: a number for each flow's resources and load."""
+        keys = []
+        for f in active:
+            k = f.key
+            if k < 0:
+                k = f.key = self._key_of.setdefault((f.resources, f.load), len(self._key_of))
+            keys.append(k)
+        return tuple(keys)
+
+    def _keep_leasts(self, sig: tuple[int, ...], active: list[Flow]) -> tuple[float, ...]:
+        """Keep each active flow's smallest link share as the full computation just found
+        it (the loop of :meth:`_rate`), for the next time the same set is active."""
+        if len(self._leasts) >= LEASTS_KEPT:
+            self._leasts.clear()
+        share, out = self._share, []
+        for f in active:
+            least = 1.0
+            for r in f.links:
+                if share[r] < least:
+                    least = share[r]
+            out.append(least)
+        kept = self._leasts[sig] = tuple(out)
+        return kept
 
     def _update_rates(self, active: list[Flow]) -> None:
         """The rates of the flows on the resources whose users changed since the last call."""
-        was, now = self._rated_set, set(active)
+        was, now = self._counted, set(active)
         count, users, loads = self._count, self._users, self._loads
         dirty: set[Resource] = set()
         for f in was - now:
@@ -143,7 +207,7 @@ class FlowRates:
             f.rate = f.link_rate = self._rate(f)
         if self.model.host_memory_bandwidth is not None and any(f.hostmem for f in changed):
             self._share_host_memory([f for f in active if f.hostmem])
-        self._rated, self._rated_set = active, now
+        self._rated, self._rated_set, self._counted = active, now, now
 
     def _rate_alone(self, active: list[Flow]) -> None:
         """``_compute_rates`` where no flow was rated before and one is now, or none is now
@@ -157,7 +221,7 @@ class FlowRates:
             users.clear()
             share.clear()
             loads.clear()
-            self._rated, self._rated_set = active, set()
+            self._rated, self._rated_set, self._counted = active, set(), set()
             return
         f = active[0]
         key = (f.resources, f.load)
@@ -177,7 +241,7 @@ class FlowRates:
         f.rate = f.link_rate = f.peak * lone[3]
         if self.model.host_memory_bandwidth is not None and f.hostmem:
             self._share_host_memory([f])
-        self._rated, self._rated_set = active, {f}
+        self._rated, self._rated_set, self._counted = active, {f}, {f}
 
     def _set_share(self, r: Resource) -> None:
         """The share of link ``r`` each of its flows gets: its factor (bidirectional while
