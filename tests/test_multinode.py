@@ -8,6 +8,7 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -641,13 +642,35 @@ def test_a_rank_that_is_not_its_hosts_first_touches_only_its_own_device(
     assert touched == {0: {0, 1}, 1: {1}}
 
 
+def _series_cells(
+    system: System, issuers_of: Sequence[Sequence[int]], fail_in: int | None = None
+) -> list[list[RankCopy]]:
+    """A series' cells, each issued by the ranks of ``issuers_of``: 1 MiB device copies of
+    this rank's where it issues (the first issuer's of cell ``fail_in`` of mismatched
+    sizes: a bad copy)."""
+    me = system.world.rank
+    cells = []
+    for k, issuers in enumerate(issuers_of):
+        pairs = []
+        for issuer in issuers:
+            copy = None
+            if me == issuer:
+                a = DeviceBuffer.allocate(system, system.rank_device, 1 << 20)
+                bad = k == fail_in and issuer == issuers[0]
+                size = (2 << 20) if bad else (1 << 20)
+                copy = Copy(a, DeviceBuffer.allocate(system, system.rank_device, size))
+            pairs.append(RankCopy(issuer, copy))
+        cells.append(pairs)
+    return cells
+
+
 def _series_on_4_ranks(fail_in: int | None) -> list[Any]:
     """Four ranks (h200x8, one host) measure a series of three cells issued by rank 1, rank 1
     and ranks 2 and 3 together (a bad copy of the cell's first issuer in cell ``fail_in``):
     each rank's figures or error, and the groups of every collective it took part in."""
 
     def fn(system: System) -> tuple[Any, list[Any]]:
-        world, me = system.world, system.world.rank
+        world = system.world
         seen: list[Any] = []
         run = world._run
 
@@ -657,18 +680,7 @@ def _series_on_4_ranks(fail_in: int | None) -> list[Any]:
 
         op = MemcpyOperation(system, CE, loops=2)
         with RankGate.create(system) as gate:
-            cells = []
-            for k, issuers in enumerate(((1,), (1,), (2, 3))):
-                pairs = []
-                for issuer in issuers:
-                    copy = None
-                    if me == issuer:
-                        a = DeviceBuffer.allocate(system, system.rank_device, 1 << 20)
-                        bad = k == fail_in and issuer == issuers[0]
-                        size = (2 << 20) if bad else (1 << 20)
-                        copy = Copy(a, DeviceBuffer.allocate(system, system.rank_device, size))
-                    pairs.append(RankCopy(issuer, copy))
-                cells.append(pairs)
+            cells = _series_cells(system, ((1,), (1,), (2, 3)), fail_in)
             world._run = counted
             try:
                 result: Any = [len(c.pair_samples[0]) for c in measure_series(op, cells, gate)]
@@ -749,19 +761,9 @@ def _series_with_failing_reset(monkeypatch: pytest.MonkeyPatch, when: int) -> li
     monkeypatch.setattr(RankGate, "reset", reset)
 
     def fn(system: System) -> Any:
-        me = system.world.rank
         op = MemcpyOperation(system, CE, loops=2)
         with RankGate.create(system) as gate:
-            cells = []
-            for issuers in ((1,), (1,), (2, 3), (2, 3)):
-                pairs = []
-                for issuer in issuers:
-                    copy = None
-                    if me == issuer:
-                        a = DeviceBuffer.allocate(system, system.rank_device, 1 << 20)
-                        copy = Copy(a, DeviceBuffer.allocate(system, system.rank_device, 1 << 20))
-                    pairs.append(RankCopy(issuer, copy))
-                cells.append(pairs)
+            cells = _series_cells(system, ((1,), (1,), (2, 3), (2, 3)))
             try:
                 return [len(c.pair_samples[0]) for c in measure_series(op, cells, gate)]
             except RemoteRankError as exc:
