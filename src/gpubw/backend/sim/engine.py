@@ -17,8 +17,9 @@ ranks share one engine (:class:`gpubw.backend.sim.backend.SimEngine`: one device
 links, one random stream), each through its own facade with its own host clock, so that the
 ranks' copies compete for the same links. A gate whose flag lives in device memory
 (``Op.remote``: another rank's release reaches it through a device-side write) is re-probed
-whenever work finishes, and :meth:`Engine.held_remotely` tells a facade to wait for that
-rank rather than run the clock into a false timeout.
+whenever work finishes and its flag's allocation was written (:mod:`gpubw.backend.sim.gates`),
+and :meth:`Engine.held_remotely` tells a facade to wait for that rank rather than run the
+clock into a false timeout.
 
 The event loop is kept cheap without changing what it computes: it visits only the streams
 with work (``Engine._busy``); after an advance nothing starts or ends before the next event,
@@ -33,6 +34,7 @@ from collections import deque
 from collections.abc import Callable
 
 from gpubw.backend.sim.faults import FaultInjector
+from gpubw.backend.sim.gates import WaitingGates, Watched
 from gpubw.backend.sim.model import SimSystem
 from gpubw.backend.sim.rates import Flow, FlowRates
 from gpubw.model.errors import CudaError, GpubwError, SimulationError
@@ -113,6 +115,7 @@ class Op:
         "remote",
         "repeats",
         "submit",
+        "watch",
     )
 
     def __init__(self, kind: str, submit: float, name: str = "") -> None:
@@ -140,6 +143,8 @@ class Op:
         self.again: Callable[[int, int, int], bool] | None = None
         self.refill: Callable[[float], list[Flow]] | None = None
         self.repeats: deque[tuple[float, float]] | None = None
+        #: a gate: what its flag lives in (None: not known, probed at every write)
+        self.watch: Watched | None = None
 
 
 class Engine(FlowRates):
@@ -170,8 +175,8 @@ class Engine(FlowRates):
         self._rng = random.Random(model.seed)
         #: a gate waiting on a flag in device memory was ever started (multi-rank protocol)
         self.remote_gates = False
-        #: running gates not released yet, in the order they started (re-probed on writes)
-        self._waiting: list[Op] = []
+        #: running gates not released yet, by their flag's allocation (probed on its writes)
+        self._waiting: WaitingGates[Op] = WaitingGates()
 
     # -- objects ----------------------------------------------------------------------------
     def _next_id(self) -> int:
@@ -243,20 +248,13 @@ class Engine(FlowRates):
 
     def release_gates(self) -> None:
         """Memory was written: running gates whose flag is now released end soon. Only the
-        gates still waiting are probed (a rack has one per rank, and every finished copy
-        comes here)."""
-        if not self._waiting:
-            return
-        still: list[Op] = []
-        for op in self._waiting:
-            if op.done or op.end is not None:
-                continue
-            if self._gate_open(op):
-                op.end = self.t + self.model.overheads.gate_poll
+        gates still waiting whose flag's allocation was written since they were last probed
+        are probed (a rack has one per rank, and every finished copy comes here)."""
+        if self._waiting:
+            end = self.t + self.model.overheads.gate_poll
+            for op in self._waiting.released(self._gate_open):
+                op.end = end
                 self._settled = False
-            else:
-                still.append(op)
-        self._waiting = still
 
     # -- the simulation ---------------------------------------------------------------------
     def _gate_open(self, op: Op) -> bool:
@@ -279,7 +277,7 @@ class Engine(FlowRates):
             elif self._gate_open(op):
                 op.end = t + self.model.overheads.gate_poll
             else:
-                self._waiting.append(op)
+                self._waiting.add(op)
         elif op.kind in ("record", "wait"):
             op.end = t
         elif op.kind == "fixed":

@@ -377,8 +377,9 @@ def gate_wait(c: Launch, flag: int, timeout_ns: int, status: int) -> Op:
     op = Op("gate", c.now, "gpubw_gate_wait")
     op.duration = timeout_ns * 1e-9
     # The flag's allocation, its generation when last read, and what was read then: a gate
-    # is re-probed whenever any memory is written, and its flag is read again only if its
-    # own allocation was written since (addresses are never reused).
+    # is re-probed when its allocation was written (``op.watch``: the engine's index of
+    # waiting gates), and its flag is read again only if that allocation was written since
+    # (addresses are never reused).
     seen: Alloc | None = None
     seen_generation = -1
     released = False
@@ -408,6 +409,7 @@ def gate_wait(c: Launch, flag: int, timeout_ns: int, status: int) -> Op:
     op.on_timeout = on_timeout
     found = memory.find(flag, 4)
     op.remote = found is not None and found[0].device is not None
+    op.watch = None if found is None else found[0]  # probed only after its writes
     c.stream.gated = True
     return op
 

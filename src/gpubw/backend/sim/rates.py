@@ -74,9 +74,8 @@ class FlowRates:
 
     def _init_rates(self, model: SimSystem) -> None:
         self.model = model
-        #: the flows whose rates are set (as given, and as a set)
+        #: the flows whose rates are set (as given)
         self._rated: list[Flow] = []
-        self._rated_set: set[Flow] = set()
         #: the flows the incremental state below counts (those of the last full computation),
         #: how many of them use each resource, and which use it
         self._counted: set[Flow] = set()
@@ -98,6 +97,11 @@ class FlowRates:
         self._key_of: dict[tuple[tuple[Resource, ...], bool], int] = {}
         #: rates were set from kept shares since the counts were last computed
         self._reused = False
+
+    @property
+    def _rated_set(self) -> set[Flow]:
+        """The flows whose rates are set, as a set."""
+        return set(self._rated)
 
     def _link_terms(self, r: Resource) -> tuple[Resource | None, float, float]:
         """``r``'s other direction and the factors it runs at while that is busy too, without
@@ -130,7 +134,7 @@ class FlowRates:
         leasts = self._leasts.get(sig)
         if leasts is not None:
             self._set_rates(active, leasts)
-            self._rated, self._rated_set = active, set(active)
+            self._rated = active
             self._reused = True
             return
         if not active or (len(active) == 1 and not self._counted):
@@ -165,7 +169,7 @@ class FlowRates:
 
     def _keep_leasts(self, sig: tuple[int, ...], active: list[Flow]) -> tuple[float, ...]:
         """Keep each active flow's smallest link share as the full computation just found
-        it (the loop of :meth:`_rate`), for the next time the same set is active."""
+        it (the loop of :meth:`_update_rates`), for the next time the same set is active."""
         if len(self._leasts) >= LEASTS_KEPT:
             self._leasts.clear()
         share, out = self._share, []
@@ -203,11 +207,16 @@ class FlowRates:
                 changed.update(users.get(rev, ()))
                 self._set_share(rev)
             self._set_share(r)
-        for f in changed:
-            f.rate = f.link_rate = self._rate(f)
+        share = self._share
+        for f in changed:  # its peak times its smallest share of its links
+            least = 1.0
+            for r in f.links:
+                if share[r] < least:
+                    least = share[r]
+            f.rate = f.link_rate = f.peak * least
         if self.model.host_memory_bandwidth is not None and any(f.hostmem for f in changed):
             self._share_host_memory([f for f in active if f.hostmem])
-        self._rated, self._rated_set, self._counted = active, now, now
+        self._rated, self._counted = active, now
 
     def _rate_alone(self, active: list[Flow]) -> None:
         """``_compute_rates`` where no flow was rated before and one is now, or none is now
@@ -221,7 +230,7 @@ class FlowRates:
             users.clear()
             share.clear()
             loads.clear()
-            self._rated, self._rated_set, self._counted = active, set(), set()
+            self._rated, self._counted = active, set()
             return
         f = active[0]
         key = (f.resources, f.load)
@@ -241,7 +250,7 @@ class FlowRates:
         f.rate = f.link_rate = f.peak * lone[3]
         if self.model.host_memory_bandwidth is not None and f.hostmem:
             self._share_host_memory([f])
-        self._rated, self._rated_set, self._counted = active, {f}, {f}
+        self._rated, self._counted = active, {f}
 
     def _set_share(self, r: Resource) -> None:
         """The share of link ``r`` each of its flows gets: its factor (bidirectional while
@@ -255,14 +264,6 @@ class FlowRates:
         if rev is not None and self._count.get(rev, 0):
             factor = loaded if self._loads.get(r, 0) or self._loads.get(rev, 0) else plain
         self._share[r] = factor / n
-
-    def _rate(self, f: Flow) -> float:
-        """``f``'s rate as its links allow: its peak times its smallest share of them."""
-        share, least = self._share, 1.0
-        for r in f.links:
-            if share[r] < least:
-                least = share[r]
-        return f.peak * least
 
     def _share_host_memory(self, flows: list[Flow]) -> None:
         """Host memory's bandwidth shared by the flows using it (in a fixed order: the rates
