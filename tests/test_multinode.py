@@ -716,6 +716,74 @@ def test_only_rank_0_builds_the_n_by_n_matrices() -> None:
         assert dict(stand_in.notes)[FIGURES_NOTE] == 0
 
 
+@pytest.mark.parametrize(
+    ("key", "shape"),
+    [
+        ("multinode_device_to_device_all_to_one_write_sm", (1, 4)),
+        ("multinode_device_to_device_all_from_one_read_sm", (1, 4)),
+        ("multinode_bisect_write_ce", (4, 1)),
+    ],
+)
+def test_only_rank_0_builds_the_per_rank_and_bisect_matrices(
+    key: str, shape: tuple[int, int]
+) -> None:
+    """The 1 x N and N x 1 testcases on 4 ranks: rank 0 returns the whole matrix, every
+    other rank one N/A cell with the note naming rank 0 (each building N cells is O(N^2)
+    for a simulated rack)."""
+
+    def fn(system: System) -> list[Any]:
+        return list(entry(key).create(system).run(1 << 20, 2))
+
+    outcomes = run_ranks("h200x8", [4], fn, SMALL)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    (full,) = outcomes[0].value
+    assert (len(full.values), len(full.values[0])) == shape
+    assert all(v is not None for row in full.values for v in row)
+    assert FIGURES_NOTE not in dict(full.notes)
+    for outcome in outcomes[1:]:
+        (stand_in,) = outcome.value
+        assert (stand_in.key, stand_in.values) == (key, ((None,),))
+        assert dict(stand_in.notes)[FIGURES_NOTE] == 0
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "multinode_device_to_device_memcpy_read_ce",
+        "multinode_device_to_device_bidirectional_memcpy_read_ce",
+        "multinode_bisect_write_ce",
+    ],
+)
+def test_a_testcase_takes_the_same_world_collectives_with_one_or_two_buffer_sets(key: str) -> None:
+    """On 4 ranks each rank takes 10 collectives of the whole world in a testcase, whatever
+    its buffer sets: the gate's three, one make of every set (allgather, agree), the series'
+    last gather, two barriers to free every set and two the gate."""
+
+    def fn(system: System) -> list[str]:
+        world = system.world
+        system.sharing.handle_kind()
+        system.sharing.rank_domains()
+        seen: list[str] = []
+        run = world._run
+
+        def counted(name: str, timeout_s: Any, body: Any, group: Any = None) -> Any:
+            if group is None:
+                seen.append(name)
+            return run(name, timeout_s, body, group)
+
+        world._run = counted
+        try:
+            entry(key).create(system).run(1 << 20, 2)
+        finally:
+            world._run = run
+        return seen
+
+    outcomes = run_ranks("h200x8", [4], fn, SMALL)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    made = ["allgather", "agree", "agree", "allgather", "agree", "allgather"]
+    assert [o.value for o in outcomes] == [[*made, *["barrier"] * 4]] * 4
+
+
 def test_a_series_takes_no_collective_of_the_ranks_outside_a_cell() -> None:
     """A cell of one issuing rank takes no collective; one of two, its ranks' own (one
     sample: steps 4 and 7, nothing at the cell's end); rank 0 is at every hand-over and
@@ -725,6 +793,28 @@ def test_a_series_takes_no_collective_of_the_ranks_outside_a_cell() -> None:
     seen = [v[1] for v in values]
     assert seen[0] == seen[1] == [(0, 1), (0, 1, 2, 3), None]
     assert seen[2] == seen[3] == [(0, 1, 2, 3), (2, 3), (2, 3), None]
+
+
+def test_a_series_ends_with_one_gathered_list_shared_by_the_ranks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What every rank gives the world's gathers (a series' figures at its end included) is
+    immutable all the way down, so that a simulated rack's ranks share the one gathered list
+    instead of each unpickling every rank's figures (O(N^2) in one process)."""
+    from gpubw.world import tasks
+    from gpubw.world.simulated import SimulatedWorld
+
+    frozen: list[bool] = []
+    real = SimulatedWorld._allgather
+
+    def allgather(self: Any, name: str, seq: int, value: Any, deadline: float) -> list[Any]:
+        frozen.append(tasks._frozen(value))
+        return real(self, name, seq, value, deadline)
+
+    monkeypatch.setattr(SimulatedWorld, "_allgather", allgather)
+    values = _series_on_4_ranks(None)
+    assert [v[0] for v in values] == [[1, 1, 1]] * 4
+    assert frozen and all(frozen), frozen
 
 
 @pytest.mark.parametrize(
@@ -910,6 +1000,43 @@ def test_sampled_columns_stay_within_nvlink_domains(
     assert sorted(measured) == sorted(sample_columns(8, 8, 3, (0,) * 4 + (1,) * 4))
     notes = dict(report.testcases[0].matrices[0].notes)
     assert notes["sampled"] == {"cells": 8, "measured": 4, "seed": 3}
+
+
+def _imports(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[int]]:
+    """Each rank's imports of shared buffers of SMALL's size from now on: {rank: [nbytes, ...]}
+    (the rank gate's flags, 8 bytes, are left out)."""
+    from gpubw.backend.sim.backend import SimulatedBackend
+
+    seen: dict[int, list[int]] = {}
+    real = SimulatedBackend.import_device
+
+    def counted(self: Any, device: int, handle: Any, kind: str, nbytes: int, fd: Any = None) -> int:
+        if nbytes == SMALL.buffer_sizes[0]:
+            seen.setdefault(self.rank, []).append(nbytes)
+        return real(self, device, handle, kind, nbytes, fd)
+
+    monkeypatch.setattr(SimulatedBackend, "import_device", counted)
+    return seen
+
+
+def test_a_rank_imports_only_the_buffers_of_its_sampled_cells(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--sample-pairs 8 over 2 domains of 4, read CE: each rank maps only the U of the ranks
+    it shares a sampled cell with (not its whole domain's); the bisect's ranks one each (the
+    destination of the rank they write to), not 3 a buffer set."""
+    options = attrs.evolve(SMALL, sample_pairs=8, seed=3)
+    seen = _imports(monkeypatch)
+    report = ranked_report(two_domains(), [2, 2, 2, 2], options, DOMAIN_KEYS[:1], timeout_s=60)
+    grid = report.testcases[0].matrices[0]
+    cells = [(r, c) for r in range(8) for c in range(8) if grid.values[r][c] is not None]
+    for rank in range(8):
+        peers = {c for r, c in cells if r == rank} | {r for r, c in cells if c == rank}
+        assert len(seen.get(rank, [])) == len(peers), (rank, seen.get(rank), peers)
+    seen.clear()
+    report = ranked_report(two_domains(), [2, 2, 2, 2], options, DOMAIN_KEYS[3:], timeout_s=60)
+    assert report.testcases[0].status.value == "Passed"
+    assert {r: len(v) for r, v in seen.items()} == dict.fromkeys(range(8), 1)
 
 
 def _words(system: System, ptr: int, count: int) -> tuple[int, ...]:

@@ -750,6 +750,30 @@ def test_report_metadata():
     assert report.warnings == ()
 
 
+def test_package_versions_are_read_once_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA Python packages' versions are read from their metadata once a process, not
+    by every rank of a simulated rack at every report (~1 ms each)."""
+    import importlib.metadata
+
+    from gpubw.runner import state
+
+    reads: list[str] = []
+    real = importlib.metadata.version
+
+    def version(name: str) -> str:
+        reads.append(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    state._dist_version.cache_clear()
+    try:
+        first = [state.software_versions({}) for _ in range(3)]
+    finally:
+        state._dist_version.cache_clear()
+    assert first[0] == first[1] == first[2]
+    assert sorted(reads) == ["cuda-bindings", "cuda-core"]
+
+
 def test_small_buffer_note():
     """nvbandwidth's NOTE is recorded when a size is under 512 MiB, not for fixed-size runs."""
     assert run(Factory(), [entry(Sized, "a")], sizes(64 * MIB)).warnings == (SMALL_BUFFER_NOTE,)

@@ -844,6 +844,81 @@ def test_some_ranks_buffers_at_once_in_two_collectives() -> None:
     assert engine.live_allocations() == [] and engine.exports == {}
 
 
+def test_map_all_maps_only_the_buffers_a_rank_uses() -> None:
+    """map_all of two sets over 8 ranks in 2 domains, rank r using r + 1 and r + 4 in the
+    first set and nothing in the second: each rank holds its own and its domain's used one
+    (never the other domain's, no placeholder), imports only that one, reads the owner's
+    fill through it; both sets in two collectives and freed in two; nothing is left."""
+
+    def body(r: Rank) -> tuple[list[list[int]], list[int], list[str]]:
+        r.sharing.handle_kind()
+        r.sharing.rank_domains()
+        imports: list[int] = []
+        real = r.backend.import_device
+
+        def counted(*args: Any, **kwargs: Any) -> int:
+            imports.append(args[3])
+            return real(*args, **kwargs)
+
+        r.backend.import_device = counted  # type: ignore[method-assign]
+        me = r.world.rank
+        seen = _counting(r.world)
+        sets = SharedBuffer.map_all(r.sharing, SIZE, [[(me + 1) % 8, (me + 4) % 8, me], []])
+        made = list(seen)
+        bufs = sets[0]
+        with r.backend.stream(r.device) as s:
+            bufs[me].fill(SRC_SEED + me, SIZE, stream=s, exec_device=r.device)
+            r.backend.synchronize(s, 5.0)
+            r.world.barrier()
+            for o, b in bufs.items():
+                b.verify(SRC_SEED + o, SIZE, stream=s, exec_device=r.device)
+        SharedBuffer.destroy_all([b for each in sets for b in each.values()])
+        return [sorted(each) for each in sets], imports, made + seen[len(made) + 1 :]
+
+    engine, out = run_ranks(_two_domains(), [2, 2, 2, 2], body)
+    for rank, (owners, imports, collectives) in enumerate(values(out)):
+        nxt = (rank + 1) % 8
+        same = nxt // 4 == rank // 4
+        assert owners == [sorted({rank, nxt}) if same else [rank], [rank]], (rank, owners)
+        assert imports == ([SIZE] if same else []), (rank, imports)
+        assert collectives == ["allgather", "agree", "barrier", "barrier"]
+    assert engine.live_allocations() == [] and engine.exports == {}
+
+
+def test_a_failed_second_export_of_map_all_fails_every_rank_and_frees_the_first() -> None:
+    """Rank 1's second export of two sets runs out of memory: every rank's RemoteRankError
+    names it, its first export is freed with the others', and the next map_all works."""
+
+    def body(r: Rank) -> str:
+        r.sharing.handle_kind()
+        real = r.backend.export_device
+        calls: list[int] = []
+
+        def export(*args: Any) -> Any:
+            calls.append(1)
+            if r.world.rank == 1 and len(calls) == 2:
+                raise CudaError("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", "injected fault")
+            return real(*args)
+
+        r.backend.export_device = export  # type: ignore[method-assign]
+        r.world.barrier()
+        before = len(r.backend.engine.live_allocations())
+        with pytest.raises(RemoteRankError) as info:
+            SharedBuffer.map_all(r.sharing, SIZE, [[0, 1], [0, 1]])
+        r.world.barrier()  # every rank has unwound
+        assert len(r.backend.engine.live_allocations()) == before
+        r.world.barrier()  # every rank has counted
+        sets = SharedBuffer.map_all(r.sharing, SIZE, [[0, 1], [0, 1]])
+        SharedBuffer.destroy_all([b for each in sets for b in each.values()])
+        return str(info.value)
+
+    engine, out = run_ranks(load_system("h200x2"), [2], body)
+    assert (
+        values(out) == ["rank 1: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (injected fault)"] * 2
+    )
+    assert engine.live_allocations() == [] and engine.exports == {}
+
+
 # -- every rank's multicast object at once (MulticastBuffer.create_all) ------------------------
 @pytest.mark.usefixtures("multicast_allowed")
 def test_every_ranks_multicast_object_at_once_in_three_collectives() -> None:

@@ -51,8 +51,10 @@ class RankGate:
         :class:`gpubw.memory.sharing.RemoteRankError` (a broken world leaves the flags to the
         run's sharing, which frees what is left at its end)."""
         sharing = system.sharing
-        size = len(sharing.rank_domains())
-        owners = sorted({sharing.domain_ranks(r)[0] for r in range(size)})
+        first: dict[str, int] = {}  # each domain's first rank (one pass, no call per rank)
+        for r, domain in enumerate(sharing.rank_domains()):
+            first.setdefault(domain, r)
+        owners = sorted(first.values())
         words: Buffer | None = None
         error: BaseException | None = None
         # every domain's flags at once (two collectives, however many domains; undone on

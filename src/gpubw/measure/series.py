@@ -297,9 +297,13 @@ class _Series:
     def _gather(self, keep: bool) -> list[CellMeasurement]:
         """Every rank's figures and errors, once: every cell (none unless ``keep``), or the
         first error raised on every rank."""
-        gathered = self.world.allgather(
-            (self.error, self.mine), timeout_s=self._wait_s(len(self.cells))
+        # as tuples all the way down: a simulated rack's ranks share the one gathered list
+        # instead of each unpickling every rank's figures (O(N^2) in one process)
+        mine = tuple(
+            (k, tuple(part.items()), tuple(labels.items()))
+            for k, (part, labels) in self.mine.items()
         )
+        gathered = self.world.allgather((self.error, mine), timeout_s=self._wait_s(len(self.cells)))
         errors = [e for e, _ in gathered if e is not None]
         if errors:
             rank, message = min(errors)
@@ -309,7 +313,7 @@ class _Series:
         pairs: dict[int, dict[int, tuple[int, tuple[float, ...]]]] = {}
         names: dict[int, dict[int, str]] = {}
         for _, figures in gathered:
-            for k, (part, labels) in figures.items():
+            for k, part, labels in figures:
                 pairs.setdefault(k, {}).update(part)
                 names.setdefault(k, {}).update(labels)
         return [self._cell(pairs[k], names[k], len(c)) for k, c in enumerate(self.cells)]

@@ -19,13 +19,16 @@ Typical use on every rank (``sharing`` made once per run)::
         ...  # u.ptr is this rank's mapping; u.label == "Multinode node <o>"
     # leaving the block destroyed it collectively
 
+Every rank's buffer at once: :meth:`SharedBuffer.create_all` (each rank maps its whole
+domain's) or :meth:`SharedBuffer.map_all` (each rank maps only the owners its copies use).
+
 This module sits beside :mod:`gpubw.memory.buffers` (it never imports the System).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from gpubw.memory.buffers import Buffer
@@ -178,43 +181,81 @@ class SharedBuffer(Buffer):
         undoing what was done. Destroy them with :meth:`destroy_all` (two barriers), not
         one by one."""
         sharing = sharing_of(owner_of)
+        if owners is None:
+            chosen = list(range(sharing.world.size))
+        else:
+            chosen = sorted(set(owners))
+            for owner in chosen:
+                check_owner(sharing.world, owner)
+        (made,), allocated, kind = cls._make_all(sharing, nbytes, chosen, [None])
+        return [
+            made[o] if o in made else cls(sharing, o, 0, nbytes, allocated, kind) for o in chosen
+        ]
+
+    @classmethod
+    def map_all(
+        cls, owner_of: Sharing | Any, nbytes: int, uses: Sequence[Collection[int]]
+    ) -> list[dict[int, SharedBuffer]]:
+        """COLLECTIVE: one set of every rank's buffer (as :meth:`create_all`) per entry of
+        ``uses``, all in the two collectives of one, but in set k this rank maps only its
+        own and those of ``uses[k]`` (its cells' peers) of its NVLink domain: per set,
+        {owner: buffer} of those alone (no placeholder of the others: a rank's work and
+        objects grow with its cells, not with the world). Every owner exports whether or not
+        any rank maps its buffers. Destroy them with one :meth:`destroy_all` of every set's
+        values (on every rank, with what it holds)."""
+        sharing = sharing_of(owner_of)
+        chosen = list(range(sharing.world.size))
+        return cls._make_all(sharing, nbytes, chosen, uses)[0]
+
+    @classmethod
+    def _make_all(
+        cls,
+        sharing: Sharing,
+        nbytes: int,
+        chosen: list[int],
+        uses: Sequence[Collection[int] | None],
+    ) -> tuple[list[dict[int, SharedBuffer]], int, str]:
+        """The buffers of :meth:`create_all` and :meth:`map_all` that this rank holds, one
+        set per entry of ``uses`` (its own and its imports of the owners of ``uses[k]``,
+        None: of its whole domain), by owner, and their allocated size and handle kind
+        (``chosen``: valid owners, ascending)."""
         world, device = sharing.world, sharing.device
-        chosen = list(range(world.size)) if owners is None else sorted(set(owners))
-        for owner in chosen:
-            check_owner(world, owner)
         sharing.pool.check_request(False, device, nbytes)
         kind = sharing.handle_kind()
         sharing.domain_ranks(0)  # every rank's domain (collective on the first call)
-        mine: tuple[int, tuple[Any, int, str | None], FdServer | None] | None = None
+        mine: list[_Export] = []
         error: BaseException | None = None
+        sets = len(uses)
         if world.rank in chosen:
-            try:
-                mine = _export_offer(sharing, kind, nbytes)
-            except GpubwError as exc:
-                error = exc
-        ptrs: dict[int, int] = {}
+            error = _export_sets(sharing, kind, nbytes, sets, mine)
+        ptrs: list[dict[int, int]] = [{} for _ in range(sets)]
         imported = False  # every rank got as far as importing: unwinding meets a barrier
         try:
-            offers = world.allgather(
-                (None if error is None else error_text(error), mine and mine[1])
-            )
+            offer = tuple(m[1] for m in mine) if mine else None
+            offers = world.allgather((None if error is None else error_text(error), offer))
             failed = [(r, e) for r, (e, _) in enumerate(offers) if e is not None]
             if failed:
                 raise RemoteRankError(*failed[0]) from error
             imported = True
-            error = _import_all(sharing, kind, nbytes, [o for _, o in offers], ptrs)
+            for k in range(sets):
+                each = [o and o[k] for _, o in offers]
+                targets = _import_targets(sharing, uses[k])
+                error = error or _import_all(sharing, kind, nbytes, each, targets, ptrs[k])
             agreed(world, error)  # every importer has its descriptors: stop serving them
         except BaseException:
             _unwind_all(sharing, mine, ptrs, barrier=imported)
             raise
-        if mine is not None:
-            close_server(mine[2])
-            ptrs[world.rank] = mine[0]
-        granularity = offers[chosen[0]][1][1]
+        for k, (ptr, _, server) in enumerate(mine):
+            close_server(server)
+            ptrs[k][world.rank] = ptr
+        granularity = offers[chosen[0]][1][0][1]
         allocated = -(-nbytes // granularity) * granularity
-        bufs = [cls(sharing, o, ptrs.get(o, 0), nbytes, allocated, kind) for o in chosen]
-        sharing.live.update(bufs)
-        return bufs
+        made = [
+            {o: cls(sharing, o, p[o], nbytes, allocated, kind) for o in sorted(p)} for p in ptrs
+        ]
+        for bufs in made:
+            sharing.live.update(bufs.values())
+        return made, allocated, kind
 
     @classmethod
     def destroy_all(cls, bufs: Sequence[SharedBuffer]) -> None:
@@ -280,19 +321,53 @@ class SharedBuffer(Buffer):
         )
 
 
+#: one export of this rank: its pointer, the offer it sends, the server of its descriptor
+_Export = tuple[int, tuple[Any, int, str | None], FdServer | None]
+
+
+def _export_sets(
+    sharing: Sharing, kind: str, nbytes: int, sets: int, mine: list[_Export]
+) -> BaseException | None:
+    """This rank's ``sets`` exports of :meth:`SharedBuffer.create_all` into ``mine``; the
+    first error, or None, with those made before it undone (``mine`` left empty)."""
+    try:
+        for _ in range(sets):
+            mine.append(_export_offer(sharing, kind, nbytes))
+    except GpubwError as exc:
+        with contextlib.suppress(GpubwError):
+            for ptr, _, server in mine:
+                close_server(server)
+                sharing.backend.free_exported(ptr)
+        mine.clear()
+        return exc
+    return None
+
+
+def _import_targets(sharing: Sharing, uses: Collection[int] | None) -> Sequence[int]:
+    """The owners whose buffers this rank imports: the others of its NVLink domain, or
+    (``uses`` given) those of them in ``uses``, ascending."""
+    me = sharing.world.rank
+    members = sharing.domain_ranks(me)
+    if uses is None:
+        return [o for o in members if o != me]
+    domains = sharing.rank_domains()
+    return sorted(o for o in set(uses) if o != me and domains[o] == domains[me])
+
+
 def _import_all(
     sharing: Sharing,
     kind: str,
     nbytes: int,
     offers: list[tuple[Any, int, str | None]],
+    targets: Sequence[int],
     ptrs: dict[int, int],
 ) -> BaseException | None:
-    """This rank's imports of :meth:`SharedBuffer.create_all`: every other owner's of its
-    NVLink domain (a rank that made an offer), into ``ptrs`` (owner -> mapping); the first
-    error, or None."""
-    world, backend, device = sharing.world, sharing.backend, sharing.device
-    for owner in sharing.domain_ranks(world.rank):
-        if owner == world.rank or offers[owner] is None:
+    """This rank's imports of :meth:`SharedBuffer.create_all`: those of the owners of
+    ``targets`` that made an offer, into ``ptrs`` (owner -> mapping); the first error, or
+    None."""
+    backend, device = sharing.backend, sharing.device
+    for owner in targets:
+        if offers[owner] is None:
             continue
         handle, _, address = offers[owner]
         try:
@@ -304,21 +379,18 @@ def _import_all(
 
 
 def _unwind_all(
-    sharing: Sharing,
-    mine: tuple[int, Any, FdServer | None] | None,
-    ptrs: dict[int, int],
-    *,
-    barrier: bool,
+    sharing: Sharing, mine: list[_Export], ptrs: list[dict[int, int]], *, barrier: bool
 ) -> None:
     """Undo a failed :meth:`SharedBuffer.create_all` on this rank: stop serving, unmap its
     imports, wait (where every rank got as far as importing) for the others to unmap
-    theirs, free its export."""
+    theirs, free its exports."""
     with contextlib.suppress(GpubwError):
-        if mine is not None:
-            close_server(mine[2])
-        for ptr in ptrs.values():
-            sharing.backend.close_import(ptr)
+        for _, _, server in mine:
+            close_server(server)
+        for each in ptrs:
+            for ptr in each.values():
+                sharing.backend.close_import(ptr)
         if barrier:
             quiet_barrier(sharing.world)
-        if mine is not None:
-            sharing.backend.free_exported(mine[0])
+        for ptr, _, _ in mine:
+            sharing.backend.free_exported(ptr)

@@ -84,6 +84,8 @@ class Ranks:
             gathered = self.world.allgather((mine, warning))
             self._processes = [p for p, _ in gathered]
             self.warnings = [w for _, w in gathered if w]
+        #: the NVLink domains of the measured ranks (counted once, when first reported)
+        self._domain_count: int | None = None
 
     @property
     def active(self) -> bool:
@@ -164,6 +166,13 @@ class Ranks:
         return result
 
     # -- the report ---------------------------------------------------------------------------
+    def _domains(self) -> int:
+        """How many NVLink domains the measured ranks span (:func:`domain_count`), counted
+        once: O(N) a rank, asked by every report header and report."""
+        if self._domain_count is None:
+            self._domain_count = domain_count(self._processes)
+        return self._domain_count
+
     def report_fields(self) -> dict[str, Any]:
         """The Report's ``world``, ``hosts`` and ``host`` (rank 0's host; empty for one
         rank)."""
@@ -177,7 +186,7 @@ class Ranks:
                 "hosts": list(world.host_names),
                 "rank_hosts": list(world.rank_hosts),
                 "processes": self._processes,
-                "nvlink_domains": domain_count(self._processes),
+                "nvlink_domains": self._domains(),
                 "mpi_library": getattr(world, "library", None),
                 "handle_type": self.system.handle_kind,
                 "launcher": getattr(world, "launcher", None),

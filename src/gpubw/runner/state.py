@@ -9,6 +9,7 @@ what they produced: the loop appends, this module turns it into Reports.
 from __future__ import annotations
 
 import datetime
+import functools
 import importlib.metadata
 import platform
 import signal
@@ -31,7 +32,10 @@ def now() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
+@functools.cache
 def _dist_version(name: str) -> str | None:
+    """An installed distribution's version (None: not installed), read once a process: each
+    rank of a simulated rack asks twice, and reading the metadata costs ~1 ms."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:

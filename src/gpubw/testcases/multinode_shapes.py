@@ -8,13 +8,14 @@ each cell (a pair's copy only on its exec rank): the ranks of a cell agree among
 and every rank ends with every cell (an N x N testcase's cells in one series: a cell costs
 its own ranks' agreements, not the world's). gpubw allocates each rank's U once per testcase
 (at the testcase's size) and reuses it across cells where nvbandwidth re-allocates per cell:
-the same copies, far fewer collective allocations.
+the same copies, far fewer collective allocations; a rank maps only the U of the ranks it
+shares a cell with. Only rank 0 builds the matrices (the others return a stand-in).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -27,7 +28,7 @@ from gpubw.measure.measurement import (
     Prefer,
 )
 from gpubw.measure.rank_gate import RankGate
-from gpubw.measure.series import RankCopy, measure_ranks, measure_series
+from gpubw.measure.series import RankCopy, measure_series
 from gpubw.memory.buffers import Buffer, DeviceBuffer
 from gpubw.memory.multicast import MulticastBuffer
 from gpubw.memory.shared import SharedBuffer
@@ -63,8 +64,16 @@ PER_RANK = Axes(AXIS_NONE, AXIS_RANK, ROW_TO_COLUMN)
 WHOLE_WORLD = Axes(AXIS_NONE, AXIS_NONE, ROW_TO_COLUMN)
 
 
-#: the note of the stand-in N x N matrices of a rank other than 0: the rank that reports them
+#: the note of the stand-in matrices of a rank other than 0: the rank that reports them
 FIGURES_NOTE = "figures_on_rank"
+
+
+def stand_in(plan: Plan, kind: Kind, axes: Axes) -> list[Matrix]:
+    """The matrix a rank other than 0 returns in place of the figures only rank 0 reports:
+    one N/A cell and the :data:`FIGURES_NOTE` (building every rank's N-cell row or column,
+    O(N) a rank, is O(N^2) for a simulated rack's ranks in one process)."""
+    plan = attrs.evolve(plan, notes=(*plan.notes, (FIGURES_NOTE, 0)))
+    return [bandwidth_matrix(plan, kind, [[None]], "not reported on this rank", axes=axes)]
 
 
 class MultinodeTestcase(Testcase):
@@ -156,12 +165,16 @@ class Shared:
         self.world = testcase.world
         self._stack = stack
 
-    def unicast_all(self, nbytes: int) -> list[Any]:
-        """U(0), ..., U(N-1): every rank's device memory, mapped by the ranks of its NVLink
-        domain, made and freed in two collectives each, whatever N."""
-        bufs = SharedBuffer.create_all(self.system, nbytes)
-        self._stack.callback(SharedBuffer.destroy_all, bufs)
-        return bufs
+    def unicast_used(
+        self, nbytes: int, uses: Sequence[Collection[int]]
+    ) -> list[dict[int, SharedBuffer]]:
+        """One set of U(0), ..., U(N-1) (every rank's device memory) per entry of ``uses``,
+        made in two collectives and freed in two whatever N and the sets; in set k a rank
+        maps only its own and those of the owners of ``uses[k]`` (its copies' peers, within
+        its NVLink domain): {owner: U(owner)} of those."""
+        sets = SharedBuffer.map_all(self.system, nbytes, uses)
+        self._stack.callback(SharedBuffer.destroy_all, [b for s in sets for b in s.values()])
+        return sets
 
     def unicast(self, owner: int, nbytes: int) -> Any:
         """U(owner): device memory of ``owner`` mapped by every rank (collective)."""
@@ -231,17 +244,32 @@ def parts(whole: Any, count: int, nbytes: int) -> list[Part]:
     return [Part(whole, i * stride, nbytes) for i in range(count)]
 
 
+#: the pairs issued by another rank, by that rank: the same (immutable) one for every cell,
+#: as every rank lists every cell of an N x N testcase (N^2 a simulated rack's rank)
+_ELSEWHERE: dict[int, RankCopy] = {}
+
+
+def reported(
+    op: MemcpyOperation, pairs: Sequence[RankCopy], gate: RankGate, reports: bool
+) -> CellMeasurement | None:
+    """One cell across ranks (:func:`~gpubw.measure.series.measure_ranks`), its figures only
+    on the rank that ``reports`` them (None on the others, once it ended as on every rank)."""
+    cells = measure_series(op, [pairs], gate, keep=reports)
+    return cells[0] if cells else None
+
+
 def pair(world: Any, rank: int, src: Any, dst: Any) -> RankCopy:
     """A pair issued by ``rank``: its buffers only where they are used."""
     if world.rank != rank:
-        return RankCopy(rank, None)
+        return _ELSEWHERE.get(rank) or _ELSEWHERE.setdefault(rank, RankCopy(rank, None))
     assert src is not None and dst is not None, "the exec rank holds both buffers"
     return RankCopy(rank, Copy(src, dst))
 
 
 # -- N x N ------------------------------------------------------------------------------------
-#: a cell's pairs from (world, r, c, buffer sets U[k][o])
-GridFlow = Callable[[Any, int, int, Sequence[Sequence[Any]]], list[RankCopy]]
+#: a cell's pairs from (world, r, c, buffer sets U[k]: {owner: U(owner)} of the buffers this
+#: rank maps)
+GridFlow = Callable[[Any, int, int, Sequence[Mapping[int, Any]]], list[RankCopy]]
 
 
 def _multinode(plan: Plan) -> MultinodeTestcase:
@@ -265,7 +293,8 @@ def _grid(
     with contextlib.ExitStack() as stack:
         shared = Shared(testcase, stack)
         gate = shared.gate()
-        buffers = [shared.unicast_all(size) for _ in range(sets)]
+        uses = cell_peers(cells, testcase.world.rank)
+        buffers = shared.unicast_used(size, [uses] * sets)
         flows = [flow(testcase.world, r, c, buffers) for r, c in cells]
         reports = testcase.world.rank == 0
         measured = measure_series(op, flows, gate, keep=reports) if flows else []
@@ -280,14 +309,19 @@ def _grid(
     return grid, notes
 
 
-def read(world: Any, r: int, c: int, u: Sequence[Sequence[Any]]) -> list[RankCopy]:
+def cell_peers(cells: Sequence[tuple[int, int]], rank: int) -> set[int]:
+    """The ranks that share a cell (row, column) with ``rank``: whose buffers it may copy."""
+    return {c for r, c in cells if r == rank} | {r for r, c in cells if c == rank}
+
+
+def read(world: Any, r: int, c: int, u: Sequence[Mapping[int, Any]]) -> list[RankCopy]:
     """U(c) -> U(r), issued by r."""
-    return [pair(world, r, u[0][c], u[0][r])]
+    return [pair(world, r, u[0].get(c), u[0].get(r))]
 
 
-def write(world: Any, r: int, c: int, u: Sequence[Sequence[Any]]) -> list[RankCopy]:
+def write(world: Any, r: int, c: int, u: Sequence[Mapping[int, Any]]) -> list[RankCopy]:
     """U(r) -> U(c), issued by r."""
-    return [pair(world, r, u[0][r], u[0][c])]
+    return [pair(world, r, u[0].get(r), u[0].get(c))]
 
 
 def n_by_n(
@@ -312,11 +346,11 @@ def bidirectional(
     and c2 -> r2 by c. Three matrices as the single-node tests (``key_word`` names the keys
     where nvbandwidth's header says another word)."""
 
-    def flow(world: Any, r: int, c: int, u: Sequence[Sequence[Any]]) -> list[RankCopy]:
+    def flow(world: Any, r: int, c: int, u: Sequence[Mapping[int, Any]]) -> list[RankCopy]:
         (u1, u2) = u
         if prefer is Prefer.DST:
-            return [pair(world, r, u1[c], u1[r]), pair(world, c, u2[r], u2[c])]
-        return [pair(world, r, u1[r], u1[c]), pair(world, c, u2[c], u2[r])]
+            return [pair(world, r, u1.get(c), u1.get(r)), pair(world, c, u2.get(r), u2.get(c))]
+        return [pair(world, r, u1.get(r), u1.get(c)), pair(world, c, u2.get(c), u2.get(r))]
 
     grid, notes = _grid(plan, plan.operation(Kind.VECTOR, prefer), flow, 2)
     what = (
@@ -340,6 +374,7 @@ def fan(plan: Plan, *, into: bool) -> list[Matrix]:
     testcase.gather_selection()
     columns, notes = sampled_columns(testcase, n)
     op = plan.operation(Kind.SUM, Prefer.SRC)
+    reports = world.rank == 0
     row: list[CellMeasurement | None] = []
     with contextlib.ExitStack() as run_stack:
         shared = Shared(testcase, run_stack)
@@ -362,7 +397,9 @@ def fan(plan: Plan, *, into: bool) -> list[Matrix]:
                     pairs.append(
                         pair(world, j, local, theirs) if into else pair(world, j, theirs, local)
                     )
-                row.append(measure_ranks(op, pairs, gate) if pairs else None)
+                row.append(reported(op, pairs, gate, reports) if pairs else None)
+    if not reports:
+        return stand_in(plan, Kind.SUM, PER_RANK)
     direction = "into" if into else "out of"
     text = (
         f"bytes of every simultaneous copy {direction} the column's GPU, one per other rank "
@@ -411,6 +448,7 @@ def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:
     columns, notes = (range(n), ()) if all_at_once else sampled_columns(testcase, n)
     nbytes = plan.size // 4 * 4
     op = plan.operation(Kind.SUM, Prefer.SRC)
+    reports = world.rank == 0
     row: list[CellMeasurement | None] = []
     with contextlib.ExitStack() as stack:
         shared = Shared(testcase, stack)
@@ -430,13 +468,15 @@ def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:
                 else:
                     objects = [cell.multicast(g, nbytes) for g in group]
                 pairs = [pair(world, g, mine, mc) for g, mc in zip(group, objects)]
-                row.append(measure_ranks(op, pairs, gate))
+                row.append(reported(op, pairs, gate, reports))
+    axes = WHOLE_WORLD if all_at_once else PER_RANK
+    if not reports:
+        return stand_in(plan, Kind.SUM, axes)
     text = (
         "bytes written to the multicast object by each issuing rank "
         f"({attrs.evolve(plan, size=nbytes).copy_text(counted_bytes_of(row, None))}), "
         "counted once, summed over ranks"
     )
-    axes = WHOLE_WORLD if all_at_once else PER_RANK
     # each multicast object spans its owner's NVLink domain
     plan = attrs.evolve(plan, notes=(*plan.notes, *notes, *testcase.domain_notes(0)))
     return [bandwidth_matrix(plan, Kind.SUM, [row], text, axes=axes)]
@@ -483,12 +523,14 @@ def bisect(plan: Plan) -> list[Matrix]:
     with contextlib.ExitStack() as stack:
         shared = Shared(testcase, stack)
         gate = shared.gate()
-        src = shared.unicast_all(size)
-        dst = shared.unicast_all(size)
+        # a rank copies from its own source into the destinations of the ranks it is the
+        # partner of: it maps no other source, and only those destinations
+        src, dst = shared.unicast_used(size, [(), {i for i in rows if partner[i] == world.rank}])
         if rows:
-            m = measure_ranks(
-                op, [pair(world, partner[i], src[partner[i]], dst[i]) for i in rows], gate
-            )
+            pairs = [pair(world, partner[i], src.get(partner[i]), dst.get(i)) for i in rows]
+            m = reported(op, pairs, gate, world.rank == 0)
+    if world.rank != 0:
+        return stand_in(plan, Kind.VECTOR, WHOLE_WORLD)
     return [_bisect_matrix(plan, testcase, m, rows, partner)]
 
 
