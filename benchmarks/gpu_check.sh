@@ -44,6 +44,10 @@
 #   startup      issue 11 item 5: wall of `python3 -c pass`, `gpubw -l` and one testcase as a whole
 #                process (warm kernel cache), 5 runs each -> $OUT/times-<tag>.txt; `-X importtime` of
 #                `-l` and a cProfile of the one-testcase run -> $OUT/startup-<tag>.txt
+#   floor        issue 36: one testcase as a whole process (-t device_local_copy -b 64, warm cache) beside
+#                `python3 -c pass`, CUDA's start alone (cuInit + device 0's primary context through
+#                cuda.bindings) and NVIDIA's nvbandwidth (carried in .nvbw/) running the same testcase,
+#                7 interleaved rounds -> $OUT/floor-<tag>.txt
 #   probe        benchmarks/startup_probe.py: cuInit and primary contexts sequential vs one thread
 #                per device, cuInit overlapping imports, modules without a .pyc
 #   trace        benchmarks/startup_trace.py: a wall-clock timeline (every thread) of the one-testcase
@@ -391,6 +395,16 @@ PY
         echo "== cProfile $one (tottime)"
         python3 -m cProfile -s tottime $one 2>&1 | head -50 | cut -c1-160
       } > "$OUT/startup-$tag.txt" ;;
+    floor)  # issue 36: one testcase as a whole process beside what any tool pays for it
+      one="-t device_local_copy -b 64"
+      python3 -m gpubw $one -q -j -o /dev/null  # warm the kernel cache
+      cudastart="from cuda.bindings import driver as d; d.cuInit(0); _, v = d.cuDeviceGet(0); _, c = d.cuDevicePrimaryCtxRetain(v); d.cuCtxSetCurrent(c)"
+      wall() { local s; s=$(date +%s.%N); "$@" > /dev/null 2>&1; python3 -c "print(round($(date +%s.%N)-$s,3))"; }
+      for i in 1 2 3 4 5 6 7; do
+        echo "round $i: pass $(wall python3 -c pass) cuda-start $(wall python3 -c "$cudastart")" \
+          "nvbandwidth $([ -x .nvbw/nvbandwidth ] && wall .nvbw/nvbandwidth $one -j || echo -)" \
+          "gpubw $(wall python3 -m gpubw $one -q -j -o /dev/null)"
+      done | tee -a "$OUT/floor-$tag.txt" ;;
     trace)  # issue 11 item 5: where the one-testcase second goes, thread by thread
       one="-t device_local_copy -b 64 -q -j -o /dev/null"
       python3 -m gpubw $one  # warm the kernel cache
