@@ -700,6 +700,14 @@ def test_only_rank_0_builds_the_n_by_n_matrices() -> None:
     which report nothing, one N/A cell each, with the same key and the note naming rank 0
     (no rank but 0 builds N x N matrices: O(N^3) for a simulated rack)."""
     key = "multinode_device_to_device_memcpy_read_ce"
+    full = _rank_0_matrix_and_stand_ins(key)
+    assert full.key == key and len(full.values) == 4
+    assert sum(v is not None for row in full.values for v in row) == 12
+
+
+def _rank_0_matrix_and_stand_ins(key: str) -> Any:
+    """Run ``key`` on 4 simulated ranks; check that every rank but 0 returned one N/A
+    stand-in naming rank 0, and return rank 0's matrix (which has no such note)."""
 
     def fn(system: System) -> list[Any]:
         return list(entry(key).create(system).run(1 << 20, 2))
@@ -707,13 +715,12 @@ def test_only_rank_0_builds_the_n_by_n_matrices() -> None:
     outcomes = run_ranks("h200x8", [4], fn, SMALL)
     assert all(o.ok for o in outcomes), [o.error for o in outcomes]
     (full,) = outcomes[0].value
-    assert full.key == key and len(full.values) == 4
-    assert sum(v is not None for row in full.values for v in row) == 12
     assert FIGURES_NOTE not in dict(full.notes)
     for outcome in outcomes[1:]:
         (stand_in,) = outcome.value
         assert (stand_in.key, stand_in.values) == (key, ((None,),))
         assert dict(stand_in.notes)[FIGURES_NOTE] == 0
+    return full
 
 
 @pytest.mark.parametrize(
@@ -730,20 +737,9 @@ def test_only_rank_0_builds_the_per_rank_and_bisect_matrices(
     """The 1 x N and N x 1 testcases on 4 ranks: rank 0 returns the whole matrix, every
     other rank one N/A cell with the note naming rank 0 (each building N cells is O(N^2)
     for a simulated rack)."""
-
-    def fn(system: System) -> list[Any]:
-        return list(entry(key).create(system).run(1 << 20, 2))
-
-    outcomes = run_ranks("h200x8", [4], fn, SMALL)
-    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
-    (full,) = outcomes[0].value
+    full = _rank_0_matrix_and_stand_ins(key)
     assert (len(full.values), len(full.values[0])) == shape
     assert all(v is not None for row in full.values for v in row)
-    assert FIGURES_NOTE not in dict(full.notes)
-    for outcome in outcomes[1:]:
-        (stand_in,) = outcome.value
-        assert (stand_in.key, stand_in.values) == (key, ((None,),))
-        assert dict(stand_in.notes)[FIGURES_NOTE] == 0
 
 
 @pytest.mark.parametrize(
