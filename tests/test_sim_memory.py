@@ -106,7 +106,7 @@ def _naive_assign(segs: list, lo: int, hi: int, desc: object) -> list:
 def test_segments_match_the_simple_algorithm(writes: list[tuple[int, int, str]]) -> None:
     """Any sequence of writes leaves the segments (and what any range extracts) as cutting,
     sorting and merging the whole list would: bisection changes only the cost."""
-    from gpubw.backend.sim.memory import ZERO, Segments
+    from gpubw.backend.sim.content import ZERO, Segments
 
     segs = Segments(64)
     expected: list = [(0, 64, ZERO)]
@@ -126,7 +126,8 @@ def test_patterns_with_the_same_bytes_share_a_key_and_others_do_not() -> None:
     bytes still makes a new pattern (the sample only narrows the comparison)."""
     import numpy as np
 
-    from gpubw.backend.sim.memory import PATTERN_BYTES, Memory
+    from gpubw.backend.sim.content import PATTERN_BYTES
+    from gpubw.backend.sim.memory import Memory
     from gpubw.backend.sim.presets import load_system
 
     memory = Memory(load_system("h200x2"))

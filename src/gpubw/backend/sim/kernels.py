@@ -19,9 +19,10 @@ from typing import Any
 import attrs
 import numpy as np
 
+from gpubw.backend.sim.content import ZERO, Pattern, owned
 from gpubw.backend.sim.engine import Engine, Op, Stream
 from gpubw.backend.sim.faults import FaultInjector, corrupt_word
-from gpubw.backend.sim.memory import ZERO, Alloc, Memory, Pattern
+from gpubw.backend.sim.memory import Alloc, Memory
 from gpubw.backend.sim.model import SimSystem, path, single_rate
 from gpubw.backend.sim.rates import Flow
 from gpubw.kernels import ELEMENT_BYTES, KERNELS, PATTERN_WORDS
@@ -449,7 +450,7 @@ def fill(c: Launch, dst: int, pattern: int, words: int) -> Op:
         key = memory.pattern_key(p_alloc, p_off)
         if d_alloc.data is not None:
             d_alloc.generation += 1
-            d_alloc.data[d_off : d_off + nbytes] = np.resize(memory.patterns[key], nbytes)
+            owned(d_alloc)[d_off : d_off + nbytes] = np.resize(memory.patterns[key], nbytes)
         else:
             assert d_alloc.sym is not None
             d_alloc.generation += 1

@@ -1,10 +1,11 @@
 """Memory of the simulated system: the allocator (addresses, sizes, what is free) and the
 content of every allocation.
 
-Allocations up to the model's ``real_bytes_limit`` hold real bytes (numpy). Larger ones hold
-their content symbolically: segments of "pattern P", "zero", "these bytes", kept separately for
-the even and odd 32-element groups the split-warp kernels use, so fill, copy and verify stay
-exact, corruption included, at any size.
+Allocations up to the model's ``real_bytes_limit`` hold real bytes (numpy; a whole-allocation
+store of immutable bytes shares them copy-on-write: :mod:`gpubw.backend.sim.content`). Larger
+ones hold their content symbolically: segments of "pattern P", "zero", "these bytes", kept
+separately for the even and odd 32-element groups the split-warp kernels use, so fill, copy
+and verify stay exact, corruption included, at any size.
 
 Address layout: host memory from 0x7f00_0000_0000 up to 1 PiB, device d in its own 1 PiB range
 from (d + 1) << 50, so no two ranges meet for any device count a model may have
@@ -16,197 +17,31 @@ allocations) makes the next allocation fail like the driver does.
 from __future__ import annotations
 
 import bisect
-import functools
 
 import attrs
 import numpy as np
 
+from gpubw.backend.sim.content import (
+    GROUP_BYTES,
+    PATTERN_BYTES,
+    Data,
+    Symbolic,
+    immutable,
+    owned,
+    parity_mask,
+    zeros,
+)
 from gpubw.backend.sim.model import MIB, SimSystem
-from gpubw.kernels import ELEMENT_BYTES, PATTERN_WORDS
 from gpubw.model.errors import CudaError, SimulationError
 
-#: Bytes of one verification pattern period.
-PATTERN_BYTES = PATTERN_WORDS * 4
 #: Every how many bytes a pattern is sampled to tell it from the others (512 bytes of 2 MiB)
 _PROBE_STRIDE = 4096
-#: Bytes of one 32-element group of the split-warp kernels.
-GROUP_BYTES = 32 * ELEMENT_BYTES
 
 _HOST_BASE = 0x7F00_0000_0000
 _DEVICE_STRIDE = 1 << 50
 _DEVICE_BASE = _DEVICE_STRIDE
 _HOST_END = _DEVICE_BASE
 _ALIGN = 512
-
-
-# -- content --------------------------------------------------------------------------------
-def cyclic(period: np.ndarray, start: int, n: int) -> np.ndarray:
-    """``n`` values of ``period`` read cyclically from index ``start`` on (what indexing
-    with ``(start + arange(n)) % len(period)`` gives, without an index array)."""
-    start %= len(period)
-    return np.resize(np.concatenate((period[start:], period[:start])), n)
-
-
-#: the byte parity classes of one period of two groups: [c] is True where class c
-_PARITY = tuple(np.repeat(np.array([c == 0, c == 1]), GROUP_BYTES) for c in (0, 1))
-
-
-class Zero:
-    """All bytes zero."""
-
-    periodic = True
-
-    def values(self, lo: int, hi: int, patterns: dict[int, np.ndarray]) -> np.ndarray:
-        return np.zeros(hi - lo, dtype=np.uint8)
-
-    def shifted(self, s: int) -> Zero:
-        return self
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Zero)
-
-    def __hash__(self) -> int:
-        return 0
-
-
-ZERO = Zero()
-
-
-@attrs.frozen
-class Pattern:
-    """Byte b (allocation offset) = pattern ``key``'s byte (b - shift) mod PATTERN_BYTES."""
-
-    key: int
-    shift: int
-    periodic = True
-
-    def values(self, lo: int, hi: int, patterns: dict[int, np.ndarray]) -> np.ndarray:
-        return cyclic(patterns[self.key], lo - self.shift, hi - lo)
-
-    def shifted(self, s: int) -> Pattern:
-        return Pattern(self.key, (self.shift + s) % PATTERN_BYTES)
-
-
-@attrs.frozen(eq=False)
-class Data:
-    """Byte b (allocation offset) = ``arr[b - shift]``: literal bytes."""
-
-    arr: np.ndarray
-    shift: int
-    periodic = False
-
-    def values(self, lo: int, hi: int, patterns: dict[int, np.ndarray]) -> np.ndarray:
-        return np.asarray(self.arr[lo - self.shift : hi - self.shift])
-
-    def shifted(self, s: int) -> Data:
-        return Data(self.arr, self.shift + s)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Data) and other.arr is self.arr and other.shift == self.shift
-
-    def __hash__(self) -> int:
-        return id(self.arr) ^ self.shift
-
-
-Desc = Zero | Pattern | Data
-Seg = tuple[int, int, Desc]
-
-
-class Segments:
-    """Sorted, non-overlapping (start, end, desc) covering [0, size), adjacent segments of
-    equal desc merged; ``starts`` holds each segment's start (found by bisection, so that an
-    allocation written in many parts, as an all-to-one column's, costs O(log n) a lookup)."""
-
-    def __init__(self, size: int) -> None:
-        self.segs: list[Seg] = [(0, size, ZERO)]
-        self.starts: list[int] = [0]
-
-    def _index(self, offset: int) -> int:
-        """The index of the segment holding ``offset`` (within [0, size))."""
-        return bisect.bisect_right(self.starts, offset) - 1
-
-    def extract(self, lo: int, hi: int) -> list[Seg]:
-        if hi <= lo or lo < 0:  # degenerate ranges: as the whole-list scan always gave
-            return [(max(a, lo), min(b, hi), d) for a, b, d in self.segs if a < hi and b > lo]
-        i, j = self._index(lo), self._index(hi - 1)
-        return [(max(a, lo), min(b, hi), d) for a, b, d in self.segs[i : j + 1]]
-
-    def assign(self, lo: int, hi: int, desc: Desc) -> None:
-        if hi <= lo:
-            return
-        segs = self.segs
-        i, j = self._index(lo), self._index(hi - 1)
-        a, _, left = segs[i]
-        _, b, right = segs[j]
-        new: list[Seg] = []
-        if a < lo:
-            new.append((a, lo, left))
-        new.append((lo, hi, desc))
-        if b > hi:
-            new.append((hi, b, right))
-        # merge with the neighbours on either side (the rest is merged already)
-        if i > 0 and segs[i - 1][2] == new[0][2]:
-            i -= 1
-            new[0] = (segs[i][0], new[0][1], new[0][2])
-        if j + 1 < len(segs) and segs[j + 1][2] == new[-1][2]:
-            j += 1
-            new[-1] = (new[-1][0], segs[j][1], new[-1][2])
-        merged: list[Seg] = [new[0]]
-        for seg in new[1:]:
-            if merged[-1][2] == seg[2]:
-                merged[-1] = (merged[-1][0], seg[1], seg[2])
-            else:
-                merged.append(seg)
-        segs[i : j + 1] = merged
-        self.starts[i : j + 1] = [seg[0] for seg in merged]
-
-
-def class_of(positions: np.ndarray) -> np.ndarray:
-    """Group parity (0 even, 1 odd) of byte positions."""
-    return (positions // GROUP_BYTES) & 1
-
-
-class Symbolic:
-    """Content of a large allocation: one segment list per group parity (byte b belongs to
-    parity (b // 512) & 1, offsets from the allocation's start)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.cls = (Segments(size), Segments(size))
-
-    def materialize(self, lo: int, n: int, patterns: dict[int, np.ndarray]) -> np.ndarray:
-        out = np.zeros(n, dtype=np.uint8)
-        if n <= 0:
-            return out
-        for c in (0, 1):
-            for a, b, d in self.cls[c].extract(lo, lo + n):
-                vals = d.values(a, b, patterns)
-                sel = cyclic(_PARITY[c], a, b - a)
-                out[a - lo : b - lo][sel] = vals[sel]
-        return out
-
-    def first_mismatch(
-        self, lo: int, n: int, key: int, patterns: dict[int, np.ndarray]
-    ) -> int | None:
-        """First byte offset (from ``lo``) in [lo, lo + n) that differs from pattern ``key``
-        laid from ``lo`` on, or None."""
-        best: int | None = None
-        expected_all = patterns[key]
-        for c in (0, 1):
-            for a, b, d in self.cls[c].extract(lo, lo + n):
-                if isinstance(d, Pattern) and d.key == key and (d.shift - lo) % PATTERN_BYTES == 0:
-                    continue
-                # Zero and pattern content repeat every PATTERN_BYTES, as does the expected
-                # pattern and the parity classes: one period decides.
-                hi = min(b, a + PATTERN_BYTES + 2 * GROUP_BYTES) if d.periodic else b
-                actual = d.values(a, hi, patterns)
-                expected = cyclic(expected_all, a - lo, hi - a)
-                mine = cyclic(_PARITY[c], a, hi - a)
-                bad = np.flatnonzero((actual != expected) & mine)
-                if bad.size:
-                    off = a + int(bad[0]) - lo
-                    best = off if best is None else min(best, off)
-        return best
 
 
 @attrs.define(eq=False)
@@ -238,14 +73,6 @@ class Alloc:
     @property
     def where(self) -> str:
         return "host memory" if self.device is None else f"device {self.device} memory"
-
-
-@functools.lru_cache(maxsize=16)
-def parity_mask(n: int, parity: int) -> np.ndarray:
-    """Bytes of [0, n) (relative to a buffer pointer) in groups of the given parity."""
-    mask: np.ndarray = class_of(np.arange(n, dtype=np.int64)) == parity
-    mask.flags.writeable = False
-    return mask
 
 
 # -- the allocator and content primitives ---------------------------------------------------
@@ -286,7 +113,7 @@ class Memory:
             base=base,
             size=nbytes,
             device=device,
-            data=np.zeros(nbytes, dtype=np.uint8) if real else None,
+            data=zeros(nbytes) if real else None,
             sym=None if real else Symbolic(nbytes),
         )
         self.allocs[base] = alloc
@@ -439,11 +266,13 @@ class Memory:
         n = len(values)
         alloc.generation += 1
         if alloc.data is not None:
-            if parity is None:
-                alloc.data[off : off + n] = values
+            if parity is None and off == 0 and n == alloc.size and immutable(values):
+                alloc.data = values  # shared, copied on the next partial store
+            elif parity is None:
+                owned(alloc)[off : off + n] = values
             else:
                 mask = parity_mask(n, parity)
-                alloc.data[off : off + n][mask] = values[mask]
+                owned(alloc)[off : off + n][mask] = values[mask]
             return
         assert alloc.sym is not None
         desc = Data(np.array(values, dtype=np.uint8), off)
@@ -510,8 +339,12 @@ class Memory:
         if dst.sym is None or src.sym is None:
             if parity is None and dst.data is not None and src.data is not None:
                 values = src.data[soff : soff + n]  # real -> real: one copy, not two
+                if doff == 0 and len(values) == dst.size and immutable(values):
+                    dst.generation += 1
+                    dst.data = values  # shared, as the source shares it
+                    return
                 dst.generation += 1
-                dst.data[doff : doff + len(values)] = values  # numpy handles an overlap
+                owned(dst)[doff : doff + len(values)] = values  # numpy handles an overlap
             elif dst.sym is not None and src.data is not None:
                 self.write(dst, doff, src.data[soff : soff + n].copy(), parity)
             else:
@@ -562,10 +395,12 @@ class Memory:
         of all 2 MiB each time cost more than the rest of a small testcase)."""
         probe = values[::_PROBE_STRIDE].tobytes()
         for key in self._pattern_keys.get(probe, ()):
-            if np.array_equal(self.patterns[key], values):
+            if _same_memory(self.patterns[key], values) or np.array_equal(
+                self.patterns[key], values
+            ):
                 return key
         key = len(self.patterns)
-        self.patterns[key] = values.copy()
+        self.patterns[key] = values if immutable(values) else values.copy()
         self._pattern_keys.setdefault(probe, []).append(key)
         return key
 
@@ -593,3 +428,12 @@ class Memory:
                 p = int.from_bytes(self.read(cur, off, 8).tobytes(), "little")
         self._chase_cache[key] = p
         return p
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two byte arrays are the very same bytes (one shared pattern: equal unseen)."""
+    return (
+        a.shape == b.shape
+        and a.strides == b.strides
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    )
