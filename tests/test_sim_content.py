@@ -85,3 +85,13 @@ def test_a_pattern_shared_by_many_allocations_is_interned_without_comparing_it(
     assert len(keys) == 1
     assert compared == []
     assert memory.patterns[keys.pop()].tobytes() == data
+
+
+def test_only_small_allocations_share_their_zeros() -> None:
+    """Up to SHARED_ZEROS_MAX a new allocation's zeros are one frozen array per size; a
+    larger one gets its own (the shared arrays stay few and small)."""
+    from gpubw.backend.sim.content import SHARED_ZEROS_MAX
+
+    assert zeros(4096) is zeros(4096) and not zeros(4096).flags.writeable
+    big = zeros(SHARED_ZEROS_MAX + 512)
+    assert big.flags.writeable and big is not zeros(SHARED_ZEROS_MAX + 512)

@@ -41,10 +41,22 @@ def immutable(values: np.ndarray) -> bool:
     return isinstance(a, bytes)
 
 
-@functools.lru_cache(maxsize=16)
+#: the largest allocation whose zeros are shared (the sizes kept are few: a rack's patterns,
+#: staging buffers and flag pages; a model may make real allocations of up to 256 MiB)
+SHARED_ZEROS_MAX = 8 << 20
+
+
 def zeros(n: int) -> np.ndarray:
-    """``n`` frozen zero bytes: a new allocation's content, shared until its first store (an
-    allocation made and freed again costs no zeroing of its memory)."""
+    """A new allocation's ``n`` zero bytes: up to :data:`SHARED_ZEROS_MAX` one frozen array
+    per size, shared until the allocation's first store (an allocation made and freed again,
+    or stored over whole, costs no zeroing of its memory); larger, its own array."""
+    if n > SHARED_ZEROS_MAX:
+        return np.zeros(n, dtype=np.uint8)
+    return _frozen_zeros(n)
+
+
+@functools.lru_cache(maxsize=16)
+def _frozen_zeros(n: int) -> np.ndarray:
     data = np.zeros(n, dtype=np.uint8)
     data.flags.writeable = False
     return data
