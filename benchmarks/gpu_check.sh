@@ -47,7 +47,10 @@
 #   floor        issue 36: one testcase as a whole process (-t device_local_copy -b 64, warm cache) beside
 #                `python3 -c pass`, CUDA's start alone (cuInit + device 0's primary context through
 #                cuda.bindings) and NVIDIA's nvbandwidth (carried in .nvbw/) running the same testcase,
-#                7 interleaved rounds -> $OUT/floor-<tag>.txt
+#                7 interleaved rounds -> $OUT/floor-<tag>.txt; first how many of the modules a
+#                one-testcase run imports have no .pyc (the image's pynvml alone compiles for ~60 ms
+#                on the run's main thread: `floor compile-deps floor` shows both), then
+#                benchmarks/startup.py (gpubw's own start-up work, phase by phase)
 #   probe        benchmarks/startup_probe.py: cuInit and primary contexts sequential vs one thread
 #                per device, cuInit overlapping imports, modules without a .pyc
 #   trace        benchmarks/startup_trace.py: a wall-clock timeline (every thread) of the one-testcase
@@ -398,13 +401,15 @@ PY
     floor)  # issue 36: one testcase as a whole process beside what any tool pays for it
       one="-t device_local_copy -b 64"
       python3 -m gpubw $one -q -j -o /dev/null  # warm the kernel cache
+      python3 benchmarks/startup_probe.py --mode modules | sed -n 2,8p | tee -a "$OUT/floor-$tag.txt"
       cudastart="from cuda.bindings import driver as d; d.cuInit(0); _, v = d.cuDeviceGet(0); _, c = d.cuDevicePrimaryCtxRetain(v); d.cuCtxSetCurrent(c)"
       wall() { local s; s=$(date +%s.%N); "$@" > /dev/null 2>&1; python3 -c "print(round($(date +%s.%N)-$s,3))"; }
       for i in 1 2 3 4 5 6 7; do
         echo "round $i: pass $(wall python3 -c pass) cuda-start $(wall python3 -c "$cudastart")" \
           "nvbandwidth $([ -x .nvbw/nvbandwidth ] && wall .nvbw/nvbandwidth $one -j || echo -)" \
           "gpubw $(wall python3 -m gpubw $one -q -j -o /dev/null)"
-      done | tee -a "$OUT/floor-$tag.txt" ;;
+      done | tee -a "$OUT/floor-$tag.txt"
+      python3 benchmarks/startup.py --runs 7 | tee -a "$OUT/floor-$tag.txt" ;;
     trace)  # issue 11 item 5: where the one-testcase second goes, thread by thread
       one="-t device_local_copy -b 64 -q -j -o /dev/null"
       python3 -m gpubw $one  # warm the kernel cache

@@ -22,21 +22,11 @@ Nothing here prints; the CLI does.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from gpubw.acceptance.expect import (
-    FAIL,
-    Expectations,
-    builtin_expectations,
-    builtin_for,
-    coverage,
-    evaluate,
-    load_expectations,
-)
 from gpubw.acceptance.processes import POLL_S, ProcessSampler, wait_idle
-from gpubw.acceptance.soak import SoakRecorder, soak_verdicts
 from gpubw.hw.nvml import NodeFacts, counter_suspects, device_facts, match_devices, suspects
 from gpubw.model import schemas
 from gpubw.model.errors import UsageError
@@ -46,6 +36,12 @@ from gpubw.model.results import Report
 from gpubw.model.sizes import format_size
 from gpubw.model.trace import NO_TRACE, Tracer
 from gpubw.world import process_ids
+
+# the expectations and the soak rule are imported where a judged run or a soak uses them: a
+# plain run (one testcase on the GPUs) loads neither (issue 36, its start-up)
+if TYPE_CHECKING:
+    from gpubw.acceptance.expect import Expectations
+    from gpubw.acceptance.soak import SoakRecorder
 
 BUILTIN = "builtin"
 
@@ -141,6 +137,8 @@ class RunWatch(RunListener):
                                       self.sample_every_s)  # fmt: skip
         self.sampler.start()
         if system.options.soak_s is not None:
+            from gpubw.acceptance.soak import SoakRecorder
+
             self.soak = SoakRecorder(system.options.soak_s, self.devices,
                                      lambda: _facts(self.backend), self.backend.clock)  # fmt: skip
             self.soak.start()
@@ -333,6 +331,8 @@ def _facts(backend: Any) -> NodeFacts | None:
 def resolve_builtin(devices: Sequence[Mapping[str, Any]]) -> Expectations:
     """The built-in expectations for these devices; UsageError naming the devices and the
     built-ins when none fits."""
+    from gpubw.acceptance.expect import builtin_expectations, builtin_for
+
     probe = Report("gpubw", "", "", False, "", "", {}, devices=list(devices))
     exp = builtin_for(probe)
     if exp is None:
@@ -366,6 +366,8 @@ def load(spec: str | None, report: Report | None = None) -> Expectations | None:
         if report is None:
             raise ValueError("builtin expectations need the report's devices")
         return resolve_builtin(report.devices)
+    from gpubw.acceptance.expect import load_expectations
+
     return load_expectations(spec)
 
 
@@ -434,6 +436,9 @@ def judge(
     cell in its ``suspects``) and ``expectations`` (what it was judged against). With
     ``soak_drop``, a soak's cells whose figure fell more than that from the first
     repetition to the last fail too (:func:`gpubw.acceptance.soak.soak_verdicts`)."""
+    from gpubw.acceptance.expect import FAIL, coverage, evaluate
+    from gpubw.acceptance.soak import soak_verdicts
+
     links = peer_links(report)
     verdicts = evaluate(report, expectations, outlier_pct, cv_threshold, peer_links=links)
     if soak_drop is not None:
@@ -461,6 +466,8 @@ def refuse_unjudged(report: Report, expectations: Expectations, spec: str) -> No
     """``gpubw check``: a UsageError when ``expectations`` have rules for a testcase of the
     report only at other buffer sizes (or the report has none: nvbandwidth's JSON), so no
     floor judges it: a check that judged nothing must not read PASS."""
+    from gpubw.acceptance.expect import coverage
+
     found = coverage(report, expectations, peer_links(report))
     if not found.wrong_size:
         return

@@ -17,7 +17,6 @@ from typing import Any
 
 import attrs
 
-from gpubw.acceptance.expect import load_expectations
 from gpubw.acceptance.node import Judging, RunWatch
 from gpubw.backend import cuda_start
 from gpubw.cli import _startup, listing
@@ -306,5 +305,7 @@ def _judging(ns: argparse.Namespace) -> Judging | None:
         return None if soak_drop is None else Judging(None, False, None, None, soak_drop)
     expectations = None
     if ns.expect is not None and ns.expect != "builtin":
+        from gpubw.acceptance.expect import load_expectations  # a judged run only
+
         expectations = load_expectations(ns.expect)
     return Judging(expectations, ns.expect == "builtin", ns.outlier_pct, ns.cv_threshold, soak_drop)
