@@ -51,10 +51,7 @@ class RankGate:
         :class:`gpubw.memory.sharing.RemoteRankError` (a broken world leaves the flags to the
         run's sharing, which frees what is left at its end)."""
         sharing = system.sharing
-        first: dict[str, int] = {}  # each domain's first rank (one pass, no call per rank)
-        for r, domain in enumerate(sharing.rank_domains()):
-            first.setdefault(domain, r)
-        owners = sorted(first.values())
+        owners = sharing.domain_leaders()  # each domain's first rank
         words: Buffer | None = None
         error: BaseException | None = None
         # every domain's flags at once (two collectives, however many domains; undone on

@@ -40,6 +40,7 @@ more) and one hand-over, not the whole world's: a rack of N ranks pays O(1) per 
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -170,6 +171,39 @@ def cell_ranks(pairs: Sequence[RankCopy]) -> tuple[int, ...]:
     return tuple(sorted({p.rank for p in pairs}))
 
 
+class SeriesLayout:
+    """Which cells of a series each rank takes part in, from the cells' groups alone: made
+    once and shared (immutable) by every rank that walks the same cells (a simulated rack's
+    ranks are threads of one process: each would otherwise read every cell's group, O(N^2)
+    a testcase). Rank 0 takes part in every hand-over; another rank in the hand-overs into
+    and out of its own cells and in those cells (:meth:`steps`)."""
+
+    __slots__ = ("_own", "_steps", "groups")
+
+    def __init__(self, groups: Sequence[tuple[int, ...]]) -> None:
+        #: each cell's group (:func:`cell_ranks`), in cell order
+        self.groups = tuple(groups)
+        own: dict[int, list[int]] = {}
+        for k, group in enumerate(self.groups):
+            for r in group:
+                own.setdefault(r, []).append(k)
+        count = len(self.groups)
+        self._own = {r: tuple(ks) for r, ks in own.items()}
+        self._steps = {
+            r: tuple(sorted({*ks, *(k + 1 for k in ks if k + 1 < count)}))
+            for r, ks in self._own.items()
+        }
+
+    def cells_of(self, rank: int) -> tuple[int, ...]:
+        """The cells whose group ``rank`` is in (it issues a pair of each), ascending."""
+        return self._own.get(rank, ())
+
+    def steps(self, rank: int) -> Sequence[int]:
+        """The cells at which ``rank`` hands over or measures, ascending: every cell for
+        rank 0, else its own cells and each next one."""
+        return range(len(self.groups)) if rank == 0 else self._steps.get(rank, ())
+
+
 def measure_ranks(
     op: MemcpyOperation, pairs: Sequence[RankCopy], rank_gate: RankGate
 ) -> CellMeasurement:
@@ -183,6 +217,7 @@ def measure_series(
     rank_gate: RankGate,
     *,
     keep: bool = True,
+    layout: SeriesLayout | None = None,
 ) -> list[CellMeasurement]:
     """Every cell of ``cells`` across ranks, one after the other, each measured by the ranks
     that issue its pairs (the module's "A series of cells across ranks") the way ``op``
@@ -190,13 +225,16 @@ def measure_series(
     rank issues it), also a rank with no pair in any of them, right after a collective of
     the whole world. Returns every cell, every pair's samples, on every rank; where ``keep``
     is False (a rank that does not report them) nothing, once the series has ended as on
-    every rank (the same error raised, or none)."""
+    every rank (the same error raised, or none). ``layout``: the cells' :class:`SeriesLayout`
+    where the caller shares one among the ranks (made here otherwise)."""
     if not cells or not all(cells):
         raise UsageError("measure_series() needs cells of at least one pair each")
+    if layout is not None and len(layout.groups) != len(cells):
+        raise UsageError(f"a layout of {len(layout.groups)} cells for {len(cells)} cells")
     if op.kind is Kind.TOTAL:
         # the same on every rank, so every rank raises it here without a collective
         raise UsageError("a TOTAL figure is not measured across ranks; allowed: FIRST, SUM, VECTOR")
-    return _Series(op, cells, rank_gate).run(keep)
+    return _Series(op, cells, rank_gate, layout).run(keep)
 
 
 def cell_bound_s(op: MemcpyOperation) -> float:
@@ -246,13 +284,21 @@ class _Series:
     """:func:`measure_series` on one rank (the module's "A series of cells across ranks")."""
 
     def __init__(
-        self, op: MemcpyOperation, cells: Sequence[Sequence[RankCopy]], rank_gate: RankGate
+        self,
+        op: MemcpyOperation,
+        cells: Sequence[Sequence[RankCopy]],
+        rank_gate: RankGate,
+        layout: SeriesLayout | None = None,
     ) -> None:
         self.op = op
         self.cells = cells
         self.rank_gate = rank_gate
         self.world = op.world
-        self.groups = [cell_ranks(pairs) for pairs in cells]
+        if layout is None:  # this rank's alone: every cell's group, every cell walked
+            self.groups: tuple[tuple[int, ...], ...] = tuple(cell_ranks(p) for p in cells)
+            self.steps: Sequence[int] = range(len(cells))
+        else:
+            self.groups, self.steps = layout.groups, layout.steps(self.world.rank)
         self.bound_s = cell_bound_s(op)
         #: the first error of the series as this rank knows it: (failing rank, message)
         self.error: tuple[int, str] | None = None
@@ -264,7 +310,8 @@ class _Series:
     def run(self, keep: bool) -> list[CellMeasurement]:
         me = self.world.rank
         groups = self.groups
-        for k, group in enumerate(groups):
+        for k in self.steps:  # with a layout, the cells it takes part in, not all of them
+            group = groups[k]
             if k > 0 and (me == 0 or me in group or me in groups[k - 1]):  # hand-over k
                 self._hand_over(k)
             if me in group and self.error is None:
@@ -304,7 +351,8 @@ class _Series:
             for k, (part, labels) in self.mine.items()
         )
         gathered = self.world.allgather((self.error, mine), timeout_s=self._wait_s(len(self.cells)))
-        errors = [e for e, _ in gathered if e is not None]
+        firsts = list(map(operator.itemgetter(0), gathered))  # at C speed: N a rank, a cell
+        errors = [] if firsts.count(None) == len(firsts) else [e for e in firsts if e is not None]
         if errors:
             rank, message = min(errors)
             raise RemoteRankError(rank, message) from self.cause

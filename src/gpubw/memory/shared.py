@@ -28,6 +28,7 @@ This module sits beside :mod:`gpubw.memory.buffers` (it never imports the System
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -233,14 +234,13 @@ class SharedBuffer(Buffer):
         try:
             offer = tuple(m[1] for m in mine) if mine else None
             offers = world.allgather((None if error is None else error_text(error), offer))
-            failed = [(r, e) for r, (e, _) in enumerate(offers) if e is not None]
-            if failed:
-                raise RemoteRankError(*failed[0]) from error
+            failed = _first_failure(offers)
+            if failed is not None:
+                raise RemoteRankError(*failed) from error
             imported = True
             for k in range(sets):
-                each = [o and o[k] for _, o in offers]
                 targets = _import_targets(sharing, uses[k])
-                error = error or _import_all(sharing, kind, nbytes, each, targets, ptrs[k])
+                error = error or _import_all(sharing, kind, nbytes, (offers, k), targets, ptrs[k])
             agreed(world, error)  # every importer has its descriptors: stop serving them
         except BaseException:
             _unwind_all(sharing, mine, ptrs, barrier=imported)
@@ -354,22 +354,35 @@ def _import_targets(sharing: Sharing, uses: Collection[int] | None) -> Sequence[
     return sorted(o for o in set(uses) if o != me and domains[o] == domains[me])
 
 
+def _first_failure(offers: Sequence[tuple[str | None, Any]]) -> tuple[int, str] | None:
+    """The first rank whose offer is an error, and its error; None if none is (every rank
+    reads every rank's: a pass at C speed, then the rank found only where one failed)."""
+    errors = list(map(operator.itemgetter(0), offers))
+    if errors.count(None) == len(errors):
+        return None
+    rank = next(r for r, e in enumerate(errors) if e is not None)
+    return rank, str(errors[rank])
+
+
 def _import_all(
     sharing: Sharing,
     kind: str,
     nbytes: int,
-    offers: list[tuple[Any, int, str | None]],
+    offers: tuple[Sequence[tuple[Any, Any]], int],
     targets: Sequence[int],
     ptrs: dict[int, int],
 ) -> BaseException | None:
     """This rank's imports of :meth:`SharedBuffer.create_all`: those of the owners of
-    ``targets`` that made an offer, into ``ptrs`` (owner -> mapping); the first error, or
-    None."""
+    ``targets`` that made an offer, into ``ptrs`` (owner -> mapping); ``offers``: every
+    rank's (error, offers) and the set k whose offer is imported (only the targets' are
+    read: not a list of every rank's made per set); the first error, or None."""
     backend, device = sharing.backend, sharing.device
+    gathered, k = offers
     for owner in targets:
-        if offers[owner] is None:
+        offered = gathered[owner][1]
+        if not offered:
             continue
-        handle, _, address = offers[owner]
+        handle, _, address = offered[k]
         try:
             with descriptor(sharing, kind, address) as fd:
                 ptrs[owner] = backend.import_device(device, handle, kind, nbytes, fd)

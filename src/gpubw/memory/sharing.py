@@ -33,6 +33,7 @@ This module sits beside :mod:`gpubw.memory.buffers` (it never imports the System
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
@@ -251,8 +252,7 @@ class Sharing:
         # as plain tuples: a simulated rack's ranks then share one gathered list instead of
         # each unpickling N x 3 probes (O(N^2) in one process)
         self._gathered = world.allgather(tuple((p.kind, p.ok, p.error) for p in mine))
-        usable = [{kind for kind, ok, _ in p if ok} for p in self._gathered]
-        common = [k for k in HANDLE_KINDS if all(k in kinds for kinds in usable)]
+        common = list(_common_kinds(tuple(self._gathered)))
         if POSIX_FD in common and FABRIC not in common and world.size > 1:
             failure = self._posix_fd_end_to_end()
             if failure:
@@ -293,7 +293,7 @@ class Sharing:
         communicating. A WorldError propagates and is not remembered."""
         if self._domains is None:
             mine = self.backend.nvlink_domain(self.device)
-            self._domains = tuple(str(d) for d in self.world.allgather(mine))
+            self._domains = tuple(map(str, self.world.allgather(mine)))
         return self._domains
 
     def domain_ranks(self, rank: int) -> tuple[int, ...]:
@@ -301,11 +301,15 @@ class Sharing:
         Collective on the first call, as :meth:`rank_domains`."""
         domains = self.rank_domains()
         if self._members is None:  # each domain's ranks, once (asked per buffer and cell)
-            members: dict[str, list[int]] = {}
-            for r, d in enumerate(domains):
-                members.setdefault(d, []).append(r)
-            self._members = {d: tuple(rs) for d, rs in members.items()}
+            self._members = _domain_members(domains)
         return self._members[domains[rank]]
+
+    def domain_leaders(self) -> tuple[int, ...]:
+        """Each NVLink domain's lowest rank, ascending (from :meth:`domain_ranks`' members,
+        made once a rank: not a pass over every rank each time it is asked)."""
+        self.domain_ranks(self.world.rank)
+        assert self._members is not None
+        return tuple(sorted(rs[0] for rs in self._members.values()))
 
     def _posix_fd_end_to_end(self) -> str:
         """Export one granule as POSIX-fd on each host's first rank, pass its descriptor to
@@ -360,6 +364,25 @@ class Sharing:
             release_each(list(self.live))
         finally:
             self.live.clear()
+
+
+@functools.lru_cache(maxsize=4)
+def _common_kinds(gathered: tuple[tuple[tuple[str, bool, str], ...], ...]) -> tuple[str, ...]:
+    """The handle kinds that every rank's probes (``gathered``, by rank) found usable, in
+    :data:`HANDLE_KINDS` order: once per process for the ranks of a simulated rack, which
+    gather the same probes (each reading all N, O(N^2) in one process)."""
+    usable = [{kind for kind, ok, _ in p if ok} for p in gathered]
+    return tuple(k for k in HANDLE_KINDS if all(k in kinds for kinds in usable))
+
+
+@functools.lru_cache(maxsize=4)
+def _domain_members(domains: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """Each domain's ranks, ascending, from every rank's domain (by rank): once per process
+    for a simulated rack's ranks (shared, never changed)."""
+    members: dict[str, list[int]] = {}
+    for r, d in enumerate(domains):
+        members.setdefault(d, []).append(r)
+    return {d: tuple(rs) for d, rs in members.items()}
 
 
 def release_each(bufs: Iterable[LocalPart]) -> None:

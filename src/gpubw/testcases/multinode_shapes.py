@@ -41,17 +41,27 @@ from gpubw.model.results import (
     Matrix,
 )
 from gpubw.testcases.base import Testcase
+from gpubw.testcases.multinode_plan import (
+    DomainFacts,
+    GridPlan,
+    Issuers,
+    bisect_plan,
+    both_issue,
+    column_sample,
+    domain_facts,
+    fan_column,
+    grid_plan,
+    row_issues,
+    selected_domains,
+)
 from gpubw.testcases.shapes import (
     Grid,
     Plan,
     bandwidth_matrix,
     bidirectional_matrices,
     counted_bytes_of,
-    drawn,
     first_copy_matrices,
-    sampled_cells,
     sampled_note,
-    within_groups,
 )
 
 #: the reason every multinode testcase is waived in a run of one rank
@@ -86,8 +96,8 @@ class MultinodeTestcase(Testcase):
     _ranks: frozenset[int] | None = None
     #: each rank's NVLink domain, by rank (see gather_selection)
     _domains: tuple[str, ...] = ()
-    #: each domain's ranks, ascending (see gather_selection)
-    _members: dict[str, list[int]]
+    #: the facts of the ranks' NVLink domains, shared by a process's ranks (gather_selection)
+    _facts: DomainFacts | None = None
 
     @property
     def world(self) -> Any:
@@ -101,14 +111,22 @@ class MultinodeTestcase(Testcase):
         of two ranks in different domains (NVLink and fabric handles reach only within a
         domain)."""
         self._domains = self.system.sharing.rank_domains()
-        self._members = {}
-        for r, d in enumerate(self._domains):
-            self._members.setdefault(d, []).append(r)
+        self._facts = domain_facts(self._domains)  # computed once per process, not per rank
         if self.system.selection is None:
             self._ranks = None
             return
         mine = self.system.selected(self.system.rank_device)
         self._ranks = frozenset(r for r, ok in enumerate(self.world.allgather(mine)) if ok)
+
+    @property
+    def domains(self) -> tuple[str, ...]:
+        """Each rank's NVLink domain, by rank (after gather_selection)."""
+        return self._domains
+
+    @property
+    def selection(self) -> frozenset[int] | None:
+        """The ranks whose GPU is measured; None: every rank (after gather_selection)."""
+        return self._ranks
 
     def selected(self, index: int) -> bool:
         """Whether rank ``index``'s GPU is measured (the rows and columns of a multinode
@@ -118,21 +136,28 @@ class MultinodeTestcase(Testcase):
     def domain_groups(self) -> tuple[int, ...] | None:
         """Each rank's NVLink domain as an index (in order of first appearance), or None
         where every rank is in one domain (after :meth:`gather_selection`)."""
-        names = list(dict.fromkeys(self._domains))
-        return None if len(names) < 2 else tuple(names.index(d) for d in self._domains)
+        return None if self._facts is None else self._facts.groups
 
-    def members(self, rank: int) -> list[int]:
-        """The ranks of rank ``rank``'s NVLink domain, ascending (a list of the testcase's
-        own: every rank asks for every column's, O(N) each, so they are made once)."""
-        if not self._domains:
-            return list(range(self.world.size))
-        return self._members[self._domains[rank]]
+    def members(self, rank: int) -> Sequence[int]:
+        """The ranks of rank ``rank``'s NVLink domain, ascending (made once per process:
+        every rank asks for every column's, O(N) each)."""
+        if self._facts is None:
+            return range(self.world.size)
+        return self._facts.members[self._domains[rank]]
+
+    def grid_plan(self, n: int, issuers: Issuers) -> GridPlan:
+        """The plan of this N x N testcase's cells, shared by a process's ranks (after
+        :meth:`gather_selection`)."""
+        options = self.system.options
+        k, seed = getattr(options, "sample_pairs", None), getattr(options, "seed", 0)
+        rows = None if self._ranks is None else tuple(sorted(self._ranks))  # hashable
+        return grid_plan(n, k, seed, rows, self.domain_groups(), issuers)
 
     def domain_notes(self, across: int) -> tuple[tuple[str, Any], ...]:
         """The ``nvlink_domains`` note of a matrix of a run whose selected ranks span several
         NVLink domains: ``{domains, names, across, reason}``, ``across`` the cells not
         measured because they pair GPUs of different domains; none for one domain."""
-        names = list(dict.fromkeys(d for r, d in enumerate(self._domains) if self.selected(r)))
+        names = list(selected_domains(self._domains, self._ranks))
         if len(names) < 2:
             return ()
         note = {"domains": len(names), "names": names, "across": across, "reason": ACROSS}
@@ -238,14 +263,8 @@ class Part(Buffer):
 PART_ALIGN = 4096
 
 
-def parts(whole: Any, count: int, nbytes: int) -> list[Part]:
-    """``count`` parts of ``nbytes`` each, aligned to :data:`PART_ALIGN`, of ``whole``."""
-    stride = -(-nbytes // PART_ALIGN) * PART_ALIGN
-    return [Part(whole, i * stride, nbytes) for i in range(count)]
-
-
-#: the pairs issued by another rank, by that rank: the same (immutable) one for every cell,
-#: as every rank lists every cell of an N x N testcase (N^2 a simulated rack's rank)
+#: the pairs issued by another rank, by that rank: the same (immutable) one for every cell
+#: of a 1 x N or all-at-once testcase (every rank lists every pair of a column)
 _ELSEWHERE: dict[int, RankCopy] = {}
 
 
@@ -280,38 +299,42 @@ def _multinode(plan: Plan) -> MultinodeTestcase:
 
 
 def _grid(
-    plan: Plan, op: MemcpyOperation, flow: GridFlow, sets: int
+    plan: Plan, op: MemcpyOperation, flow: GridFlow, sets: int, issuers: Issuers
 ) -> tuple[Grid, tuple[tuple[str, Any], ...]]:
+    """The cells of an N x N testcase (``flow``'s pairs, issued by ``issuers``), each
+    measured by its ranks, and the matrices' notes; every rank but 0 ends with a stand-in.
+    A rank builds the pairs of the cells it issues a copy of only: the others' it takes from
+    the plan its process's ranks share (:mod:`gpubw.testcases.multinode_plan`)."""
     testcase, size = _multinode(plan), plan.size
-    n = testcase.world.size
+    world = testcase.world
+    n = world.size
     testcase.gather_selection()
-    groups = testcase.domain_groups()
-    cells, notes = sampled_cells(testcase, n, groups)
-    chosen = [r for r in range(n) if testcase.selected(r)]
-    across = 0 if groups is None else within_groups(chosen, None) - within_groups(chosen, groups)
-    notes += testcase.domain_notes(across)
+    layout = testcase.grid_plan(n, issuers)
+    seed = getattr(testcase.system.options, "seed", 0)
+    notes = () if layout.total is None else sampled_note(layout.total, len(layout.cells), seed)
+    notes += testcase.domain_notes(layout.across)
+    me = world.rank
     with contextlib.ExitStack() as stack:
         shared = Shared(testcase, stack)
         gate = shared.gate()
-        uses = cell_peers(cells, testcase.world.rank)
-        buffers = shared.unicast_used(size, [uses] * sets)
-        flows = [flow(testcase.world, r, c, buffers) for r, c in cells]
-        reports = testcase.world.rank == 0
-        measured = measure_series(op, flows, gate, keep=reports) if flows else []
+        buffers = shared.unicast_used(size, [layout.peers(me)] * sets)
+        flows: list[Sequence[RankCopy]] = list(layout.elsewhere)
+        for k in layout.own(me):
+            r, c = layout.cells[k]
+            flows[k] = flow(world, r, c, buffers)
+        reports = me == 0
+        measured = (
+            measure_series(op, flows, gate, keep=reports, layout=layout.series) if flows else []
+        )
     if not reports:
         # Only rank 0 reports the figures. The others stand in with one N/A cell rather
         # than each building every cell and the N x N matrices: O(N^2) a rank, O(N^3) for
         # a simulated rack's ranks in one process.
         return [[None]], (*notes, (FIGURES_NOTE, 0))
     grid: Grid = [[None] * n for _ in range(n)]
-    for (r, c), cell in zip(cells, measured):
+    for (r, c), cell in zip(layout.cells, measured):
         grid[r][c] = cell
     return grid, notes
-
-
-def cell_peers(cells: Sequence[tuple[int, int]], rank: int) -> set[int]:
-    """The ranks that share a cell (row, column) with ``rank``: whose buffers it may copy."""
-    return {c for r, c in cells if r == rank} | {r for r, c in cells if c == rank}
 
 
 def read(world: Any, r: int, c: int, u: Sequence[Mapping[int, Any]]) -> list[RankCopy]:
@@ -333,7 +356,7 @@ def n_by_n(
 ) -> list[Matrix]:
     """Row r, column c: ``flow``'s one copy between r's and c's shared buffers (FIRST);
     ``direction``: the header's arrow between the row and the column rank."""
-    grid, notes = _grid(plan, plan.operation(Kind.FIRST, prefer), flow, 1)
+    grid, notes = _grid(plan, plan.operation(Kind.FIRST, prefer), flow, 1, row_issues)
     axes = Axes(AXIS_RANK, AXIS_RANK, direction)
     return first_copy_matrices(attrs.evolve(plan, notes=notes), grid, axes=axes)
 
@@ -352,7 +375,7 @@ def bidirectional(
             return [pair(world, r, u1.get(c), u1.get(r)), pair(world, c, u2.get(r), u2.get(c))]
         return [pair(world, r, u1.get(r), u1.get(c)), pair(world, c, u2.get(c), u2.get(r))]
 
-    grid, notes = _grid(plan, plan.operation(Kind.VECTOR, prefer), flow, 2)
+    grid, notes = _grid(plan, plan.operation(Kind.VECTOR, prefer), flow, 2, both_issue)
     what = (
         "copy 1 (issued by the row rank)",
         "copy 2 (the reverse direction, issued by the column rank)",
@@ -380,22 +403,24 @@ def fan(plan: Plan, *, into: bool) -> list[Matrix]:
         shared = Shared(testcase, run_stack)
         gate = shared.gate()
         mine = shared.local(world.rank, size)
+        stride = -(-size // PART_ALIGN) * PART_ALIGN
         for g in range(n):
-            others = [j for j in testcase.members(g) if j != g]  # g's NVLink domain
-            if not testcase.selected(g) or not others or g not in columns:
+            plan_g = None
+            if g in columns and testcase.selected(g):  # g's NVLink domain's others
+                plan_g = fan_column(tuple(testcase.members(g)), g, testcase.selection)
+            if plan_g is None or not plan_g.others:
                 row.append(None)
                 continue
             with contextlib.ExitStack() as stack:
-                column = Shared(testcase, stack)
-                stride = -(-size // PART_ALIGN) * PART_ALIGN
-                whole = column.unicast(g, stride * len(others))
-                pairs = []
-                for j, theirs in zip(others, parts(whole, len(others), size)):
-                    if not testcase.selected(j):
-                        continue
-                    local = mine if world.rank == j else None
-                    pairs.append(
-                        pair(world, j, local, theirs) if into else pair(world, j, theirs, local)
+                whole = Shared(testcase, stack).unicast(g, stride * len(plan_g.others))
+                # the column's pairs as the process's ranks share them; this rank's own
+                # pair (its part of g's buffer) made here alone
+                pairs = list(plan_g.elsewhere)
+                if world.rank in plan_g.place:
+                    k, i = plan_g.place[world.rank]
+                    theirs = Part(whole, i * stride, size)
+                    pairs[k] = pair(
+                        world, world.rank, *((mine, theirs) if into else (theirs, mine))
                     )
                 row.append(reported(op, pairs, gate, reports) if pairs else None)
     if not reports:
@@ -422,18 +447,10 @@ def sampled_columns(
     k = getattr(options, "sample_pairs", None)
     if k is None:
         return range(n), ()
-    from gpubw.measure.sampling import sample_columns
-
     seed = getattr(options, "seed", 0)
-    chosen = drawn(k, lambda: sample_columns(n, k, seed, groups=testcase.domain_groups()))
-    eligible = [
-        g
-        for g in range(n)
-        if testcase.selected(g)
-        and any(j != g and testcase.selected(j) for j in testcase.members(g))
-    ]
-    measured = sum(1 for g in eligible if g in chosen)
-    return chosen, sampled_note(len(eligible), measured, seed)
+    domains = testcase.domains or ("",) * n
+    chosen, eligible, measured = column_sample(n, k, seed, domains, testcase.selection)
+    return chosen, sampled_note(eligible, measured, seed)
 
 
 def broadcast(plan: Plan, *, all_at_once: bool) -> list[Matrix]:
@@ -491,21 +508,10 @@ def bisect_labels(n: int, partners: Sequence[int] | None = None) -> tuple[str, .
     return tuple(f"{i:>{w}}->{partners[i]:>{w}}" for i in range(n))
 
 
-def bisect_partners(testcase: MultinodeTestcase, n: int) -> list[int]:
-    """Each rank's bisect partner: the rank N_d/2 further on among the N_d ranks of its
-    NVLink domain (wrapping round), which is nvbandwidth's (i + N/2) mod N where every rank
-    is in one domain; a rank alone in its domain is its own partner (no copy)."""
-    out = []
-    for i in range(n):
-        members = testcase.members(i)
-        k = len(members)
-        out.append(members[(members.index(i) + k // 2) % k])
-    return out
-
-
 def bisect(plan: Plan) -> list[Matrix]:
-    """Every rank i at once receives from its partner p (:func:`bisect_partners`: (i + N/2)
-    mod N within one NVLink domain): S(p) -> D(i), issued by p (a write). Row i (labelled
+    """Every rank i at once receives from its partner p
+    (:class:`~gpubw.testcases.multinode_plan.BisectPlan`: (i + N/2) mod N within one NVLink
+    domain): S(p) -> D(i), issued by p (a write). Row i (labelled
     ``i->p``, the reverse of the data's direction, as nvbandwidth) holds the copy into i.
     VECTOR, N x 1; a rank alone in its domain has no partner (None)."""
     testcase, size = _multinode(plan), plan.size
@@ -513,21 +519,20 @@ def bisect(plan: Plan) -> list[Matrix]:
     n = world.size
     testcase.gather_selection()
     op = plan.operation(Kind.VECTOR, Prefer.SRC)
-    partner = bisect_partners(testcase, n)
-    rows = [
-        i
-        for i in range(n)
-        if testcase.selected(i) and testcase.selected(partner[i]) and partner[i] != i
-    ]
+    layout = bisect_plan(testcase.domains or ("",) * n, testcase.selection)  # once a process
+    partner, rows, me = layout.partners, layout.rows, world.rank
+    mine = layout.place.get(me, ())
     m = None
     with contextlib.ExitStack() as stack:
         shared = Shared(testcase, stack)
         gate = shared.gate()
         # a rank copies from its own source into the destinations of the ranks it is the
         # partner of: it maps no other source, and only those destinations
-        src, dst = shared.unicast_used(size, [(), {i for i in rows if partner[i] == world.rank}])
+        src, dst = shared.unicast_used(size, [(), {rows[k] for k in mine}])
         if rows:
-            pairs = [pair(world, partner[i], src.get(partner[i]), dst.get(i)) for i in rows]
+            pairs = list(layout.elsewhere)  # this rank's own pairs made here alone
+            for k in mine:
+                pairs[k] = pair(world, me, src.get(me), dst.get(rows[k]))
             m = reported(op, pairs, gate, world.rank == 0)
     if world.rank != 0:
         return stand_in(plan, Kind.VECTOR, WHOLE_WORLD)

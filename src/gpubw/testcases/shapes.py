@@ -166,31 +166,33 @@ def sampled_cells(
     deterministic sample of :func:`gpubw.measure.sampling.sample_pairs` (same on every rank and
     every run for one seed, within the groups) and a ``sampled`` note ``{cells, measured,
     seed}`` (the rest stay None)."""
-    chosen_rows = [r for r in range(n) if testcase.selected(r)]
     options = testcase.system.options
-    k = getattr(options, "sample_pairs", None)
+    k, seed = getattr(options, "sample_pairs", None), getattr(options, "seed", 0)
+    rows = [r for r in range(n) if testcase.selected(r)]
+    cells, total = chosen_cells(n, k, seed, rows, groups)
+    return list(cells), (() if total is None else sampled_note(total, len(cells), seed))
+
+
+def chosen_cells(
+    n: int, k: int | float | None, seed: int, rows: Sequence[int], groups: Sequence[int] | None
+) -> tuple[tuple[tuple[int, int], ...], int | None]:
+    """:func:`sampled_cells` from its inputs alone (``k``: ``--sample-pairs``, ``rows``: the
+    selected rows): the cells, row-major, and (with ``k``) how many a full run measures."""
     if k is None or n < 2:
-        every = [
-            (r, c)
-            for r in chosen_rows
-            for c in chosen_rows
-            if r != c and (groups is None or groups[r] == groups[c])
-        ]
-        return every, ()
+        ok = (lambda r, c: r != c) if groups is None else (lambda r, c: groups[r] == groups[c])
+        return tuple((r, c) for r in rows for c in rows if r != c and ok(r, c)), None
     from gpubw.measure.sampling import sample_pairs
 
-    seed = getattr(options, "seed", 0)
     chosen = drawn(k, lambda: sample_pairs(n, k, seed, groups=groups))
     # the sample's cells of selected rows and columns, row-major (not every cell: a rank of
     # a rack makes this list, and every simulated rank of one, so it costs O(K log K))
-    picked = set(chosen_rows)
+    picked = set(rows)
     cells = sorted(
         (r, c)
         for r, c in chosen
         if r != c and r in picked and c in picked and (groups is None or groups[r] == groups[c])
     )
-    total = within_groups(chosen_rows, groups)
-    return cells, sampled_note(total, len(cells), seed)
+    return tuple(cells), within_groups(rows, groups)
 
 
 def drawn(k: int | float, draw: Callable[[], T]) -> T:
@@ -580,6 +582,7 @@ __all__ = [
     "bandwidth_matrix",
     "bidirectional",
     "bidirectional_matrices",
+    "chosen_cells",
     "copy_text",
     "drawn",
     "host_traffic",
