@@ -3,14 +3,16 @@
     GPUBW_T0=$(date +%s.%N) python3 benchmarks/startup_trace.py [--min-ms 2] -- GPUBW-ARGS...
 
 cProfile charges a helper thread's work to whatever the main thread waits in, so it cannot
-say where a one-testcase run spends its second. This runs ``gpubw.cli.command.main(GPUBW-ARGS)`` in
+say where a one-testcase run spends its second. This runs ``gpubw.cli.command.main()`` with
+``sys.argv`` set to GPUBW-ARGS (the command's own path: its early CUDA start and its exit) in
 this process with every function of the ``gpubw`` modules (wrapped as each module is
 imported, so the imports happen when the command does them), every ``cuda.bindings.driver``
 call and every ``pynvml`` call timed by wall clock, and prints to stderr each call that took
 ``--min-ms`` or more: start and end in ms since the process started (``GPUBW_T0``, the shell's
 clock before ``python3`` ran; else since this script started), thread, depth, name. The last
-lines say when ``main`` returned; the shell that ran it knows when the process ended, so
-the exit's cost is the difference. Wrapping costs ~1 us a call; the command's own time is
+line says when the command's work ended (its ``exit_now`` called, or ``main`` returned); the
+shell that ran it knows when the process ended, so the exit's cost (and printing the
+timeline) is the difference. Wrapping costs ~1 us a call; the command's own time is
 what the lines show, not a smaller figure.
 """
 
@@ -113,21 +115,12 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-def main() -> int:
-    global MIN_S
-    args = sys.argv[1:]
-    if args[:1] == ["--min-ms"]:
-        MIN_S = float(args[1]) / 1000
-        args = args[2:]
-    if args[:1] == ["--"]:
-        args = args[1:]
-    began = time.time()
-    sys.meta_path.insert(0, _Finder())
-    sys.argv = ["gpubw", *args]  # so gpubw.cli._startup takes it for the command
-    from gpubw.cli.command import main as gpubw_main
-
-    code = gpubw_main(args)
-    returned = time.time()
+def _print_trace(code: int, returned: float, began: float) -> None:
+    """The timeline on stderr (once): every call that took ``MIN_S`` or more, then when the
+    command's work ended."""
+    if _printed:
+        return
+    _printed.append(True)
     out = sys.stderr
     print(f"# python start -> trace script: {(began - T0) * 1e3:.0f} ms", file=out)
     for start, end, thread, depth, name in sorted(_events):
@@ -139,6 +132,38 @@ def main() -> int:
         )
     print(f"# main returned {code} at {(returned - T0) * 1e3:.1f} ms", file=out)
     out.flush()
+
+
+_printed: list[bool] = []
+
+
+def main() -> int:
+    """Run ``gpubw GPUBW-ARGS`` as the command itself (``main()`` with ``sys.argv`` set, so it
+    starts CUDA before its parser as the command does and ends through its own
+    ``exit_now``), the timeline printed when the command's work is done: as ``exit_now``
+    is called (before the process ends through it), else when ``main`` returns."""
+    global MIN_S
+    args = sys.argv[1:]
+    if args[:1] == ["--min-ms"]:
+        MIN_S = float(args[1]) / 1000
+        args = args[2:]
+    if args[:1] == ["--"]:
+        args = args[1:]
+    began = time.time()
+    sys.meta_path.insert(0, _Finder())
+    sys.argv = ["gpubw", *args]  # so gpubw.cli._startup takes it for the command
+    from gpubw.cli import _startup
+    from gpubw.cli.command import main as gpubw_main
+
+    real_exit = _startup.exit_now
+
+    def exit_now(code: int) -> None:
+        _print_trace(code, time.time(), began)
+        real_exit(code)
+
+    _startup.exit_now = exit_now  # type: ignore[assignment]
+    code = gpubw_main()
+    _print_trace(code, time.time(), began)  # exit_now returned: the command's exit is Python's
     return code
 
 
