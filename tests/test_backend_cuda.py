@@ -9,6 +9,7 @@ import re
 import struct
 import threading
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -300,6 +301,30 @@ def test_prestarted_contexts_are_adopted_and_released(monkeypatch: pytest.Monkey
         again.memory_info(0)
         assert driver.retained == {0: 1, 1: 0} and main in threads
     assert driver.retained == {0: 0, 1: 0}  # its own context: released inline at close
+
+
+def test_the_backend_s_nvml_session_is_the_one_warmed_beside_the_cuda_start(
+    fake: tuple[FakeDriver, CudaBackend],
+) -> None:
+    """A session the prestart warmed is the backend's (its facts read through it), and the
+    backend shuts it down as it closes; without one the backend makes its own."""
+    from gpubw.backend import cuda_start
+
+    _, backend = fake
+    calls: list[str] = []
+    module = types.SimpleNamespace(
+        nvmlInit=lambda: calls.append("init"),
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 0,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+    )
+    cuda_start._start_nvml(module)
+    session = backend.nvml
+    assert session._module is module and backend.nvml is session and calls == ["init"]
+    backend.close()
+    assert calls == ["init", "shutdown"]
+    with CudaBackend() as other:
+        assert other.nvml is not session and other.nvml._module is None
 
 
 def test_prestarted_contexts_adopted_at_first_use_or_close(

@@ -487,3 +487,37 @@ def test_a_backend_without_fabric_info_is_its_hosts_domain(monkeypatch: pytest.M
     sim.__dict__["_nvml_session"] = nvml_read.Session(fabric_pynvml())
     assert base.Backend.nvlink_domain(sim, 0).endswith("0f10/7")
     sim.close()
+
+
+def test_warm_opens_nvml_and_every_handle_and_reads_no_device_state():
+    """Session.warm: nvmlInit and each device's handle, nothing about the devices' state;
+    the facts asked for afterwards need no second init or lookup."""
+    fake = fake_pynvml()
+    lookups, states = [], []
+    fake.nvmlDeviceGetHandleByIndex = lambda i: lookups.append(i) or i
+    for name in ("nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetClockInfo"):
+        real = getattr(fake, name)
+        setattr(fake, name, lambda *a, _real=real, _name=name: states.append(_name) or _real(*a))
+    session = nvml_read.Session(fake)
+    session.warm()
+    assert fake.calls == ["init"] and sorted(lookups) == [0, 1] and states == []
+    assert session.facts().available and states
+    assert fake.calls == ["init"] and sorted(lookups) == [0, 1]
+    session.close()
+
+
+def test_the_prestart_s_nvml_session_is_handed_over_once_and_else_shut_down():
+    """The session warmed beside the CUDA start goes to the first taker (warmed on a helper
+    thread); one nobody took is shut down when the command settles."""
+    from gpubw.backend import cuda_start
+
+    fake = fake_pynvml()
+    cuda_start._start_nvml(fake)
+    session = cuda_start.adopt_nvml()
+    assert isinstance(session, nvml_read.Session) and fake.calls == ["init"]
+    assert cuda_start.adopt_nvml() is None
+    session.close()
+    left = fake_pynvml()
+    cuda_start._start_nvml(left)
+    assert cuda_start.settle() == []
+    assert left.calls == ["init", "shutdown"] and cuda_start.adopt_nvml() is None

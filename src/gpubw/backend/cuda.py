@@ -46,6 +46,7 @@ from gpubw.backend.cuda_support import (
     result_name,
     unmap,
 )
+from gpubw.hw.nvml_read import Session
 from gpubw.model.errors import (
     CudaError,
     GateTimeoutError,
@@ -174,6 +175,16 @@ class CudaBackend(CudaSharingMixin, CudaHostMemory):
             adopted = cuda_start.adopt(cu, len(self._handles))
             self._contexts.update(adopted)
             self._release_later.update(adopted)
+
+    @property
+    def nvml(self) -> Session:
+        """The NVML session: the one a prestart made ready beside the CUDA start
+        (:func:`gpubw.backend.cuda_start.adopt_nvml`), else a new one."""
+        if "_nvml_session" not in self.__dict__:
+            warmed = cuda_start.adopt_nvml()
+            if warmed is not None:
+                self.__dict__["_nvml_session"] = warmed
+        return super().nvml
 
     def _context(self, device: int) -> Any:
         """Device's primary context, retained on first use."""

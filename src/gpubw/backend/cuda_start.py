@@ -146,7 +146,52 @@ def prestart(driver: Any = None, environ: Mapping[str, str] | None = None) -> bo
             _loaders.append(loader)
             _compiled.append(compiled)
             loader.start()
+            _start_nvml()
     return True
+
+
+class _NvmlWarm:
+    """NVML's session made ready (``nvmlInit``, every device's handle) on a helper thread
+    beside the CUDA start: ~20 ms of the one-testcase run's critical path on an H100 (pynvml's
+    import, the init, the handles); the facts themselves are read when the run asks, as the
+    GPUs are then (not before their contexts exist)."""
+
+    def __init__(self, module: Any = None) -> None:
+        self.module = module
+        self.session: Any = None
+        self.thread = threading.Thread(target=self._run, name="gpubw-nvml-start", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            from gpubw.hw.nvml_read import Session
+
+            session = Session(self.module)
+            session.warm()
+            self.session = session
+        except Exception:  # the run's own session reports it
+            pass
+
+
+_nvml: list[_NvmlWarm] = []
+
+
+def _start_nvml(module: Any = None) -> None:
+    """Warm NVML's session on a helper thread (by :func:`prestart`, once a process);
+    ``module`` replaces ``pynvml`` (tests)."""
+    warm = _NvmlWarm(module)
+    _nvml.append(warm)
+    warm.thread.start()
+
+
+def adopt_nvml() -> Any:
+    """The NVML session the prestart made ready (a :class:`gpubw.hw.nvml_read.Session`),
+    now the caller's to close; None when nothing was prestarted or it failed."""
+    with _lock:
+        warm = _nvml.pop() if _nvml else None
+    if warm is None:
+        return None
+    warm.thread.join()
+    return warm.session
 
 
 #: gpubw's kernel modules the helper thread compiles, in this order (names of
@@ -300,6 +345,10 @@ def settle() -> list[str]:
     started = _take(cancel=True)
     if started is not None:
         _release(started)
+    session = adopt_nvml()  # made ready and never adopted: shut down
+    if session is not None:
+        with contextlib.suppress(Exception):
+            session.close()
     with _lock:
         jobs = list(_releases)
         _releases.clear()

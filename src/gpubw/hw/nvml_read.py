@@ -373,6 +373,18 @@ class Session:
             h = self._handles[index] = self._nv.nvmlDeviceGetHandleByIndex(index)
         return h
 
+    def warm(self) -> None:
+        """``nvmlInit`` and every device's handle now, reading no device state (a helper
+        thread's work while CUDA starts: the facts asked for later are read then, only the
+        set-up is done ahead); never raises."""
+        with self._lock:
+            nv = self._open()
+            if nv is None:
+                return
+            with contextlib.suppress(Exception):  # a later query reports it
+                for i in range(self._device_count(nv)):
+                    self.handle(i)
+
     def facts(self) -> NodeFacts:
         """The node's facts now; never raises."""
         with self._lock:
