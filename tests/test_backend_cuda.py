@@ -318,13 +318,13 @@ def test_the_backend_s_nvml_session_is_the_one_warmed_beside_the_cuda_start(
         nvmlDeviceGetCount=lambda: 0,
         nvmlDeviceGetHandleByIndex=lambda i: i,
     )
-    cuda_start._start_nvml(module)
-    session = backend.nvml
-    assert session._module is module and backend.nvml is session and calls == ["init"]
+    cuda_start.warm_nvml(module)
+    assert backend.gpu_processes() == {}  # through the warmed module: no GPU listed
+    assert backend.nvml is backend.nvml and calls == ["init"]  # no second nvmlInit
     backend.close()
     assert calls == ["init", "shutdown"]
-    with CudaBackend() as other:
-        assert other.nvml is not session and other.nvml._module is None
+    with CudaBackend() as other:  # nothing warmed: its own session (no NVML here)
+        assert other.gpu_processes() is None and calls == ["init", "shutdown"]
 
 
 def test_prestarted_contexts_adopted_at_first_use_or_close(

@@ -512,12 +512,12 @@ def test_the_prestart_s_nvml_session_is_handed_over_once_and_else_shut_down():
     from gpubw.backend import cuda_start
 
     fake = fake_pynvml()
-    cuda_start._start_nvml(fake)
+    cuda_start.warm_nvml(fake)
     session = cuda_start.adopt_nvml()
     assert isinstance(session, nvml_read.Session) and fake.calls == ["init"]
     assert cuda_start.adopt_nvml() is None
     session.close()
     left = fake_pynvml()
-    cuda_start._start_nvml(left)
+    cuda_start.warm_nvml(left)
     assert cuda_start.settle() == []
     assert left.calls == ["init", "shutdown"] and cuda_start.adopt_nvml() is None

@@ -180,13 +180,16 @@ class Backend(abc.ABC):
 
     @property
     def nvml(self) -> Session:
-        """The backend's NVML session (:class:`gpubw.hw.nvml_read.Session`: initialised on first
-        use,
-        shut down by :meth:`close`)."""
+        """The backend's NVML session (:class:`gpubw.hw.nvml_read.Session`: made by
+        :meth:`_new_nvml_session` on first use, shut down by :meth:`close`)."""
         session: Session | None = self.__dict__.get("_nvml_session")
         if session is None:
-            session = self.__dict__["_nvml_session"] = Session()
+            session = self.__dict__["_nvml_session"] = self._new_nvml_session()
         return session
+
+    def _new_nvml_session(self) -> Session:
+        """A new NVML session (a backend may hand over one made ready elsewhere)."""
+        return Session()
 
     def node_facts(self) -> NodeFacts:
         """Facts about the node from NVML (:meth:`gpubw.hw.nvml_read.Session.facts`); never

@@ -176,15 +176,11 @@ class CudaBackend(CudaSharingMixin, CudaHostMemory):
             self._contexts.update(adopted)
             self._release_later.update(adopted)
 
-    @property
-    def nvml(self) -> Session:
-        """The NVML session: the one a prestart made ready beside the CUDA start
+    def _new_nvml_session(self) -> Session:
+        """The NVML session a prestart made ready beside the CUDA start
         (:func:`gpubw.backend.cuda_start.adopt_nvml`), else a new one."""
-        if "_nvml_session" not in self.__dict__:
-            warmed = cuda_start.adopt_nvml()
-            if warmed is not None:
-                self.__dict__["_nvml_session"] = warmed
-        return super().nvml
+        warmed: Session | None = cuda_start.adopt_nvml()
+        return warmed if warmed is not None else super()._new_nvml_session()
 
     def _context(self, device: int) -> Any:
         """Device's primary context, retained on first use."""

@@ -146,7 +146,7 @@ def prestart(driver: Any = None, environ: Mapping[str, str] | None = None) -> bo
             _loaders.append(loader)
             _compiled.append(compiled)
             loader.start()
-            _start_nvml()
+            warm_nvml()
     return True
 
 
@@ -175,7 +175,7 @@ class _NvmlWarm:
 _nvml: list[_NvmlWarm] = []
 
 
-def _start_nvml(module: Any = None) -> None:
+def warm_nvml(module: Any = None) -> None:
     """Warm NVML's session on a helper thread (by :func:`prestart`, once a process);
     ``module`` replaces ``pynvml`` (tests)."""
     warm = _NvmlWarm(module)
