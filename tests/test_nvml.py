@@ -521,3 +521,15 @@ def test_the_prestart_s_nvml_session_is_handed_over_once_and_else_shut_down():
     cuda_start.warm_nvml(left)
     assert cuda_start.settle() == []
     assert left.calls == ["init", "shutdown"] and cuda_start.adopt_nvml() is None
+
+
+def test_every_nvml_session_nobody_took_is_shut_down():
+    """Two prestarts whose sessions no backend took (a library opening none): settle shuts
+    both down, not only the last."""
+    from gpubw.backend import cuda_start
+
+    first, second = fake_pynvml(), fake_pynvml()
+    cuda_start.warm_nvml(first)
+    cuda_start.warm_nvml(second)
+    assert cuda_start.settle() == []
+    assert first.calls == second.calls == ["init", "shutdown"]

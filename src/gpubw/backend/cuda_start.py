@@ -345,10 +345,11 @@ def settle() -> list[str]:
     started = _take(cancel=True)
     if started is not None:
         _release(started)
-    session = adopt_nvml()  # made ready and never adopted: shut down
-    if session is not None:
+    session = adopt_nvml()  # made ready and never adopted (one per prestart): shut down
+    while session is not None:
         with contextlib.suppress(Exception):
             session.close()
+        session = adopt_nvml()
     with _lock:
         jobs = list(_releases)
         _releases.clear()
